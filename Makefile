@@ -1,0 +1,28 @@
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
+
+.PHONY: setup test lint demo clean
+
+setup: $(BIN)/tp
+
+$(BIN)/tp: pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev,tracking]'
+	touch $(BIN)/tp
+
+test: setup
+	$(BIN)/ruff check training_platform tests bench
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/pytest -q tests
+
+lint: setup
+	$(BIN)/ruff check training_platform tests bench
+
+demo: setup
+	$(BIN)/tp demo prepare
+
+clean:
+	rm -rf var .pytest_cache

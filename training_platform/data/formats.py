@@ -1,0 +1,299 @@
+"""Dataset row formats: read files, detect the format, validate every row, convert to the canonical shape.
+
+Canonical shapes (what TRL trainers consume), by the kind of data an algorithm trains on:
+- sft:        {"messages": [...]}, {"prompt": ..., "completion": ...} or {"text": str}
+- preference: {"prompt"?: ..., "chosen": ..., "rejected": ...} (strings, or lists of chat messages)
+- kto:        {"prompt": ..., "completion": ..., "label": bool}
+- rl:         {"prompt": str | messages, "answer"?: str}
+
+A bad row is reported with its line number (1-based line in JSONL, 1-based record otherwise), the field and the
+reason; nothing is silently dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROLES = {"system", "user", "assistant", "tool"}
+SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+                  "system": "system", "tool": "tool", "function_call": "assistant", "observation": "tool"}
+
+# Which formats each kind of training data accepts.
+KIND_FORMATS: dict[str, tuple[str, ...]] = {
+    "sft": ("messages", "sharegpt", "alpaca", "prompt_completion", "text"),
+    "preference": ("preference",),
+    "kto": ("kto",),
+    "rl": ("rl_prompt",),
+}
+ALL_FORMATS = ("messages", "sharegpt", "alpaca", "prompt_completion", "text", "preference", "kto", "rl_prompt")
+SUPPORTED_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+
+
+@dataclass(frozen=True)
+class RowError:
+    line: int
+    field: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.field}: {self.reason}"
+
+
+class DatasetError(Exception):
+    def __init__(self, errors: list[RowError], total_bad: int | None = None):
+        self.errors = errors
+        self.total_bad = total_bad if total_bad is not None else len(errors)
+        super().__init__("\n".join(str(e) for e in errors))
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+
+def read_rows(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """Yield (line number, row) for JSONL/JSON/Parquet/CSV. Unparseable JSONL lines raise DatasetError."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".ndjson"):
+        with path.open(encoding="utf-8") as f:
+            for line_no, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    yield line_no, json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise DatasetError([RowError(line_no, "<row>", f"invalid JSON: {exc.msg}")]) from None
+    elif suffix == ".json":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise DatasetError([RowError(exc.lineno, "<file>", f"invalid JSON: {exc.msg}")]) from None
+        if not isinstance(data, list):
+            raise DatasetError([RowError(1, "<file>", "a .json dataset must be a list of objects")])
+        yield from enumerate(data, start=1)
+    elif suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path)
+        yield from enumerate(table.to_pylist(), start=1)
+    elif suffix == ".csv":
+        import csv
+
+        with path.open(encoding="utf-8", newline="") as f:
+            yield from enumerate(csv.DictReader(f), start=1)
+    else:
+        raise DatasetError([RowError(0, "<file>", f"unsupported file type {suffix!r}; use one of "
+                                                  f"{', '.join(SUPPORTED_SUFFIXES)}")])
+
+
+def apply_field_map(row: dict, field_map: dict[str, str]) -> dict:
+    """field_map is canonical -> source column."""
+    if not field_map:
+        return row
+    row = dict(row)
+    for canonical, source in field_map.items():
+        if source in row:
+            row[canonical] = row.pop(source)
+    return row
+
+
+def detect_format(row: dict) -> str | None:
+    keys = set(row)
+    if {"chosen", "rejected"} <= keys:
+        return "preference"
+    if {"completion", "label"} <= keys:
+        return "kto"
+    if "messages" in keys:
+        return "messages"
+    if "conversations" in keys:
+        return "sharegpt"
+    if {"instruction", "output"} <= keys:
+        return "alpaca"
+    if {"prompt", "completion"} <= keys:
+        return "prompt_completion"
+    if "prompt" in keys:
+        return "rl_prompt"
+    if "text" in keys:
+        return "text"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- validation
+
+
+def _check_messages(value: Any, field: str, *, need_assistant: bool) -> list[tuple[str, str]]:
+    if not isinstance(value, list) or not value:
+        return [(field, f"must be a non-empty list of messages, got {_short(value)}")]
+    errors = []
+    for i, msg in enumerate(value):
+        where = f"{field}[{i}]"
+        if not isinstance(msg, dict):
+            errors.append((where, f"must be an object with role and content, got {_short(msg)}"))
+            continue
+        if msg.get("role") not in ROLES:
+            errors.append((f"{where}.role", f"must be one of {sorted(ROLES)}, got {_short(msg.get('role'))}"))
+        if not isinstance(msg.get("content"), str):
+            errors.append((f"{where}.content", f"must be a string, got {_short(msg.get('content'))}"))
+    if need_assistant and not errors and not any(m.get("role") == "assistant" for m in value):
+        errors.append((field, "has no assistant turn to learn from"))
+    return errors
+
+
+def _check_text_or_messages(value: Any, field: str, *, need_assistant: bool = False) -> list[tuple[str, str]]:
+    if isinstance(value, str):
+        return [] if value.strip() else [(field, "must not be empty")]
+    if isinstance(value, list):
+        return _check_messages(value, field, need_assistant=need_assistant)
+    return [(field, f"must be a string or a list of messages, got {_short(value)}")]
+
+
+def _short(value: Any) -> str:
+    text = "null" if value is None else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_messages(value: Any) -> bool:
+    return isinstance(value, list)
+
+
+def validate_row(fmt: str, row: Any) -> list[tuple[str, str]]:
+    """(field, reason) for every problem in one row of format `fmt`."""
+    if not isinstance(row, dict):
+        return [("<row>", f"must be an object, got {_short(row)}")]
+    if fmt == "messages":
+        return _check_messages(row.get("messages"), "messages", need_assistant=True)
+    if fmt == "sharegpt":
+        conv = row.get("conversations")
+        if not isinstance(conv, list) or not conv:
+            return [("conversations", f"must be a non-empty list, got {_short(conv)}")]
+        errors = []
+        for i, turn in enumerate(conv):
+            if not isinstance(turn, dict) or turn.get("from") not in SHAREGPT_ROLES:
+                errors.append((f"conversations[{i}].from", f"must be one of {sorted(SHAREGPT_ROLES)}"))
+            elif not isinstance(turn.get("value"), str):
+                errors.append((f"conversations[{i}].value", f"must be a string, got {_short(turn.get('value'))}"))
+        return errors
+    if fmt == "alpaca":
+        errors = []
+        for key in ("instruction", "output"):
+            if not isinstance(row.get(key), str) or not row[key].strip():
+                errors.append((key, f"must be a non-empty string, got {_short(row.get(key))}"))
+        if row.get("input") is not None and not isinstance(row.get("input"), str):
+            errors.append(("input", f"must be a string, got {_short(row.get('input'))}"))
+        return errors
+    if fmt == "prompt_completion":
+        errors = _check_text_or_messages(row.get("prompt"), "prompt")
+        errors += _check_text_or_messages(row.get("completion"), "completion")
+        if not errors and _is_messages(row["prompt"]) != _is_messages(row["completion"]):
+            errors.append(("completion", "prompt and completion must both be strings or both message lists"))
+        return errors
+    if fmt == "text":
+        text = row.get("text")
+        return [] if isinstance(text, str) and text.strip() else [("text", f"must be a non-empty string, got "
+                                                                            f"{_short(text)}")]
+    if fmt == "preference":
+        errors = []
+        if "prompt" in row:
+            errors += _check_text_or_messages(row.get("prompt"), "prompt")
+        errors += _check_text_or_messages(row.get("chosen"), "chosen")
+        errors += _check_text_or_messages(row.get("rejected"), "rejected")
+        if not errors:
+            kinds = {_is_messages(row[k]) for k in ("prompt", "chosen", "rejected") if k in row}
+            if len(kinds) > 1:
+                errors.append(("rejected", "prompt, chosen and rejected must all be strings or all message lists"))
+            elif row["chosen"] == row["rejected"]:
+                errors.append(("rejected", "is identical to chosen"))
+        return errors
+    if fmt == "kto":
+        errors = _check_text_or_messages(row.get("prompt"), "prompt")
+        errors += _check_text_or_messages(row.get("completion"), "completion")
+        if not isinstance(row.get("label"), bool):
+            errors.append(("label", f"must be true or false, got {_short(row.get('label'))}"))
+        return errors
+    if fmt == "rl_prompt":
+        errors = _check_text_or_messages(row.get("prompt"), "prompt")
+        answer = row.get("answer")
+        if "answer" in row and not isinstance(answer, str | int | float):
+            errors.append(("answer", f"must be a string or a number, got {_short(answer)}"))
+        return errors
+    return [("<row>", f"unknown format {fmt!r}")]
+
+
+# ---------------------------------------------------------------------------------------------- conversion
+
+
+def to_canonical(fmt: str, row: dict) -> dict:
+    """Convert one valid row to the canonical shape of its kind (see module docstring)."""
+    if fmt == "messages":
+        return {"messages": [{"role": m["role"], "content": m["content"]} for m in row["messages"]]}
+    if fmt == "sharegpt":
+        return {"messages": [{"role": SHAREGPT_ROLES[t["from"]], "content": t["value"]}
+                             for t in row["conversations"]]}
+    if fmt == "alpaca":
+        user = row["instruction"] + (f"\n\n{row['input']}" if row.get("input") else "")
+        messages = [{"role": "user", "content": user}, {"role": "assistant", "content": row["output"]}]
+        if row.get("system"):
+            messages.insert(0, {"role": "system", "content": row["system"]})
+        return {"messages": messages}
+    if fmt == "prompt_completion":
+        return {"prompt": row["prompt"], "completion": row["completion"]}
+    if fmt == "text":
+        return {"text": row["text"]}
+    if fmt == "preference":
+        out = {"chosen": row["chosen"], "rejected": row["rejected"]}
+        if "prompt" in row:
+            out = {"prompt": row["prompt"], **out}
+        return out
+    if fmt == "kto":
+        return {"prompt": row["prompt"], "completion": row["completion"], "label": row["label"]}
+    if fmt == "rl_prompt":
+        out = {"prompt": row["prompt"]}
+        if "answer" in row:
+            out["answer"] = str(row["answer"])
+        return out
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def load_examples(
+    path: str | Path,
+    *,
+    kind: str,
+    fmt: str = "auto",
+    field_map: dict[str, str] | None = None,
+    max_errors: int = 20,
+    limit: int | None = None,
+) -> tuple[list[dict], str]:
+    """Read, validate and convert a whole file. Returns (canonical rows, format). Raises DatasetError listing up
+    to `max_errors` bad rows (and how many there were in all)."""
+    allowed = KIND_FORMATS[kind]
+    rows: list[dict] = []
+    errors: list[RowError] = []
+    total_bad = 0
+    for line, raw in read_rows(path):
+        row = apply_field_map(raw, field_map or {}) if isinstance(raw, dict) else raw
+        if fmt == "auto":
+            detected = detect_format(row) if isinstance(row, dict) else None
+            if detected is None:
+                keys = sorted(row) if isinstance(row, dict) else type(row).__name__
+                raise DatasetError([RowError(line, "<row>", f"cannot detect the format from the fields {keys}; "
+                                             f"set data.format or data.field_map")])
+            fmt = detected
+        if fmt not in allowed:
+            raise DatasetError([RowError(line, "<row>", f"format {fmt!r} cannot train this algorithm; it needs "
+                                         f"{' or '.join(allowed)}")])
+        problems = validate_row(fmt, row)
+        if problems:
+            total_bad += 1
+            errors.extend(RowError(line, f, r) for f, r in problems[: max(0, max_errors - len(errors))])
+            continue
+        rows.append(to_canonical(fmt, row))
+        if limit is not None and len(rows) >= limit:
+            break
+    if errors or total_bad:
+        raise DatasetError(errors, total_bad)
+    if not rows:
+        raise DatasetError([RowError(0, "<file>", "the file has no rows")])
+    return rows, fmt

@@ -1,0 +1,24 @@
+"""Where the platform keeps its files.
+
+`TP_DATA_DIR` (default `./var`) is the root for demo assets, datasets and runs. Relative paths in a job config
+resolve against it; absolute paths are used as they are.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("TP_DATA_DIR", "var")).expanduser().resolve()
+
+
+def resolve_data_path(path: str | os.PathLike[str]) -> Path:
+    """Resolve a config path: absolute as is, relative against `TP_DATA_DIR`."""
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else data_dir() / p
+
+
+def runs_dir() -> Path:
+    return data_dir() / "runs"

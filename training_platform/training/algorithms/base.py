@@ -1,0 +1,102 @@
+"""What every algorithm module provides.
+
+An algorithm module is light to import (no TRL at module level: config validation imports every algorithm) and
+defines:
+- a `Params` pydantic model with `name: Literal["<name>"]` and that algorithm's own hyper-parameters, range-checked;
+- `ALGORITHM = AlgorithmSpec(...)`, registered with one line in `algorithms/__init__.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:  # pragma: no cover
+    from training_platform.training.config import JobConfig
+    from training_platform.training.engines.trl_engine import TrainContext
+
+# The dataset shape an algorithm trains on; `training.datasets` turns every supported file format into it.
+DataKind = Literal["sft", "preference", "kto", "rl"]
+
+
+class StrictModel(BaseModel):
+    """Config section: unknown keys are errors, types are not coerced ("5" is not an int)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, validate_default=True)
+
+
+class AlgorithmParams(StrictModel):
+    name: str
+
+    def check(self, cfg: JobConfig) -> list[tuple[str, str]]:
+        """Cross-field rules that involve other sections. Returns (field path, reason) pairs."""
+        return []
+
+
+class GenerationParams(AlgorithmParams):
+    """Shared by the online RL algorithms that sample completions (GRPO, RLOO)."""
+
+    num_generations: int = Field(8, ge=2, description="Completions sampled per prompt (group size).")
+    max_completion_length: int = Field(32, ge=1, le=32768, description="Max new tokens per completion.")
+    temperature: float = Field(1.0, gt=0, le=10)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0, description="0 disables top-k.")
+    beta: float = Field(0.0, ge=0, description="KL coefficient; 0 means no reference model.")
+    num_iterations: int = Field(1, ge=1, le=64, description="Policy updates per generation batch (mu).")
+    epsilon: float = Field(0.2, gt=0, lt=1, description="Lower clip range.")
+    epsilon_high: float | None = Field(None, gt=0, lt=10, description="Upper clip range (DAPO clip-higher).")
+    steps_per_generation: int | None = Field(None, ge=1)
+    mask_truncated_completions: bool = False
+    log_completions: bool = False
+
+    def trl_generation_kwargs(self) -> dict[str, Any]:
+        return self.model_dump(include={
+            "num_generations", "max_completion_length", "temperature", "top_p", "top_k", "beta",
+            "num_iterations", "epsilon", "epsilon_high", "steps_per_generation", "mask_truncated_completions",
+            "log_completions",
+        })
+
+    def check(self, cfg: JobConfig) -> list[tuple[str, str]]:
+        errors: list[tuple[str, str]] = []
+        t = cfg.training
+        steps = self.steps_per_generation or t.gradient_accumulation_steps
+        generation_batch = t.per_device_batch_size * cfg.resources.num_devices * steps
+        if generation_batch % self.num_generations:
+            errors.append((
+                "algorithm.num_generations",
+                f"the generation batch (training.per_device_batch_size {t.per_device_batch_size} x "
+                f"resources.num_devices {cfg.resources.num_devices} x steps per generation {steps} = "
+                f"{generation_batch}) must be divisible by num_generations ({self.num_generations})",
+            ))
+        if cfg.has_eval():
+            eval_batch = t.per_device_eval_batch_size * cfg.resources.num_devices
+            if eval_batch % self.num_generations:
+                errors.append((
+                    "training.per_device_eval_batch_size",
+                    f"the eval batch ({eval_batch}) must be divisible by algorithm.num_generations "
+                    f"({self.num_generations})",
+                ))
+        if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
+            errors.append(("algorithm.epsilon_high", f"must be >= algorithm.epsilon ({self.epsilon})"))
+        if cfg.data.max_length < self.max_completion_length:
+            errors.append((
+                "algorithm.max_completion_length",
+                f"must be <= data.max_length ({cfg.data.max_length}), got {self.max_completion_length}",
+            ))
+        return errors
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    name: str
+    params: type[AlgorithmParams]
+    data_kind: DataKind
+    build_trainer: Callable[[TrainContext], Any]
+    description: str
+    uses_reward_functions: bool = False
+    supports_resume: bool = True
+    # Sequence-classification head instead of a causal LM (reward modelling).
+    model_kind: Literal["causal_lm", "sequence_classification"] = "causal_lm"

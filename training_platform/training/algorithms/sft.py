@@ -1,0 +1,51 @@
+"""Supervised fine-tuning (TRL SFTTrainer)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from training_platform.training.algorithms.base import AlgorithmParams, AlgorithmSpec
+
+
+class Params(AlgorithmParams):
+    name: Literal["sft"]
+    assistant_only_loss: bool = Field(
+        False, description="Loss on assistant turns only (needs a chat template with {% generation %} markers)."
+    )
+    completion_only_loss: bool | None = Field(
+        None, description="prompt/completion data: loss on the completion only (default: yes for that format)."
+    )
+    packing: bool = Field(False, description="Pack several examples into each max_length sequence.")
+
+    def check(self, cfg):
+        errors = []
+        if self.assistant_only_loss and cfg.data.format in ("prompt_completion", "text"):
+            errors.append(("algorithm.assistant_only_loss", f"needs conversational data, not {cfg.data.format}"))
+        if self.completion_only_loss and cfg.data.format not in ("auto", "prompt_completion"):
+            errors.append(("algorithm.completion_only_loss", f"needs prompt_completion data, not {cfg.data.format}"))
+        return errors
+
+
+def build_trainer(ctx):
+    from trl import SFTConfig, SFTTrainer
+
+    p: Params = ctx.cfg.algorithm
+    args = SFTConfig(
+        **ctx.common_args,
+        max_length=ctx.cfg.data.max_length,
+        packing=p.packing,
+        assistant_only_loss=p.assistant_only_loss,
+        completion_only_loss=p.completion_only_loss,
+    )
+    return SFTTrainer(
+        model=ctx.model, args=args, train_dataset=ctx.train_dataset, eval_dataset=ctx.eval_dataset,
+        processing_class=ctx.tokenizer, callbacks=ctx.callbacks, peft_config=ctx.peft_config,
+    )
+
+
+ALGORITHM = AlgorithmSpec(
+    name="sft", params=Params, data_kind="sft", build_trainer=build_trainer,
+    description="Supervised fine-tuning on messages, prompt/completion, alpaca or plain text.",
+)

@@ -1,0 +1,358 @@
+"""The job config: one schema for YAML files, the API and the UI's launch form.
+
+Validation happens in three layers, and every layer reports ALL its errors as (field path, reason):
+1. `parse_config` - pydantic: types, ranges, unknown keys, algorithm chosen by `algorithm.name`.
+2. `check_rules`  - cross-field rules that would otherwise fail deep inside TRL.
+3. `preflight.check_environment` - rules that need the disk: files exist, the model's context length, LoRA target
+   modules, dataset rows (see `training/preflight.py`).
+`validate_config` runs all three and raises `ConfigError`.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import Field, ValidationError
+
+from training_platform.training.algorithms import ALGORITHMS
+from training_platform.training.algorithms.base import StrictModel
+from training_platform.training.rewards import REWARDS
+
+
+class FieldError(tuple):
+    """(path, reason); printed as `path: reason`."""
+
+    def __new__(cls, path: str, reason: str):
+        return super().__new__(cls, (path, reason))
+
+    @property
+    def path(self) -> str:
+        return self[0]
+
+    @property
+    def reason(self) -> str:
+        return self[1]
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+class ConfigError(Exception):
+    def __init__(self, errors: list[FieldError]):
+        self.errors = errors
+        super().__init__("\n".join(str(e) for e in errors))
+
+
+# ---------------------------------------------------------------------------------------------- sections
+
+
+class LoraSection(StrictModel):
+    r: int = Field(8, ge=1, le=1024, description="LoRA rank.")
+    alpha: int = Field(16, ge=1, le=4096)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        "all-linear", description="Module name suffixes to adapt, or 'all-linear'."
+    )
+    quantization: Literal["none", "4bit", "8bit"] = Field(
+        "none", description="QLoRA: load the base model quantized (CUDA + bitsandbytes)."
+    )
+    merge_final: bool = Field(True, description="Also write the merged full model to final/.")
+
+
+class ModelSection(StrictModel):
+    path: str = Field(min_length=1, description="Local HF model directory (relative to TP_DATA_DIR) or hub id.")
+    dtype: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    trust_remote_code: bool = False
+    lora: LoraSection | None = None
+    gradient_checkpointing: bool = False
+
+
+DataFormat = Literal[
+    "auto", "messages", "sharegpt", "alpaca", "prompt_completion", "text", "preference", "kto", "rl_prompt"
+]
+
+
+class DataSection(StrictModel):
+    train_file: str = Field(min_length=1, description="JSONL/JSON/Parquet/CSV; relative to TP_DATA_DIR.")
+    eval_file: str | None = None
+    format: DataFormat = Field("auto", description="Row format; 'auto' detects it from the columns.")
+    field_map: dict[str, str] = Field(
+        default_factory=dict, description="canonical field -> column in the file, e.g. {answer: solution}."
+    )
+    max_length: int = Field(512, ge=8, le=1_048_576, description="Max tokens per training sequence.")
+    eval_split: float = Field(0.0, ge=0, lt=1, description="Fraction of train held out when no eval_file.")
+    max_train_samples: int | None = Field(None, ge=1)
+    shuffle_seed: int = Field(0, ge=0)
+
+
+class TrainingSection(StrictModel):
+    learning_rate: float = Field(5e-5, gt=0, le=1)
+    lr_scheduler: Literal[
+        "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
+        "inverse_sqrt", "cosine_with_min_lr", "warmup_stable_decay",
+    ] = "linear"
+    warmup_ratio: float = Field(0.0, ge=0, lt=1)
+    warmup_steps: int = Field(0, ge=0)
+    num_epochs: float = Field(1.0, gt=0, le=10_000)
+    max_steps: int | None = Field(None, ge=1, description="Overrides num_epochs when set.")
+    per_device_batch_size: int = Field(8, ge=1, le=65_536)
+    per_device_eval_batch_size: int = Field(8, ge=1, le=65_536)
+    gradient_accumulation_steps: int = Field(1, ge=1, le=65_536)
+    max_grad_norm: float = Field(1.0, ge=0)
+    weight_decay: float = Field(0.0, ge=0, le=10)
+    optimizer: Literal["adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "adamw_8bit"] = "adamw_torch"
+    seed: int = Field(42, ge=0, le=2**32 - 1)
+    logging_steps: int = Field(10, ge=1)
+    save_steps: int = Field(100, ge=1)
+    eval_steps: int | None = Field(None, ge=1, description="Evaluate every N steps (needs eval data).")
+    keep_last_checkpoints: int = Field(3, ge=1, le=1000)
+    dataloader_num_workers: int = Field(0, ge=0, le=64)
+
+
+class RewardSection(StrictModel):
+    name: str = Field(description="A registered reward function (see `tp rewards list`).")
+    weight: float = Field(1.0, ge=0)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class ResourcesSection(StrictModel):
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    num_devices: int = Field(1, ge=1, le=1024)
+
+
+class TrackingSection(StrictModel):
+    report_to: list[Literal["none", "tensorboard", "wandb", "mlflow"]] = Field(default_factory=lambda: ["none"])
+    project: str | None = Field(None, description="W&B / MLflow project or experiment name.")
+    run_name: str | None = None
+
+
+AlgorithmUnion = Annotated[
+    Union[tuple(spec.params for spec in ALGORITHMS.values())],  # noqa: UP007 - built from the registry
+    Field(discriminator="name"),
+]
+
+
+class JobConfig(StrictModel):
+    engine: Literal["trl"] = Field("trl", description="Training backend; 'verl' will join for Ray clusters.")
+    model: ModelSection
+    data: DataSection
+    algorithm: AlgorithmUnion
+    training: TrainingSection = Field(default_factory=TrainingSection)
+    rewards: list[RewardSection] = Field(default_factory=list)
+    resources: ResourcesSection = Field(default_factory=ResourcesSection)
+    tracking: TrackingSection = Field(default_factory=TrackingSection)
+
+    def has_eval(self) -> bool:
+        return self.data.eval_file is not None or self.data.eval_split > 0
+
+    @property
+    def spec(self):
+        return ALGORITHMS[self.algorithm.name]
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+
+
+def _loc_to_path(loc: tuple) -> str:
+    parts: list[str] = []
+    for i, item in enumerate(loc):
+        # The discriminated union inserts the tag into the location: algorithm.grpo.beta -> algorithm.beta
+        if i == 1 and loc[0] == "algorithm" and item in ALGORITHMS:
+            continue
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts) or "<root>"
+
+
+def _known_field_names() -> set[str]:
+    names: set[str] = set()
+    models = [JobConfig, ModelSection, LoraSection, DataSection, TrainingSection, RewardSection,
+              ResourcesSection, TrackingSection, *[s.params for s in ALGORITHMS.values()]]
+    for m in models:
+        names.update(m.model_fields)
+    return names
+
+
+def _got(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def translate_pydantic_error(err: dict, prefix: str = "") -> FieldError:
+    loc = err["loc"]
+    path = _loc_to_path(tuple(loc))
+    if prefix:
+        path = prefix + ("" if path.startswith("[") or path == "<root>" else ".") + path
+        path = path.replace(".<root>", "")
+    kind, ctx, value = err["type"], err.get("ctx", {}), err.get("input")
+    if kind == "greater_than_equal":
+        reason = f"must be >= {ctx['ge']}, got {_got(value)}"
+    elif kind == "greater_than":
+        reason = f"must be > {ctx['gt']}, got {_got(value)}"
+    elif kind == "less_than_equal":
+        reason = f"must be <= {ctx['le']}, got {_got(value)}"
+    elif kind == "less_than":
+        reason = f"must be < {ctx['lt']}, got {_got(value)}"
+    elif kind == "extra_forbidden":
+        key = str(loc[-1])
+        close = difflib.get_close_matches(key, _known_field_names(), n=1)
+        reason = "unknown field" + (f" (did you mean '{close[0]}'?)" if close else "")
+    elif kind == "missing":
+        reason = "required field is missing"
+    elif kind == "literal_error":
+        reason = f"must be one of {ctx.get('expected')}, got {_got(value)}"
+    elif kind == "union_tag_invalid":
+        reason = f"unknown algorithm {_got(ctx.get('tag'))}; expected one of {', '.join(ALGORITHMS)}"
+        path = "algorithm.name"
+    elif kind == "union_tag_not_found":
+        reason = f"required field is missing; expected one of {', '.join(ALGORITHMS)}"
+        path = "algorithm.name"
+    elif kind in ("int_type", "int_parsing", "int_from_float"):
+        reason = f"must be an integer, got {_got(value)}"
+    elif kind in ("float_type", "float_parsing"):
+        reason = f"must be a number, got {_got(value)}"
+    elif kind in ("bool_type", "bool_parsing"):
+        reason = f"must be true or false, got {_got(value)}"
+    elif kind in ("string_type",):
+        reason = f"must be a string, got {_got(value)}"
+    elif kind in ("list_type",):
+        reason = f"must be a list, got {_got(value)}"
+    elif kind in ("dict_type", "model_type", "model_attributes_type"):
+        reason = f"must be a mapping, got {_got(value)}"
+    elif kind == "string_too_short":
+        reason = "must not be empty"
+    else:
+        reason = f"{err['msg']}, got {_got(value)}"
+    return FieldError(path, reason)
+
+
+def _dedupe(errors: list[FieldError]) -> list[FieldError]:
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for e in errors:
+        if tuple(e) not in seen:
+            seen.add(tuple(e))
+            out.append(e)
+    return out
+
+
+def parse_config(raw: Any) -> JobConfig:
+    """Layer 1: types, ranges, unknown keys. Raises ConfigError with every error."""
+    if not isinstance(raw, dict):
+        raise ConfigError([FieldError("<root>", f"the config must be a mapping, got {type(raw).__name__}")])
+    try:
+        return JobConfig.model_validate(raw)
+    except ValidationError as exc:
+        errors = [translate_pydantic_error(e) for e in exc.errors()]
+        # A literal_error on a union member's tag is reported per member; keep one per path.
+        raise ConfigError(_dedupe(errors)) from None
+
+
+def check_rules(cfg: JobConfig) -> list[FieldError]:
+    """Layer 2: cross-field rules that need no disk access."""
+    errors: list[FieldError] = []
+    spec = cfg.spec
+    t = cfg.training
+
+    if t.warmup_ratio and t.warmup_steps:
+        errors.append(FieldError("training.warmup_steps", "set warmup_steps or warmup_ratio, not both"))
+    if t.eval_steps is not None and not cfg.has_eval():
+        errors.append(FieldError("training.eval_steps", "evaluation needs data.eval_file or data.eval_split > 0"))
+    if cfg.data.eval_file is not None and cfg.data.eval_split > 0:
+        errors.append(FieldError("data.eval_split", "use data.eval_file or data.eval_split, not both"))
+
+    # Reward functions: RL algorithms that score completions with python functions need them; others must not
+    # silently ignore them.
+    if spec.uses_reward_functions:
+        if not cfg.rewards:
+            errors.append(FieldError("rewards", f"{spec.name} needs at least one reward function"))
+        elif sum(r.weight for r in cfg.rewards) <= 0:
+            errors.append(FieldError("rewards", "the reward weights must not all be 0"))
+    elif cfg.rewards:
+        errors.append(FieldError(
+            "rewards", f"{spec.name} does not use reward functions (only "
+            f"{', '.join(n for n, s in ALGORITHMS.items() if s.uses_reward_functions)} do)"))
+    for i, reward in enumerate(cfg.rewards):
+        definition = REWARDS.get(reward.name)
+        if definition is None:
+            errors.append(FieldError(f"rewards[{i}].name",
+                                     f"unknown reward {reward.name!r}; known: {', '.join(sorted(REWARDS))}"))
+            continue
+        try:
+            definition.params_model.model_validate(reward.params)
+        except ValidationError as exc:
+            errors.extend(translate_pydantic_error(e, prefix=f"rewards[{i}].params") for e in exc.errors())
+
+    if cfg.model.dtype == "fp16" and cfg.resources.device == "cpu":
+        errors.append(FieldError("model.dtype", "fp16 training needs a CUDA device; use fp32 or bf16 on cpu"))
+    lora = cfg.model.lora
+    if lora is not None and lora.quantization != "none" and cfg.resources.device == "cpu":
+        errors.append(FieldError("model.lora.quantization", "QLoRA (4bit/8bit) needs a CUDA device"))
+    if cfg.resources.num_devices > 1 and cfg.resources.device == "cpu":
+        errors.append(FieldError("resources.num_devices", "multi-device training needs CUDA devices"))
+    if "none" in cfg.tracking.report_to and len(cfg.tracking.report_to) > 1:
+        errors.append(FieldError("tracking.report_to", "'none' cannot be combined with other trackers"))
+
+    errors.extend(FieldError(p, r) for p, r in cfg.algorithm.check(cfg))
+    return errors
+
+
+def validate_config(raw: Any, *, check_disk: bool = True) -> JobConfig:
+    """All three layers; raises ConfigError listing every problem found."""
+    cfg = parse_config(raw)
+    errors = check_rules(cfg)
+    if check_disk:
+        from training_platform.training.preflight import check_environment
+
+        errors.extend(check_environment(cfg))
+    if errors:
+        raise ConfigError(_dedupe(errors))
+    return cfg
+
+
+# ---------------------------------------------------------------------------------------------- files
+
+
+def load_yaml(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError([FieldError("<file>", f"config file not found: {path}")]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError([FieldError("<file>", f"invalid YAML in {path}: {exc}")]) from None
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    """`--set training.max_steps=50`: the value is parsed as YAML (50 -> int, true -> bool, [a,b] -> list)."""
+    result = copy.deepcopy(raw)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError([FieldError("--set", f"expected KEY=VALUE, got {item!r}")])
+        key, _, text = item.partition("=")
+        try:
+            value = yaml.safe_load(text) if text != "" else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError([FieldError(key, f"cannot parse override value {text!r}: {exc}")]) from None
+        node = result
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[parts[-1]] = value
+    return result
+
+
+def effective_config(cfg: JobConfig) -> dict:
+    """Every default filled in, as plain YAML-able data."""
+    return cfg.model_dump(mode="json")
+
+
+def json_schema() -> dict:
+    return JobConfig.model_json_schema()

@@ -1,0 +1,183 @@
+"""`math_answer`: 1.0 when the completion's final answer equals the reference answer, else 0.0.
+
+Final answer, first found of: the last `\\boxed{...}`, the last `#### N`, the last `Answer: X` /
+`The answer is X`, the last number in the text. The reference comes from the dataset column `answer_field`
+(GSM8K-style `... #### N` references use N; MATH-style solutions use their last `\\boxed{}`).
+
+Comparison: exact numbers first (commas, `$` and a trailing `.` stripped; 0.5 == 1/2), then normalised
+string equality, then math-verify (`verify(parse(gold), parse(pred))`, gold first: it is not symmetric).
+math_verify is imported lazily: config validation imports this module and must stay fast.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from fractions import Fraction
+from typing import Any
+
+from pydantic import Field
+
+from training_platform.training.rewards import RewardFn, RewardParams, completion_text, register_reward
+
+logger = logging.getLogger(__name__)
+
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_HASHES = re.compile(r"####\s*([^\n]*)")
+_ANSWER_IS = re.compile(
+    r"(?:\banswer\s*(?:is\b\s*:?|:)|\banswer\*+\s*:|\banswer\s*:\*+)[\s*]*([^\n]*)", re.IGNORECASE
+)
+# Fractions, thousands-separated numbers (1,234,567.5), plain numbers; last match wins.
+_NUMBER = re.compile(r"-?\d+\s*/\s*\d+|-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?|-?\.\d+")
+_NUMERIC = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?(?:/\d+)?")
+
+
+class MathAnswerParams(RewardParams):
+    answer_field: str = Field(
+        "answer", min_length=1, description="Dataset column holding the reference answer."
+    )
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last `\\boxed{...}` (or `\\fbox{...}`), braces matched; None when absent or unclosed."""
+    for match in reversed(list(_BOXED.finditer(text))):
+        depth, start = 1, match.end()
+        i = start
+        while i < len(text):
+            char = text[i]
+            if char == "\\" and i + 1 < len(text) and text[i + 1] in "{}":
+                i += 2  # escaped brace \{ \} is content, not structure
+                continue
+            if char == "{":
+                depth += 1
+            elif char == "}":
+                depth -= 1
+                if depth == 0:
+                    return text[start:i].strip()
+            i += 1
+    return None
+
+
+def _clean(answer: str) -> str:
+    answer = answer.strip().strip("*").strip()
+    while answer.endswith("."):
+        answer = answer[:-1].rstrip()
+    return answer
+
+
+def extract_answer(text: str) -> str | None:
+    """The final answer of a completion, or None when it has none."""
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return boxed
+    for regex in (_HASHES, _ANSWER_IS):
+        matches = [m for m in regex.finditer(text) if _clean(m.group(1))]
+        if matches:
+            return _clean(matches[-1].group(1))
+    numbers = _NUMBER.findall(text)
+    return numbers[-1].replace(" ", "") if numbers else None
+
+
+def reference_answer(reference: Any) -> str | None:
+    if reference is None:
+        return None
+    text = str(reference)
+    if "####" in text:
+        return _clean(text.rsplit("####", 1)[1]) or None
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return boxed
+    return _clean(text) or None
+
+
+def as_number(answer: str) -> Fraction | None:
+    """Exact value of a plain number ("1,234", "$5", "-0.5", "3/4", "12."); None for anything else."""
+    text = answer.replace("\\$", "").replace("$", "").replace(",", "").strip()
+    while text.endswith("."):
+        text = text[:-1].rstrip()
+    if not _NUMERIC.fullmatch(text):
+        return None
+    try:
+        return Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _normalise(answer: str) -> str:
+    return " ".join(_clean(answer).strip("$").split())
+
+
+def _mv_parse(math_verify: Any, text: str, timeout: int | None) -> list:
+    # math-verify only extracts LaTeX between delimiters: wrap bare answers ("\frac{1}{2}", "x^2+1") in $...$.
+    wrapped = text if "$" in text or "\\boxed" in text else f"${text}$"
+    parsed = math_verify.parse(wrapped, parsing_timeout=timeout)
+    if not parsed and wrapped != text:
+        parsed = math_verify.parse(text, parsing_timeout=timeout)
+    return parsed
+
+
+def answers_match(gold: str, pred: str) -> bool:
+    gold_number, pred_number = as_number(gold), as_number(pred)
+    if gold_number is not None and pred_number is not None:
+        return gold_number == pred_number
+    if _normalise(gold) == _normalise(pred):
+        return True
+    import math_verify  # lazy: heavy (sympy, latex2sympy)
+
+    # math-verify's timeouts use signal.alarm, which only works on the main thread.
+    timeout = 5 if threading.current_thread() is threading.main_thread() else None
+    gold_parsed = _mv_parse(math_verify, gold, timeout)
+    pred_parsed = _mv_parse(math_verify, pred, timeout)
+    if not gold_parsed or not pred_parsed:
+        return False
+    return bool(math_verify.verify(gold_parsed, pred_parsed, timeout_seconds=timeout))
+
+
+def score(completion: Any, reference: Any) -> float:
+    gold = reference_answer(reference)
+    if gold is None:
+        return 0.0
+    pred = extract_answer(completion_text(completion))
+    if pred is None:
+        return 0.0
+    return 1.0 if answers_match(gold, pred) else 0.0
+
+
+@register_reward(
+    "math_answer",
+    MathAnswerParams,
+    "1.0 if the final answer (last \\boxed{}, '#### N', 'Answer: X' or last number) equals the reference "
+    "(numerically or via math-verify), else 0.0.",
+)
+def build_math_answer(params: MathAnswerParams) -> RewardFn:
+    field = params.answer_field
+
+    def math_answer(completions: list[Any], **kwargs: Any) -> list[float | None]:
+        references = kwargs.get(field)
+        if references is None:
+            raise KeyError(
+                f"math_answer: the dataset has no {field!r} column (reward param answer_field); "
+                f"columns passed: {sorted(k for k in kwargs if k not in _TRL_KWARGS)}"
+            )
+        if len(references) != len(completions):
+            raise ValueError(
+                f"math_answer: {len(completions)} completions but {len(references)} {field!r} values"
+            )
+        rewards: list[float | None] = []
+        for completion, reference in zip(completions, references, strict=True):
+            try:
+                rewards.append(score(completion, reference))
+            except Exception as exc:  # one bad sample must never crash training
+                logger.warning(
+                    "math_answer: verification failed (%s: %s); reward 0.0", type(exc).__name__, exc
+                )
+                rewards.append(0.0)
+        return rewards
+
+    return math_answer
+
+
+_TRL_KWARGS = frozenset(
+    {"prompts", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
+)
