@@ -4,7 +4,7 @@ Canonical shapes (what TRL trainers consume), by the kind of data an algorithm t
 - sft:        {"messages": [...]}, {"prompt": ..., "completion": ...} or {"text": str}
 - preference: {"prompt"?: ..., "chosen": ..., "rejected": ...} (strings, or lists of chat messages)
 - kto:        {"prompt": ..., "completion": ..., "label": bool}
-- rl:         {"prompt": str | messages, "answer"?: str}
+- rl:         {"prompt": str | messages, "answer"?: str, ...other columns, passed to reward functions}
 
 A bad row is reported with its line number (1-based line in JSONL, 1-based record otherwise), the field and the
 reason; nothing is silently dropped.
@@ -250,9 +250,10 @@ def to_canonical(fmt: str, row: dict) -> dict:
     if fmt == "kto":
         return {"prompt": row["prompt"], "completion": row["completion"], "label": row["label"]}
     if fmt == "rl_prompt":
-        out = {"prompt": row["prompt"]}
-        if "answer" in row:
-            out["answer"] = str(row["answer"])
+        # Extra columns stay: reward functions receive them as keyword arguments.
+        out = dict(row)
+        if "answer" in out:
+            out["answer"] = str(out["answer"])
         return out
     raise ValueError(f"unknown format {fmt!r}")
 

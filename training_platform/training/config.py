@@ -302,14 +302,15 @@ def check_rules(cfg: JobConfig) -> list[FieldError]:
     return errors
 
 
-def validate_config(raw: Any, *, check_disk: bool = True) -> JobConfig:
-    """All three layers; raises ConfigError listing every problem found."""
+def validate_config(raw: Any, *, check_disk: bool = True, loaded: dict | None = None) -> JobConfig:
+    """All three layers; raises ConfigError listing every problem found. `loaded` receives the datasets read
+    while checking them, so a run does not read them twice."""
     cfg = parse_config(raw)
     errors = check_rules(cfg)
     if check_disk:
         from training_platform.training.preflight import check_environment
 
-        errors.extend(check_environment(cfg))
+        errors.extend(check_environment(cfg, loaded))
     if errors:
         raise ConfigError(_dedupe(errors))
     return cfg

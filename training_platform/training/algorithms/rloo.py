@@ -23,7 +23,8 @@ def build_trainer(ctx):
     p: Params = ctx.cfg.algorithm
     args = RLOOConfig(
         **ctx.common_args, **p.trl_generation_kwargs(), normalize_advantages=p.normalize_advantages,
-        reward_clip_range=tuple(p.reward_clip_range) if p.reward_clip_range else None, reward_weights=ctx.reward_weights,
+        reward_clip_range=tuple(p.reward_clip_range) if p.reward_clip_range else None,
+        reward_weights=ctx.reward_weights,
     )
     return RLOOTrainer(
         model=ctx.model, reward_funcs=ctx.reward_funcs, args=args, train_dataset=ctx.train_dataset,

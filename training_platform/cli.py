@@ -1,0 +1,187 @@
+"""`tp`: the training platform's command line.
+
+Exit codes: 0 ok, 1 a run failed (see its error.json), 2 invalid input (config, arguments, dataset rows).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import typer
+
+from training_platform.paths import data_dir
+
+app = typer.Typer(help="training_platform: post-train LLMs (SFT, DPO, KTO, ORPO, SimPO, GRPO, RLOO, PPO, RM).",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+config_app = typer.Typer(help="Validate job configs and print their schema.", no_args_is_help=True)
+demo_app = typer.Typer(help="Offline demo assets (tiny model + synthetic data).", no_args_is_help=True)
+models_app = typer.Typer(help="Model utilities.", no_args_is_help=True)
+data_app = typer.Typer(help="Dataset utilities.", no_args_is_help=True)
+synth_app = typer.Typer(help="Generate synthetic datasets.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+app.add_typer(demo_app, name="demo")
+app.add_typer(models_app, name="models")
+app.add_typer(data_app, name="data")
+data_app.add_typer(synth_app, name="synth")
+
+# Library code must never reach the hub unless the user's machine is online and they asked for a hub id.
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _err(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+def _print_config_errors(exc) -> None:
+    for error in exc.errors:
+        _err(str(error))
+    _err(f"{len(exc.errors)} error(s); nothing was started.")
+
+
+def _load_config(path: Path, overrides: list[str]) -> dict:
+    from training_platform.training.config import apply_overrides, load_yaml
+
+    return apply_overrides(load_yaml(str(path)) or {}, overrides)
+
+
+@config_app.command("validate")
+def config_validate(
+    config: Path = typer.Argument(..., help="Job config YAML."),
+    set_: list[str] = typer.Option([], "--set", help="Override KEY=VALUE (YAML value), repeatable."),
+    no_disk: bool = typer.Option(False, "--no-disk", help="Skip the checks that read files and the model."),
+):
+    """Check a config: types, ranges, cross-field rules, files, model and dataset rows. Exit 2 on any error."""
+    from training_platform.training.config import ConfigError, validate_config
+
+    try:
+        cfg = validate_config(_load_config(config, set_), check_disk=not no_disk)
+    except ConfigError as exc:
+        _print_config_errors(exc)
+        raise typer.Exit(2) from None
+    typer.echo(f"OK: {config} ({cfg.algorithm.name}, engine {cfg.engine})")
+
+
+@config_app.command("schema")
+def config_schema():
+    """Print the job config's JSON Schema (the UI's launch form is generated from it)."""
+    from training_platform.training.config import json_schema
+
+    typer.echo(json.dumps(json_schema(), indent=2))
+
+
+@app.command("train")
+def train_cmd(
+    config: Path = typer.Argument(..., help="Job config YAML."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Run directory (default: "
+                                                                     "$TP_DATA_DIR/runs/<run-id>)."),
+    resume: Path | None = typer.Option(None, "--resume", help="Continue this run from its latest checkpoint."),
+    set_: list[str] = typer.Option([], "--set", help="Override KEY=VALUE (YAML value), repeatable."),
+    stop_at_step: int | None = typer.Option(None, "--stop-at-step", min=1,
+                                            help="Stop cleanly (with a checkpoint) after this step."),
+):
+    """Validate, then train. Prints the run directory as the last line."""
+    from training_platform.training.config import ConfigError
+    from training_platform.training.runner import TrainingFailed, train
+
+    if output is not None and resume is not None:
+        _err("--output: cannot be combined with --resume (a resumed run keeps its directory)")
+        raise typer.Exit(2)
+    try:
+        raw = _load_config(config, [])
+        result = train(raw, overrides=set_, output=output, resume=resume, stop_at_step=stop_at_step)
+    except ConfigError as exc:
+        _print_config_errors(exc)
+        raise typer.Exit(2) from None
+    except TrainingFailed as exc:
+        _err(f"FATAL: {exc}")
+        _err(f"details: {exc.run_dir / 'error.json'}  bundle: {exc.run_dir / 'failpack.tgz'}")
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        _err("FATAL: interrupted")
+        raise typer.Exit(1) from None
+    if result.status == "stopped":
+        _err(f"stopped at step {result.step} ({result.stop_reason}); continue with: "
+             f"tp train {config} --resume {result.run_dir}")
+    else:
+        _err(f"finished at step {result.step}")
+    typer.echo(str(result.run_dir))
+
+
+@app.command("verify")
+def verify_cmd(run_dir: Path = typer.Argument(..., help="A run directory.")):
+    """Re-hash every file the run's manifest recorded; exit 1 on any mismatch."""
+    from training_platform.training.rundir import verify
+
+    if not run_dir.is_dir():
+        _err(f"no such run directory: {run_dir}")
+        raise typer.Exit(2)
+    checked, problems = verify(run_dir)
+    for problem in problems:
+        _err(f"MISMATCH {problem}")
+    if problems:
+        _err(f"{len(problems)} problem(s) in {checked} checked file(s)")
+        raise typer.Exit(1)
+    typer.echo(f"OK: {checked} files match the manifest")
+
+
+@app.command("algorithms")
+def algorithms_cmd():
+    """List the training algorithms."""
+    from training_platform.training.algorithms import ALGORITHMS
+
+    for name, spec in ALGORITHMS.items():
+        typer.echo(f"{name:8s} {spec.data_kind:10s} {spec.description}")
+
+
+@app.command("rewards")
+def rewards_cmd():
+    """List the reward functions for RL algorithms."""
+    from training_platform.training.rewards import REWARDS
+
+    for name, definition in sorted(REWARDS.items()):
+        typer.echo(f"{name:26s} {definition.description}")
+
+
+@demo_app.command("prepare")
+def demo_prepare(force: bool = typer.Option(False, "--force", help="Rebuild even if present.")):
+    """Build $TP_DATA_DIR/demo/model (tiny Qwen2 + trained tokenizer), demo/reward_model and demo/data/*."""
+    from training_platform.demo import prepare_demo
+
+    paths = prepare_demo(data_dir(), force=force)
+    for name, path in paths.items():
+        typer.echo(f"{name}: {path}")
+
+
+@models_app.command("create-tiny")
+def models_create_tiny(out_dir: Path = typer.Argument(..., help="Where to write the model."),
+                       seed: int = typer.Option(0, "--seed")):
+    """Create a tiny Qwen2 model with a freshly trained byte-level BPE tokenizer (offline)."""
+    from training_platform.demo.tiny_model import create_tiny_model
+
+    typer.echo(str(create_tiny_model(out_dir, seed=seed)))
+
+
+@synth_app.command("arithmetic")
+def data_synth_arithmetic(
+    out_dir: Path = typer.Argument(..., help="Where to write the JSONL files."),
+    max_operand: int = typer.Option(20, "--max-operand", min=1),
+    eval_fraction: float = typer.Option(0.15, "--eval-fraction", min=0.01, max=0.9),
+    seed: int = typer.Option(0, "--seed"),
+):
+    """Synthetic addition data in every format the algorithms need, with a held-out eval split."""
+    from training_platform.demo.arithmetic import synth_arithmetic
+
+    for name, path in synth_arithmetic(out_dir, max_operand=max_operand, eval_fraction=eval_fraction,
+                                       seed=seed).items():
+        typer.echo(f"{name}: {path}")
+
+
+def main() -> None:  # pragma: no cover
+    sys.exit(app())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

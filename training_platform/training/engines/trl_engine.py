@@ -1,0 +1,268 @@
+"""The TRL engine: one process, transformers/TRL trainers, CPU or CUDA.
+
+It loads the model, tokenizer and datasets, maps the shared config sections onto TrainingArguments, lets the
+algorithm module build its TRL trainer, trains (resuming from a checkpoint when asked) and saves the final model.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from training_platform.training.callbacks import CheckpointCallback, MetricsCallback, StopCallback
+from training_platform.training.config import JobConfig
+from training_platform.training.engines.base import EngineResult
+from training_platform.training.preflight import resolve_model_ref
+from training_platform.training.rundir import RunDir
+
+log = logging.getLogger("training_platform.train")
+
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+@dataclass
+class TrainContext:
+    """Everything an algorithm module needs to build its trainer."""
+
+    cfg: JobConfig
+    run: RunDir
+    model_path: str
+    model: Any
+    tokenizer: Any
+    train_dataset: Any
+    eval_dataset: Any
+    common_args: dict[str, Any]
+    callbacks: list
+    peft_config: Any = None
+    reward_funcs: list = field(default_factory=list)
+    reward_weights: list[float] | None = None
+    world_size: int = 1
+    torch_dtype: Any = None
+
+    def resolve(self, ref: str) -> str:
+        return resolve_model_ref(ref)[0]
+
+    def model_load_kwargs(self) -> dict[str, Any]:
+        return {"dtype": self.torch_dtype, "trust_remote_code": self.cfg.model.trust_remote_code}
+
+
+def _use_cuda(cfg: JobConfig) -> bool:
+    if cfg.resources.device == "cpu":
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _torch_dtype(cfg: JobConfig, cuda: bool):
+    import torch
+
+    name = cfg.model.dtype
+    if name == "auto":
+        name = "bf16" if cuda and torch.cuda.is_bf16_supported() else "fp32"
+    return getattr(torch, DTYPES[name]), name
+
+
+def common_training_args(cfg: JobConfig, run: RunDir, *, cuda: bool, dtype_name: str) -> dict[str, Any]:
+    """The config sections every algorithm shares, as TrainingArguments keywords."""
+    t = cfg.training
+    report_to = [r for r in cfg.tracking.report_to if r != "none"] or "none"
+    warmup = t.warmup_steps if t.warmup_steps else t.warmup_ratio  # a float < 1 is a ratio in transformers 5
+    args: dict[str, Any] = dict(
+        output_dir=str(run.checkpoints),
+        learning_rate=t.learning_rate,
+        lr_scheduler_type=t.lr_scheduler,
+        warmup_steps=warmup,
+        num_train_epochs=t.num_epochs,
+        max_steps=t.max_steps if t.max_steps is not None else -1,
+        per_device_train_batch_size=t.per_device_batch_size,
+        per_device_eval_batch_size=t.per_device_eval_batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        max_grad_norm=t.max_grad_norm,
+        weight_decay=t.weight_decay,
+        optim=t.optimizer,
+        seed=t.seed,
+        data_seed=t.seed,
+        logging_steps=t.logging_steps,
+        logging_first_step=True,
+        save_strategy="steps",
+        save_steps=t.save_steps,
+        save_total_limit=None,  # rotation is ours (CheckpointCallback), over the step_NNNNNN layout
+        eval_strategy="steps" if t.eval_steps else "no",
+        eval_steps=t.eval_steps,
+        report_to=report_to,
+        run_name=cfg.tracking.run_name or run.path.name,
+        logging_dir=str(run.path / "tensorboard"),
+        use_cpu=not cuda,
+        bf16=dtype_name == "bf16",
+        fp16=dtype_name == "fp16",
+        gradient_checkpointing=cfg.model.gradient_checkpointing,
+        dataloader_num_workers=t.dataloader_num_workers,
+        include_num_input_tokens_seen="non_padding",
+        disable_tqdm=False,
+    )
+    if cfg.tracking.project and "wandb" in cfg.tracking.report_to:
+        import os
+
+        os.environ.setdefault("WANDB_PROJECT", cfg.tracking.project)
+    if cfg.tracking.project and "mlflow" in cfg.tracking.report_to:
+        import os
+
+        os.environ.setdefault("MLFLOW_EXPERIMENT_NAME", cfg.tracking.project)
+    return args
+
+
+def _peft_config(cfg: JobConfig):
+    lora = cfg.model.lora
+    if lora is None:
+        return None
+    from peft import LoraConfig
+
+    task = "SEQ_CLS" if cfg.spec.model_kind == "sequence_classification" else "CAUSAL_LM"
+    return LoraConfig(
+        r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, task_type=task,
+        target_modules=lora.target_modules if isinstance(lora.target_modules, str) else list(lora.target_modules),
+    )
+
+
+def _to_dataset(rows: list[dict]):
+    from datasets import Dataset
+
+    return Dataset.from_list(rows)
+
+
+def _tokenize_prompts(dataset, tokenizer, max_length: int):
+    """PPO consumes prompts as `input_ids` (chat template + generation prompt for conversational prompts)."""
+
+    def encode(row):
+        prompt = row["prompt"]
+        if isinstance(prompt, list):
+            ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
+            if isinstance(ids, dict):
+                ids = ids["input_ids"]
+        else:
+            ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        return {"input_ids": list(ids)[-max_length:]}
+
+    return dataset.map(encode, remove_columns=dataset.column_names)
+
+
+class TRLEngine:
+    name = "trl"
+
+    def train(self, cfg: JobConfig, run: RunDir, *, loaded: dict, resume_from: Path | None,
+              stopper: StopCallback) -> EngineResult:
+        import torch
+        import transformers
+        from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+        from training_platform.training.rewards import build_reward_function
+
+        spec = cfg.spec
+        transformers.set_seed(cfg.training.seed)
+        cuda = _use_cuda(cfg)
+        dtype, dtype_name = _torch_dtype(cfg, cuda)
+        model_path, _ = resolve_model_ref(cfg.model.path)
+        log.info("engine=trl algorithm=%s model=%s device=%s dtype=%s", spec.name, model_path,
+                 "cuda" if cuda else "cpu", dtype_name)
+        if not cuda:
+            torch.set_num_threads(max(1, torch.get_num_threads()))
+
+        tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=cfg.model.trust_remote_code)
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+
+        load_kwargs: dict[str, Any] = {"dtype": dtype, "trust_remote_code": cfg.model.trust_remote_code}
+        lora = cfg.model.lora
+        if lora is not None and lora.quantization != "none":
+            from transformers import BitsAndBytesConfig
+
+            load_kwargs["quantization_config"] = BitsAndBytesConfig(
+                load_in_4bit=lora.quantization == "4bit", load_in_8bit=lora.quantization == "8bit",
+                bnb_4bit_compute_dtype=dtype,
+            )
+        if spec.model_kind == "sequence_classification":
+            model = AutoModelForSequenceClassification.from_pretrained(model_path, num_labels=1, **load_kwargs)
+            model.config.pad_token_id = tokenizer.pad_token_id
+        else:
+            model = AutoModelForCausalLM.from_pretrained(model_path, **load_kwargs)
+
+        train_rows, _, _ = loaded["data.train_file"]
+        train_dataset = _to_dataset(train_rows)
+        eval_dataset = None
+        if "data.eval_file" in loaded:
+            eval_dataset = _to_dataset(loaded["data.eval_file"][0])
+        elif cfg.data.eval_split > 0:
+            split = train_dataset.train_test_split(test_size=cfg.data.eval_split, seed=cfg.data.shuffle_seed)
+            train_dataset, eval_dataset = split["train"], split["test"]
+        if spec.name == "ppo":
+            train_dataset = _tokenize_prompts(train_dataset, tokenizer, cfg.data.max_length)
+            if eval_dataset is not None:
+                eval_dataset = _tokenize_prompts(eval_dataset, tokenizer, cfg.data.max_length)
+        if not cfg.training.eval_steps:
+            eval_dataset = None  # TRL preprocesses eval data even when it never evaluates
+
+        reward_funcs, reward_weights = [], None
+        if spec.uses_reward_functions:
+            reward_funcs = [build_reward_function(r.name, r.params) for r in cfg.rewards]
+            total = sum(r.weight for r in cfg.rewards)
+            reward_weights = [r.weight / total for r in cfg.rewards]
+
+        metrics = MetricsCallback(run, loss_from=_ppo_loss(cfg) if spec.name == "ppo" else None)
+        callbacks = [metrics, CheckpointCallback(run, cfg.training.keep_last_checkpoints), stopper]
+        ctx = TrainContext(
+            cfg=cfg, run=run, model_path=model_path, model=model, tokenizer=tokenizer,
+            train_dataset=train_dataset, eval_dataset=eval_dataset,
+            common_args=common_training_args(cfg, run, cuda=cuda, dtype_name=dtype_name), callbacks=callbacks,
+            peft_config=_peft_config(cfg), reward_funcs=reward_funcs, reward_weights=reward_weights,
+            world_size=cfg.resources.num_devices, torch_dtype=dtype,
+        )
+        trainer = spec.build_trainer(ctx)
+        if resume_from is not None:
+            trainer.train(resume_from_checkpoint=str(resume_from))
+        else:
+            trainer.train()
+
+        step = trainer.state.global_step
+        if stopper.reason is not None:
+            return EngineResult(step=step, stopped=stopper.reason, summary=metrics.summary)
+        self._save_final(cfg, run, trainer, tokenizer)
+        return EngineResult(step=step, stopped=None, summary=metrics.summary)
+
+    def _save_final(self, cfg: JobConfig, run: RunDir, trainer, tokenizer) -> None:
+        final = run.final
+        tmp = run.path / ".final.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model = trainer.model
+        if cfg.spec.name == "ppo":
+            model = trainer.policy_model
+        if cfg.model.lora is not None:
+            adapter_dir = run.path / "final_adapter"
+            shutil.rmtree(adapter_dir, ignore_errors=True)
+            model.save_pretrained(adapter_dir)
+            tokenizer.save_pretrained(adapter_dir)
+            run.record_tree("final_adapter", adapter_dir)
+            model = model.merge_and_unload() if cfg.model.lora.merge_final else None
+        if model is not None:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            if final.exists():
+                shutil.rmtree(final)
+            tmp.rename(final)
+            run.record_tree("final", final)
+        log.info("final model saved: %s", final if model is not None else run.path / "final_adapter")
+
+
+def _ppo_loss(cfg: JobConfig):
+    vf_coef = cfg.algorithm.vf_coef
+
+    def loss_from(logs: dict) -> float | None:
+        # TRL's PPO logs the two terms it optimises (pg_loss + vf_coef * vf_loss) but not their sum.
+        if "loss/policy_avg" in logs and "loss/value_avg" in logs:
+            return logs["loss/policy_avg"] + vf_coef * logs["loss/value_avg"]
+        return None
+
+    return loss_from

@@ -1,0 +1,171 @@
+"""Layer 3 of config validation: the rules that need the disk (files, the model, the dataset rows, devices).
+
+Everything here runs before a single weight is loaded for training, so a bad config fails in seconds with every
+problem listed, never half way through a run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from training_platform.data.formats import DatasetError, load_examples
+from training_platform.paths import resolve_data_path
+from training_platform.training.config import FieldError, JobConfig
+
+
+def resolve_model_ref(ref: str) -> tuple[str, bool]:
+    """A model reference is a local directory (relative to TP_DATA_DIR) or a hub id. Returns (ref, is_local)."""
+    local = resolve_data_path(ref)
+    if local.exists():
+        return str(local), True
+    return ref, False
+
+
+def _load_model_config(ref: str, trust_remote_code: bool):
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(ref, trust_remote_code=trust_remote_code)
+
+
+def _check_model(path_field: str, ref: str, trust_remote_code: bool) -> tuple[Any, list[FieldError]]:
+    resolved, is_local = resolve_model_ref(ref)
+    if is_local and not (Path(resolved) / "config.json").is_file():
+        return None, [FieldError(path_field, f"{resolved} is not a Hugging Face model directory (no config.json)")]
+    looks_like_hub_id = not is_local and "/" in ref and not ref.startswith((".", "/", "~"))
+    if not is_local and not looks_like_hub_id:
+        return None, [FieldError(path_field, f"no such model directory: {resolve_data_path(ref)}")]
+    try:
+        return _load_model_config(resolved, trust_remote_code), []
+    except Exception as exc:  # noqa: BLE001 - any loading failure is a config error for the user
+        where = "local directory" if is_local else "hub id (not in the local cache, or the hub is unreachable)"
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return None, [FieldError(path_field, f"cannot load the model config from {resolved} as a {where}: "
+                                             f"{first_line}")]
+
+
+def _linear_module_names(model_config) -> set[str]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(model_config)
+    return {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
+
+
+def _check_dataset(cfg: JobConfig, field: str, file: str, cache: dict | None) -> list[FieldError]:
+    path = resolve_data_path(file)
+    if not path.is_file():
+        return [FieldError(field, f"no such file: {path}")]
+    try:
+        rows, fmt = load_examples(path, kind=cfg.spec.data_kind, fmt=cfg.data.format, field_map=cfg.data.field_map,
+                                  limit=cfg.data.max_train_samples if field == "data.train_file" else None)
+    except DatasetError as exc:
+        errors = [FieldError(field, f"{path.name}: {e}") for e in exc.errors]
+        if exc.total_bad > len(exc.errors):
+            errors.append(FieldError(field, f"{path.name}: {exc.total_bad} bad rows in all"))
+        return errors
+    except (OSError, UnicodeDecodeError) as exc:
+        return [FieldError(field, f"cannot read {path}: {exc}")]
+    if cache is not None:
+        cache[field] = (rows, fmt, path)
+    errors = []
+    if cfg.spec.uses_reward_functions:
+        for i, reward in enumerate(cfg.rewards):
+            column = reward.params.get("answer_field", "answer" if reward.name == "math_answer" else None)
+            if column and column not in rows[0]:
+                errors.append(FieldError(f"rewards[{i}].params.answer_field",
+                                         f"column {column!r} is not in {path.name} (fields: {sorted(rows[0])}); "
+                                         f"map it with data.field_map"))
+    needs_chat = fmt in ("messages", "sharegpt", "alpaca") or isinstance(rows[0].get("prompt"), list)
+    if cache is not None:
+        cache.setdefault("needs_chat_template", needs_chat)
+    return errors
+
+
+def check_environment(cfg: JobConfig, cache: dict | None = None) -> list[FieldError]:
+    """Disk/device rules. `cache`, when given, receives the loaded datasets so the run does not read them twice."""
+    errors: list[FieldError] = []
+    cache = cache if cache is not None else {}
+
+    errors += _check_dataset(cfg, "data.train_file", cfg.data.train_file, cache)
+    if cfg.data.eval_file is not None:
+        errors += _check_dataset(cfg, "data.eval_file", cfg.data.eval_file, cache)
+
+    model_config, model_errors = _check_model("model.path", cfg.model.path, cfg.model.trust_remote_code)
+    errors += model_errors
+    if model_config is not None:
+        context = getattr(model_config, "max_position_embeddings", None)
+        if context is not None and cfg.data.max_length > context:
+            errors.append(FieldError("data.max_length", f"must be <= the model's context length ({context}), "
+                                                        f"got {cfg.data.max_length}"))
+        lora = cfg.model.lora
+        if lora is not None and lora.target_modules != "all-linear":
+            try:
+                available = _linear_module_names(model_config)
+            except Exception as exc:  # noqa: BLE001
+                errors.append(FieldError("model.lora.target_modules", f"cannot inspect the model's layers: {exc}"))
+            else:
+                for i, target in enumerate(lora.target_modules):
+                    if target.rsplit(".", 1)[-1] not in available:
+                        errors.append(FieldError(
+                            f"model.lora.target_modules[{i}]",
+                            f"{target!r} matches no linear layer of the model; "
+                            f"available: {', '.join(sorted(available))}",
+                        ))
+        if not model_errors:
+            errors += _check_tokenizer(cfg, cache)
+
+    if cfg.algorithm.name == "ppo":
+        for field in ("reward_model_path", "value_model_path"):
+            ref = getattr(cfg.algorithm, field)
+            if ref is not None:
+                errors += _check_model(f"algorithm.{field}", ref, cfg.model.trust_remote_code)[1]
+
+    errors += _check_devices(cfg)
+    for tracker, module in (("wandb", "wandb"), ("mlflow", "mlflow"), ("tensorboard", "tensorboard")):
+        if tracker in cfg.tracking.report_to and importlib.util.find_spec(module) is None:
+            errors.append(FieldError("tracking.report_to", f"{tracker} is not installed (pip install {module})"))
+    return errors
+
+
+def _check_tokenizer(cfg: JobConfig, cache: dict) -> list[FieldError]:
+    from transformers import AutoTokenizer
+
+    ref, _ = resolve_model_ref(cfg.model.path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(ref, trust_remote_code=cfg.model.trust_remote_code)
+    except Exception as exc:  # noqa: BLE001
+        return [FieldError("model.path", f"cannot load the tokenizer: {str(exc).strip().splitlines()[0]}")]
+    errors = []
+    template = getattr(tokenizer, "chat_template", None)
+    if cache.get("needs_chat_template") and not template:
+        errors.append(FieldError("data.train_file", "the data is conversational but the tokenizer has no chat "
+                                                    "template; use plain text / prompt-completion strings"))
+    if getattr(cfg.algorithm, "assistant_only_loss", False) and template and "generation" not in template:
+        errors.append(FieldError("algorithm.assistant_only_loss",
+                                 "the tokenizer's chat template has no {% generation %} markers"))
+    return errors
+
+
+def _check_devices(cfg: JobConfig) -> list[FieldError]:
+    device, wanted = cfg.resources.device, cfg.resources.num_devices
+    if device == "cpu" and wanted == 1:
+        return []
+    import torch
+
+    available = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    errors = []
+    if device == "cuda" and available == 0:
+        errors.append(FieldError("resources.device", "cuda was requested but no CUDA device is available"))
+    if wanted > 1 and wanted > available:
+        errors.append(FieldError("resources.num_devices", f"{wanted} devices requested, {available} available"))
+    if cfg.model.dtype == "fp16" and available == 0:
+        errors.append(FieldError("model.dtype", "fp16 training needs a CUDA device; use fp32 or bf16"))
+    if cfg.model.lora is not None and cfg.model.lora.quantization != "none":
+        if available == 0:
+            errors.append(FieldError("model.lora.quantization", "QLoRA (4bit/8bit) needs a CUDA device"))
+        elif importlib.util.find_spec("bitsandbytes") is None:
+            errors.append(FieldError("model.lora.quantization", "QLoRA needs bitsandbytes (pip install bitsandbytes)"))
+    return errors

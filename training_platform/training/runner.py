@@ -1,0 +1,201 @@
+"""Run a training job end to end: validate, lay out the run directory, train, record, and fail loudly.
+
+Used by `tp train` and (next) by the platform's workers. Exit-code contract of the CLI built on it:
+0 = finished or stopped on request (run.json says which), 1 = the run failed (error.json + failpack.tgz),
+2 = the config is invalid (nothing was started).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import signal
+import sys
+import traceback
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from training_platform.paths import runs_dir
+from training_platform.training.callbacks import StopCallback, TrainingStopped
+from training_platform.training.config import (
+    ConfigError,
+    FieldError,
+    apply_overrides,
+    effective_config,
+    validate_config,
+)
+from training_platform.training.engines import get_engine
+from training_platform.training.rundir import RunDir, environment_info, now_iso, redact
+
+log = logging.getLogger("training_platform.train")
+
+# Changing these between a run and its resume still continues the same run.
+RESUMABLE_CHANGES = {"training.max_steps", "training.num_epochs"}
+
+
+class TrainingFailed(Exception):
+    def __init__(self, message: str, run_dir: Path):
+        super().__init__(message)
+        self.run_dir = run_dir
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    status: str  # succeeded | stopped
+    step: int
+    stop_reason: str | None = None
+
+
+def new_run_id(algorithm: str) -> str:
+    return f"{algorithm}-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _resume_differences(old: dict, new: dict) -> list[FieldError]:
+    a, b = _flatten(old), _flatten(new)
+    return [FieldError(k, f"differs from the run being resumed ({a.get(k)!r} there, {b.get(k)!r} now)")
+            for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k) and k not in RESUMABLE_CHANGES]
+
+
+@contextmanager
+def _log_to(run: RunDir):
+    handler = logging.FileHandler(run.log_file, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(lambda record: setattr(record, "msg", redact(str(record.msg))) or True)
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    for noisy in ("httpx", "urllib3", "filelock", "fsspec"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.captureWarnings(True)
+    try:
+        yield
+    finally:
+        logging.captureWarnings(False)
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+        handler.close()
+
+
+@contextmanager
+def _stop_on_signals(stopper: StopCallback):
+    """First Ctrl-C / SIGTERM: finish the step, checkpoint, stop. A second Ctrl-C interrupts at once."""
+    previous = {}
+
+    def handler(signum, frame):
+        if stopper.reason is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stopper.request_stop(signal.Signals(signum).name)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with suppress(ValueError):  # not the main thread: the STOP file still works
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def train(
+    raw_config: dict,
+    *,
+    overrides: list[str] | None = None,
+    output: str | Path | None = None,
+    resume: str | Path | None = None,
+    stop_at_step: int | None = None,
+) -> RunResult:
+    """Validate and run one training job. Raises ConfigError (nothing started) or TrainingFailed (run recorded)."""
+    overrides = list(overrides or [])
+    loaded: dict = {}
+    cfg = validate_config(apply_overrides(raw_config, overrides), loaded=loaded)
+    effective = effective_config(cfg)
+
+    resume_from: Path | None = None
+    if resume is not None:
+        run = RunDir(resume)
+        if not (run.path / "config_effective.yaml").is_file():
+            raise ConfigError([FieldError("--resume", f"{run.path} is not a run directory")])
+        if not cfg.spec.supports_resume:
+            raise ConfigError([FieldError("--resume", f"{cfg.spec.name} runs cannot be resumed (TRL's trainer has "
+                                                      "no checkpoint resume); start a new run")])
+        differences = _resume_differences(run.read_config(), effective)
+        if differences:
+            raise ConfigError(differences)
+        resume_from = run.latest_checkpoint()
+        if resume_from is None:
+            raise ConfigError([FieldError("--resume", f"no checkpoint in {run.checkpoints} to resume from")])
+    else:
+        run = RunDir(output if output is not None else runs_dir() / new_run_id(cfg.spec.name))
+        if run.path.exists() and any(run.path.iterdir()):
+            raise ConfigError([FieldError("--output", f"{run.path} already exists and is not empty; use "
+                                                      "--resume to continue it or choose another directory")])
+    run.create()
+
+    stopper = StopCallback(run, stop_at_step=stop_at_step, raise_on_stop=not cfg.spec.supports_resume)
+    if run.stop_file.exists():
+        run.stop_file.unlink()  # a STOP left from the previous attempt must not stop the resumed one
+    with _log_to(run):
+        step: int | None = None
+        try:
+            if resume_from is None:
+                run.record("config", run.write_config(effective))
+                (run.path / "env.json").write_text(json.dumps(environment_info(), indent=2) + "\n")
+                run.update_run_info(run_id=run.path.name, algorithm=cfg.spec.name, engine=cfg.engine,
+                                    status="running", created_at=now_iso(), overrides=overrides, attempts=1)
+            else:
+                step = int(resume_from.name.rsplit("_", 1)[-1])
+                dropped = run.truncate_metrics_after(step)
+                if effective != run.read_config():
+                    run.record("config", run.write_config(effective))
+                info = run.read_run_info()
+                run.update_run_info(status="running", resumed_from=resume_from.name,
+                                    attempts=info.get("attempts", 1) + 1,
+                                    overrides=[*info.get("overrides", []), *overrides])
+                log.info("resuming from %s (dropped %d metric lines logged after it)", resume_from, dropped)
+            for field in ("data.train_file", "data.eval_file"):
+                if field in loaded:
+                    run.record("dataset", loaded[field][2], field=field, format=loaded[field][1])
+            run.update_run_info(started_at=now_iso(), pid=__import__("os").getpid())
+            log.info("run dir: %s", run.path)
+
+            with _stop_on_signals(stopper):
+                try:
+                    result = get_engine(cfg.engine).train(cfg, run, loaded=loaded, resume_from=resume_from,
+                                                          stopper=stopper)
+                    step, stopped, summary = result.step, result.stopped, result.summary
+                except TrainingStopped as stop:
+                    step, stopped, summary = run.read_run_info().get("step"), str(stop), {}
+
+            status = "stopped" if stopped else "succeeded"
+            run.update_run_info(status=status, step=step, stop_reason=stopped, finished_at=now_iso(),
+                                summary=summary)
+            log.info("run %s at step %s%s", status, step, f" ({stopped})" if stopped else "")
+            return RunResult(run_dir=run.path, status=status, step=step or 0, stop_reason=stopped)
+        except BaseException as exc:  # noqa: BLE001 - every failure is recorded, then re-raised
+            tb = traceback.format_exc()
+            log.error("run failed: %s\n%s", exc, tb)
+            step = run.read_run_info().get("step", step)
+            run.update_run_info(status="failed", finished_at=now_iso(),
+                                error=redact(f"{type(exc).__name__}: {exc}"))
+            run.write_failure(exc, tb, step)
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            raise TrainingFailed(redact(f"{type(exc).__name__}: {exc}"), run.path) from exc
+        finally:
+            sys.stdout.flush()
