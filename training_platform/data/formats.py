@@ -155,6 +155,15 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _as_bool(value: Any) -> bool | None:
+    """KTO labels: JSON booleans, or the strings true/false (CSV has no booleans)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return None
+
+
 def _is_messages(value: Any) -> bool:
     return isinstance(value, list)
 
@@ -175,6 +184,8 @@ def validate_row(fmt: str, row: Any) -> list[tuple[str, str]]:
                 errors.append((f"conversations[{i}].from", f"must be one of {sorted(SHAREGPT_ROLES)}"))
             elif not isinstance(turn.get("value"), str):
                 errors.append((f"conversations[{i}].value", f"must be a string, got {_short(turn.get('value'))}"))
+        if not errors and not any(SHAREGPT_ROLES[t["from"]] == "assistant" for t in conv):
+            errors.append(("conversations", "has no assistant (gpt) turn to learn from"))
         return errors
     if fmt == "alpaca":
         errors = []
@@ -210,13 +221,13 @@ def validate_row(fmt: str, row: Any) -> list[tuple[str, str]]:
     if fmt == "kto":
         errors = _check_text_or_messages(row.get("prompt"), "prompt")
         errors += _check_text_or_messages(row.get("completion"), "completion")
-        if not isinstance(row.get("label"), bool):
+        if _as_bool(row.get("label")) is None:
             errors.append(("label", f"must be true or false, got {_short(row.get('label'))}"))
         return errors
     if fmt == "rl_prompt":
         errors = _check_text_or_messages(row.get("prompt"), "prompt")
         answer = row.get("answer")
-        if "answer" in row and not isinstance(answer, str | int | float):
+        if "answer" in row and (isinstance(answer, bool) or not isinstance(answer, str | int | float)):
             errors.append(("answer", f"must be a string or a number, got {_short(answer)}"))
         return errors
     return [("<row>", f"unknown format {fmt!r}")]
@@ -248,7 +259,7 @@ def to_canonical(fmt: str, row: dict) -> dict:
             out = {"prompt": row["prompt"], **out}
         return out
     if fmt == "kto":
-        return {"prompt": row["prompt"], "completion": row["completion"], "label": row["label"]}
+        return {"prompt": row["prompt"], "completion": row["completion"], "label": _as_bool(row["label"])}
     if fmt == "rl_prompt":
         # Extra columns stay: reward functions receive them as keyword arguments.
         out = dict(row)

@@ -116,6 +116,7 @@ class CheckpointCallback(TrainerCallback):
         if dst.exists():
             shutil.rmtree(dst)
         src.rename(dst)
+        (Path(args.output_dir) / "README.md").unlink(missing_ok=True)  # TRL's model card template, not ours
         self.run.set_latest(dst)
         self.run.record_tree("checkpoint", dst, step=step)
         for old in self.run.checkpoint_dirs()[: -self.keep_last]:

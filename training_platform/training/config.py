@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import re
 from typing import Annotated, Any, Literal, Union
 
 import yaml
@@ -156,11 +157,23 @@ class JobConfig(StrictModel):
 # ---------------------------------------------------------------------------------------------- parsing
 
 
+# pydantic names the member of a plain union in the location (`target_modules.list[str]`); not a field.
+_UNION_MEMBER = re.compile(
+    r"^(list|dict|tuple|set|literal|str|int|float|bool|none|function-\w+|constrained-\w+)(\[.*\])?$"
+)
+
+
+def _is_union_member(item: object) -> bool:
+    return isinstance(item, str) and bool(_UNION_MEMBER.match(item))
+
+
 def _loc_to_path(loc: tuple) -> str:
     parts: list[str] = []
     for i, item in enumerate(loc):
         # The discriminated union inserts the tag into the location: algorithm.grpo.beta -> algorithm.beta
         if i == 1 and loc[0] == "algorithm" and item in ALGORITHMS:
+            continue
+        if _is_union_member(item):
             continue
         if isinstance(item, int):
             parts.append(f"[{item}]")
@@ -183,12 +196,13 @@ def _got(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def translate_pydantic_error(err: dict, prefix: str = "") -> FieldError:
+def translate_pydantic_error(err: dict, prefix: str = "", known_fields: set[str] | None = None) -> FieldError:
+    """One pydantic error -> `path: reason`. `prefix` places errors of a nested model (reward params) in the
+    config; `known_fields` are the candidates for the "did you mean" hint (default: every config field)."""
     loc = err["loc"]
     path = _loc_to_path(tuple(loc))
     if prefix:
-        path = prefix + ("" if path.startswith("[") or path == "<root>" else ".") + path
-        path = path.replace(".<root>", "")
+        path = prefix if path == "<root>" else prefix + ("" if path.startswith("[") else ".") + path
     kind, ctx, value = err["type"], err.get("ctx", {}), err.get("input")
     if kind == "greater_than_equal":
         reason = f"must be >= {ctx['ge']}, got {_got(value)}"
@@ -200,7 +214,7 @@ def translate_pydantic_error(err: dict, prefix: str = "") -> FieldError:
         reason = f"must be < {ctx['lt']}, got {_got(value)}"
     elif kind == "extra_forbidden":
         key = str(loc[-1])
-        close = difflib.get_close_matches(key, _known_field_names(), n=1)
+        close = difflib.get_close_matches(key, known_fields or _known_field_names(), n=1)
         reason = "unknown field" + (f" (did you mean '{close[0]}'?)" if close else "")
     elif kind == "missing":
         reason = "required field is missing"
@@ -226,6 +240,8 @@ def translate_pydantic_error(err: dict, prefix: str = "") -> FieldError:
         reason = f"must be a mapping, got {_got(value)}"
     elif kind == "string_too_short":
         reason = "must not be empty"
+    elif kind == "value_error":
+        reason = str(ctx.get("error", err["msg"]))
     else:
         reason = f"{err['msg']}, got {_got(value)}"
     return FieldError(path, reason)
@@ -241,6 +257,16 @@ def _dedupe(errors: list[FieldError]) -> list[FieldError]:
     return out
 
 
+def _merge_union_reasons(errors: list[FieldError]) -> list[FieldError]:
+    """pydantic reports a value that fits no member of a union once per member: one `a, or b` reason instead."""
+    by_path: dict[str, list[str]] = {}
+    for e in errors:
+        reasons = by_path.setdefault(e.path, [])
+        if e.reason not in reasons:
+            reasons.append(e.reason)
+    return [FieldError(path, ", or ".join(reasons)) for path, reasons in by_path.items()]
+
+
 def parse_config(raw: Any) -> JobConfig:
     """Layer 1: types, ranges, unknown keys. Raises ConfigError with every error."""
     if not isinstance(raw, dict):
@@ -249,8 +275,7 @@ def parse_config(raw: Any) -> JobConfig:
         return JobConfig.model_validate(raw)
     except ValidationError as exc:
         errors = [translate_pydantic_error(e) for e in exc.errors()]
-        # A literal_error on a union member's tag is reported per member; keep one per path.
-        raise ConfigError(_dedupe(errors)) from None
+        raise ConfigError(_merge_union_reasons(errors)) from None
 
 
 def check_rules(cfg: JobConfig) -> list[FieldError]:
@@ -286,7 +311,9 @@ def check_rules(cfg: JobConfig) -> list[FieldError]:
         try:
             definition.params_model.model_validate(reward.params)
         except ValidationError as exc:
-            errors.extend(translate_pydantic_error(e, prefix=f"rewards[{i}].params") for e in exc.errors())
+            fields = set(definition.params_model.model_fields)
+            errors.extend(translate_pydantic_error(e, prefix=f"rewards[{i}].params", known_fields=fields)
+                          for e in exc.errors())
 
     if cfg.model.dtype == "fp16" and cfg.resources.device == "cpu":
         errors.append(FieldError("model.dtype", "fp16 training needs a CUDA device; use fp32 or bf16 on cpu"))
@@ -319,14 +346,40 @@ def validate_config(raw: Any, *, check_disk: bool = True, loaded: dict | None = 
 # ---------------------------------------------------------------------------------------------- files
 
 
+class _YAMLLoader(yaml.SafeLoader):
+    """SafeLoader that reads `1e-5` as a float (PyYAML follows YAML 1.1, which wants `1.0e-5`)."""
+
+
+_YAMLLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                |[-+]?\.(?:inf|Inf|INF)
+                |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."),
+)
+
+
+def yaml_load(text_or_stream: Any) -> Any:
+    return yaml.load(text_or_stream, Loader=_YAMLLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's multi-line message as one line: what is wrong and where."""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else problem
+
+
 def load_yaml(path: str) -> Any:
     try:
         with open(path, encoding="utf-8") as f:
-            return yaml.safe_load(f)
+            return yaml_load(f)
     except FileNotFoundError:
         raise ConfigError([FieldError("<file>", f"config file not found: {path}")]) from None
     except yaml.YAMLError as exc:
-        raise ConfigError([FieldError("<file>", f"invalid YAML in {path}: {exc}")]) from None
+        raise ConfigError([FieldError("<file>", f"invalid YAML in {path}: {_yaml_problem(exc)}")]) from None
 
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
@@ -337,9 +390,10 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
             raise ConfigError([FieldError("--set", f"expected KEY=VALUE, got {item!r}")])
         key, _, text = item.partition("=")
         try:
-            value = yaml.safe_load(text) if text != "" else ""
+            value = yaml_load(text) if text != "" else ""
         except yaml.YAMLError as exc:
-            raise ConfigError([FieldError(key, f"cannot parse override value {text!r}: {exc}")]) from None
+            raise ConfigError([FieldError(key, f"cannot parse override value {text!r}: {_yaml_problem(exc)}")]) \
+                from None
         node = result
         parts = key.strip().split(".")
         for part in parts[:-1]:

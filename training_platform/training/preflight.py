@@ -36,6 +36,15 @@ def _check_model(path_field: str, ref: str, trust_remote_code: bool) -> tuple[An
     looks_like_hub_id = not is_local and "/" in ref and not ref.startswith((".", "/", "~"))
     if not is_local and not looks_like_hub_id:
         return None, [FieldError(path_field, f"no such model directory: {resolve_data_path(ref)}")]
+    if not is_local:
+        # `org/name` could be a hub id or a mistyped local path: say both.
+        try:
+            return _load_model_config(resolved, trust_remote_code), []
+        except Exception as exc:  # noqa: BLE001
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return None, [FieldError(path_field, f"no such model directory: {resolve_data_path(ref)}, and not "
+                                                 f"loadable as a hub id (not cached, or the hub is unreachable): "
+                                                 f"{first_line}")]
     try:
         return _load_model_config(resolved, trust_remote_code), []
     except Exception as exc:  # noqa: BLE001 - any loading failure is a config error for the user
@@ -63,7 +72,7 @@ def _check_dataset(cfg: JobConfig, field: str, file: str, cache: dict | None) ->
                                   limit=cfg.data.max_train_samples if field == "data.train_file" else None)
     except DatasetError as exc:
         errors = [FieldError(field, f"{path.name}: {e}") for e in exc.errors]
-        if exc.total_bad > len(exc.errors):
+        if exc.total_bad > len({e.line for e in exc.errors}):
             errors.append(FieldError(field, f"{path.name}: {exc.total_bad} bad rows in all"))
         return errors
     except (OSError, UnicodeDecodeError) as exc:

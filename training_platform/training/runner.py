@@ -165,8 +165,7 @@ def train(
                     run.record("config", run.write_config(effective))
                 info = run.read_run_info()
                 run.update_run_info(status="running", resumed_from=resume_from.name,
-                                    attempts=info.get("attempts", 1) + 1,
-                                    overrides=[*info.get("overrides", []), *overrides])
+                                    attempts=info.get("attempts", 1) + 1, resume_overrides=overrides)
                 log.info("resuming from %s (dropped %d metric lines logged after it)", resume_from, dropped)
             for field in ("data.train_file", "data.eval_file"):
                 if field in loaded:

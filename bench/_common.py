@@ -1,0 +1,133 @@
+"""Helpers shared by the bench scripts: the offline environment, running `tp` as a subprocess, timing, JSON output.
+
+The benches drive `tp` through subprocesses on purpose: that is the path users take, and it keeps every measured
+run in a fresh interpreter (no warm caches or leftover threads from an earlier run in the same process).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = REPO_ROOT / "configs" / "examples"
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
+
+
+def bench_env(data_dir: str | Path, **extra: str) -> dict[str, str]:
+    """The environment of every subprocess: offline, TP_DATA_DIR set, identical for all runs that get compared."""
+    env = dict(os.environ)
+    env.update({
+        "TP_DATA_DIR": str(Path(data_dir).resolve()),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.update(extra)
+    return env
+
+
+def tp_command() -> list[str]:
+    """`tp` of the interpreter running the bench (the venv's console script), else `python -m training_platform.cli`."""
+    script = Path(sys.executable).parent / "tp"
+    if script.is_file():
+        return [str(script)]
+    return [sys.executable, "-m", "training_platform.cli"]
+
+
+def run_logged(cmd: list[str], env: dict[str, str], log_path: Path, *, cwd: Path = REPO_ROOT) -> tuple[int, float]:
+    """Run `cmd`, stdout+stderr to `log_path`; returns (exit code, wall-clock seconds of the whole process)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w", encoding="utf-8") as log:
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, check=False)
+        wall = time.perf_counter() - start
+    return proc.returncode, wall
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def prepare_demo(data_dir: Path, log_dir: Path) -> float:
+    """`tp demo prepare` into `data_dir`; returns its wall seconds. Raises RuntimeError when it fails."""
+    rc, wall = run_logged([*tp_command(), "demo", "prepare"], bench_env(data_dir), log_dir / "demo_prepare.log")
+    if rc != 0:
+        raise RuntimeError(f"tp demo prepare failed (exit {rc}):\n{tail(log_dir / 'demo_prepare.log')}")
+    return wall
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def read_run_info(run_dir: Path) -> dict[str, Any]:
+    return json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+
+
+def fresh_dir(path: Path) -> Path:
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+def median(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def machine_info() -> dict[str, Any]:
+    """What the numbers were measured on (timings are meaningless without it)."""
+    info: dict[str, Any] = {
+        "date": _dt.date.today().isoformat(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+    try:
+        info["load_avg_1_5_15"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    for module in ("torch", "transformers", "trl", "datasets"):
+        try:
+            info[module] = __import__(module).__version__
+        except Exception:  # noqa: BLE001 - a missing library is reported, not fatal
+            info[module] = None
+    return info
+
+
+def write_json(path: Path, data: dict[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def fmt(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_table(headers: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=True)]
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
+    print(line.format(*headers))
+    print(line.format(*("-" * w for w in widths)))
+    for row in rows:
+        print(line.format(*row))
