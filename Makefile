@@ -9,7 +9,6 @@ setup: $(BIN)/tp
 
 $(BIN)/tp: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev,tracking]'
 	touch $(BIN)/tp
@@ -23,6 +22,7 @@ lint: setup
 
 demo: setup
 	$(BIN)/tp demo prepare
+	$(BIN)/tp train configs/examples/sft_tiny.yaml
 
 clean:
 	rm -rf var .pytest_cache

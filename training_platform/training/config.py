@@ -383,7 +383,8 @@ def load_yaml(path: str) -> Any:
 
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
-    """`--set training.max_steps=50`: the value is parsed as YAML (50 -> int, true -> bool, [a,b] -> list)."""
+    """`--set training.max_steps=50`: the value is parsed as YAML (50 -> int, true -> bool, [a,b] -> list).
+    A numeric part indexes a list: `--set rewards.0.weight=0.5`."""
     result = copy.deepcopy(raw)
     for item in overrides:
         if "=" not in item:
@@ -394,13 +395,25 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
         except yaml.YAMLError as exc:
             raise ConfigError([FieldError(key, f"cannot parse override value {text!r}: {_yaml_problem(exc)}")]) \
                 from None
-        node = result
+        node: Any = result
         parts = key.strip().split(".")
-        for part in parts[:-1]:
-            if not isinstance(node.get(part), dict):
-                node[part] = {}
-            node = node[part]
-        node[parts[-1]] = value
+        for depth, part in enumerate(parts):
+            last = depth == len(parts) - 1
+            if isinstance(node, list):
+                if not part.isdigit() or int(part) >= len(node):
+                    raise ConfigError([FieldError(".".join(parts[: depth + 1]),
+                                                  f"no list item {part!r} (the list has {len(node)} items)")])
+                if last:
+                    node[int(part)] = value
+                else:
+                    node = node[int(part)]
+                continue
+            if last:
+                node[part] = value
+            else:
+                if not isinstance(node.get(part), dict | list):
+                    node[part] = {}
+                node = node[part]
     return result
 
 
