@@ -190,3 +190,24 @@ def test_lora_train_merge_and_reload(tp, tmp_path, data_dir):
     assert torch.allclose(a, b, atol=1e-4), "merged model == base + adapter"
     assert not torch.allclose(a, c, atol=1e-4), "the adapter changed the model"
     tp("verify", run, check=0)
+
+
+@pytest.mark.parametrize("config, overrides, metric", [
+    pytest.param("grpo", ["algorithm.loss_type=dr_grpo", "algorithm.importance_sampling_level=sequence",
+                          "algorithm.scale_rewards=none"], "rewards/math_answer/mean", id="gspo-dr_grpo"),
+    pytest.param("grpo", ["algorithm.loss_type=grpo", "algorithm.beta=0.04"], "kl", id="grpo-with-kl"),
+    pytest.param("dpo", ["algorithm.loss_type=[ipo]"], "rewards/margins", id="dpo-ipo"),
+    pytest.param("sft", ["data.train_file=demo/data/sft_prompt_completion.jsonl", "data.eval_file=null",
+                         "training.eval_steps=null", "algorithm.assistant_only_loss=false"],
+                 "mean_token_accuracy", id="sft-prompt-completion"),
+    pytest.param("sft", ["data.train_file=demo/data/sft_alpaca.jsonl", "data.eval_file=null",
+                         "training.eval_steps=null", "algorithm.packing=true"], "mean_token_accuracy",
+                 id="sft-alpaca-packing"),
+])
+def test_algorithm_variants_train(tp, tmp_path, config, overrides, metric):
+    run = tmp_path / "run"
+    sets = [arg for o in overrides for arg in ("--set", o)]
+    tp("train", EXAMPLES / f"{config}_tiny.yaml", "--output", run, *FAST, *sets, check=0)
+    records = train_records(run)
+    assert len(records) == 3 and all(math.isfinite(r["loss"]) for r in records)
+    assert any(metric in r for r in records), records[-1].keys()

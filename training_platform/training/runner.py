@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
 import signal
 import sys
@@ -170,7 +171,7 @@ def train(
             for field in ("data.train_file", "data.eval_file"):
                 if field in loaded:
                     run.record("dataset", loaded[field][2], field=field, format=loaded[field][1])
-            run.update_run_info(started_at=now_iso(), pid=__import__("os").getpid())
+            run.update_run_info(started_at=now_iso(), pid=os.getpid())
             log.info("run dir: %s", run.path)
 
             with _stop_on_signals(stopper):
