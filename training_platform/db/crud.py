@@ -1,0 +1,170 @@
+"""Data access shared by the API and the workers: the job state machine, metrics, checkpoints, users, tokens.
+
+Every status change goes through `transition()`, which enforces the state machine and writes a JobEvent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, func
+from sqlmodel import Session, select
+
+from training_platform.db.models import (
+    TERMINAL,
+    TRANSITIONS,
+    ApiToken,
+    Checkpoint,
+    IllegalTransition,
+    Job,
+    JobEvent,
+    JobStatus,
+    MetricPoint,
+    User,
+    utcnow,
+)
+
+TOKEN_PREFIX = "tp_"
+
+
+# ---------------------------------------------------------------------------------------------- users & tokens
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_user(session: Session, name: str, *, is_admin: bool = False) -> tuple[User, str]:
+    """Create a user and its first API token. The token is returned once and only its hash is stored."""
+    if session.exec(select(User).where(User.name == name)).first() is not None:
+        raise ValueError(f"user {name!r} already exists")
+    user = User(name=name, is_admin=is_admin)
+    session.add(user)
+    session.flush()
+    return user, issue_token(session, user)
+
+
+def issue_token(session: Session, user: User) -> str:
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    session.add(ApiToken(user_id=user.id, token_hash=hash_token(token), prefix=token[:10]))
+    session.flush()
+    return token
+
+
+def user_for_token(session: Session, token: str) -> User | None:
+    row = session.exec(select(ApiToken).where(ApiToken.token_hash == hash_token(token),
+                                              ApiToken.revoked == False)).first()  # noqa: E712 - SQL
+    if row is None:
+        return None
+    return session.get(User, row.user_id)
+
+
+# ---------------------------------------------------------------------------------------------- jobs
+
+
+def transition(session: Session, job: Job, to: JobStatus | str, reason: str = "") -> JobEvent:
+    """Move a job along the state machine (raises IllegalTransition) and record the event."""
+    current, target = JobStatus(job.status), JobStatus(to)
+    if target not in TRANSITIONS[current]:
+        raise IllegalTransition(f"job {job.id}: {current.value} -> {target.value} is not allowed")
+    now = utcnow()
+    job.status = target.value
+    job.updated_at = now
+    if target == JobStatus.running and job.started_at is None:
+        job.started_at = now
+    if target in TERMINAL:
+        job.finished_at = now
+    if target == JobStatus.queued:
+        job.finished_at = None
+        job.worker = None
+        job.heartbeat_at = None
+    event = JobEvent(job_id=job.id, from_status=current.value, to_status=target.value, reason=reason)
+    session.add(job)
+    session.add(event)
+    session.flush()
+    return event
+
+
+def create_job(session: Session, *, owner: User, name: str, config: dict, priority: int = 0,
+               kind: str = "train", cloned_from: int | None = None) -> Job:
+    algorithm = (config.get("algorithm") or {}).get("name", "?")
+    max_steps = (config.get("training") or {}).get("max_steps")
+    job = Job(owner_id=owner.id, name=name, kind=kind, algorithm=algorithm, config=config, priority=priority,
+              max_steps=max_steps, cloned_from=cloned_from)
+    session.add(job)
+    session.flush()
+    session.add(JobEvent(job_id=job.id, from_status=None, to_status=JobStatus.queued.value, reason="submitted"))
+    session.flush()
+    return job
+
+
+def heartbeat(session: Session, job: Job, worker: str, step: int | None = None) -> None:
+    job.heartbeat_at = utcnow()
+    job.worker = worker
+    if step is not None:
+        job.current_step = max(job.current_step, step)
+    session.add(job)
+
+
+def stale_jobs(session: Session, timeout_s: float, now: datetime | None = None) -> list[Job]:
+    """Jobs a worker claimed (preflight/running) whose heartbeat stopped: their worker died."""
+    cutoff = (now or utcnow()) - timedelta(seconds=timeout_s)
+    active = [JobStatus.preflight.value, JobStatus.running.value]
+    return list(session.exec(select(Job).where(Job.status.in_(active), Job.heartbeat_at < cutoff)).all())
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+
+
+def add_metric_points(session: Session, job_id: int, points: Iterable[tuple[int, str, float]]) -> int:
+    """Insert (step, name, value) points; a point already stored for (job, name, step) is kept, not duplicated."""
+    rows = [{"job_id": job_id, "step": s, "name": n, "value": float(v), "ts": utcnow()} for s, n, v in points]
+    if not rows:
+        return 0
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    elif dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert
+    else:  # pragma: no cover
+        raise RuntimeError(f"unsupported database {dialect}")
+    stmt = insert(MetricPoint).values(rows).on_conflict_do_nothing(index_elements=["job_id", "name", "step"])
+    result = session.exec(stmt)
+    return result.rowcount or 0
+
+
+def delete_metrics_after(session: Session, job_id: int, step: int) -> int:
+    """On resume from a checkpoint at `step`, later points will be produced again."""
+    result = session.exec(delete(MetricPoint).where(MetricPoint.job_id == job_id, MetricPoint.step > step))
+    return result.rowcount or 0
+
+
+def metric_names(session: Session, job_id: int) -> list[str]:
+    return list(session.exec(select(MetricPoint.name).where(MetricPoint.job_id == job_id).distinct()).all())
+
+
+def count_metric_points(session: Session, job_id: int) -> int:
+    return session.exec(select(func.count()).select_from(MetricPoint).where(MetricPoint.job_id == job_id)).one()
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+
+
+def upsert_checkpoint(session: Session, job_id: int, *, step: int, path: str, sha256: str, size_bytes: int) -> None:
+    existing = session.exec(select(Checkpoint).where(Checkpoint.job_id == job_id, Checkpoint.step == step)).first()
+    if existing is None:
+        session.add(Checkpoint(job_id=job_id, step=step, path=path, sha256=sha256, size_bytes=size_bytes))
+    else:
+        existing.path, existing.sha256, existing.size_bytes, existing.removed = path, sha256, size_bytes, False
+        session.add(existing)
+
+
+def mark_checkpoints_removed(session: Session, job_id: int, paths: Iterable[str]) -> None:
+    paths = set(paths)
+    for ckpt in session.exec(select(Checkpoint).where(Checkpoint.job_id == job_id)).all():
+        if ckpt.path in paths and not ckpt.removed:
+            ckpt.removed = True
+            session.add(ckpt)

@@ -1,0 +1,135 @@
+"""SQL tables (SQLModel). Schema changes go through Alembic (`training_platform/db/migrations`)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Column, Index, Integer, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class JobStatus(StrEnum):
+    queued = "queued"
+    preflight = "preflight"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+TERMINAL = {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled}
+
+# The job state machine. `running -> queued` is recovery (worker died); `failed/cancelled -> queued` is retry.
+TRANSITIONS: dict[JobStatus, set[JobStatus]] = {
+    JobStatus.queued: {JobStatus.preflight, JobStatus.cancelled, JobStatus.failed},
+    JobStatus.preflight: {JobStatus.running, JobStatus.failed, JobStatus.cancelled, JobStatus.queued},
+    JobStatus.running: {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.queued},
+    JobStatus.succeeded: set(),
+    JobStatus.failed: {JobStatus.queued},
+    JobStatus.cancelled: {JobStatus.queued},
+}
+
+
+class IllegalTransition(ValueError):
+    pass
+
+
+class User(SQLModel, table=True):
+    __tablename__ = "users"
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True, max_length=64)
+    is_admin: bool = False
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ApiToken(SQLModel, table=True):
+    __tablename__ = "api_tokens"
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: int = Field(foreign_key="users.id", index=True)
+    token_hash: str = Field(index=True, unique=True, max_length=64)  # sha256 hex; the token itself is never stored
+    prefix: str = Field(max_length=12)  # shown in listings so a user can tell tokens apart
+    created_at: datetime = Field(default_factory=utcnow)
+    last_used_at: datetime | None = None
+    revoked: bool = False
+
+
+class RegisteredModel(SQLModel, table=True):
+    __tablename__ = "models"
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True, max_length=128)
+    path: str = Field(sa_column=Column(Text, nullable=False))
+    owner_id: int | None = Field(default=None, foreign_key="users.id")
+    info: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Job(SQLModel, table=True):
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_status_priority", "status", "priority"),)
+    id: int | None = Field(default=None, primary_key=True)
+    owner_id: int = Field(foreign_key="users.id", index=True)
+    name: str = Field(max_length=200)
+    kind: str = Field(default="train", max_length=16)  # train | data | eval (queues of the same names)
+    algorithm: str = Field(max_length=32)
+    config: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    # A plain string column (not a database ENUM) so new states need no type migration; JobStatus guards values.
+    status: str = Field(default=JobStatus.queued.value, index=True, max_length=16)
+    priority: int = 0
+    attempts: int = 0
+    worker: str | None = Field(default=None, max_length=200)
+    heartbeat_at: datetime | None = None
+    cancel_requested: bool = False
+    current_step: int = 0
+    max_steps: int | None = None
+    run_dir: str | None = Field(default=None, sa_column=Column(Text))
+    error: str | None = Field(default=None, sa_column=Column(Text))
+    preflight: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    celery_task_id: str | None = Field(default=None, max_length=64)
+    cloned_from: int | None = None
+    created_at: datetime = Field(default_factory=utcnow, index=True)
+    updated_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class JobEvent(SQLModel, table=True):
+    __tablename__ = "job_events"
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", index=True)
+    ts: datetime = Field(default_factory=utcnow)
+    from_status: str | None = Field(default=None, max_length=16)
+    to_status: str = Field(max_length=16)
+    reason: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+
+
+class MetricPoint(SQLModel, table=True):
+    __tablename__ = "metric_points"
+    # One value per (job, name, step): re-ingesting after a resume cannot duplicate a point.
+    __table_args__ = (UniqueConstraint("job_id", "name", "step", name="uq_metric_job_name_step"),)
+    # BIGINT on PostgreSQL; SQLite only auto-increments an INTEGER primary key.
+    id: int | None = Field(default=None, sa_column=Column(BigInteger().with_variant(Integer, "sqlite"),
+                                                          primary_key=True, autoincrement=True))
+    job_id: int = Field(foreign_key="jobs.id")
+    name: str = Field(max_length=128)
+    step: int
+    value: float
+    ts: datetime = Field(default_factory=utcnow)
+
+
+class Checkpoint(SQLModel, table=True):
+    __tablename__ = "checkpoints"
+    __table_args__ = (UniqueConstraint("job_id", "step", name="uq_checkpoint_job_step"),)
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", index=True)
+    step: int
+    path: str = Field(sa_column=Column(Text, nullable=False))
+    sha256: str = Field(max_length=64)  # over the sorted (file, sha256) list of the checkpoint's files
+    size_bytes: int = Field(sa_column=Column(BigInteger, nullable=False))
+    removed: bool = False  # rotated away by keep_last_checkpoints
+    created_at: datetime = Field(default_factory=utcnow)
