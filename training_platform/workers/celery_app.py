@@ -1,0 +1,39 @@
+"""The Celery application. Queues: train, data, eval.
+
+The database is the job queue of record (status, priority, attempts); a Celery message only wakes a worker, which
+then claims the most urgent queued job of its kind from the database. So priority is exact, a lost message loses
+nothing (the recovery sweep re-sends), and cancelling a queued job is a row update.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+from kombu import Queue
+
+from training_platform.settings import get_settings
+
+QUEUES = ("train", "data", "eval")
+
+
+def make_celery(broker_url: str | None = None) -> Celery:
+    url = broker_url or get_settings().redis_url or "redis://127.0.0.1:6379/0"
+    app = Celery("training_platform", broker=url, include=["training_platform.workers.tasks"])
+    app.conf.update(
+        task_queues=[Queue(name) for name in QUEUES],
+        task_default_queue="train",
+        task_acks_late=True,  # a message is acked after the task ran, so a dead worker's message is redelivered
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,  # one long job at a time per process; do not hoard messages
+        task_serializer="json",
+        accept_content=["json"],
+        result_backend=None,
+        task_ignore_result=True,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": 3600, "queue_order_strategy": "priority"},
+        worker_hijack_root_logger=False,
+        timezone="UTC",
+    )
+    return app
+
+
+app = make_celery()

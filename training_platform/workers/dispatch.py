@@ -1,0 +1,15 @@
+"""How the API (and the recovery sweep) tell workers there is work: one wake-up message per queued job."""
+
+from __future__ import annotations
+
+from training_platform.workers.celery_app import app
+
+TASK_FOR_KIND = {"train": "training_platform.workers.tasks.run_next_training_job"}
+
+
+def wake_worker(kind: str = "train", priority: int = 0) -> str:
+    """Send one wake-up message to the queue of `kind`. Returns the Celery task id."""
+    # Redis transport: 0 is the most urgent of 0..9; our priorities are "higher = sooner".
+    celery_priority = max(0, min(9, 9 - priority))
+    result = app.send_task(TASK_FOR_KIND[kind], queue=kind, priority=celery_priority)
+    return result.id
