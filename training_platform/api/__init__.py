@@ -1,0 +1,17 @@
+"""REST API (FastAPI), everything under /api/v1; OpenAPI UI at /docs. Run: `uvicorn training_platform.api.app:app`.
+
+    jobs.py         POST/GET /jobs, GET /jobs/{id}, /events, POST /cancel, /retry, /clone, DELETE /jobs/{id}
+    metrics.py      GET /jobs/{id}/metrics       (min/max bucket downsampling in SQL: downsample.py)
+    logs.py         GET /jobs/{id}/logs, /logs/stream (Server-Sent Events)
+    checkpoints.py  GET /jobs/{id}/checkpoints
+    models.py       POST/GET /models, GET/DELETE /models/{id}
+    users.py        GET /users/me; admins: POST/GET /users
+    monitoring.py   GET /monitoring/dashboard
+    health.py       GET /health, GET /metrics (Prometheus; both also at the root, unauthenticated)
+    config.py       GET /config/schema
+
+deps.py: session, current user (bearer token; TP_AUTH_MODE=open -> local admin), visible jobs (others' are 404).
+errors.py: every 4xx is {"detail": ...}; validation errors are [{"loc": "field.path", "msg": ...}, ...].
+jobspec.py: job config validation for HTTP (layers 1-2 + the path policy); layer 3 runs in the worker.
+observability.py: access log (no headers, no query strings) and request metrics.
+"""

@@ -10,7 +10,7 @@ import secrets
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func
+from sqlalchemy import and_, delete, func, or_
 from sqlmodel import Session, select
 
 from training_platform.db.models import (
@@ -28,6 +28,7 @@ from training_platform.db.models import (
 )
 
 TOKEN_PREFIX = "tp_"
+METRIC_INSERT_CHUNK = 10_000
 
 
 # ---------------------------------------------------------------------------------------------- users & tokens
@@ -113,7 +114,9 @@ def stale_jobs(session: Session, timeout_s: float, now: datetime | None = None) 
     """Jobs a worker claimed (preflight/running) whose heartbeat stopped: their worker died."""
     cutoff = (now or utcnow()) - timedelta(seconds=timeout_s)
     active = [JobStatus.preflight.value, JobStatus.running.value]
-    return list(session.exec(select(Job).where(Job.status.in_(active), Job.heartbeat_at < cutoff)).all())
+    # A worker that died before its first heartbeat leaves heartbeat_at NULL: judge it by updated_at.
+    silent = or_(Job.heartbeat_at < cutoff, and_(Job.heartbeat_at.is_(None), Job.updated_at < cutoff))
+    return list(session.exec(select(Job).where(Job.status.in_(active), silent)).all())
 
 
 # ---------------------------------------------------------------------------------------------- metrics
@@ -121,7 +124,8 @@ def stale_jobs(session: Session, timeout_s: float, now: datetime | None = None) 
 
 def add_metric_points(session: Session, job_id: int, points: Iterable[tuple[int, str, float]]) -> int:
     """Insert (step, name, value) points; a point already stored for (job, name, step) is kept, not duplicated."""
-    rows = [{"job_id": job_id, "step": s, "name": n, "value": float(v), "ts": utcnow()} for s, n, v in points]
+    now = utcnow()
+    rows = [{"job_id": job_id, "step": s, "name": n, "value": float(v), "ts": now} for s, n, v in points]
     if not rows:
         return 0
     dialect = session.get_bind().dialect.name
@@ -131,9 +135,12 @@ def add_metric_points(session: Session, job_id: int, points: Iterable[tuple[int,
         from sqlalchemy.dialects.sqlite import insert
     else:  # pragma: no cover
         raise RuntimeError(f"unsupported database {dialect}")
-    stmt = insert(MetricPoint).values(rows).on_conflict_do_nothing(index_elements=["job_id", "name", "step"])
-    result = session.exec(stmt)
-    return result.rowcount or 0
+    stmt = insert(MetricPoint).on_conflict_do_nothing(index_elements=["job_id", "name", "step"])
+    before = count_metric_points(session, job_id)
+    # executemany (batched by the driver) rather than one VALUES list: no bind-parameter limit, and faster.
+    for start in range(0, len(rows), METRIC_INSERT_CHUNK):
+        session.execute(stmt, rows[start : start + METRIC_INSERT_CHUNK])
+    return count_metric_points(session, job_id) - before
 
 
 def delete_metrics_after(session: Session, job_id: int, step: int) -> int:

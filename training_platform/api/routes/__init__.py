@@ -1,0 +1,1 @@
+"""One router per resource; `training_platform.api.app` mounts them under /api/v1."""

@@ -1,0 +1,255 @@
+"""Jobs: submit, list, read, cancel, retry, clone, delete, events.
+
+The database is the queue of record: a submitted job is a `queued` row; the Celery message sent afterwards only
+wakes a worker. If the broker is down the job still exists (201 with a `warning`) and the recovery sweep re-sends
+the wake-up later.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Query, Response, status
+from sqlalchemy import delete, func
+from sqlmodel import Session, select
+
+from training_platform.api import schemas
+from training_platform.api.deps import (
+    CurrentUser,
+    JsonBody,
+    SessionDep,
+    SettingsDep,
+    VisibleJob,
+    lock_job,
+)
+from training_platform.api.errors import ValidationFailed, config_error, conflict
+from training_platform.api.jobspec import OverrideError, apply_overrides, check_job_config
+from training_platform.db import crud
+from training_platform.db.models import TERMINAL, Checkpoint, Job, JobEvent, JobStatus, MetricPoint, User
+from training_platform.settings import Settings
+from training_platform.training.config import ConfigError
+from training_platform.training.rundir import RunDir
+
+log = logging.getLogger("training_platform.api.jobs")
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+WAKE_TIMEOUT_S = 5.0
+_wake_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tp-wake")
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def job_read(session: Session, job: Job, owner_name: str | None = None, **extra) -> dict:
+    if owner_name is None:
+        owner = session.get(User, job.owner_id)
+        owner_name = owner.name if owner is not None else f"#{job.owner_id}"
+    data = job.model_dump()
+    data["owner"] = owner_name
+    data.update(extra)
+    return data
+
+
+def wake(kind: str, priority: int, job_id: int) -> str | None:
+    """Send the wake-up message; on a broker problem return a warning instead of failing the request."""
+    from training_platform.workers.dispatch import wake_worker
+
+    try:
+        _wake_pool.submit(wake_worker, kind, priority).result(timeout=WAKE_TIMEOUT_S)
+        return None
+    except FutureTimeout:
+        reason = f"no answer within {WAKE_TIMEOUT_S:.0f}s"
+    except Exception as exc:  # noqa: BLE001 - any broker failure: the job is safe in the database
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    log.warning("job %s is queued but no worker was woken (broker unreachable: %s); the recovery sweep will "
+                "wake one", job_id, reason)
+    return f"broker unreachable ({reason}): the job is queued and will start when the recovery sweep wakes a worker"
+
+
+def _validated_config(session: Session, raw, settings: Settings) -> dict:
+    try:
+        return check_job_config(session, raw, settings)
+    except ConfigError as exc:
+        raise config_error(exc) from None
+
+
+def _submit(session: Session, user: User, *, name: str, config: dict, priority: int,
+            cloned_from: int | None = None) -> dict:
+    job = crud.create_job(session, owner=user, name=name, config=config, priority=priority, cloned_from=cloned_from)
+    session.commit()
+    log.info("job %s submitted by %s (%s, priority %s%s)", job.id, user.name, job.algorithm, priority,
+             f", clone of {cloned_from}" if cloned_from else "")
+    warning = wake(job.kind, priority, job.id)
+    return job_read(session, job, user.name, warning=warning)
+
+
+# ---------------------------------------------------------------------------------------------- endpoints
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.JobSubmitted, dependencies=[JsonBody],
+             responses={422: {"model": schemas.ErrorOut, "description": "Every problem with the request/config"}})
+def create_job(body: schemas.JobCreate, session: SessionDep, user: CurrentUser, settings: SettingsDep):
+    """Submit a training job. The config is validated (schema, cross-field rules, path policy) before anything
+    is stored; disk checks (files, rows, the model) run in the worker's preflight."""
+    config = _validated_config(session, body.config, settings)
+    return _submit(session, user, name=body.name, config=config, priority=body.priority)
+
+
+@router.get("", response_model=schemas.Page[schemas.JobRead])
+def list_jobs(
+    session: SessionDep,
+    user: CurrentUser,
+    status_: Annotated[list[JobStatus] | None, Query(alias="status", description="Repeatable.")] = None,
+    algorithm: Annotated[str | None, Query(max_length=32)] = None,
+    q: Annotated[str | None, Query(max_length=200, description="Name contains (case-insensitive).")] = None,
+    owner: Annotated[str | None, Query(max_length=64, description="Owner name (admins; others see only theirs).")]
+    = None,
+    sort: Annotated[schemas.JobSort, Query()] = "-created_at",
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+):
+    conditions = []
+    if not user.is_admin:
+        conditions.append(Job.owner_id == user.id)
+    if status_:
+        conditions.append(Job.status.in_([s.value for s in status_]))
+    if algorithm:
+        conditions.append(Job.algorithm == algorithm)
+    if q:
+        conditions.append(func.lower(Job.name).contains(q.lower(), autoescape=True))
+    if owner:
+        conditions.append(User.name == owner)
+
+    order = {
+        "created_at": [Job.created_at.asc(), Job.id.asc()],
+        "-created_at": [Job.created_at.desc(), Job.id.desc()],
+        "priority": [Job.priority.asc(), Job.id.asc()],
+        "-priority": [Job.priority.desc(), Job.id.asc()],
+        "status": [Job.status.asc(), Job.id.desc()],
+    }[sort]
+    base = select(Job, User.name).join(User, User.id == Job.owner_id).where(*conditions)
+    total = session.exec(select(func.count()).select_from(base.subquery())).one()
+    rows = session.exec(base.order_by(*order).limit(limit).offset(offset)).all()
+    return {"items": [job_read(session, job, owner_name) for job, owner_name in rows],
+            "total": total, "limit": limit, "offset": offset}
+
+
+@router.get("/{job_id}", response_model=schemas.JobRead)
+def get_job(job: VisibleJob, session: SessionDep):
+    return job_read(session, job)
+
+
+@router.get("/{job_id}/events", response_model=list[schemas.JobEventRead])
+def job_events(job: VisibleJob, session: SessionDep):
+    return session.exec(select(JobEvent).where(JobEvent.job_id == job.id).order_by(JobEvent.id)).all()
+
+
+@router.post("/{job_id}/cancel", response_model=schemas.JobRead)
+def cancel_job(job: VisibleJob, session: SessionDep, user: CurrentUser):
+    """queued: cancelled at once. preflight/running: the worker is asked to stop (a checkpoint is saved after
+    the current step) and marks the job cancelled. Finished jobs: 409."""
+    for _ in range(3):  # re-decide if a worker changed the job between our read and our write
+        current = JobStatus(job.status)
+        if current in TERMINAL:
+            raise conflict(f"job {job.id} is already {current.value}")
+        if not lock_job(session, job):
+            continue
+        if current == JobStatus.queued:
+            crud.transition(session, job, JobStatus.cancelled, reason=f"cancelled by {user.name}")
+        else:
+            job.cancel_requested = True
+            job.updated_at = crud.utcnow()
+            session.add(job)
+            session.add(JobEvent(job_id=job.id, from_status=current.value, to_status=current.value,
+                                 reason=f"cancel requested by {user.name}"))
+        session.commit()
+        if current != JobStatus.queued and job.run_dir:
+            _touch_stop(job)
+        log.info("job %s: cancel by %s (was %s)", job.id, user.name, current.value)
+        return job_read(session, job)
+    raise conflict(f"job {job.id} is changing state; try again")
+
+
+def _touch_stop(job: Job) -> None:
+    try:
+        stop = RunDir(job.run_dir).stop_file
+        if stop.parent.is_dir():
+            stop.touch()
+    except OSError as exc:
+        log.warning("job %s: cannot write the STOP file: %s (the worker still sees cancel_requested)", job.id, exc)
+
+
+@router.post("/{job_id}/retry", response_model=schemas.JobSubmitted)
+def retry_job(job: VisibleJob, session: SessionDep, user: CurrentUser):
+    """failed/cancelled -> queued. Attempts are kept; the worker resumes from the latest checkpoint."""
+    current = JobStatus(job.status)
+    if current not in (JobStatus.failed, JobStatus.cancelled):
+        raise conflict(f"only failed or cancelled jobs can be retried; job {job.id} is {current.value}")
+    if not lock_job(session, job):
+        raise conflict(f"job {job.id} changed state meanwhile (now {job.status}); try again")
+    crud.transition(session, job, JobStatus.queued, reason=f"retry requested by {user.name}")
+    job.cancel_requested = False
+    job.error = None
+    session.add(job)
+    session.commit()
+    if job.run_dir:  # a STOP file left from the cancel would stop the resumed run at once
+        try:
+            RunDir(job.run_dir).stop_file.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("job %s: cannot remove the STOP file: %s", job.id, exc)
+    log.info("job %s: retry by %s", job.id, user.name)
+    return job_read(session, job, warning=wake(job.kind, job.priority, job.id))
+
+
+@router.post("/{job_id}/clone", status_code=status.HTTP_201_CREATED, response_model=schemas.JobSubmitted,
+             dependencies=[JsonBody])
+def clone_job(job: VisibleJob, session: SessionDep, user: CurrentUser, settings: SettingsDep,
+              body: Annotated[schemas.JobClone | None, Body()] = None):
+    """A new job from this job's config with `overrides` applied; validated like POST /jobs. The body is
+    optional: without one the job is cloned as it is."""
+    body = body or schemas.JobClone()
+    try:
+        raw = apply_overrides(job.config, body.overrides)
+    except OverrideError as exc:
+        raise ValidationFailed([(f"overrides.{exc.key}", exc.reason)]) from None
+    config = _validated_config(session, raw, settings)
+    name = body.name or f"{job.name} (clone)"[:200]
+    priority = job.priority if body.priority is None else body.priority
+    return _submit(session, user, name=name, config=config, priority=priority, cloned_from=job.id)
+
+
+@router.delete("/{job_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response)
+def delete_job(job: VisibleJob, session: SessionDep, settings: SettingsDep, user: CurrentUser):
+    """Finished jobs only: removes the job, its events, metric points and checkpoint rows, and its run
+    directory (when it lies inside TP_DATA_DIR)."""
+    if JobStatus(job.status) not in TERMINAL:
+        raise conflict(f"job {job.id} is {job.status}; cancel it first (only finished jobs can be deleted)")
+    if not lock_job(session, job):
+        raise conflict(f"job {job.id} changed state meanwhile (now {job.status}); try again")
+    run_dir = job.run_dir
+    for model in (JobEvent, MetricPoint, Checkpoint):
+        session.exec(delete(model).where(model.job_id == job.id))
+    session.delete(job)
+    session.commit()
+    if run_dir:
+        _remove_run_dir(job.id, Path(run_dir), settings)
+    log.info("job %s deleted by %s", job.id, user.name)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+def _remove_run_dir(job_id: int, run_dir: Path, settings: Settings) -> None:
+    try:
+        resolved = run_dir.resolve()
+    except OSError:
+        return
+    root = settings.data_path
+    if resolved == root or not resolved.is_relative_to(root) or run_dir.is_symlink():
+        log.warning("job %s: run directory %s is outside %s; left in place", job_id, run_dir, root)
+        return
+    shutil.rmtree(resolved, ignore_errors=True)

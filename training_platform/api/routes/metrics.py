@@ -1,0 +1,42 @@
+"""Metric series of a job for charts, downsampled server-side (see `training_platform.api.downsample`)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from training_platform.api import schemas
+from training_platform.api.deps import SessionDep, VisibleJob
+from training_platform.api.downsample import series
+from training_platform.api.errors import ValidationFailed
+from training_platform.db import crud
+
+router = APIRouter(prefix="/jobs", tags=["metrics"])
+
+
+@router.get("/{job_id}/metrics", response_model=schemas.MetricsOut)
+def job_metrics(
+    job: VisibleJob,
+    session: SessionDep,
+    names: Annotated[str | None, Query(description="Comma-separated metric names; default: all.",
+                                       max_length=4000)] = None,
+    max_points: Annotated[int, Query(ge=2, le=10_000, description="Per series; longer series are bucketed "
+                                                                   "(min/max of each bucket + first/last).")] = 1000,
+    min_step: Annotated[int | None, Query(ge=0)] = None,
+    max_step: Annotated[int | None, Query(ge=0)] = None,
+):
+    if min_step is not None and max_step is not None and min_step > max_step:
+        raise ValidationFailed([("query.min_step", f"must be <= max_step ({max_step}), got {min_step}")])
+    available = sorted(crud.metric_names(session, job.id))
+    wanted = [n.strip() for n in names.split(",") if n.strip()] if names else available
+    out: dict[str, list] = {}
+    downsampled: dict[str, bool] = {}
+    for name in dict.fromkeys(wanted):
+        if name not in available:
+            out[name] = []
+            downsampled[name] = False
+            continue
+        out[name], downsampled[name] = series(session, job.id, name, max_points=max_points, min_step=min_step,
+                                              max_step=max_step)
+    return {"series": out, "names_available": available, "downsampled": downsampled}

@@ -1,0 +1,148 @@
+"""Registered models: a name for a local Hugging Face model directory, usable as `model.path` in job configs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import struct
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response, status
+from sqlalchemy import func
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, select
+
+from training_platform.api import schemas
+from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
+from training_platform.api.errors import ValidationFailed, conflict, forbidden, not_found
+from training_platform.api.jobspec import check_path, resolve_path
+from training_platform.db.models import RegisteredModel, User
+
+log = logging.getLogger("training_platform.api.models")
+
+router = APIRouter(prefix="/models", tags=["models"])
+
+WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def count_parameters(model_dir: Path) -> int | None:
+    """Sum of tensor sizes from the safetensors headers (reads a few KB, never the weights)."""
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    try:
+        for file in files:
+            with file.open("rb") as f:
+                (length,) = struct.unpack("<Q", f.read(8))
+                if length > 100 * 2**20:
+                    return None
+                header = json.loads(f.read(length))
+            total += sum(math.prod(t["shape"]) for k, t in header.items() if k != "__metadata__")
+    except (OSError, ValueError, KeyError, TypeError, struct.error):
+        return None
+    return total
+
+
+def inspect_model(path: Path) -> dict[str, Any]:
+    """Load the config and tokenizer locally (no hub, no remote code). Raises ValueError with the reason."""
+    if not path.is_dir():
+        raise ValueError(f"{path} is not a directory")
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        config = AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
+    except Exception as exc:  # noqa: BLE001 - any failure is the user's model directory
+        raise ValueError(f"cannot load the model config: {_first_line(exc)}") from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
+    except Exception as exc:  # noqa: BLE001
+        raise ValueError(f"cannot load the tokenizer: {_first_line(exc)}") from None
+    # transformers builds an empty tokenizer when the tokenizer files are missing: it must encode something.
+    try:
+        encoded = tokenizer("Hello, 1+2=3")["input_ids"]
+    except Exception as exc:  # noqa: BLE001
+        raise ValueError(f"the tokenizer cannot encode text: {_first_line(exc)}") from None
+    if len(tokenizer) <= 1 or not encoded:
+        raise ValueError("cannot load the tokenizer: it has no vocabulary (tokenizer.json / vocab files missing?)")
+    weights = [p for pattern in WEIGHT_FILES for p in path.glob(pattern)]
+    if not weights:
+        raise ValueError(f"no weights in {path} (expected {', '.join(WEIGHT_FILES)})")
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return {
+        "model_type": getattr(config, "model_type", None),
+        "architectures": getattr(config, "architectures", None),
+        "vocab_size": getattr(text_config, "vocab_size", None),
+        "max_position_embeddings": getattr(text_config, "max_position_embeddings", None),
+        "num_parameters": count_parameters(path),
+        "has_chat_template": bool(getattr(tokenizer, "chat_template", None)),
+    }
+
+
+def _model_read(session: Session, model: RegisteredModel) -> dict:
+    owner = session.get(User, model.owner_id) if model.owner_id is not None else None
+    return {**model.model_dump(), "owner": owner.name if owner else None}
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.ModelRead, dependencies=[JsonBody],
+             responses={409: {"model": schemas.ErrorOut}, 422: {"model": schemas.ErrorOut}})
+def register_model(body: schemas.ModelCreate, session: SessionDep, user: CurrentUser, settings: SettingsDep):
+    """The path must lie inside the allowed roots and load as a Hugging Face model (config + tokenizer)."""
+    if session.exec(select(RegisteredModel).where(RegisteredModel.name == body.name)).first() is not None:
+        raise conflict(f"a model named {body.name!r} already exists")
+    error = check_path("path", body.path, settings)
+    if error is not None:
+        raise ValidationFailed([error])
+    path = resolve_path(body.path, settings)
+    try:
+        info = inspect_model(path)
+    except ValueError as exc:
+        raise ValidationFailed([("path", str(exc))]) from None
+    model = RegisteredModel(name=body.name, path=str(path), owner_id=user.id, info=info)
+    session.add(model)
+    try:
+        session.commit()
+    except IntegrityError:
+        session.rollback()
+        raise conflict(f"a model named {body.name!r} already exists") from None
+    log.info("model %r registered by %s: %s", model.name, user.name, path)
+    return _model_read(session, model)
+
+
+@router.get("", response_model=schemas.Page[schemas.ModelRead])
+def list_models(session: SessionDep, user: CurrentUser,
+                limit: Annotated[int, Query(ge=1, le=200)] = 50, offset: Annotated[int, Query(ge=0)] = 0):
+    total = session.exec(select(func.count()).select_from(RegisteredModel)).one()
+    rows = session.exec(select(RegisteredModel).order_by(RegisteredModel.name).limit(limit).offset(offset)).all()
+    return {"items": [_model_read(session, m) for m in rows], "total": total, "limit": limit, "offset": offset}
+
+
+def _get_model(session: Session, model_id: int) -> RegisteredModel:
+    model = session.get(RegisteredModel, model_id)
+    if model is None:
+        raise not_found(f"model {model_id}")
+    return model
+
+
+@router.get("/{model_id}", response_model=schemas.ModelRead)
+def get_model(model_id: int, session: SessionDep, user: CurrentUser):
+    return _model_read(session, _get_model(session, model_id))
+
+
+@router.delete("/{model_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response)
+def delete_model(model_id: int, session: SessionDep, user: CurrentUser):
+    """Admins or the owner. Removes the registration only, never the files."""
+    model = _get_model(session, model_id)
+    if not user.is_admin and model.owner_id != user.id:
+        raise forbidden("only the owner or an admin can delete a model")
+    session.delete(model)
+    session.commit()
+    log.info("model %r unregistered by %s", model.name, user.name)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

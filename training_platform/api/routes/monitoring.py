@@ -1,0 +1,85 @@
+"""The operations dashboard: jobs by status, queue depth, workers (from their heartbeats), host and GPUs."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from fastapi import APIRouter
+from sqlalchemy import func
+from sqlmodel import select
+
+from training_platform.api import broker
+from training_platform.api.deps import CurrentUser, SessionDep, SettingsDep
+from training_platform.api.schemas import as_utc
+from training_platform.db.models import Job, JobStatus, utcnow
+
+router = APIRouter(prefix="/monitoring", tags=["monitoring"])
+
+
+def system_info(data_path) -> dict[str, Any]:
+    import psutil
+
+    mem = psutil.virtual_memory()
+    info: dict[str, Any] = {
+        "cpu_percent": psutil.cpu_percent(interval=None),
+        "cpu_count": psutil.cpu_count(),
+        "load_avg": list(psutil.getloadavg()) if hasattr(psutil, "getloadavg") else None,
+        "memory": {"total_mb": mem.total // 2**20, "available_mb": mem.available // 2**20,
+                   "used_mb": (mem.total - mem.available) // 2**20, "percent": mem.percent},
+    }
+    try:
+        disk = psutil.disk_usage(str(data_path))
+        info["disk"] = {"path": str(data_path), "total_mb": disk.total // 2**20, "free_mb": disk.free // 2**20,
+                        "used_mb": disk.used // 2**20, "percent": disk.percent}
+    except OSError as exc:
+        info["disk"] = {"path": str(data_path), "error": str(exc)}
+    return info
+
+
+def gpu_info() -> list[dict[str, Any]]:
+    """CUDA devices via torch (imported only if installed; the API does not need it otherwise)."""
+    try:
+        import torch
+    except ImportError:
+        return []
+    if not torch.cuda.is_available():
+        return []
+    gpus = []
+    for i in range(torch.cuda.device_count()):
+        entry: dict[str, Any] = {"index": i, "name": torch.cuda.get_device_name(i)}
+        try:
+            free, total = torch.cuda.mem_get_info(i)
+            entry.update(memory_total_mb=total // 2**20, memory_used_mb=(total - free) // 2**20)
+        except Exception:  # noqa: BLE001 - a busy/locked device still gets listed
+            pass
+        gpus.append(entry)
+    return gpus
+
+
+@router.get("/dashboard")
+def dashboard(session: SessionDep, user: CurrentUser, settings: SettingsDep) -> dict[str, Any]:
+    by_status = {s.value: 0 for s in JobStatus}
+    for status, count in session.exec(select(Job.status, func.count()).group_by(Job.status)).all():
+        by_status[status] = count
+    queued = {kind: 0 for kind in broker.JOB_KINDS}
+    rows = session.exec(select(Job.kind, func.count()).where(Job.status == JobStatus.queued.value)
+                        .group_by(Job.kind)).all()
+    for kind, count in rows:
+        queued[kind] = count
+    active = session.exec(select(Job).where(Job.worker.is_not(None),
+                                            Job.status.in_([JobStatus.preflight.value, JobStatus.running.value]))
+                          .order_by(Job.worker)).all()
+    cutoff = utcnow() - timedelta(seconds=settings.heartbeat_timeout_s)
+    workers = []
+    for job in active:
+        beat = as_utc(job.heartbeat_at)
+        workers.append({"name": job.worker, "job_id": job.id, "status": job.status, "heartbeat_at": beat,
+                        "alive": beat is not None and beat >= cutoff})
+    return {
+        "jobs_by_status": by_status,
+        "queue_depth": {**queued, "broker": broker.queue_depths()},
+        "workers": workers,
+        "system": system_info(settings.data_path),
+        "gpus": gpu_info(),
+    }

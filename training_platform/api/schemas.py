@@ -1,0 +1,174 @@
+"""Request and response models of the REST API (Create / Read / Update per resource).
+
+Request bodies forbid unknown keys and use strict integers, so a typo or a `"priority": "high"` is a clear 422
+instead of a silently ignored or coerced value.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+
+T = TypeVar("T")
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    """SQLite (and `timestamp without time zone` columns) return naive datetimes; they are stored in UTC."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+Priority = Annotated[int, Field(ge=-1000, le=1000, strict=True, description="Higher runs sooner.")]
+JobName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+
+
+class RequestBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorItem(BaseModel):
+    loc: str = Field(description="Field path, e.g. `algorithm.num_generations`, `name` or `query.limit`.")
+    msg: str
+
+
+class ErrorOut(BaseModel):
+    detail: str | list[ErrorItem]
+
+
+class Page(BaseModel, Generic[T]):
+    items: list[T]
+    total: int
+    limit: int
+    offset: int
+
+
+# ---------------------------------------------------------------------------------------------- users
+
+
+class UserCreate(RequestBody):
+    name: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=NAME_PATTERN)]
+    is_admin: bool = Field(False, strict=True)
+
+
+class UserRead(BaseModel):
+    id: int
+    name: str
+    is_admin: bool
+    created_at: UtcDatetime
+
+
+class UserCreated(BaseModel):
+    user: UserRead
+    token: str = Field(description="The API token. Shown once; only its hash is stored.")
+
+
+# ---------------------------------------------------------------------------------------------- jobs
+
+
+class JobCreate(RequestBody):
+    name: JobName
+    config: dict[str, Any] = Field(description="The training config, same schema as the YAML (see /config/schema).")
+    priority: Priority = 0
+
+
+class JobClone(RequestBody):
+    name: JobName | None = None
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description='Dotted keys, e.g. {"training.max_steps": 50, "rewards.0.weight": 1}.')
+    priority: Priority | None = None
+
+
+class JobRead(BaseModel):
+    id: int
+    name: str
+    owner: str
+    kind: str
+    algorithm: str
+    status: str
+    priority: int
+    attempts: int
+    worker: str | None
+    heartbeat_at: UtcDatetime | None
+    current_step: int
+    max_steps: int | None
+    run_dir: str | None
+    error: str | None
+    preflight: dict[str, Any] | None
+    cancel_requested: bool
+    created_at: UtcDatetime
+    updated_at: UtcDatetime
+    started_at: UtcDatetime | None
+    finished_at: UtcDatetime | None
+    config: dict[str, Any]
+    cloned_from: int | None
+
+
+class JobSubmitted(JobRead):
+    warning: str | None = Field(None, description="Set when the job is stored but no worker could be woken now.")
+
+
+class JobEventRead(BaseModel):
+    id: int
+    ts: UtcDatetime
+    from_status: str | None
+    to_status: str
+    reason: str
+
+
+JobSort = Literal["created_at", "-created_at", "priority", "-priority", "status"]
+
+
+# ---------------------------------------------------------------------------------------------- job outputs
+
+
+class MetricsOut(BaseModel):
+    series: dict[str, list[tuple[int, float | None]]] = Field(description="name -> [[step, value], ...] by step.")
+    names_available: list[str]
+    downsampled: dict[str, bool] = Field(default_factory=dict, description="Which series were bucketed.")
+
+
+class LogLines(BaseModel):
+    lines: list[str]
+
+
+class CheckpointRead(BaseModel):
+    step: int
+    path: str
+    sha256: str
+    size_bytes: int
+    removed: bool
+    created_at: UtcDatetime
+
+
+# ---------------------------------------------------------------------------------------------- models
+
+
+class ModelCreate(RequestBody):
+    name: Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=NAME_PATTERN)] = Field(
+        description="Usable as `model.path` in job configs.")
+    path: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4096)]
+
+
+class ModelRead(BaseModel):
+    id: int
+    name: str
+    path: str
+    owner: str | None
+    info: dict[str, Any]
+    created_at: UtcDatetime
+
+
+# ---------------------------------------------------------------------------------------------- health
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok", "error"]
+    database: str
+    broker: str
+    version: str | None = None
