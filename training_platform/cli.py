@@ -179,6 +179,15 @@ def data_synth_arithmetic(
         typer.echo(f"{name}: {path}")
 
 
+def _register_platform_commands() -> None:
+    from training_platform.platform_cli import register
+
+    register(app)  # tp up | api | worker | beat | db upgrade | users create
+
+
+_register_platform_commands()
+
+
 def main() -> None:  # pragma: no cover
     sys.exit(app())
 

@@ -8,18 +8,23 @@ nothing (the recovery sweep re-sends), and cancelling a queued job is a row upda
 from __future__ import annotations
 
 from celery import Celery
-from kombu import Queue
+from kombu import Exchange, Queue
 
 from training_platform.settings import get_settings
 
-QUEUES = ("train", "data", "eval")
+QUEUES = ("train", "data", "eval", "maintenance")
+RECOVERY_TASK = "training_platform.workers.tasks.recover_stale_jobs"
 
 
 def make_celery(broker_url: str | None = None) -> Celery:
-    url = broker_url or get_settings().redis_url or "redis://127.0.0.1:6379/0"
+    settings = get_settings()
+    url = broker_url or settings.redis_url or "redis://127.0.0.1:6379/0"
     app = Celery("training_platform", broker=url, include=["training_platform.workers.tasks"])
     app.conf.update(
-        task_queues=[Queue(name) for name in QUEUES],
+        # Each queue on its own direct exchange + routing key. A bare Queue(name) is bound to the default exchange
+        # with the default routing key ("train" for all four): on an AMQP broker every queue would get a copy of
+        # every message, and the worker banner shows them all as "exchange=train key=train".
+        task_queues=[Queue(name, Exchange(name, type="direct"), routing_key=name) for name in QUEUES],
         task_default_queue="train",
         task_acks_late=True,  # a message is acked after the task ran, so a dead worker's message is redelivered
         task_reject_on_worker_lost=True,
@@ -32,6 +37,16 @@ def make_celery(broker_url: str | None = None) -> Celery:
         broker_transport_options={"visibility_timeout": 3600, "queue_order_strategy": "priority"},
         worker_hijack_root_logger=False,
         timezone="UTC",
+        # The recovery sweep has its own queue, consumed by `tp beat` (beat embedded in a one-process worker), so
+        # it runs even while every training worker is busy with a long job.
+        task_routes={RECOVERY_TASK: {"queue": "maintenance"}},
+        beat_schedule={
+            "recover-stale-jobs": {
+                "task": RECOVERY_TASK,
+                "schedule": settings.recovery_interval_s,
+                "options": {"queue": "maintenance", "expires": max(settings.recovery_interval_s, 5.0)},
+            },
+        },
     )
     return app
 

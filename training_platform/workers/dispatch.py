@@ -13,3 +13,10 @@ def wake_worker(kind: str = "train", priority: int = 0) -> str:
     celery_priority = max(0, min(9, 9 - priority))
     result = app.send_task(TASK_FOR_KIND[kind], queue=kind, priority=celery_priority)
     return result.id
+
+
+def waiting_messages(kind: str = "train") -> int:
+    """Messages waiting in the broker queue of `kind` (not yet taken by a worker; all priority sub-queues)."""
+    with app.connection_for_read() as conn:
+        _, count, _ = conn.default_channel.queue_declare(queue=kind)
+        return int(count)

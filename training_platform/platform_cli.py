@@ -1,0 +1,132 @@
+"""The platform's `tp` commands: `db upgrade`, `users create`, `worker`, `beat`, `api`, `up`.
+
+`register(app)` adds them to the main `tp` Typer app; `python -m training_platform.platform_cli ...` runs them alone.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from training_platform.workers import launcher
+
+
+def _err(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+def _exec(argv: list[str]) -> None:
+    """Replace this process (signals then reach Celery / uvicorn directly)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(argv[0], argv)
+
+
+def db_upgrade():
+    """Create or migrate the database schema to the latest revision (Alembic)."""
+    from training_platform.db.migrate import upgrade
+    from training_platform.settings import get_settings
+
+    upgrade()
+    typer.echo(f"database at the latest revision: {launcher._redact_url(get_settings().db_url)}")
+
+
+def users_create(
+    name: str = typer.Argument(..., help="User name (unique)."),
+    admin: bool = typer.Option(False, "--admin", help="Make the user an administrator."),
+):
+    """Create a user and print its API token (alone, on the last line; it is shown only once)."""
+    from sqlalchemy import inspect
+
+    from training_platform.db import crud
+    from training_platform.db.session import get_engine, session_scope
+
+    if not inspect(get_engine()).has_table("users"):
+        _err("the database has no tables yet: run `tp db upgrade` first")
+        raise typer.Exit(2)
+    try:
+        with session_scope() as session:
+            user, token = crud.create_user(session, name, is_admin=admin)
+            user_id = user.id
+    except ValueError as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(2) from None
+    typer.echo(f"created user {name!r} (id {user_id}{', admin' if admin else ''}); API token, shown once:")
+    typer.echo(token)
+
+
+def worker_cmd(
+    queues: str = typer.Option("train", "--queues", "-Q", help="Comma-separated queues to consume."),
+    concurrency: int = typer.Option(1, "--concurrency", "-c", min=1, help="Jobs run at the same time."),
+    name: str | None = typer.Option(None, "--name", "-n", help="Celery node name (default <queues>-<pid>@host)."),
+    loglevel: str = typer.Option("INFO", "--loglevel", "-l"),
+):
+    """Run a Celery worker (prefork pool, fair scheduling) that trains queued jobs."""
+    _exec(launcher.worker_argv(queues=queues, concurrency=concurrency, name=name, loglevel=loglevel))
+
+
+def beat_cmd(loglevel: str = typer.Option("INFO", "--loglevel", "-l")):
+    """Run the scheduler (Celery beat + the recovery sweep). Run exactly one.
+
+    Beat sends the recovery sweep every TP_RECOVERY_INTERVAL s; it is embedded in a one-process worker that runs
+    the sweep itself (queue `maintenance`), so recovery never waits behind busy training workers."""
+    from training_platform.settings import get_settings
+
+    data_dir = get_settings().data_path
+    data_dir.mkdir(parents=True, exist_ok=True)
+    _exec(launcher.beat_argv(data_dir / "celerybeat-schedule", loglevel=loglevel))
+
+
+def api_cmd(
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8000, "--port"),
+    app: str = typer.Option(launcher.DEFAULT_API_APP, "--app", hidden=True, help="ASGI application to serve."),
+):
+    """Serve the HTTP API (uvicorn)."""
+    if not launcher.api_app_exists(app):
+        _err(f"error: the API application {app!r} cannot be imported")
+        raise typer.Exit(2)
+    _exec(launcher.api_argv(host=host, port=port, app=app))
+
+
+def up_cmd(
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8000, "--port"),
+    grace: float = typer.Option(60.0, "--grace", min=0, help="Seconds to let a running job checkpoint on stop."),
+    app: str = typer.Option(launcher.DEFAULT_API_APP, "--app", hidden=True, help="ASGI application to serve."),
+):
+    """Run the whole platform on this machine (api + worker + beat) until Ctrl-C.
+
+    Migrates the database, starts an embedded Redis if REDIS_URL is unset, prepares the demo models on first
+    start, creates an admin user if there is none (its token is printed once), then runs api, worker and beat as
+    child processes. Ctrl-C / SIGTERM stops them (a running job checkpoints and is requeued)."""
+    code = launcher.run_platform(host=host, port=port, app=app, grace_s=grace,
+                                 echo=lambda message: typer.echo(message))
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the platform commands to the `tp` app."""
+    db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+    db_app.command("upgrade")(db_upgrade)
+    users_app = typer.Typer(help="Users and API tokens.", no_args_is_help=True)
+    users_app.command("create")(users_create)
+    app.add_typer(db_app, name="db")
+    app.add_typer(users_app, name="users")
+    app.command("worker")(worker_cmd)
+    app.command("beat")(beat_cmd)
+    app.command("api")(api_cmd)
+    app.command("up")(up_cmd)
+
+
+def main() -> None:  # pragma: no cover
+    standalone = typer.Typer(help="training_platform: platform commands.", no_args_is_help=True,
+                             pretty_exceptions_enable=False)
+    register(standalone)
+    standalone()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
