@@ -180,9 +180,11 @@ def data_synth_arithmetic(
 
 
 def _register_platform_commands() -> None:
+    from training_platform.data_cli import register as register_data
     from training_platform.platform_cli import register
 
     register(app)  # tp up | api | worker | beat | db upgrade | users create
+    register_data(data_app)  # tp data validate | convert | clean | dedup | score | report
 
 
 _register_platform_commands()

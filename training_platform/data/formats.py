@@ -6,6 +6,10 @@ Canonical shapes (what TRL trainers consume), by the kind of data an algorithm t
 - kto:        {"prompt": ..., "completion": ..., "label": bool}
 - rl:         {"prompt": str | messages, "answer"?: str, ...other columns, passed to reward functions}
 
+verl's RL parquet schema (`data_source`, `prompt` messages, `ability`, `reward_model: {style, ground_truth}`,
+`extra_info`) is the `verl` format of the rl kind: its canonical row is an rl row whose `answer` is
+`reward_model.ground_truth` (data_source, ability and extra_info stay as columns).
+
 A bad row is reported with its line number (1-based line in JSONL, 1-based record otherwise), the field and the
 reason; nothing is silently dropped.
 """
@@ -30,6 +34,10 @@ KIND_FORMATS: dict[str, tuple[str, ...]] = {
     "rl": ("rl_prompt",),
 }
 ALL_FORMATS = ("messages", "sharegpt", "alpaca", "prompt_completion", "text", "preference", "kto", "rl_prompt")
+# Schema variants of a trainer format: validated by their own rules, loaded as the canonical rows of that format.
+VARIANT_FORMATS: dict[str, str] = {"verl": "rl_prompt"}
+# Every format the data tools (validate/convert/clean/...) understand.
+DATA_FORMATS = (*ALL_FORMATS, *VARIANT_FORMATS)
 SUPPORTED_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
 
@@ -77,8 +85,11 @@ def read_rows(path: str | Path) -> Iterator[tuple[int, Any]]:
     elif suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        table = pq.read_table(path)
-        yield from enumerate(table.to_pylist(), start=1)
+        line = 0
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
+            for row in batch.to_pylist():
+                line += 1
+                yield line, row
     elif suffix == ".csv":
         import csv
 
@@ -114,6 +125,8 @@ def detect_format(row: dict) -> str | None:
         return "alpaca"
     if {"prompt", "completion"} <= keys:
         return "prompt_completion"
+    if {"prompt", "reward_model"} <= keys:
+        return "verl"
     if "prompt" in keys:
         return "rl_prompt"
     if "text" in keys:
@@ -230,6 +243,25 @@ def validate_row(fmt: str, row: Any) -> list[tuple[str, str]]:
         if "answer" in row and (isinstance(answer, bool) or not isinstance(answer, str | int | float)):
             errors.append(("answer", f"must be a string or a number, got {_short(answer)}"))
         return errors
+    if fmt == "verl":
+        errors = []
+        if not isinstance(row.get("data_source"), str) or not row["data_source"].strip():
+            errors.append(("data_source", f"must be a non-empty string, got {_short(row.get('data_source'))}"))
+        errors += _check_messages(row.get("prompt"), "prompt", need_assistant=False)
+        if row.get("ability") is not None and not isinstance(row["ability"], str):
+            errors.append(("ability", f"must be a string, got {_short(row['ability'])}"))
+        reward_model = row.get("reward_model")
+        if not isinstance(reward_model, dict):
+            errors.append(("reward_model", f"must be an object with ground_truth, got {_short(reward_model)}"))
+        else:
+            truth = reward_model.get("ground_truth")
+            if isinstance(truth, bool) or not isinstance(truth, str | int | float):
+                errors.append(("reward_model.ground_truth", f"must be a string or a number, got {_short(truth)}"))
+            if reward_model.get("style") is not None and not isinstance(reward_model["style"], str):
+                errors.append(("reward_model.style", f"must be a string, got {_short(reward_model['style'])}"))
+        if row.get("extra_info") is not None and not isinstance(row["extra_info"], dict):
+            errors.append(("extra_info", f"must be an object, got {_short(row['extra_info'])}"))
+        return errors
     return [("<row>", f"unknown format {fmt!r}")]
 
 
@@ -266,6 +298,13 @@ def to_canonical(fmt: str, row: dict) -> dict:
         if "answer" in out:
             out["answer"] = str(out["answer"])
         return out
+    if fmt == "verl":
+        out = {"prompt": [{"role": m["role"], "content": m["content"]} for m in row["prompt"]],
+               "answer": str(row["reward_model"]["ground_truth"]), "data_source": row["data_source"]}
+        for key in ("ability", "extra_info"):
+            if row.get(key) is not None:
+                out[key] = row[key]
+        return out
     raise ValueError(f"unknown format {fmt!r}")
 
 
@@ -293,7 +332,7 @@ def load_examples(
                 raise DatasetError([RowError(line, "<row>", f"cannot detect the format from the fields {keys}; "
                                              f"set data.format or data.field_map")])
             fmt = detected
-        if fmt not in allowed:
+        if fmt not in allowed and VARIANT_FORMATS.get(fmt) not in allowed:
             raise DatasetError([RowError(line, "<row>", f"format {fmt!r} cannot train this algorithm; it needs "
                                          f"{' or '.join(allowed)}")])
         problems = validate_row(fmt, row)

@@ -72,7 +72,7 @@ class ModelSection(StrictModel):
 
 
 DataFormat = Literal[
-    "auto", "messages", "sharegpt", "alpaca", "prompt_completion", "text", "preference", "kto", "rl_prompt"
+    "auto", "messages", "sharegpt", "alpaca", "prompt_completion", "text", "preference", "kto", "rl_prompt", "verl"
 ]
 
 

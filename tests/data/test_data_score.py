@@ -1,0 +1,134 @@
+"""Quality scores: heuristics, perplexity under the demo model, a simulated OpenAI-compatible judge / reward model
+(counters, cache, retries, API key from env), and filters by threshold or top-k."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from data_helpers import read_jsonl, write_jsonl
+
+from training_platform.data.formats import DatasetError
+from training_platform.data.score import (
+    SCORES_KEY,
+    JudgeClient,
+    JudgeConfig,
+    filter_scores,
+    heuristic_scores,
+    score_file,
+)
+
+GOOD = "Paris is the capital of France. It lies on the Seine and is known for the Louvre and the Eiffel Tower."
+
+
+@pytest.mark.unit
+def test_heuristic_scores():
+    good = heuristic_scores(GOOD)
+    spam = heuristic_scores(" ".join(["buy now"] * 30))
+    symbols = heuristic_scores("$$$ ### !!! ??? *** ok")
+    assert good["words"] == len(GOOD.split()) and good["quality"] > 0.9
+    assert spam["top_2gram_char_frac"] > 0.8 and spam["quality"] < good["quality"]
+    assert symbols["special_ratio"] > 0.8 and symbols["quality"] < good["quality"]
+    assert heuristic_scores("")["quality"] < 0.5
+    assert set(good) == {"chars", "words", "alnum_ratio", "special_ratio", "digit_ratio", "dup_line_frac",
+                         "top_2gram_char_frac", "unique_word_ratio", "quality"}
+
+
+class FakeJudge:
+    """An OpenAI-compatible server: answers `Score: N` where N is the number of words mod 11, or a reward."""
+
+    def __init__(self, fail_first: int = 0):
+        self.requests: list[httpx.Request] = []
+        self.fail_first = fail_first
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        if len(self.requests) <= self.fail_first:
+            return httpx.Response(503, json={"error": "busy"})
+        body = json.loads(request.content)
+        if request.url.path.endswith("/chat/completions"):
+            text = body["messages"][0]["content"].split("### Example\n", 1)[1].split("\n\n### Score")[0]
+            return httpx.Response(200, json={"choices": [{"message": {"role": "assistant",
+                                                                      "content": f"Score: {len(text.split()) % 11}"}}]})
+        return httpx.Response(200, json={"data": [{"index": 0, "data": [len(body["input"]) / 10]}]})
+
+
+@pytest.mark.unit
+def test_judge_client_counts_calls_cache_hits_and_latency(monkeypatch, tmp_path):
+    monkeypatch.setenv("JUDGE_KEY", "secret-123")
+    server = FakeJudge()
+    config = JudgeConfig(base_url="http://judge.test/v1", model="judge-1", api_key_env="JUDGE_KEY",
+                         cache_path=str(tmp_path / "cache.jsonl"))
+    client = JudgeClient(config, transport=httpx.MockTransport(server))
+    assert client.score("one two three") == 0.3
+    assert client.score("one two three") == 0.3  # cached
+    assert client.score("one two three four five") == 0.5
+    report = client.report()
+    client.close()
+    assert (report["rows"], report["requests"], report["cache_hits"], report["errors"]) == (3, 2, 1, 0)
+    assert report["authenticated"] is True
+    assert report["latency_total_s"] >= 0 and report["latency_mean_s"] >= 0
+    assert server.requests[0].headers["authorization"] == "Bearer secret-123"
+    assert json.loads(server.requests[0].content)["model"] == "judge-1"
+    # a new client reuses the persisted cache: no request at all
+    again = JudgeClient(config, transport=httpx.MockTransport(server))
+    assert again.score("one two three") == 0.3
+    assert (again.report()["requests"], again.report()["cache_hits"]) == (0, 1)
+    again.close()
+
+
+@pytest.mark.unit
+def test_judge_retries_server_errors_then_gives_up():
+    server = FakeJudge(fail_first=2)
+    client = JudgeClient({"base_url": "http://judge.test/v1", "model": "m", "api_key_env": None, "max_retries": 2},
+                         transport=httpx.MockTransport(server))
+    assert client.score("a b") == 0.2
+    assert client.report()["requests"] == 3 and client.report()["errors"] == 0
+    failing = JudgeClient({"base_url": "http://judge.test/v1", "model": "m", "max_retries": 1},
+                          transport=httpx.MockTransport(FakeJudge(fail_first=99)))
+    assert failing.score("a b") is None
+    assert failing.report()["errors"] == 1 and "503" in failing.report()["last_error"]
+    assert failing.report()["authenticated"] is False
+
+
+@pytest.mark.unit
+def test_reward_mode():
+    client = JudgeClient({"base_url": "http://rm.test/v1", "model": "rm", "mode": "reward"},
+                         transport=httpx.MockTransport(FakeJudge()))
+    assert client.score_name == "reward"
+    assert client.score("abcdefghij") == 1.0
+
+
+@pytest.mark.unit
+def test_judge_config_rejects_unknown_keys():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+        JudgeConfig.model_validate({"base_url": "x", "model": "m", "temprature": 0})
+
+
+@pytest.mark.unit
+def test_score_file_with_simulated_judge_and_filters(tmp_path):
+    rows = [{"prompt": "Tell me about Paris.", "completion": GOOD},
+            {"prompt": "Spam?", "completion": " ".join(["buy now"] * 30)},
+            {"prompt": "Short?", "completion": "Yes."}]
+    src = write_jsonl(tmp_path / "in.jsonl", rows)
+    report = score_file(src, tmp_path / "scored.jsonl", judge={"base_url": "http://j.test/v1", "model": "j"},
+                        judge_transport=httpx.MockTransport(FakeJudge()), report_path=tmp_path / "r.json")
+    scored = read_jsonl(tmp_path / "scored.jsonl")
+    assert [{k: v for k, v in r.items() if k != SCORES_KEY} for r in scored] == rows
+    assert all({"quality", "judge"} <= set(r[SCORES_KEY]) for r in scored)
+    assert report["judge"]["requests"] == 3 and report["scores"]["quality"]["count"] == 3
+    assert json.loads((tmp_path / "r.json").read_text())["rows"] == 3
+
+    top = filter_scores(tmp_path / "scored.jsonl", tmp_path / "top.jsonl", by="quality", top_k=1)
+    assert top["output_rows"] == 1 and read_jsonl(tmp_path / "top.jsonl")[0]["completion"] == GOOD
+    above = filter_scores(tmp_path / "scored.jsonl", tmp_path / "above.jsonl", by="quality", min_value=0.9)
+    assert [r["prompt"] for r in read_jsonl(tmp_path / "above.jsonl")] == ["Tell me about Paris."]
+    assert above["input_rows"] == 3
+    with pytest.raises(DatasetError, match="no row has this score"):
+        filter_scores(tmp_path / "scored.jsonl", tmp_path / "x.jsonl", by="perplexity", min_value=1)
+    with pytest.raises(ValueError, match="give --min, --max or --top-k"):
+        filter_scores(tmp_path / "scored.jsonl", tmp_path / "x.jsonl", by="quality")
+    assert not (tmp_path / "x.jsonl").exists()

@@ -1,0 +1,228 @@
+"""Run a cleaning recipe over a dataset file.
+
+A recipe is an ordered list of operators with their parameters, in YAML or JSON:
+
+    name: sft-basic                 # optional
+    description: ...                # optional
+    format: messages                # optional: the rows' format (default: detected from the first row)
+    operators:
+      - op: fix_unicode
+      - op: redact_pii
+        kinds: [email, phone]
+      - op: length_filter
+        unit: words
+        min: 3
+
+(a bare list of operators is accepted too). Parameters are validated per operator (unknown keys rejected); errors
+name their place, e.g. `operators[2].unit: Input should be 'chars', 'words' or 'tokens'`.
+
+Rows stream through the operators in order; each operator sees the rows kept by the ones before it. The report
+gives, per operator, the rows it saw, kept, removed and modified, with sample removed/modified rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from training_platform.data.formats import DATA_FORMATS, DatasetError, RowError, detect_format
+from training_platform.data.io import RowWriter, iter_records, read_json_or_yaml, write_json
+from training_platform.data.operators import OPERATORS, OpContext, Operator
+
+
+class RecipeError(ValueError):
+    def __init__(self, errors: list[tuple[str, str]]):
+        self.errors = errors
+        super().__init__("\n".join(f"{where}: {why}" for where, why in errors))
+
+
+@dataclass
+class RecipeStep:
+    op: str
+    params: Any  # the operator's validated Params model
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every parameter, defaults included: a report/lineage records exactly what ran."""
+        return {"op": self.op, **self.params.model_dump(mode="json")}
+
+
+@dataclass
+class Recipe:
+    steps: list[RecipeStep]
+    name: str | None = None
+    description: str | None = None
+    format: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"operators": [s.to_dict() for s in self.steps]}
+        for key in ("name", "description", "format"):
+            if getattr(self, key) is not None:
+                out = {key: getattr(self, key), **out}
+        return out
+
+
+def parse_recipe(data: Any) -> Recipe:
+    """Validate a recipe (dict with `operators`, or a bare list). Raises RecipeError listing every problem."""
+    errors: list[tuple[str, str]] = []
+    meta: dict[str, Any] = {}
+    if isinstance(data, list):
+        items = data
+    elif isinstance(data, dict):
+        unknown = sorted(set(data) - {"name", "description", "format", "operators"})
+        errors += [(key, "unknown key; a recipe has name, description, format and operators") for key in unknown]
+        items = data.get("operators")
+        if not isinstance(items, list) or not items:
+            errors.append(("operators", "must be a non-empty list of operators"))
+            items = []
+        meta = {k: data.get(k) for k in ("name", "description", "format")}
+        if meta["format"] is not None and meta["format"] not in DATA_FORMATS:
+            errors.append(("format", f"unknown format {meta['format']!r}; use one of {', '.join(DATA_FORMATS)}"))
+    else:
+        raise RecipeError([("<recipe>", "must be a mapping with `operators` or a list of operators")])
+    steps = []
+    for i, item in enumerate(items):
+        where = f"operators[{i}]"
+        if not isinstance(item, dict) or not isinstance(item.get("op"), str):
+            errors.append((f"{where}.op", "each operator needs `op: <name>`"))
+            continue
+        name = item["op"]
+        if name not in OPERATORS:
+            errors.append((f"{where}.op", f"unknown operator {name!r}; use one of {', '.join(sorted(OPERATORS))}"))
+            continue
+        params = {k: v for k, v in item.items() if k != "op"}
+        if isinstance(params.get("params"), dict) and len(params) == 1:  # {op: x, params: {...}} also accepted
+            params = params["params"]
+        try:
+            steps.append(RecipeStep(name, OPERATORS[name].Params.model_validate(params)))
+        except ValidationError as exc:
+            for err in exc.errors():
+                loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
+                errors.append((f"{where}{loc}", err["msg"]))
+    if errors:
+        raise RecipeError(errors)
+    return Recipe(steps=steps, **meta)
+
+
+def load_recipe(source: str | Path | dict | list) -> Recipe:
+    """From a YAML/JSON file path, or an already parsed dict/list."""
+    if isinstance(source, dict | list):
+        return parse_recipe(source)
+    path = Path(source)
+    if not path.is_file():
+        raise RecipeError([("<recipe>", f"no such file: {path}")])
+    try:
+        data = read_json_or_yaml(path)
+    except Exception as exc:  # yaml/json syntax
+        raise RecipeError([("<recipe>", f"cannot parse {path.name}: {exc}")]) from None
+    return parse_recipe(data)
+
+
+# ---------------------------------------------------------------------------------------------- running
+
+
+def _truncate(value: Any, limit: int = 300) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[:limit] + f"... [{len(value) - limit} more chars]"
+    if isinstance(value, list):
+        return [_truncate(v, limit) for v in value[:20]]
+    if isinstance(value, dict):
+        return {k: _truncate(v, limit) for k, v in value.items()}
+    return value
+
+
+@dataclass
+class StepStats:
+    index: int
+    op: str
+    kind: str
+    params: dict[str, Any]
+    input_rows: int = 0
+    kept: int = 0
+    removed: int = 0
+    modified: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)  # removal reason kind -> rows
+    samples_removed: list[dict] = field(default_factory=list)
+    samples_modified: list[dict] = field(default_factory=list)
+
+    def to_dict(self, counters: dict[str, int]) -> dict[str, Any]:
+        out = {"index": self.index, "op": self.op, "kind": self.kind, "params": self.params,
+               "input_rows": self.input_rows, "kept": self.kept, "removed": self.removed, "modified": self.modified,
+               "removed_by_reason": dict(sorted(self.reasons.items(), key=lambda kv: -kv[1])),
+               "samples_removed": self.samples_removed, "samples_modified": self.samples_modified}
+        counts = {k: v for k, v in counters.items() if v}
+        if counts:
+            out["counts"] = counts
+        return out
+
+
+def _reason_kind(reason: str) -> str:
+    for sep in ("=", ":"):
+        if sep in reason:
+            return reason.split(sep, 1)[0].strip()
+    return reason
+
+
+def clean_file(path: str | Path, output: str | Path, recipe: Recipe | str | Path | dict | list, *,
+               report_path: str | Path | None = None, fmt: str | None = None, samples: int = 5) -> dict[str, Any]:
+    """Stream `path` through the recipe into `output` (atomic), return (and optionally write) the report."""
+    from training_platform.data.versions import derived_version, file_sha256
+
+    recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
+    fmt = fmt or recipe.format
+    if fmt is not None and fmt not in DATA_FORMATS:
+        raise ValueError(f"--format: unknown format {fmt!r}; use one of {', '.join(DATA_FORMATS)}")
+    ctx = OpContext(fmt=fmt)
+    operators: list[Operator] = [OPERATORS[s.op](s.params, ctx) for s in recipe.steps]
+    stats = [StepStats(i, s.op, op.kind, s.to_dict()) for i, (s, op) in enumerate(zip(recipe.steps, operators,
+                                                                                         strict=True))]
+    rows_in = rows_out = 0
+    with RowWriter(output) as writer:
+        for record in iter_records(path):
+            if record.error is not None:
+                raise DatasetError([record.error])
+            rows_in += 1
+            row = record.row
+            if ctx.fmt is None and isinstance(row, dict):
+                ctx.fmt = detect_format(row)
+                if ctx.fmt is None:
+                    raise DatasetError([RowError(record.line, "<row>", f"cannot detect the format from the fields "
+                                                                       f"{sorted(row)}; set format in the recipe")])
+            for op, st in zip(operators, stats, strict=True):
+                st.input_rows += 1
+                new, reason = op.process(row)
+                if new is None:
+                    st.removed += 1
+                    kind = _reason_kind(reason or "removed")
+                    st.reasons[kind] = st.reasons.get(kind, 0) + 1
+                    if len(st.samples_removed) < samples:
+                        st.samples_removed.append({"index": record.index, "line": record.line, "reason": reason,
+                                                   "row": _truncate(row)})
+                    row = None
+                    break
+                st.kept += 1
+                if new is not row:
+                    st.modified += 1
+                    if len(st.samples_modified) < samples:
+                        st.samples_modified.append({"index": record.index, "line": record.line,
+                                                    "before": _truncate(row), "after": _truncate(new)})
+                    row = new
+            if row is not None:
+                writer.write(row)
+                rows_out += 1
+    input_sha = file_sha256(path)
+    report = {
+        "input": str(path), "output": str(output), "format": ctx.fmt,
+        "input_rows": rows_in, "output_rows": rows_out, "removed_rows": rows_in - rows_out,
+        "recipe": recipe.to_dict(),
+        "operators": [st.to_dict(op.counters) for st, op in zip(stats, operators, strict=True)],
+        "input_sha256": input_sha,
+        "version": derived_version(output, parent_sha256=input_sha, operation="clean", params=recipe.to_dict(),
+                                   fmt=ctx.fmt),
+    }
+    report["output_sha256"] = report["version"]["sha256"]
+    if report_path is not None:
+        write_json(report_path, report)
+    return report

@@ -1,0 +1,426 @@
+"""Quality scores per row: heuristics, perplexity under a local causal LM, and an LLM judge or reward model behind an
+OpenAI-compatible endpoint. Scores are stored in each output row under `_scores` ({name: value}); `filter_scores`
+keeps rows by threshold or top-k.
+
+Heuristics (on the row's text fields joined by newlines; words = whitespace tokens with a letter or digit): chars,
+words, alnum_ratio, special_ratio, digit_ratio,
+dup_line_frac, top_2gram_char_frac, unique_word_ratio and `quality` in [0, 1], the mean of five sub-scores:
+length min(1, log(1+words)/log(51)); alphanumeric clamp((alnum_ratio - 0.3) / 0.4); 1 - dup_line_frac;
+1 - clamp(top_2gram_char_frac / 0.3) and clamp(unique_word_ratio / 0.5) (the last two only from 20 words on, 1 below);
+0 for a text without words.
+
+Perplexity: exp(mean token negative log-likelihood) of the text a trainer would see (the chat template rendering for
+chat rows), truncated to `max_length` tokens, batched on CPU.
+
+Judge: `mode: judge` sends the row's text in `prompt_template` to `/chat/completions` and reads the first number of
+the reply as a score out of `max_score` (stored normalised to [0, 1] as `judge`); `mode: reward` posts
+{"model", "input": text} to `reward_path` (vLLM's `/pooling` by default) and stores the first number of
+`data[0]` as `reward`. The API key comes from the environment variable named by `api_key_env`. Answers are cached
+(in memory, and in `cache_path` as JSONL when set) by model + prompt; the report counts requests, cache hits, errors
+and latency, so a simulated or cached judge is visible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from training_platform.data.formats import DatasetError, RowError, detect_format, validate_row
+from training_platform.data.io import RowWriter, iter_records, read_json_or_yaml, write_json
+from training_platform.data.operators.char_ratio import char_ratios
+from training_platform.data.operators.repetition import top_ngram_char_fraction
+from training_platform.data.text import row_text
+
+SCORES_KEY = "_scores"
+
+
+def _clamp(x: float) -> float:
+    return 0.0 if x < 0 else (1.0 if x > 1 else x)
+
+
+def heuristic_scores(text: str) -> dict[str, float]:
+    words = [w for w in text.split() if not w.isascii() or any(c.isalnum() for c in w)]  # symbol runs are not words
+    n_words = len(words)
+    lines = [line for line in text.splitlines() if line.strip()]
+    dup_lines = (len(lines) - len(set(lines))) / len(lines) if lines else 0.0
+    ratios = char_ratios(text)
+    top2 = top_ngram_char_fraction(words, 2, len(text)) if n_words >= 20 else 0.0
+    unique = len({w.lower() for w in words}) / n_words if n_words else 0.0
+    parts = [
+        min(1.0, math.log1p(n_words) / math.log(51)),
+        _clamp((ratios["alnum_ratio"] - 0.3) / 0.4),
+        1.0 - dup_lines,
+        1.0 - _clamp(top2 / 0.3) if n_words >= 20 else 1.0,
+        _clamp(unique / 0.5) if n_words >= 20 else 1.0,
+    ]
+    quality = sum(parts) / len(parts) if n_words else 0.0
+    return {"chars": len(text), "words": n_words, **{k: round(v, 4) for k, v in ratios.items()},
+            "dup_line_frac": round(dup_lines, 4), "top_2gram_char_frac": round(top2, 4),
+            "unique_word_ratio": round(unique, 4), "quality": round(quality, 4)}
+
+
+def heuristic_quality(text: str) -> float:
+    return heuristic_scores(text)["quality"]
+
+
+# ---------------------------------------------------------------------------------------------- perplexity
+
+
+class PerplexityScorer:
+    """Perplexity of texts under a local causal LM (CPU by default)."""
+
+    def __init__(self, model_path: str | Path, *, max_length: int = 512, batch_size: int = 8, device: str = "cpu"):
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        from training_platform.data.convert import load_tokenizer
+
+        self.model_path = str(model_path)
+        self.tokenizer = load_tokenizer(model_path)
+        self.tokenizer.padding_side = "right"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        local = Path(model_path).expanduser().exists()
+        self.model = AutoModelForCausalLM.from_pretrained(str(model_path), local_files_only=local,
+                                                          dtype=torch.float32).to(device).eval()
+        self.max_length, self.batch_size, self.device = max_length, batch_size, device
+
+    def score(self, texts: list[str]) -> list[float | None]:
+        import torch
+
+        out: list[float | None] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = texts[start:start + self.batch_size]
+            enc = self.tokenizer(batch, return_tensors="pt", padding=True, truncation=True,
+                                 max_length=self.max_length, add_special_tokens=False).to(self.device)
+            with torch.inference_mode():
+                logits = self.model(**enc).logits[:, :-1].float()
+            targets = enc["input_ids"][:, 1:]
+            mask = enc["attention_mask"][:, 1:].float()
+            nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none") * mask
+            counts = mask.sum(dim=1)
+            for total, count in zip(nll.sum(dim=1).tolist(), counts.tolist(), strict=True):
+                out.append(round(math.exp(total / count), 4) if count > 0 else None)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------- judge
+
+
+DEFAULT_JUDGE_PROMPT = (
+    "You are grading training data for a language model. Rate the quality of the following example (correctness, "
+    "helpfulness, clarity) on a scale from 0 to 10. Reply with the number only.\n\n### Example\n{text}\n\n### Score"
+)
+
+
+class JudgeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str = Field(description="OpenAI-compatible API root, e.g. http://localhost:8000/v1")
+    model: str
+    mode: Literal["judge", "reward"] = "judge"
+    api_key_env: str | None = Field("OPENAI_API_KEY", description="Environment variable holding the API key "
+                                                                   "(no Authorization header if it is unset).")
+    prompt_template: str = DEFAULT_JUDGE_PROMPT
+    max_score: float = Field(10.0, gt=0)
+    max_tokens: int = Field(8, ge=1)
+    temperature: float = Field(0.0, ge=0)
+    reward_path: str = "/pooling"
+    timeout_s: float = Field(30.0, gt=0)
+    max_retries: int = Field(2, ge=0)
+    max_text_chars: int = Field(8000, ge=100)
+    cache_path: str | None = None
+
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def _first_number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        match = _NUMBER.search(value)
+        return float(match.group(0)) if match else None
+    if isinstance(value, list):
+        for item in value:
+            number = _first_number(item)
+            if number is not None:
+                return number
+    if isinstance(value, dict):
+        for key in ("score", "reward", "data", "probs", "embedding"):
+            if key in value:
+                number = _first_number(value[key])
+                if number is not None:
+                    return number
+    return None
+
+
+class JudgeClient:
+    """Scores texts through an OpenAI-compatible endpoint, with a cache and counters. `transport` (an httpx
+    transport) lets tests simulate the server."""
+
+    def __init__(self, config: JudgeConfig | dict, *, transport=None):
+        import httpx
+
+        self.config = config if isinstance(config, JudgeConfig) else JudgeConfig.model_validate(config)
+        headers = {"Content-Type": "application/json"}
+        key = os.environ.get(self.config.api_key_env) if self.config.api_key_env else None
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        self.authenticated = bool(key)
+        self._client = httpx.Client(base_url=self.config.base_url.rstrip("/"), headers=headers,
+                                    timeout=self.config.timeout_s, transport=transport)
+        self.cache: dict[str, float | None] = {}
+        self.stats = {"rows": 0, "requests": 0, "cache_hits": 0, "errors": 0, "latency_total_s": 0.0,
+                      "latency_max_s": 0.0}
+        self.last_error: str | None = None
+        self._cache_file = None
+        if self.config.cache_path:
+            path = Path(self.config.cache_path)
+            if path.is_file():
+                for line in path.read_text(encoding="utf-8").splitlines():
+                    if line.strip():
+                        entry = json.loads(line)
+                        self.cache[entry["key"]] = entry["score"]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._cache_file = path.open("a", encoding="utf-8")
+
+    @property
+    def score_name(self) -> str:
+        return "judge" if self.config.mode == "judge" else "reward"
+
+    def _key(self, payload: dict) -> str:
+        return hashlib.sha256(json.dumps([self.config.mode, payload], sort_keys=True).encode()).hexdigest()
+
+    def _payload(self, text: str) -> tuple[str, dict]:
+        text = text[: self.config.max_text_chars]
+        if self.config.mode == "judge":
+            return "/chat/completions", {
+                "model": self.config.model, "temperature": self.config.temperature,
+                "max_tokens": self.config.max_tokens,
+                "messages": [{"role": "user", "content": self.config.prompt_template.replace("{text}", text)}]}
+        return self.config.reward_path, {"model": self.config.model, "input": text}
+
+    def _parse(self, body: Any) -> float | None:
+        if self.config.mode == "judge":
+            content = body["choices"][0]["message"]["content"]
+            number = _first_number(content)
+            return None if number is None else round(_clamp(number / self.config.max_score), 4)
+        number = _first_number(body["data"][0] if isinstance(body.get("data"), list) else body)
+        return None if number is None else round(number, 6)
+
+    def score(self, text: str) -> float | None:
+        import httpx
+
+        self.stats["rows"] += 1
+        path, payload = self._payload(text)
+        key = self._key(payload)
+        if key in self.cache:
+            self.stats["cache_hits"] += 1
+            return self.cache[key]
+        for attempt in range(self.config.max_retries + 1):
+            start = time.perf_counter()
+            self.stats["requests"] += 1
+            try:
+                response = self._client.post(path, json=payload)
+                elapsed = time.perf_counter() - start
+                self.stats["latency_total_s"] += elapsed
+                self.stats["latency_max_s"] = max(self.stats["latency_max_s"], elapsed)
+                if response.status_code >= 500 or response.status_code == 429:
+                    raise httpx.HTTPStatusError(f"HTTP {response.status_code}", request=response.request,
+                                                response=response)
+                response.raise_for_status()
+                value = self._parse(response.json())
+            except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                retryable = not isinstance(exc, httpx.HTTPStatusError) or exc.response.status_code >= 429
+                if attempt < self.config.max_retries and retryable:
+                    time.sleep(min(2.0, 0.1 * 2 ** attempt))
+                    continue
+                self.stats["errors"] += 1
+                return None
+            self.cache[key] = value
+            if self._cache_file is not None:
+                self._cache_file.write(json.dumps({"key": key, "score": value}) + "\n")
+                self._cache_file.flush()
+            return value
+        return None
+
+    def report(self) -> dict[str, Any]:
+        calls = self.stats["requests"]
+        return {"mode": self.config.mode, "model": self.config.model, "base_url": self.config.base_url,
+                "authenticated": self.authenticated, **self.stats,
+                "latency_total_s": round(self.stats["latency_total_s"], 4),
+                "latency_max_s": round(self.stats["latency_max_s"], 4),
+                "latency_mean_s": round(self.stats["latency_total_s"] / calls, 4) if calls else 0.0,
+                "last_error": self.last_error}
+
+    def close(self) -> None:
+        self._client.close()
+        if self._cache_file is not None:
+            self._cache_file.close()
+
+
+def load_judge_config(source: str | Path | dict | JudgeConfig) -> JudgeConfig:
+    if isinstance(source, JudgeConfig):
+        return source
+    data = source if isinstance(source, dict) else read_json_or_yaml(source)
+    return JudgeConfig.model_validate(data)
+
+
+# ---------------------------------------------------------------------------------------------- files
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"count": 0}
+    arr = np.asarray(values, dtype=np.float64)
+    return {"count": int(arr.size), "mean": round(float(arr.mean()), 4), "min": round(float(arr.min()), 4),
+            "p10": round(float(np.percentile(arr, 10)), 4), "p50": round(float(np.percentile(arr, 50)), 4),
+            "p90": round(float(np.percentile(arr, 90)), 4), "max": round(float(arr.max()), 4)}
+
+
+def score_file(path: str | Path, output: str | Path, *, heuristics: bool = True,
+               perplexity_model: str | Path | None = None, perplexity_max_length: int = 512,
+               judge: JudgeConfig | dict | str | Path | None = None, judge_transport=None,
+               fmt: str | None = None, fields: list[str] | None = None, batch_size: int = 16,
+               report_path: str | Path | None = None) -> dict[str, Any]:
+    """Score every row; write the rows with `_scores` added (atomic) and return the report (per-score
+    distributions, judge counters)."""
+    t0 = time.perf_counter()
+    scorer = PerplexityScorer(perplexity_model, max_length=perplexity_max_length) if perplexity_model else None
+    client = JudgeClient(load_judge_config(judge), transport=judge_transport) if judge is not None else None
+    values: dict[str, list[float]] = {}
+    rows = 0
+    try:
+        with RowWriter(output) as writer:
+            batch: list[tuple[Any, str, str | None]] = []
+
+            def flush() -> None:
+                nonlocal rows
+                ppl = scorer.score([rendered for _, _, rendered in batch]) if scorer is not None else None
+                for i, (row, text, _) in enumerate(batch):
+                    scores: dict[str, Any] = {}
+                    if heuristics:
+                        scores.update(heuristic_scores(text))
+                    if ppl is not None:
+                        scores["perplexity"] = ppl[i]
+                    if client is not None:
+                        scores[client.score_name] = client.score(text)
+                    for key, value in scores.items():
+                        if isinstance(value, int | float) and value is not None:
+                            values.setdefault(key, []).append(float(value))
+                    out = dict(row) if isinstance(row, dict) else {"value": row}
+                    out[SCORES_KEY] = scores
+                    writer.write(out)
+                    rows += 1
+                batch.clear()
+
+            for record in iter_records(path):
+                if record.error is not None:
+                    raise DatasetError([record.error])
+                row = record.row
+                if fmt is None and isinstance(row, dict):
+                    fmt = detect_format(row)
+                text = row_text(row, fmt, fields)
+                rendered = text
+                if scorer is not None and fmt is not None and isinstance(row, dict) and not validate_row(fmt, row):
+                    from training_platform.data.convert import render_row
+
+                    rendered = render_row(row, fmt, scorer.tokenizer)
+                batch.append((row, text, rendered))
+                if len(batch) >= batch_size:
+                    flush()
+            flush()
+    finally:
+        if client is not None:
+            client.close()
+    report: dict[str, Any] = {"input": str(path), "output": str(output), "format": fmt, "rows": rows,
+                              "scores": {k: _stats(v) for k, v in values.items()},
+                              "seconds": round(time.perf_counter() - t0, 3)}
+    if scorer is not None:
+        report["perplexity"] = {"model": scorer.model_path, "max_length": perplexity_max_length}
+    if client is not None:
+        report["judge"] = client.report()
+    if report_path is not None:
+        write_json(report_path, report)
+    return report
+
+
+def filter_scores(path: str | Path, output: str | Path, *, by: str, min_value: float | None = None,
+                  max_value: float | None = None, top_k: int | None = None, lowest: bool = False,
+                  report_path: str | Path | None = None) -> dict[str, Any]:
+    """Keep rows whose `_scores[by]` is within [min_value, max_value], then (if `top_k`) the k highest (lowest
+    with `lowest`, e.g. perplexity); ties keep the earlier row. Rows without that score are removed. Order is
+    kept."""
+    if min_value is None and max_value is None and top_k is None:
+        raise ValueError("give --min, --max or --top-k")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"--top-k: must be >= 1, got {top_k}")
+    candidates: list[tuple[int, float]] = []
+    missing = rows = 0
+    for record in iter_records(path):
+        if record.error is not None:
+            raise DatasetError([record.error])
+        rows += 1
+        scores = record.row.get(SCORES_KEY) if isinstance(record.row, dict) else None
+        value = scores.get(by) if isinstance(scores, dict) else None
+        if not isinstance(value, int | float) or isinstance(value, bool) or math.isnan(value):
+            missing += 1
+            continue
+        if (min_value is not None and value < min_value) or (max_value is not None and value > max_value):
+            continue
+        candidates.append((record.index, float(value)))
+    if rows and missing == rows:
+        raise DatasetError([RowError(0, f"{SCORES_KEY}.{by}", "no row has this score; run `tp data score` first")])
+    if top_k is not None and len(candidates) > top_k:
+        ranked = sorted(candidates, key=lambda c: (c[1] if lowest else -c[1], c[0]))[:top_k]
+        candidates = sorted(ranked)
+    keep = {index for index, _ in candidates}
+    with RowWriter(output) as writer:
+        for record in iter_records(path):
+            if record.index in keep:
+                writer.write(record.row)
+    report = {"input": str(path), "output": str(output), "by": by, "min": min_value, "max": max_value,
+              "top_k": top_k, "lowest": lowest, "input_rows": rows, "output_rows": len(keep),
+              "missing_score": missing}
+    if report_path is not None:
+        write_json(report_path, report)
+    return report
+
+
+def score_then_filter(path: str | Path, output: str | Path, *, by: str, min_value: float | None = None,
+                      max_value: float | None = None, top_k: int | None = None, lowest: bool = False,
+                      report_path: str | Path | None = None, **score_kwargs: Any) -> dict[str, Any]:
+    """score_file, then filter_scores into `output` (the scored rows go through a temp file next to it)."""
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fd, scored = tempfile.mkstemp(dir=output.parent, prefix=f".{output.stem}.", suffix=".scored.jsonl")
+    os.close(fd)
+    try:
+        report = score_file(path, scored, **score_kwargs)
+        report["output"] = str(output)
+        report["filter"] = filter_scores(scored, output, by=by, min_value=min_value, max_value=max_value,
+                                         top_k=top_k, lowest=lowest)
+        report["filter"]["input"] = str(path)
+    finally:
+        Path(scored).unlink(missing_ok=True)
+    if report_path is not None:
+        write_json(report_path, report)
+    return report
+
+
+__all__ = ["SCORES_KEY", "JudgeClient", "JudgeConfig", "PerplexityScorer", "filter_scores", "heuristic_quality",
+           "heuristic_scores", "load_judge_config", "score_file", "score_then_filter"]

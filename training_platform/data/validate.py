@@ -1,0 +1,188 @@
+"""Validate a dataset file row by row, and ingest it under a bad-row policy.
+
+- `validate_file`: detect (or take) the format, check every row, report each bad row with its line, field and
+  reason. Nothing is written.
+- `ingest_file`: the same check, then store the rows. Policy `reject`: any bad row refuses the whole file and
+  nothing is stored. Policy `quarantine`: good rows go to the destination, bad rows (with their line and errors)
+  to their own file, and the report lists them. Both outputs appear atomically, together.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from training_platform.data.formats import (
+    DATA_FORMATS,
+    DatasetError,
+    RowError,
+    apply_field_map,
+    detect_format,
+    validate_row,
+)
+from training_platform.data.io import RowWriter, atomic_outputs, iter_records
+
+Policy = Literal["reject", "quarantine"]
+
+
+@dataclass
+class BadRow:
+    index: int  # 0-based row index
+    line: int  # 1-based line (JSONL) or record number
+    errors: list[RowError]
+
+    @property
+    def first(self) -> RowError:
+        return self.errors[0]
+
+
+@dataclass
+class ValidationReport:
+    path: str
+    format: str | None
+    rows: int = 0
+    valid_rows: int = 0
+    bad_rows: list[BadRow] = field(default_factory=list)
+    file_errors: list[RowError] = field(default_factory=list)  # problems that are not about one row
+    policy: str | None = None
+    accepted: bool | None = None
+    output: str | None = None
+    quarantine: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.bad_rows and not self.file_errors
+
+    def lines(self) -> list[str]:
+        """One `line N: field: reason` per bad row (its first problem), file-level problems first."""
+        return [str(e) for e in self.file_errors] + [str(b.first) for b in self.bad_rows]
+
+    def to_dict(self, max_rows: int | None = 1000) -> dict[str, Any]:
+        bad = self.bad_rows if max_rows is None else self.bad_rows[:max_rows]
+        return {
+            "path": self.path, "format": self.format, "rows": self.rows, "valid_rows": self.valid_rows,
+            "bad_row_count": len(self.bad_rows),
+            "bad_rows": [{"index": b.index, "line": b.line, "errors": [asdict(e) for e in b.errors]} for b in bad],
+            "file_errors": [asdict(e) for e in self.file_errors],
+            "policy": self.policy, "accepted": self.accepted, "output": self.output, "quarantine": self.quarantine,
+        }
+
+
+def _check_format(fmt: str) -> None:
+    if fmt != "auto" and fmt not in DATA_FORMATS:
+        raise ValueError(f"--format: unknown format {fmt!r}; use auto or one of {', '.join(DATA_FORMATS)}")
+
+
+def detect_file_format(path: str | Path, field_map: dict[str, str] | None = None) -> str:
+    """The format of the first parseable row; DatasetError if the file has no rows or the format is unknown."""
+    for record in iter_records(path):
+        if record.error is not None or not isinstance(record.row, dict):
+            continue
+        row = apply_field_map(record.row, field_map or {})
+        fmt = detect_format(row)
+        if fmt is None:
+            raise DatasetError([RowError(record.line, "<row>", f"cannot detect the format from the fields "
+                                                               f"{sorted(row)}; pass the format explicitly")])
+        return fmt
+    raise DatasetError([RowError(0, "<file>", "the file has no rows")])
+
+
+def _scan(path: str | Path, fmt: str, field_map: dict[str, str] | None, on_row=None) -> ValidationReport:
+    _check_format(fmt)
+    report = ValidationReport(path=str(path), format=None if fmt == "auto" else fmt)
+    for record in iter_records(path):
+        report.rows += 1
+        row = record.row
+        if record.error is not None:
+            errors = [record.error]
+        else:
+            if isinstance(row, dict) and field_map:
+                row = apply_field_map(row, field_map)
+            if report.format is None:
+                detected = detect_format(row) if isinstance(row, dict) else None
+                if detected is None:
+                    what = sorted(row) if isinstance(row, dict) else type(row).__name__
+                    errors = [RowError(record.line, "<row>", f"cannot detect the format from the fields {what}; "
+                                                             f"pass the format explicitly")]
+                    report.file_errors.append(errors[0])
+                    break
+                report.format = detected
+            errors = [RowError(record.line, f, r) for f, r in validate_row(report.format, row)]
+        if errors:
+            report.bad_rows.append(BadRow(record.index, record.line, errors))
+        else:
+            report.valid_rows += 1
+        if on_row is not None:
+            on_row(record, row, errors)
+    if report.rows == 0:
+        report.file_errors.append(RowError(0, "<file>", "the file has no rows"))
+    return report
+
+
+def validate_file(path: str | Path, *, fmt: str = "auto", field_map: dict[str, str] | None = None
+                  ) -> ValidationReport:
+    """Check every row of the file (nothing is written). The format is the first row's unless `fmt` is given."""
+    return _scan(path, fmt, field_map)
+
+
+def quarantine_path_for(dest: str | Path) -> Path:
+    dest = Path(dest)
+    return dest.with_name(f"{dest.stem}.quarantine.jsonl")
+
+
+def ingest_file(path: str | Path, dest: str | Path, *, policy: Policy = "reject", fmt: str = "auto",
+                field_map: dict[str, str] | None = None, quarantine: str | Path | None = None) -> ValidationReport:
+    """Validate and store. `reject`: any bad row (or file-level problem) -> nothing is written, report.accepted is
+    False. `quarantine`: good rows to `dest`, bad rows to `quarantine` (default `<dest stem>.quarantine.jsonl`) as
+    {"line", "index", "errors": [...], "row"}; written together, atomically. Rows are stored as read (after
+    `field_map`), not converted."""
+    if policy not in ("reject", "quarantine"):
+        raise ValueError(f"--policy: must be reject or quarantine, got {policy!r}")
+    quarantine = Path(quarantine) if quarantine is not None else quarantine_path_for(dest)
+    if policy == "reject":
+        report = _scan(path, fmt, field_map)
+        report.policy = policy
+        report.accepted = report.ok
+        if not report.accepted:
+            return report
+        with RowWriter(dest) as writer:
+            for record in iter_records(path):
+                writer.write(apply_field_map(record.row, field_map or {}) if field_map else record.row)
+        report.output = str(dest)
+        return report
+
+    try:
+        with atomic_outputs(quarantine) as (q_temp,), RowWriter(dest) as writer, \
+                q_temp.open("w", encoding="utf-8") as q:
+
+            def on_row(record, row, errors):
+                if errors:
+                    entry = {"index": record.index, "line": record.line, "errors": [asdict(e) for e in errors],
+                             "row": row}
+                    if record.raw is not None:
+                        entry["raw"] = record.raw
+                    q.write(json.dumps(entry, ensure_ascii=False, default=str) + "\n")
+                else:
+                    writer.write(row)
+
+            report = _scan(path, fmt, field_map, on_row=on_row)
+            if report.file_errors:  # not about single rows (unknown format, empty file): refuse like reject
+                raise _Refused(report)
+    except _Refused as refused:
+        refused.report.policy = policy
+        refused.report.accepted = False
+        return refused.report
+    report.policy = policy
+    report.accepted = True
+    report.output = str(dest)
+    report.quarantine = str(quarantine) if report.bad_rows else None
+    if not report.bad_rows:
+        quarantine.unlink(missing_ok=True)
+    return report
+
+
+class _Refused(Exception):
+    def __init__(self, report: ValidationReport):
+        self.report = report

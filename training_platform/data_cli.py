@@ -1,0 +1,309 @@
+"""`tp data validate|convert|clean|dedup|score|report|decontaminate|resample`: the data factory on local files.
+
+Wired into `tp` by `register(data_app)`. Exit codes: 0 ok, 2 bad input (bad rows as `line N: field: reason`, or a
+message naming the bad argument), 1 unexpected failure.
+
+`validate` prints the detected format alone on the first stdout line, then one `line N: <field>: <reason>` line per
+bad row (its first problem) on stdout; the summary goes to stderr. The other commands print a short summary on stdout
+and their errors on stderr; reports are JSON files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import typer
+
+
+def _err(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+@contextlib.contextmanager
+def _guard() -> Iterator[None]:
+    """Map the data layer's errors to exit codes: 2 for bad input, 1 for anything unexpected."""
+    from pydantic import ValidationError
+
+    from training_platform.data.clean import RecipeError
+    from training_platform.data.formats import DatasetError
+
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except DatasetError as exc:
+        for error in exc.errors:
+            _err(str(error))
+        if exc.total_bad > len({e.line for e in exc.errors}):
+            _err(f"{exc.total_bad} bad rows in all")
+        raise typer.Exit(2) from None
+    except RecipeError as exc:
+        for where, why in exc.errors:
+            _err(f"recipe: {where}: {why}")
+        raise typer.Exit(2) from None
+    except ValidationError as exc:
+        for error in exc.errors():
+            loc = ".".join(str(p) for p in error["loc"])
+            _err(f"{loc}: {error['msg']}")
+        raise typer.Exit(2) from None
+    except (ValueError, FileNotFoundError, IsADirectoryError) as exc:
+        _err(str(exc))
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        _err("FATAL: interrupted")
+        raise typer.Exit(1) from None
+    except Exception as exc:  # noqa: BLE001 - the CLI's last resort
+        _err(f"FATAL: {type(exc).__name__}: {exc}")
+        raise typer.Exit(1) from None
+
+
+def _need_file(path: Path, option: str = "input") -> None:
+    if not path.is_file():
+        raise FileNotFoundError(f"{option}: no such file: {path}")
+
+
+def _parse_fields(fields: list[str]) -> list[str] | None:
+    out = [f.strip() for item in fields for f in item.split(",") if f.strip()]
+    return out or None
+
+
+def register(data_app: typer.Typer) -> None:
+    """Add the data factory commands to `tp data`."""
+
+    @data_app.command("validate")
+    def validate_cmd(
+        file: Path = typer.Argument(..., help="JSONL/JSON/Parquet/CSV dataset."),
+        fmt: str = typer.Option("auto", "--format", help="Row format (default: detected from the first row)."),
+        output: Path | None = typer.Option(None, "--output", help="Also store the rows here (see --policy)."),
+        policy: str = typer.Option("reject", "--policy", help="With --output: reject (any bad row -> nothing "
+                                                              "stored) or quarantine (bad rows to their own file)."),
+        quarantine: Path | None = typer.Option(None, "--quarantine", help="Quarantine file (default "
+                                                                          "<output stem>.quarantine.jsonl)."),
+        report: Path | None = typer.Option(None, "--report", help="Write the full report (every problem) as JSON."),
+    ):
+        """Print the detected format, then `line N: field: reason` per bad row. Exit 0 if every row is valid,
+        else 2."""
+        from training_platform.data.formats import DatasetError
+        from training_platform.data.io import write_json
+        from training_platform.data.validate import ingest_file, validate_file
+
+        with _guard():
+            try:
+                if output is not None:
+                    result = ingest_file(file, output, policy=policy, fmt=fmt, quarantine=quarantine)
+                else:
+                    result = validate_file(file, fmt=fmt)
+            except DatasetError as exc:  # file-level problems (missing file, unsupported type): same line format
+                for error in exc.errors:
+                    typer.echo(str(error))
+                raise typer.Exit(2) from None
+            if result.format is not None:
+                typer.echo(result.format)
+            for line in result.lines():
+                typer.echo(line)
+            if report is not None:
+                write_json(report, result.to_dict(max_rows=None))
+            if result.ok:
+                _err(f"OK: {result.rows} rows, all valid")
+            else:
+                _err(f"{len(result.bad_rows)} bad row(s) of {result.rows}")
+            if output is not None:
+                if result.accepted:
+                    _err(f"stored {result.valid_rows} rows: {output}"
+                         + (f"; quarantined {len(result.bad_rows)}: {result.quarantine}" if result.quarantine else ""))
+                else:
+                    _err(f"rejected: nothing stored ({policy})")
+            if not result.ok:
+                raise typer.Exit(2)
+
+    @data_app.command("convert")
+    def convert_cmd(
+        file: Path = typer.Argument(..., help="Input dataset."),
+        to: str = typer.Option(..., "--to", help="Target: messages, sharegpt, alpaca, prompt_completion, "
+                                                 "preference_plain, preference_conversational, rl_prompt, verl."),
+        output: Path = typer.Option(..., "--output", help="Output file (.jsonl/.json/.parquet/.csv)."),
+        fmt: str = typer.Option("auto", "--format", help="Input format (default: detected)."),
+        data_source: str = typer.Option("custom", "--data-source", help="verl data_source for rows without one."),
+        ability: str | None = typer.Option(None, "--ability", help="verl ability for rows without one."),
+        preview_tokenizer: Path | None = typer.Option(None, "--preview-tokenizer",
+                                                      help="Print the first rows rendered with this tokenizer's "
+                                                           "chat template."),
+        preview: int = typer.Option(3, "--preview", min=1, help="How many rows to preview."),
+    ):
+        """Convert between compatible formats (every row must convert, or nothing is written)."""
+        from training_platform.data.convert import convert_file, preview_chat_template
+
+        with _guard():
+            _need_file(file)
+            result = convert_file(file, output, to, fmt=fmt, data_source=data_source, ability=ability)
+            typer.echo(f"converted {result.converted} rows: {result.source_format} -> {result.target_format}: "
+                       f"{output}")
+            if preview_tokenizer is not None:
+                for item in preview_chat_template(output, preview_tokenizer, n=preview):
+                    typer.echo(f"--- row {item['index']} ({item['tokens']} tokens)")
+                    typer.echo(item["text"])
+
+    @data_app.command("clean")
+    def clean_cmd(
+        file: Path = typer.Argument(..., help="Input dataset."),
+        recipe: Path = typer.Option(..., "--recipe", help="Recipe YAML/JSON: ordered operators with params."),
+        output: Path = typer.Option(..., "--output", help="Cleaned dataset."),
+        report: Path = typer.Option(..., "--report", help="Report JSON (kept/removed per operator, samples)."),
+        fmt: str | None = typer.Option(None, "--format", help="Row format (default: recipe's, else detected)."),
+        samples: int = typer.Option(5, "--samples", min=0, help="Sample rows per operator in the report."),
+    ):
+        """Run a cleaning recipe."""
+        from training_platform.data.clean import clean_file, load_recipe
+
+        with _guard():
+            _need_file(file)
+            loaded = load_recipe(recipe)
+            result = clean_file(file, output, loaded, report_path=report, fmt=fmt, samples=samples)
+            for op in result["operators"]:
+                extra = f", modified {op['modified']}" if op["kind"] == "mapper" else ""
+                typer.echo(f"{op['index']:>2} {op['op']:24s} kept {op['kept']}, removed {op['removed']}{extra}")
+            typer.echo(f"kept {result['output_rows']} of {result['input_rows']} rows: {output}")
+
+    @data_app.command("dedup")
+    def dedup_cmd(
+        file: Path = typer.Argument(..., help="Input dataset."),
+        output: Path = typer.Option(..., "--output", help="Deduplicated dataset."),
+        report: Path = typer.Option(..., "--report", help="Report JSON (counts and clusters)."),
+        threshold: float = typer.Option(0.8, "--threshold", help="Jaccard similarity of near duplicates."),
+        num_perm: int = typer.Option(128, "--num-perm", help="MinHash permutations."),
+        ngram: int = typer.Option(5, "--ngram", help="Words per shingle."),
+        bands: int | None = typer.Option(None, "--bands", help="LSH bands (with --rows; default from threshold)."),
+        rows: int | None = typer.Option(None, "--rows", help="LSH rows per band."),
+        margin: float | None = typer.Option(None, "--margin", help="Accept estimated Jaccard >= threshold - margin "
+                                                                   "(default: 3 std of the estimator)."),
+        keep: str = typer.Option("first", "--keep", help="Which row of a cluster to keep: first or best "
+                                                         "(heuristic quality)."),
+        field: list[str] = typer.Option([], "--field", help="Text fields to compare (default: the format's)."),
+        fmt: str | None = typer.Option(None, "--format", help="Row format (default: detected)."),
+        exact: bool = typer.Option(True, "--exact/--no-exact", help="Exact (normalised text) duplicates."),
+        near: bool = typer.Option(True, "--near/--no-near", help="Near duplicates (MinHash LSH)."),
+    ):
+        """Remove exact and near duplicates; the report lists the duplicate clusters (0-based row indices)."""
+        from training_platform.data.dedup import DedupConfig, dedup_file
+
+        with _guard():
+            _need_file(file)
+            config = DedupConfig(threshold=threshold, num_perm=num_perm, ngram=ngram, bands=bands, rows=rows,
+                                 margin=margin, keep=keep, exact=exact, near=near)
+            result = dedup_file(file, output, config, report_path=report, fmt=fmt, fields=_parse_fields(field))
+            typer.echo(f"kept {result['output_rows']} of {result['input_rows']} rows "
+                       f"({result['exact_duplicates']} exact, {result['near_duplicates']} near duplicates, "
+                       f"{len(result['clusters'])} clusters): {output}")
+
+    @data_app.command("score")
+    def score_cmd(
+        file: Path = typer.Argument(..., help="Input dataset."),
+        output: Path = typer.Option(..., "--output", help="Rows with their scores under `_scores`."),
+        report: Path | None = typer.Option(None, "--report", help="Report JSON (score distributions, judge "
+                                                                   "counters)."),
+        heuristics: bool = typer.Option(True, "--heuristics/--no-heuristics", help="Heuristic scores."),
+        perplexity_model: Path | None = typer.Option(None, "--perplexity-model", help="Local causal LM directory."),
+        max_length: int = typer.Option(512, "--max-length", min=8, help="Tokens per row for perplexity."),
+        judge: Path | None = typer.Option(None, "--judge", help="Judge/reward endpoint config YAML/JSON."),
+        field: list[str] = typer.Option([], "--field", help="Text fields to score (default: the format's)."),
+        by: str | None = typer.Option(None, "--by", help="Filter on this score (e.g. quality, perplexity, judge)."),
+        min_value: float | None = typer.Option(None, "--min", help="Keep rows with score >= this."),
+        max_value: float | None = typer.Option(None, "--max", help="Keep rows with score <= this."),
+        top_k: int | None = typer.Option(None, "--top-k", help="Keep the k best rows."),
+        lowest: bool = typer.Option(False, "--lowest", help="Best = lowest (e.g. perplexity)."),
+    ):
+        """Score rows (heuristics, perplexity, judge); optionally keep rows by threshold or top-k."""
+        from training_platform.data.score import score_file, score_then_filter
+
+        with _guard():
+            _need_file(file)
+            kwargs = {"heuristics": heuristics, "perplexity_model": perplexity_model,
+                      "perplexity_max_length": max_length, "judge": judge, "fields": _parse_fields(field)}
+            if by is None and (min_value is not None or max_value is not None or top_k is not None):
+                raise ValueError("--by: name the score to filter on (e.g. --by quality)")
+            if by is not None:
+                result = score_then_filter(file, output, by=by, min_value=min_value, max_value=max_value,
+                                           top_k=top_k, lowest=lowest, report_path=report, **kwargs)
+                typer.echo(f"scored {result['rows']} rows, kept {result['filter']['output_rows']} by {by}: {output}")
+            else:
+                result = score_file(file, output, report_path=report, **kwargs)
+                typer.echo(f"scored {result['rows']} rows: {output}")
+            if "judge" in result:
+                j = result["judge"]
+                typer.echo(f"judge: {j['requests']} requests, {j['cache_hits']} cache hits, {j['errors']} errors, "
+                           f"mean latency {j['latency_mean_s']}s")
+
+    @data_app.command("report")
+    def report_cmd(
+        file: Path = typer.Argument(..., help="Input dataset."),
+        output: Path = typer.Option(..., "--output", help="Report JSON."),
+        eval_set: list[Path] = typer.Option([], "--eval-set", help="Eval set to check for contamination "
+                                                                   "(repeatable)."),
+        ngram: int = typer.Option(13, "--ngram", help="Contamination n-gram size (words)."),
+        min_matches: int = typer.Option(1, "--min-matches", min=1, help="Overlapping n-grams to flag a row."),
+        tokenizer: Path | None = typer.Option(None, "--tokenizer", help="Tokenizer directory for token lengths."),
+        dedup: bool = typer.Option(True, "--dedup/--no-dedup", help="Include the duplicate rate."),
+        field: list[str] = typer.Option([], "--field", help="Text fields (default: the format's)."),
+        fmt: str | None = typer.Option(None, "--format", help="Row format (default: detected)."),
+    ):
+        """Audit: length/turn distributions, distinct-1/2, difficulty buckets, duplicates, contamination."""
+        from training_platform.data.report import audit_file
+
+        with _guard():
+            _need_file(file)
+            for path in eval_set:
+                _need_file(path, "--eval-set")
+            result = audit_file(file, eval_sets=list(eval_set), tokenizer=tokenizer, fmt=fmt,
+                                fields=_parse_fields(field), ngram=ngram, min_matches=min_matches, dedup=dedup,
+                                report_path=output)
+            line = (f"{result['rows']} rows, distinct-1 {result['distinct_1']}, distinct-2 {result['distinct_2']}, "
+                    f"difficulty {json.dumps(result['difficulty_buckets'])}")
+            if "contaminated_rows" in result:
+                line += f", {len(result['contaminated_rows'])} contaminated"
+            typer.echo(f"{line}: {output}")
+
+    @data_app.command("decontaminate")
+    def decontaminate_cmd(
+        file: Path = typer.Argument(..., help="Input dataset."),
+        eval_set: list[Path] = typer.Option(..., "--eval-set", help="Eval set (repeatable)."),
+        output: Path = typer.Option(..., "--output", help="Rows without eval overlap."),
+        report: Path | None = typer.Option(None, "--report", help="Report JSON (removed rows)."),
+        ngram: int = typer.Option(13, "--ngram", help="N-gram size (words)."),
+        min_matches: int = typer.Option(1, "--min-matches", min=1),
+    ):
+        """Remove rows that overlap registered eval sets."""
+        from training_platform.data.contamination import decontaminate_file
+
+        with _guard():
+            _need_file(file)
+            for path in eval_set:
+                _need_file(path, "--eval-set")
+            result = decontaminate_file(file, output, list(eval_set), n=ngram, min_matches=min_matches,
+                                        report_path=report)
+            typer.echo(f"removed {result['removed_rows']} contaminated rows, kept {result['output_rows']}: {output}")
+
+    @data_app.command("resample")
+    def resample_cmd(
+        file: Path = typer.Argument(..., help="Input dataset."),
+        mix: str = typer.Option(..., "--mix", help="Target difficulty mix, e.g. easy=0.2,medium=0.5,hard=0.3."),
+        output: Path = typer.Option(..., "--output", help="Resampled dataset."),
+        total: int | None = typer.Option(None, "--total", min=1, help="Rows to draw (default: the most possible)."),
+        replace: bool = typer.Option(False, "--replace", help="Sample with replacement."),
+        seed: int = typer.Option(0, "--seed"),
+        report: Path | None = typer.Option(None, "--report"),
+    ):
+        """Resample rows to a target easy/medium/hard mix."""
+        from training_platform.data.report import resample_to_mix
+
+        with _guard():
+            _need_file(file)
+            try:
+                weights = {k.strip(): float(v) for k, v in (part.split("=", 1) for part in mix.split(","))}
+            except ValueError:
+                raise ValueError(f"--mix: expected easy=W,medium=W,hard=W, got {mix!r}") from None
+            result = resample_to_mix(file, output, weights, total=total, replace=replace, seed=seed,
+                                     report_path=report)
+            typer.echo(f"drew {result['output_rows']} rows {json.dumps(result['output_buckets'])}: {output}")
