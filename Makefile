@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 
-.PHONY: setup test lint demo clean
+.PHONY: setup test lint demo up clean
 
 setup: $(BIN)/tp
 
@@ -19,6 +19,9 @@ test: setup
 
 lint: setup
 	$(BIN)/ruff check training_platform tests bench
+
+up: setup
+	$(BIN)/tp up
 
 demo: setup
 	$(BIN)/tp demo prepare
