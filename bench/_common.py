@@ -6,6 +6,7 @@ run in a fresh interpreter (no warm caches or leftover threads from an earlier r
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -102,10 +103,8 @@ def machine_info() -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
     }
-    try:
+    with contextlib.suppress(OSError):
         info["load_avg_1_5_15"] = [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        pass
     for module in ("torch", "transformers", "trl", "datasets"):
         try:
             info[module] = __import__(module).__version__
