@@ -12,7 +12,18 @@ from fastapi import APIRouter, FastAPI
 
 from training_platform.api import errors
 from training_platform.api.observability import ObservabilityMiddleware, RequestMetrics
-from training_platform.api.routes import checkpoints, config, health, jobs, logs, metrics, models, monitoring, users
+from training_platform.api.routes import (
+    checkpoints,
+    config,
+    datasets,
+    health,
+    jobs,
+    logs,
+    metrics,
+    models,
+    monitoring,
+    users,
+)
 
 API_PREFIX = "/api/v1"
 
@@ -45,7 +56,7 @@ def create_app() -> FastAPI:
     errors.install(app)
 
     api = APIRouter(prefix=API_PREFIX)
-    for module in (jobs, metrics, logs, checkpoints, models, users, monitoring, health, config):
+    for module in (jobs, metrics, logs, checkpoints, models, datasets, users, monitoring, health, config):
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(health.router, include_in_schema=False)  # /health, /metrics

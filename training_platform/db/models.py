@@ -133,3 +133,44 @@ class Checkpoint(SQLModel, table=True):
     size_bytes: int = Field(sa_column=Column(BigInteger, nullable=False))
     removed: bool = False  # rotated away by keep_last_checkpoints
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class Dataset(SQLModel, table=True):
+    """A named dataset of one owner: a series of immutable, content-addressed versions (`dataset_versions`)."""
+
+    __tablename__ = "datasets"
+    __table_args__ = (UniqueConstraint("owner_id", "name", name="uq_dataset_owner_name"),)
+    id: int | None = Field(default=None, primary_key=True)
+    owner_id: int = Field(foreign_key="users.id", index=True)
+    name: str = Field(max_length=128)
+    description: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    # The latest version (set on every new version). No foreign key: datasets <-> versions would be a cycle.
+    current_version_id: int | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class DatasetVersionRecord(SQLModel, table=True):
+    """One immutable dataset version, named by the sha256 of its file's bytes. The file lives in the content store
+    (`path`, relative to TP_DATA_DIR: `datasets/<sha[:2]>/<sha><suffix>`); lineage = parent version + the operation
+    and its full parameters (`recipe`) that produced it."""
+
+    __tablename__ = "dataset_versions"
+    __table_args__ = (UniqueConstraint("dataset_id", "sha256", name="uq_dataset_version_sha"),)
+    id: int | None = Field(default=None, primary_key=True)
+    dataset_id: int = Field(foreign_key="datasets.id", index=True)
+    sha256: str = Field(max_length=64, index=True)
+    path: str = Field(sa_column=Column(Text, nullable=False))
+    format: str | None = Field(default=None, max_length=32)
+    rows: int = 0
+    size_bytes: int = Field(default=0, sa_column=Column(BigInteger, nullable=False, default=0))
+    # field -> JSON type(s), e.g. {"messages": "array", "id": "integer|null"} ("schema" would shadow BaseModel's)
+    row_schema: dict[str, Any] = Field(default_factory=dict, sa_column=Column("schema", JSON, nullable=False))
+    stats: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    report: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))  # validation / operation report
+    audit: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))  # `report.audit_file`, on demand
+    parent_version_id: int | None = Field(default=None, foreign_key="dataset_versions.id", index=True)
+    operation: str = Field(max_length=32)  # upload | register | clean | dedup | convert | score | decontaminate
+    recipe: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))  # the operation's full parameters
+    job_id: int | None = Field(default=None, index=True)  # the data job that produced it (no FK: jobs are deletable)
+    created_at: datetime = Field(default_factory=utcnow)

@@ -247,7 +247,7 @@ def run_platform(*, host: str, port: int, app: str, grace_s: float, echo=print) 
         bootstrap(data_dir, echo=echo)
         get_engine().dispose()  # the children open their own connections
         children.start("api", api_argv(host=host, port=port, app=app))
-        children.start("worker", worker_argv(name=f"train-{os.getpid()}@%h"))
+        children.start("worker", worker_argv(queues="train,data", name=f"worker-{os.getpid()}@%h"))
         children.start("beat", beat_argv(data_dir / "celerybeat-schedule"))
         echo(f"API listening on http://{host}:{port}  (Ctrl-C stops everything)")
         while not stop_requested:

@@ -1,0 +1,726 @@
+"""Datasets as content-hashed versions: upload or register, list, versions with lineage, row preview, audit stats,
+operations (queued as `data` jobs), delete.
+
+Every upload, registration and operation creates an immutable version named by the sha256 of its file. An upload
+is streamed to disk chunk by chunk (at most `TP_MAX_UPLOAD_MB`, default 512 MB; 413 beyond, nothing kept), then
+validated row by row: policy `reject` refuses the whole file on any bad row (422 listing `line N: field` problems,
+nothing stored), policy `quarantine` stores the good rows and keeps the bad ones aside (listed in the report).
+A version's `path` is relative to TP_DATA_DIR: use it as `data.train_file` in a job config (the run's manifest then
+records the same sha256).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import urllib.parse
+from pathlib import Path
+from typing import IO, Annotated, Any, Literal
+
+from fastapi import APIRouter, HTTPException, Query, Request, Response, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field, StringConstraints
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy import func
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, select
+
+from training_platform.api import schemas
+from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
+from training_platform.api.errors import ValidationFailed, conflict, not_found
+from training_platform.api.jobspec import check_path, resolve_path
+from training_platform.db import crud
+from training_platform.db import datasets_crud as dcrud
+from training_platform.db.models import Dataset, DatasetVersionRecord, User
+from training_platform.settings import Settings
+
+log = logging.getLogger("training_platform.api.datasets")
+
+router = APIRouter(prefix="/datasets", tags=["datasets"])
+
+FORM_FIELDS = ("name", "format", "policy", "description")
+MAX_FIELD_BYTES = 64 * 1024
+FORM_OVERHEAD = 1 << 20  # multipart framing + text fields allowed on top of the file itself
+DatasetName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128,
+                                               pattern=schemas.NAME_PATTERN)]
+Policy = Literal["reject", "quarantine"]
+
+
+class UploadLimits(BaseSettings):
+    """Read per request, so a changed environment applies without a restart of the settings cache."""
+
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
+    max_upload_mb: float = Field(512.0, validation_alias="TP_MAX_UPLOAD_MB", gt=0)
+
+    @property
+    def max_bytes(self) -> int:
+        return int(self.max_upload_mb * 1024 * 1024)
+
+
+# ---------------------------------------------------------------------------------------------- models
+
+
+class DatasetRead(BaseModel):
+    id: int
+    name: str
+    owner: str
+    description: str
+    current_version_id: int | None
+    version_count: int
+    created_at: schemas.UtcDatetime
+    updated_at: schemas.UtcDatetime
+
+
+class VersionRead(BaseModel):
+    id: int
+    dataset_id: int
+    sha256: str
+    path: str = Field(description="Relative to TP_DATA_DIR: usable as `data.train_file` in a job config.")
+    format: str | None
+    rows: int
+    size_bytes: int
+    row_schema: dict[str, Any] = Field(serialization_alias="schema", description="Field -> JSON type(s).")
+    stats: dict[str, Any]
+    parent_version_id: int | None
+    operation: str
+    recipe: dict[str, Any] | None
+    job_id: int | None
+    created_at: schemas.UtcDatetime
+
+
+class LineageItem(BaseModel):
+    id: int
+    sha256: str
+    operation: str
+    recipe: dict[str, Any] | None
+    job_id: int | None
+    parent_version_id: int | None
+    rows: int
+    created_at: schemas.UtcDatetime
+
+
+class VersionDetail(VersionRead):
+    report: dict[str, Any] | None
+    lineage: list[LineageItem] = Field(description="Ancestors, nearest first, up to the root upload/register.")
+    audit_cached: bool
+
+
+class DatasetIngested(BaseModel):
+    dataset: DatasetRead
+    version: VersionDetail
+    created: bool = Field(description="False: the dataset already had this content; its version is returned.")
+    report: dict[str, Any] = Field(description="This request's validation report.")
+
+
+class RegisterBody(schemas.RequestBody):
+    name: DatasetName
+    path: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4096)] = Field(
+        description="A file on the server, inside the allowed directories (relative paths: under TP_DATA_DIR).")
+    format: str | None = None
+    policy: Policy = "reject"
+    description: Annotated[str, StringConstraints(max_length=2000)] = ""
+
+
+class OperationCreate(schemas.RequestBody):
+    operation: Literal["clean", "dedup", "convert", "score", "decontaminate"]
+    params: dict[str, Any] = Field(default_factory=dict, description=(
+        'clean: {"recipe": {...}}; dedup: {"threshold", "num_perm", "ngram", ...}; convert: {"to": FORMAT}; '
+        'score: {"heuristics", "by", "min", "max", "top_k", ...}; decontaminate: {"eval_sets": [paths], "ngram"}'))
+    name: schemas.JobName | None = None
+    priority: schemas.Priority = 0
+
+
+class RowItem(BaseModel):
+    index: int = Field(description="0-based row index.")
+    line: int = Field(description="1-based line (JSONL) or record number.")
+    row: Any
+
+
+class RowsPage(BaseModel):
+    items: list[RowItem]
+    total: int = Field(description="Rows matching `q` (all rows without `q`).")
+    limit: int
+    offset: int
+    q: str | None
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def _can_see(user: User, dataset: Dataset) -> bool:
+    return user.is_admin or dataset.owner_id == user.id
+
+
+def _visible_dataset(session: Session, user: User, dataset_id: int) -> Dataset:
+    dataset = session.get(Dataset, dataset_id)
+    if dataset is None or not _can_see(user, dataset):
+        raise not_found(f"dataset {dataset_id}")
+    return dataset
+
+
+def _version_of(session: Session, dataset: Dataset, version_id: int) -> DatasetVersionRecord:
+    version = session.get(DatasetVersionRecord, version_id)
+    if version is None or version.dataset_id != dataset.id:
+        raise not_found(f"version {version_id} of dataset {dataset.id}")
+    return version
+
+
+def _dataset_out(session: Session, dataset: Dataset, owner_name: str | None = None, count: int | None = None) -> dict:
+    if owner_name is None:
+        owner = session.get(User, dataset.owner_id)
+        owner_name = owner.name if owner is not None else f"#{dataset.owner_id}"
+    if count is None:
+        count = session.exec(select(func.count()).select_from(DatasetVersionRecord)
+                             .where(DatasetVersionRecord.dataset_id == dataset.id)).one()
+    return {**dataset.model_dump(), "owner": owner_name, "version_count": count}
+
+
+def _version_out(version: DatasetVersionRecord) -> dict:
+    return version.model_dump(exclude={"report", "audit"})
+
+
+def _version_detail(session: Session, version: DatasetVersionRecord) -> dict:
+    return {**version.model_dump(exclude={"audit"}), "audit_cached": version.audit is not None,
+            "lineage": [v.model_dump(include=set(LineageItem.model_fields)) for v in dcrud.lineage(session, version)]}
+
+
+def _refused(exc: dcrud.IngestRefused) -> JSONResponse:
+    detail = [{"loc": loc, "msg": msg} for loc, msg in exc.errors]
+    shown_rows = {loc.split(":", 1)[0] for loc, _ in exc.errors if loc.startswith("line ")}
+    if exc.bad_rows > len(shown_rows):
+        detail.append({"loc": "<file>", "msg": f"{exc.bad_rows} bad rows in all (the first are listed)"})
+    return JSONResponse({"detail": detail, "rows": exc.rows, "bad_rows": exc.bad_rows, "policy": exc.policy,
+                         "stored": False}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+
+def _ingest(session: Session, user: User, file: Path, settings: Settings, *, name: str, suffix: str, fmt: str | None,
+            policy: str, description: str, operation: str, recipe: dict, source: str) -> dict | JSONResponse:
+    """Store a temp file as a version (consumes the file); the response body, or a 422 response."""
+    try:
+        result = dcrud.ingest_file(session, user, file, name=name, suffix=suffix, settings=settings,
+                                   description=description, fmt=fmt, policy=policy, operation=operation,
+                                   recipe=recipe, source=source)
+        session.commit()
+    except dcrud.IngestRefused as exc:
+        session.rollback()
+        return _refused(exc)
+    except IntegrityError:  # a concurrent request created the same dataset or version first
+        session.rollback()
+        raise conflict(f"dataset {name!r} was changed by a concurrent request; try again") from None
+    log.info("dataset %s (%s) %s by %s: version %s sha256 %s (%s rows)%s", result.dataset.id, name, operation,
+             user.name, result.version.id, result.version.sha256[:12], result.version.rows,
+             "" if result.created else " [existing]")
+    return {"dataset": _dataset_out(session, result.dataset, user.name), "version": _version_detail(session,
+                                                                                                    result.version),
+            "created": result.created, "report": result.report}
+
+
+# ---------------------------------------------------------------------------------------------- multipart upload
+
+
+class MultipartError(ValueError):
+    pass
+
+
+_PARAM = re.compile(r';\s*([^=;\s]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^;]*)')
+
+
+def _content_disposition(value: str) -> dict[str, str]:
+    params: dict[str, str] = {}
+    for key, raw in _PARAM.findall(";" + value.split(";", 1)[1] if ";" in value else ""):
+        raw = raw.strip()
+        if raw.startswith('"') and raw.endswith('"') and len(raw) >= 2:
+            raw = re.sub(r"\\(.)", r"\1", raw[1:-1])
+        key = key.lower()
+        if key.endswith("*"):  # RFC 5987: charset'lang'percent-encoded
+            parts = raw.split("'", 2)
+            raw = urllib.parse.unquote(parts[-1], encoding=parts[0] or "utf-8", errors="replace")
+            key = key[:-1]
+        params[key] = raw
+    return params
+
+
+class MultipartStream:
+    """A streaming multipart/form-data parser: `feed` bytes as they arrive, parts are reported through
+    `part_begin(name, filename)`, `part_data(bytes)` and `part_end()`; memory stays bounded by the chunk size."""
+
+    MAX_HEADER_BYTES = 16 * 1024
+
+    def __init__(self, boundary: bytes):
+        self.dash_boundary = b"--" + boundary
+        self.delimiter = b"\r\n--" + boundary
+        self.buf = b""
+        self.state = "preamble"
+
+    def part_begin(self, name: str, filename: str | None) -> None:
+        raise NotImplementedError
+
+    def part_data(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def part_end(self) -> None:
+        raise NotImplementedError
+
+    def feed(self, data: bytes) -> None:
+        self.buf += data
+        while True:
+            if self.state == "preamble":
+                i = self.buf.find(self.dash_boundary)
+                if i < 0:
+                    self.buf = self.buf[-(len(self.dash_boundary) - 1):]
+                    return
+                self.buf = self.buf[i + len(self.dash_boundary):]
+                self.state = "boundary"
+            elif self.state == "boundary":
+                if len(self.buf) < 2:
+                    return
+                if self.buf.startswith(b"--"):
+                    self.state, self.buf = "end", b""
+                    return
+                stripped = self.buf.lstrip(b" \t")  # transport padding
+                if len(stripped) < 2:
+                    return
+                if not stripped.startswith(b"\r\n"):
+                    raise MultipartError("malformed multipart boundary")
+                self.buf, self.state = stripped[2:], "headers"
+            elif self.state == "headers":
+                i = self.buf.find(b"\r\n\r\n")
+                if i < 0:
+                    if len(self.buf) > self.MAX_HEADER_BYTES:
+                        raise MultipartError("multipart part headers too large")
+                    return
+                self._begin(self.buf[:i])
+                self.buf, self.state = self.buf[i + 4:], "data"
+            elif self.state == "data":
+                i = self.buf.find(self.delimiter)
+                if i < 0:
+                    keep = len(self.delimiter) - 1
+                    if len(self.buf) > keep:
+                        self.part_data(self.buf[:-keep])
+                        self.buf = self.buf[-keep:]
+                    return
+                if i:
+                    self.part_data(self.buf[:i])
+                self.part_end()
+                self.buf, self.state = self.buf[i + len(self.delimiter):], "boundary"
+            else:  # end: the epilogue is ignored
+                self.buf = b""
+                return
+
+    def _begin(self, raw: bytes) -> None:
+        headers: dict[str, str] = {}
+        for line in raw.decode("utf-8", errors="replace").split("\r\n"):
+            if ":" in line:
+                key, value = line.split(":", 1)
+                headers[key.strip().lower()] = value.strip()
+        disposition = headers.get("content-disposition", "")
+        if not disposition.lower().startswith("form-data"):
+            raise MultipartError("each multipart part needs Content-Disposition: form-data")
+        params = _content_disposition(disposition)
+        if "name" not in params:
+            raise MultipartError("a multipart part has no name")
+        self.part_begin(params["name"], params.get("filename"))
+
+    def close(self) -> None:
+        if self.state != "end":
+            raise MultipartError("the multipart body ended before its closing boundary")
+
+
+class UploadForm(MultipartStream):
+    """The upload form: the `file` part goes straight to a temp file under datasets/tmp (at most `max_bytes`),
+    text fields are kept in memory (64 KB each)."""
+
+    def __init__(self, boundary: bytes, settings: Settings, max_bytes: int):
+        super().__init__(boundary)
+        self.settings, self.max_bytes = settings, max_bytes
+        self.fields: dict[str, str] = {}
+        self.filename: str | None = None
+        self.suffix: str | None = None
+        self.path: Path | None = None
+        self.size = 0
+        self._file: IO[bytes] | None = None
+        self._field: str | None = None
+        self._value = bytearray()
+
+    def part_begin(self, name: str, filename: str | None) -> None:
+        if name == "file" or filename is not None:
+            if name != "file":
+                raise ValidationFailed([(name, "unexpected file field; send the dataset as `file`")])
+            if self.path is not None:
+                raise ValidationFailed([("file", "send one file per upload")])
+            try:
+                self.suffix = dcrud.normalize_suffix(filename or "")
+            except ValueError as exc:
+                raise ValidationFailed([("file", f"{filename!r}: {exc}")]) from None
+            self.filename = Path(filename or "").name
+            self.path = dcrud.new_tmp_path(self.settings, self.suffix)
+            self._file = self.path.open("wb")
+            return
+        if name not in FORM_FIELDS:
+            raise ValidationFailed([(name, f"unknown form field; use file, {', '.join(FORM_FIELDS)}")])
+        self._field, self._value = name, bytearray()
+
+    def part_data(self, data: bytes) -> None:
+        if self._file is not None:
+            self.size += len(data)
+            if self.size > self.max_bytes:
+                raise _too_large(self.max_bytes)
+            self._file.write(data)
+            return
+        self._value += data
+        if len(self._value) > MAX_FIELD_BYTES:
+            raise ValidationFailed([(self._field or "<form>", f"longer than {MAX_FIELD_BYTES} bytes")])
+
+    def part_end(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        elif self._field is not None:
+            self.fields[self._field] = self._value.decode("utf-8", errors="replace")
+            self._field = None
+
+    def discard(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+
+
+def _too_large(max_bytes: int) -> HTTPException:
+    return HTTPException(status.HTTP_413_CONTENT_TOO_LARGE,
+                         detail=f"the upload is larger than the limit of {max_bytes / 2**20:g} MB (TP_MAX_UPLOAD_MB); "
+                                f"nothing was stored")
+
+
+def _boundary(content_type: str) -> bytes:
+    mime, _, rest = content_type.partition(";")
+    if mime.strip().lower() != "multipart/form-data":
+        raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+                            detail="upload the dataset as multipart/form-data (fields: file, name, format, policy, "
+                                   f"description), got {mime.strip() or 'no Content-Type'!r}")
+    params = _content_disposition("x;" + rest)
+    boundary = params.get("boundary", "")
+    if not boundary or len(boundary) > 200:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, detail="multipart/form-data without a valid boundary")
+    return boundary.encode("latin-1", errors="replace")
+
+
+UPLOAD_OPENAPI = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["file", "name"],
+    "properties": {
+        "file": {"type": "string", "format": "binary", "description": "JSONL, JSON, Parquet or CSV."},
+        "name": {"type": "string", "pattern": schemas.NAME_PATTERN, "maxLength": 128,
+                 "description": "Dataset name (yours; an existing name gets a new version)."},
+        "format": {"type": "string", "description": "Row format (default: detected from the first row)."},
+        "policy": {"type": "string", "enum": ["reject", "quarantine"], "default": "reject"},
+        "description": {"type": "string"},
+    }}}}}}
+
+
+def _form_values(form: UploadForm) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    errors: list[tuple[str, str]] = []
+    fields = {k: v.strip() for k, v in form.fields.items()}
+    if form.path is None:
+        errors.append(("file", "field required: the dataset file"))
+    name = fields.get("name", "")
+    if not name:
+        errors.append(("name", "field required"))
+    elif len(name) > 128 or not re.match(schemas.NAME_PATTERN, name):
+        errors.append(("name", "may only contain letters, digits, '_', '.', '-' and must start with a letter or "
+                               "digit (at most 128 characters)"))
+    policy = fields.get("policy") or "reject"
+    if policy not in ("reject", "quarantine"):
+        errors.append(("policy", f"must be reject or quarantine, got {policy!r}"))
+    fmt = fields.get("format") or None
+    fmt = None if fmt == "auto" else fmt
+    from training_platform.data.formats import DATA_FORMATS
+
+    if fmt is not None and fmt not in DATA_FORMATS:
+        errors.append(("format", f"unknown format {fmt!r}; use auto or one of {', '.join(DATA_FORMATS)}"))
+    description = fields.get("description", "")
+    if len(description) > 2000:
+        errors.append(("description", "must be at most 2000 characters"))
+    return {"name": name, "policy": policy, "fmt": fmt, "description": description}, errors
+
+
+# ---------------------------------------------------------------------------------------------- endpoints
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=DatasetIngested, openapi_extra=UPLOAD_OPENAPI,
+             responses={200: {"model": DatasetIngested, "description": "Same content as an existing version"},
+                        413: {"model": schemas.ErrorOut, "description": "Larger than TP_MAX_UPLOAD_MB"},
+                        422: {"model": schemas.ErrorOut, "description": "Bad rows (policy reject) or fields"}})
+async def upload_dataset(request: Request, response: Response, session: SessionDep, user: CurrentUser,
+                         settings: SettingsDep):
+    """Upload a dataset file (multipart: `file`, `name`, optional `format`, `policy` reject|quarantine,
+    `description`). Creates the dataset on first use; every distinct content is a new version named by its
+    sha256 (201); content the dataset already has returns that version (200)."""
+    max_bytes = UploadLimits().max_bytes
+    session.commit()  # authenticated: give the connection back while the body streams in (objects stay loaded)
+    boundary = _boundary(request.headers.get("content-type", ""))
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_bytes + FORM_OVERHEAD:
+        raise _too_large(max_bytes)  # refused before reading a byte
+    form = UploadForm(boundary, settings, max_bytes)
+    received = 0
+    try:
+        async for chunk in request.stream():
+            received += len(chunk)
+            if received > max_bytes + FORM_OVERHEAD:
+                raise _too_large(max_bytes)
+            form.feed(chunk)
+        form.close()
+        values, errors = _form_values(form)
+        if errors:
+            raise ValidationFailed(errors)
+    except MultipartError as exc:
+        form.discard()
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=f"malformed multipart body: {exc}") from None
+    except BaseException:
+        form.discard()
+        raise
+    recipe = {"filename": form.filename, "policy": values["policy"], "format": values["fmt"] or "auto"}
+    try:
+        body = await run_in_threadpool(
+            _ingest, session, user, form.path, settings, name=values["name"], suffix=form.suffix, fmt=values["fmt"],
+            policy=values["policy"], description=values["description"], operation="upload", recipe=recipe,
+            source=form.filename)
+    finally:
+        form.discard()
+    if isinstance(body, Response):
+        return body
+    if not body["created"]:
+        response.status_code = status.HTTP_200_OK
+    return body
+
+
+@router.post("/register", status_code=status.HTTP_201_CREATED, response_model=DatasetIngested,
+             dependencies=[JsonBody],
+             responses={200: {"model": DatasetIngested, "description": "Same content as an existing version"},
+                        422: {"model": schemas.ErrorOut, "description": "Path policy, bad rows or fields"}})
+def register_dataset(body: RegisterBody, response: Response, session: SessionDep, user: CurrentUser,
+                     settings: SettingsDep):
+    """Register a file already on the server (inside the allowed directories). It is validated like an upload and
+    copied into the content store, so the version stays immutable whatever happens to the original."""
+    from training_platform.data.formats import DATA_FORMATS
+
+    errors: list[tuple[str, str]] = []
+    problem = check_path("path", body.path, settings)
+    if problem is not None:
+        errors.append(tuple(problem))
+    fmt = None if body.format in (None, "", "auto") else body.format
+    if fmt is not None and fmt not in DATA_FORMATS:
+        errors.append(("format", f"unknown format {fmt!r}; use auto or one of {', '.join(DATA_FORMATS)}"))
+    if errors:
+        raise ValidationFailed(errors)
+    source = resolve_path(body.path, settings)
+    if not source.is_file():
+        raise ValidationFailed([("path", f"no such file: {body.path}")])
+    try:
+        suffix = dcrud.normalize_suffix(source.name)
+    except ValueError as exc:
+        raise ValidationFailed([("path", str(exc))]) from None
+    temp = dcrud.new_tmp_path(settings, suffix, "register")
+    try:
+        shutil.copyfile(source, temp)  # a snapshot: the original may change after we hashed it
+        recipe = {"source": body.path, "resolved": str(source), "policy": body.policy, "format": fmt or "auto"}
+        result = _ingest(session, user, temp, settings, name=body.name, suffix=suffix, fmt=fmt, policy=body.policy,
+                         description=body.description, operation="register", recipe=recipe, source=str(source))
+    finally:
+        temp.unlink(missing_ok=True)
+    if isinstance(result, Response):
+        return result
+    if not result["created"]:
+        response.status_code = status.HTTP_200_OK
+    return result
+
+
+@router.get("", response_model=schemas.Page[DatasetRead])
+def list_datasets(
+    session: SessionDep,
+    user: CurrentUser,
+    q: Annotated[str | None, Query(max_length=200, description="Name contains (case-insensitive).")] = None,
+    owner: Annotated[str | None, Query(max_length=64, description="Owner name (admins; others see only theirs).")]
+    = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+):
+    conditions = []
+    if not user.is_admin:
+        conditions.append(Dataset.owner_id == user.id)
+    if q:
+        conditions.append(func.lower(Dataset.name).contains(q.lower(), autoescape=True))
+    if owner:
+        conditions.append(User.name == owner)
+    counts = (select(DatasetVersionRecord.dataset_id, func.count().label("n"))
+              .group_by(DatasetVersionRecord.dataset_id).subquery())
+    base = (select(Dataset, User.name, func.coalesce(counts.c.n, 0))
+            .join(User, User.id == Dataset.owner_id)
+            .join(counts, counts.c.dataset_id == Dataset.id, isouter=True)
+            .where(*conditions))
+    total = session.exec(select(func.count()).select_from(base.subquery())).one()
+    rows = session.exec(base.order_by(Dataset.updated_at.desc(), Dataset.id.desc()).limit(limit).offset(offset)).all()
+    return {"items": [_dataset_out(session, d, owner_name, n) for d, owner_name, n in rows], "total": total,
+            "limit": limit, "offset": offset}
+
+
+@router.get("/{dataset_id}", response_model=DatasetRead)
+def get_dataset(dataset_id: int, session: SessionDep, user: CurrentUser):
+    return _dataset_out(session, _visible_dataset(session, user, dataset_id))
+
+
+@router.delete("/{dataset_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
+               responses={409: {"model": schemas.ErrorOut, "description": "A job still references a version"}})
+def delete_dataset(dataset_id: int, session: SessionDep, user: CurrentUser, settings: SettingsDep):
+    """Delete a dataset that no job references: its versions' rows and content files (content another dataset
+    shares is kept), its quarantine files and reports. 409 while any job config names one of its version files
+    (e.g. a training job's `data.train_file`; delete that job first) or a data job is still working on it."""
+    dataset = _visible_dataset(session, user, dataset_id)
+    refs = dcrud.referencing_jobs(session, dataset, settings)
+    if refs:
+        shown = "; ".join(why for _, why in refs[:10])
+        raise conflict(f"dataset {dataset_id} is in use by {len(refs)} job(s): {shown}")
+    files = dcrud.delete_dataset(session, dataset, settings)
+    session.commit()
+    dcrud.remove_files(files, settings)
+    log.info("dataset %s (%s) deleted by %s", dataset_id, dataset.name, user.name)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get("/{dataset_id}/versions", response_model=schemas.Page[VersionRead])
+def list_versions(
+    dataset_id: int,
+    session: SessionDep,
+    user: CurrentUser,
+    job_id: Annotated[int | None, Query(description="Only the version this data job produced.")] = None,
+    operation: Annotated[str | None, Query(max_length=32)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+):
+    dataset = _visible_dataset(session, user, dataset_id)
+    conditions = [DatasetVersionRecord.dataset_id == dataset.id]
+    if job_id is not None:
+        conditions.append(DatasetVersionRecord.job_id == job_id)
+    if operation:
+        conditions.append(DatasetVersionRecord.operation == operation)
+    base = select(DatasetVersionRecord).where(*conditions)
+    total = session.exec(select(func.count()).select_from(base.subquery())).one()
+    rows = session.exec(base.order_by(DatasetVersionRecord.id.asc()).limit(limit).offset(offset)).all()
+    return {"items": [_version_out(v) for v in rows], "total": total, "limit": limit, "offset": offset}
+
+
+@router.get("/{dataset_id}/versions/{version_id}", response_model=VersionDetail)
+def get_version(dataset_id: int, version_id: int, session: SessionDep, user: CurrentUser):
+    """The version with its report and its lineage (ancestors up to the root, each with operation + recipe)."""
+    dataset = _visible_dataset(session, user, dataset_id)
+    return _version_detail(session, _version_of(session, dataset, version_id))
+
+
+def _stored_file(version: DatasetVersionRecord, settings: Settings) -> Path:
+    path = dcrud.absolute(version.path, settings)
+    if not path.is_file():
+        raise HTTPException(status.HTTP_410_GONE, detail=f"the file of version {version.id} is missing from the "
+                                                         f"content store ({version.path})")
+    return path
+
+
+def _plain(row: Any) -> Any:
+    try:
+        json.dumps(row)
+        return row
+    except (TypeError, ValueError):
+        return json.loads(json.dumps(row, default=str))
+
+
+@router.get("/{dataset_id}/versions/{version_id}/rows", response_model=RowsPage)
+def version_rows(
+    dataset_id: int,
+    version_id: int,
+    session: SessionDep,
+    user: CurrentUser,
+    settings: SettingsDep,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    q: Annotated[str | None, Query(max_length=200, description="Case-insensitive substring of the row's JSON.")]
+    = None,
+):
+    """A page of rows, streamed from the file (never loaded whole). With `q`, only rows whose JSON text contains
+    it (case-insensitive); `total` counts every match."""
+    from training_platform.data.io import iter_records
+
+    dataset = _visible_dataset(session, user, dataset_id)
+    version = _version_of(session, dataset, version_id)
+    path = _stored_file(version, settings)
+    needle = q.casefold() if q else None
+    items: list[dict] = []
+    matched = 0
+    for record in iter_records(path):
+        row = record.row if record.error is None else {"error": str(record.error), "raw": record.raw}
+        if needle is not None:
+            text = json.dumps(row, ensure_ascii=False, default=str).casefold()
+            if needle not in text:
+                continue
+        if matched >= offset and len(items) < limit:
+            items.append({"index": record.index, "line": record.line, "row": _plain(row)})
+        matched += 1
+        if needle is None and len(items) >= limit:
+            break
+    total = matched if needle is not None else version.rows
+    return {"items": items, "total": total, "limit": limit, "offset": offset, "q": q}
+
+
+@router.get("/{dataset_id}/versions/{version_id}/stats")
+def version_stats(dataset_id: int, version_id: int, session: SessionDep, user: CurrentUser, settings: SettingsDep,
+                  refresh: Annotated[bool, Query(description="Recompute instead of the cached report.")] = False
+                  ) -> dict[str, Any]:
+    """The audit report of the version (length/turn distributions, distinct-n, difficulty buckets, duplicates),
+    computed on first request and cached on the version (versions never change)."""
+    from training_platform.data.report import audit_file
+
+    dataset = _visible_dataset(session, user, dataset_id)
+    version = _version_of(session, dataset, version_id)
+    if version.audit is not None and not refresh:
+        return {"version_id": version.id, "sha256": version.sha256, "cached": True, **version.audit}
+    path = _stored_file(version, settings)
+    try:
+        audit = dcrud.jsonable(audit_file(path, fmt=version.format))
+    except Exception as exc:  # noqa: BLE001 - the data layer's own errors, reported as such
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                            detail=f"cannot audit version {version.id}: {type(exc).__name__}: {exc}") from None
+    version.audit = dcrud.compact(audit)
+    session.add(version)
+    session.commit()
+    return {"version_id": version.id, "sha256": version.sha256, "cached": False, **version.audit}
+
+
+@router.post("/{dataset_id}/versions/{version_id}/operations", status_code=status.HTTP_202_ACCEPTED,
+             response_model=schemas.JobSubmitted, dependencies=[JsonBody],
+             responses={422: {"model": schemas.ErrorOut, "description": "Every problem with the parameters"}})
+def create_operation(dataset_id: int, version_id: int, body: OperationCreate, session: SessionDep,
+                     user: CurrentUser, settings: SettingsDep):
+    """Queue an operation on a version as a `data` job (listed, cancelled and retried under /jobs like training
+    jobs). The parameters are checked now (422 with field paths); the worker stores the result as a new version
+    whose parent is this one (`GET /datasets/{id}/versions?job_id=<job>` finds it)."""
+    from training_platform.api.routes.jobs import job_read, wake
+
+    dataset = _visible_dataset(session, user, dataset_id)
+    version = _version_of(session, dataset, version_id)
+    try:
+        params = dcrud.validate_operation(body.operation, body.params, settings, input_format=version.format)
+    except dcrud.OperationInvalid as exc:
+        raise ValidationFailed(exc.errors) from None
+    config = {"dataset_id": dataset.id, "version_id": version.id, "operation": body.operation, "params": params}
+    name = body.name or f"{body.operation} {dataset.name} v{version.id}"[:200]
+    job = crud.create_job(session, owner=user, name=name, config=config, priority=body.priority, kind="data")
+    job.algorithm = body.operation
+    job.max_steps = 100  # progress in percent
+    session.add(job)
+    session.commit()
+    log.info("data job %s: %s on dataset %s version %s by %s", job.id, body.operation, dataset.id, version.id,
+             user.name)
+    return job_read(session, job, user.name, warning=wake("data", body.priority, job.id))
+

@@ -1,0 +1,644 @@
+"""Datasets as content-hashed versions: the content store, ingest (upload/register), dataset operations, lineage,
+references and deletion. Shared by the API (`api/routes/datasets.py`) and the data worker (`workers/data_tasks.py`);
+the row-level work is the data factory's domain code (`training_platform.data`).
+
+Content store (under TP_DATA_DIR):
+
+    datasets/<sha[:2]>/<sha><suffix>        one immutable (read-only) file per distinct content
+    datasets/quarantine/<dataset id>/...     rows an upload under policy `quarantine` kept aside
+    datasets/reports/<dataset id>/...        full operation reports (the DB keeps a compacted copy)
+    datasets/tmp/                            uploads in flight and operation outputs before they are stored
+
+A version's `path` is stored relative to TP_DATA_DIR, so a training config can use it as `data.train_file` as it is
+(and the run's manifest then records the same sha256). Two datasets holding the same content share one file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import stat
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from sqlalchemy import Text, cast, or_, update
+from sqlmodel import Session, select
+
+from training_platform.db.models import (
+    TERMINAL,
+    Dataset,
+    DatasetVersionRecord,
+    Job,
+    User,
+    utcnow,
+)
+from training_platform.settings import Settings
+
+log = logging.getLogger("training_platform.datasets")
+
+STORE = "datasets"
+SUPPORTED = (".jsonl", ".json", ".parquet", ".csv")
+MAX_REPORTED_ERRORS = 50  # row problems listed in a refused upload's 422
+MAX_REPORT_ITEMS = 200  # list items kept per list in the report stored in the database
+MAX_LINEAGE = 1000
+OPERATIONS = ("clean", "dedup", "convert", "score", "decontaminate")
+
+
+class OperationInvalid(ValueError):
+    """Bad operation parameters: [(loc, msg)] with locs like `params.recipe.operators[0].unit`."""
+
+    def __init__(self, errors: list[tuple[str, str]]):
+        self.errors = errors
+        super().__init__("; ".join(f"{loc}: {msg}" for loc, msg in errors))
+
+
+class IngestRefused(ValueError):
+    """The file was refused (policy reject with bad rows, or a file-level problem); nothing was stored."""
+
+    def __init__(self, errors: list[tuple[str, str]], *, rows: int = 0, bad_rows: int = 0, policy: str = "reject"):
+        self.errors, self.rows, self.bad_rows, self.policy = errors, rows, bad_rows, policy
+        super().__init__("; ".join(f"{loc}: {msg}" for loc, msg in errors[:5]))
+
+
+# ---------------------------------------------------------------------------------------------- content store
+
+
+def store_dir(settings: Settings) -> Path:
+    return settings.data_path / STORE
+
+
+def tmp_dir(settings: Settings) -> Path:
+    path = store_dir(settings) / "tmp"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def new_tmp_path(settings: Settings, suffix: str, prefix: str = "upload") -> Path:
+    return tmp_dir(settings) / f"{prefix}-{uuid.uuid4().hex}{suffix}"
+
+
+def content_relpath(sha256: str, suffix: str) -> str:
+    return f"{STORE}/{sha256[:2]}/{sha256}{suffix}"
+
+
+def absolute(relpath: str, settings: Settings) -> Path:
+    path = Path(relpath)
+    return path if path.is_absolute() else settings.data_path / path
+
+
+def normalize_suffix(filename: str) -> str:
+    """The content store suffix for a file name; ValueError for a type the data layer cannot read."""
+    suffix = Path(filename or "").suffix.lower()
+    if suffix == ".ndjson":
+        return ".jsonl"
+    if suffix not in SUPPORTED:
+        raise ValueError(f"unsupported file type {suffix or '(none)'!r}; use one of {', '.join(SUPPORTED)}")
+    return suffix
+
+
+def _put_content(file: Path, relpath: str, sha256: str, settings: Settings) -> None:
+    """Move `file` (a temp file in the store's filesystem) to its content address, read-only. If that content is
+    already stored intact, `file` is left to the caller to remove; a stored file whose bytes no longer match its name
+    (changed behind the platform's back) is replaced."""
+    from training_platform.data.versions import file_sha256
+
+    target = absolute(relpath, settings)
+    if target.is_file():
+        if file_sha256(target) == sha256:
+            return
+        log.warning("content store: %s does not match its sha256; replacing it with the fresh copy", relpath)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(file, target)
+    with contextlib.suppress(OSError):
+        target.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+
+
+def jsonable(obj: Any) -> Any:
+    """Reports from the domain code may hold numpy scalars/arrays and Paths: make them plain JSON."""
+
+    def default(value: Any) -> Any:
+        if hasattr(value, "tolist"):  # numpy scalars and arrays
+            return value.tolist()
+        if isinstance(value, Path | set | tuple):
+            return str(value) if isinstance(value, Path) else list(value)
+        return str(value)
+
+    return json.loads(json.dumps(obj, default=default, ensure_ascii=False))
+
+
+def compact(obj: Any, max_items: int = MAX_REPORT_ITEMS) -> Any:
+    """A copy with every list cut to `max_items` (a sibling `<key>_total` tells the real length)."""
+    if isinstance(obj, dict):
+        out = {}
+        for key, value in obj.items():
+            if isinstance(value, list) and len(value) > max_items:
+                out[key] = [compact(v, max_items) for v in value[:max_items]]
+                out[f"{key}_total"] = len(value)
+            else:
+                out[key] = compact(value, max_items)
+        return out
+    if isinstance(obj, list):
+        return [compact(v, max_items) for v in obj[:max_items]]
+    return obj
+
+
+def write_full_report(report: dict, dataset_id: int, name: str, settings: Settings) -> str:
+    from training_platform.data.io import write_json
+
+    rel = f"{STORE}/reports/{dataset_id}/{name}.json"
+    write_json(absolute(rel, settings), report)
+    return rel
+
+
+# ---------------------------------------------------------------------------------------------- datasets & versions
+
+
+def get_or_create_dataset(session: Session, owner: User, name: str, description: str = "") -> tuple[Dataset, bool]:
+    """The owner's dataset of this name, created if missing. (A concurrent create loses on the unique constraint;
+    the caller may retry.)"""
+    found = session.exec(select(Dataset).where(Dataset.owner_id == owner.id, Dataset.name == name)).first()
+    if found is not None:
+        return found, False
+    dataset = Dataset(owner_id=owner.id, name=name, description=description or "")
+    session.add(dataset)
+    session.flush()
+    return dataset, True
+
+
+def find_version(session: Session, dataset_id: int, sha256: str) -> DatasetVersionRecord | None:
+    return session.exec(select(DatasetVersionRecord).where(DatasetVersionRecord.dataset_id == dataset_id,
+                                                           DatasetVersionRecord.sha256 == sha256)).first()
+
+
+def add_version(session: Session, dataset: Dataset, file: Path, *, suffix: str, operation: str,
+                settings: Settings, fmt: str | None = None, parent: DatasetVersionRecord | None = None,
+                recipe: dict | None = None, report: dict | None = None, stats: dict | None = None,
+                job_id: int | None = None) -> tuple[DatasetVersionRecord, bool]:
+    """Describe `file` (sha256, rows, format, schema), move it into the content store and record the version.
+    Returns (version, created): content this dataset already has returns that version (`file` is left in place for
+    the caller to remove). Flushes; the caller commits."""
+    from training_platform.data.versions import describe_dataset
+
+    described = describe_dataset(file, fmt=fmt)
+    existing = find_version(session, dataset.id, described.sha256)
+    if existing is not None:
+        return existing, False
+    relpath = content_relpath(described.sha256, suffix)
+    _put_content(file, relpath, described.sha256, settings)
+    version = DatasetVersionRecord(
+        dataset_id=dataset.id, sha256=described.sha256, path=relpath, format=described.format,
+        rows=described.rows, size_bytes=described.size_bytes, row_schema=described.schema,
+        stats=jsonable(stats or {}), report=jsonable(report) if report is not None else None,
+        parent_version_id=parent.id if parent is not None else None, operation=operation,
+        recipe=jsonable(recipe) if recipe is not None else None, job_id=job_id)
+    session.add(version)
+    session.flush()
+    dataset.current_version_id = version.id
+    dataset.updated_at = utcnow()
+    session.add(dataset)
+    session.flush()
+    return version, True
+
+
+def lineage(session: Session, version: DatasetVersionRecord) -> list[DatasetVersionRecord]:
+    """The ancestors of `version`, nearest first, up to the root (an upload or register)."""
+    chain: list[DatasetVersionRecord] = []
+    seen = {version.id}
+    parent_id = version.parent_version_id
+    while parent_id is not None and len(chain) < MAX_LINEAGE:
+        parent = session.get(DatasetVersionRecord, parent_id)
+        if parent is None or parent.id in seen:
+            break
+        chain.append(parent)
+        seen.add(parent.id)
+        parent_id = parent.parent_version_id
+    return chain
+
+
+# ---------------------------------------------------------------------------------------------- ingest
+
+
+@dataclass
+class Ingested:
+    dataset: Dataset
+    version: DatasetVersionRecord
+    created: bool  # a new version (False: this dataset already had this content)
+    report: dict[str, Any]  # this request's validation report
+
+
+def _refusal_items(report) -> list[tuple[str, str]]:
+    items = [(f"line {e.line}: {e.field}" if e.line else e.field, e.reason) for e in report.file_errors]
+    for bad in report.bad_rows:
+        for error in bad.errors:
+            items.append((f"line {error.line}: {error.field}", error.reason))
+            if len(items) >= MAX_REPORTED_ERRORS:
+                return items
+    return items[:MAX_REPORTED_ERRORS]
+
+
+def ingest_file(session: Session, owner: User, file: Path, *, name: str, suffix: str, settings: Settings,
+                description: str = "", fmt: str | None = None, policy: str = "reject", operation: str = "upload",
+                recipe: dict | None = None, source: str | None = None) -> Ingested:
+    """Validate `file` (a temp file under datasets/tmp, consumed: it is moved into the store or removed) and store it
+    as a version of the owner's dataset `name` (created if missing). Policy `reject`: any bad row refuses the whole
+    file (IngestRefused) and nothing is stored. Policy `quarantine`: the good rows become the version; the bad rows
+    go to datasets/quarantine/<dataset id>/ and the report lists them. A file whose rows are all valid is stored
+    byte for byte, so the version's sha256 is the sha256 of what was sent. Does not commit."""
+    from training_platform.data.formats import DATA_FORMATS, DatasetError
+    from training_platform.data.validate import ingest_file as quarantine_rows
+    from training_platform.data.validate import validate_file
+    from training_platform.data.versions import file_sha256
+
+    if policy not in ("reject", "quarantine"):
+        raise ValueError(f"policy: must be reject or quarantine, got {policy!r}")
+    if fmt is not None and fmt not in DATA_FORMATS:
+        raise ValueError(f"format: unknown format {fmt!r}; use one of {', '.join(DATA_FORMATS)}")
+    temps = [file]
+    try:
+        try:
+            checked = validate_file(file, fmt=fmt or "auto")
+        except DatasetError as exc:
+            raise IngestRefused([(f"line {e.line}: {e.field}" if e.line else e.field, e.reason)
+                                 for e in exc.errors[:MAX_REPORTED_ERRORS]], policy=policy) from None
+        except (UnicodeDecodeError, ValueError, OSError) as exc:
+            raise IngestRefused([("<file>", f"cannot read the file: {exc}")], policy=policy) from None
+        except Exception as exc:  # pyarrow and friends on a corrupt file  # noqa: BLE001
+            raise IngestRefused([("<file>", f"cannot read the file: {type(exc).__name__}: {exc}")],
+                                policy=policy) from None
+        bad = len(checked.bad_rows)
+        if checked.file_errors or (bad and policy == "reject"):
+            raise IngestRefused(_refusal_items(checked), rows=checked.rows, bad_rows=bad, policy=policy)
+        if bad and checked.valid_rows == 0:
+            raise IngestRefused([("<file>", f"all {checked.rows} rows are invalid; nothing to store")]
+                                + _refusal_items(checked)[: MAX_REPORTED_ERRORS - 1], rows=checked.rows,
+                                bad_rows=bad, policy=policy)
+        content, quarantine = file, None
+        if bad:  # quarantine: good rows to a new file, bad rows to their own
+            content = new_tmp_path(settings, suffix, "good")
+            quarantine = new_tmp_path(settings, ".jsonl", "quarantine")
+            temps += [content, quarantine]
+            result = quarantine_rows(file, content, policy="quarantine", fmt=checked.format, quarantine=quarantine)
+            if not result.accepted:  # pragma: no cover - validate_file saw no file-level problem
+                raise IngestRefused(_refusal_items(result), rows=result.rows, bad_rows=len(result.bad_rows))
+
+        report = checked.to_dict(max_rows=MAX_REPORT_ITEMS)
+        report.update(path=source, policy=policy, accepted=True, output=None, quarantine=None,
+                      uploaded_sha256=file_sha256(file))
+        dataset, _ = get_or_create_dataset(session, owner, name, description)
+        if quarantine is not None:
+            rel = f"{STORE}/quarantine/{dataset.id}/{file_sha256(quarantine)}.quarantine.jsonl"
+            target = absolute(rel, settings)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(quarantine, target)
+            report["quarantine"] = rel
+            report["quarantined_rows"] = bad
+        stats = {"uploaded_rows": checked.rows, "valid_rows": checked.valid_rows, "quarantined_rows": bad}
+        version, created = add_version(session, dataset, content, suffix=suffix, operation=operation,
+                                       settings=settings, fmt=checked.format, recipe=recipe, report=report,
+                                       stats=stats)
+        report["output"] = version.path
+        if created:
+            version.report = jsonable(report)
+            session.add(version)
+        return Ingested(dataset=dataset, version=version, created=created, report=jsonable(report))
+    finally:
+        for temp in temps:
+            with contextlib.suppress(OSError):
+                temp.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------- references & delete
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def referencing_jobs(session: Session, dataset: Dataset, settings: Settings) -> list[tuple[int, str]]:
+    """Jobs that hold on to this dataset: any job whose config names one of its version files (e.g. a training
+    job's `data.train_file`, whatever its status), and unfinished data jobs operating on it. [(job id, why)]."""
+    from training_platform.api.jobspec import resolve_path
+
+    versions = session.exec(select(DatasetVersionRecord).where(DatasetVersionRecord.dataset_id == dataset.id)).all()
+    found: dict[int, str] = {}
+    if versions:
+        targets = {absolute(v.path, settings).resolve(): v for v in versions}
+        # Every version path contains its sha256: let the database pick the candidates, then check the paths.
+        text = cast(Job.config, Text)
+        candidates = session.exec(select(Job.id, Job.config).where(or_(*[text.contains(v.sha256)
+                                                                          for v in versions]))).all()
+        for job_id, config in candidates:
+            for value in _strings(config):
+                if "\x00" in value:
+                    continue
+                try:
+                    hit = targets.get(resolve_path(value, settings))
+                except (OSError, RuntimeError, ValueError):
+                    continue
+                if hit is not None:
+                    found[job_id] = f"job {job_id} references version {hit.id} ({value})"
+                    break
+    active = session.exec(select(Job.id, Job.config).where(
+        Job.kind == "data", Job.status.not_in([s.value for s in TERMINAL]))).all()
+    for job_id, config in active:
+        if isinstance(config, dict) and config.get("dataset_id") == dataset.id:
+            found.setdefault(job_id, f"data job {job_id} is still working on it")
+    return sorted(found.items())
+
+
+def delete_dataset(session: Session, dataset: Dataset, settings: Settings) -> list[Path]:
+    """Delete the dataset's rows (versions, then the dataset). Returns the files and directories to remove once the
+    transaction committed (content no other dataset shares, its quarantine and report directories)."""
+    versions = session.exec(select(DatasetVersionRecord).where(DatasetVersionRecord.dataset_id == dataset.id)).all()
+    paths = {v.path for v in versions}
+    shared = set(session.exec(select(DatasetVersionRecord.path).where(
+        DatasetVersionRecord.path.in_(paths), DatasetVersionRecord.dataset_id != dataset.id)).all()) if paths else set()
+    session.exec(update(DatasetVersionRecord).where(DatasetVersionRecord.dataset_id == dataset.id)
+                 .values(parent_version_id=None).execution_options(synchronize_session=False))
+    session.flush()
+    for version in versions:
+        session.delete(version)
+    session.flush()
+    session.delete(dataset)
+    session.flush()
+    remove = [absolute(p, settings) for p in sorted(paths - shared)]
+    remove += [store_dir(settings) / "quarantine" / str(dataset.id), store_dir(settings) / "reports" / str(dataset.id)]
+    return remove
+
+
+def remove_files(paths: list[Path], settings: Settings) -> None:
+    root = store_dir(settings).resolve()
+    for path in paths:
+        try:
+            resolved = path.resolve()
+        except OSError:
+            continue
+        if not resolved.is_relative_to(root) or resolved == root:
+            log.warning("not removing %s: outside the dataset store %s", path, root)
+            continue
+        if resolved.is_dir():
+            shutil.rmtree(resolved, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                resolved.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------- operations
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CleanParams(_Params):
+    recipe: dict[str, Any] | list[Any] = Field(description="The cleaning recipe, inline (as the YAML, in JSON).")
+    format: str | None = Field(None, description="Row format (default: the recipe's, else detected).")
+    samples: int = Field(5, ge=0, le=50, description="Sample rows per operator in the report.")
+
+
+class DedupParams(_Params):
+    threshold: float = Field(0.8, gt=0, le=1)
+    num_perm: int = Field(128, ge=2, le=1024)
+    ngram: int = Field(5, ge=1, le=64)
+    bands: int | None = Field(None, ge=1)
+    rows: int | None = Field(None, ge=1)
+    margin: float | None = Field(None, ge=0, lt=1)
+    keep: Literal["first", "best"] = "first"
+    exact: bool = True
+    near: bool = True
+    seed: int = 1
+    fields: list[str] | None = None
+
+
+class ConvertParams(_Params):
+    to: str
+    data_source: str = "custom"
+    ability: str | None = None
+
+
+class ScoreParams(_Params):
+    heuristics: bool = True
+    fields: list[str] | None = None
+    perplexity_model: str | None = Field(None, description="Local causal LM directory (path policy applies).")
+    max_length: int = Field(512, ge=8, le=8192)
+    by: str | None = Field(None, description="Keep rows by this score (with min/max/top_k).")
+    min: float | None = None
+    max: float | None = None
+    top_k: int | None = Field(None, ge=1)
+    lowest: bool = False
+
+
+class DecontaminateParams(_Params):
+    eval_sets: list[str] = Field(min_length=1, max_length=50, description="Eval set files (path policy applies).")
+    ngram: int = Field(13, ge=1, le=64)
+    min_tokens: int = Field(8, ge=1)
+    min_matches: int = Field(1, ge=1)
+
+
+PARAMS: dict[str, type[_Params]] = {"clean": CleanParams, "dedup": DedupParams, "convert": ConvertParams,
+                                    "score": ScoreParams, "decontaminate": DecontaminateParams}
+
+
+def _pydantic_errors(exc: ValidationError, model: type[BaseModel]) -> list[tuple[str, str]]:
+    out = []
+    for err in exc.errors():
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
+        msg = err["msg"]
+        if err.get("type") == "extra_forbidden":
+            msg = f"unknown parameter; use {', '.join(model.model_fields)}"
+        out.append((f"params{loc}", msg))
+    return out
+
+
+def _local_path(loc: str, value: str, settings: Settings, *, kind: str = "file") -> tuple[str, str] | None:
+    from training_platform.api.jobspec import check_path, resolve_path
+
+    error = check_path(loc, value, settings)
+    if error is not None:
+        return loc, error.reason
+    path = resolve_path(value, settings)
+    if kind == "file" and not path.is_file():
+        return loc, f"no such file: {value}"
+    if kind == "dir" and not path.is_dir():
+        return loc, f"no such directory: {value}"
+    return None
+
+
+def validate_operation(operation: str, params: Any, settings: Settings, *,
+                       input_format: str | None = None) -> dict[str, Any]:
+    """Check an operation's parameters before a job is queued. Returns them normalised (defaults filled in; a
+    clean recipe in its full form), which is what the job runs and what the version's lineage records. Raises
+    OperationInvalid listing every problem as (loc, msg)."""
+    if operation not in PARAMS:
+        raise OperationInvalid([("operation", f"unknown operation {operation!r}; use one of {', '.join(OPERATIONS)}")])
+    if not isinstance(params, dict):
+        raise OperationInvalid([("params", f"must be an object, got {type(params).__name__}")])
+    try:
+        parsed = PARAMS[operation].model_validate(params)
+    except ValidationError as exc:
+        raise OperationInvalid(_pydantic_errors(exc, PARAMS[operation])) from None
+    errors: list[tuple[str, str]] = []
+    out = parsed.model_dump(mode="json")
+
+    if isinstance(parsed, CleanParams):
+        from training_platform.api.jobspec import is_hub_id
+        from training_platform.data.clean import RecipeError, parse_recipe
+        from training_platform.data.formats import DATA_FORMATS
+
+        try:
+            recipe = parse_recipe(parsed.recipe)
+        except RecipeError as exc:
+            errors += [(f"params.recipe.{where}" if not where.startswith("<") else "params.recipe", why)
+                       for where, why in exc.errors]
+        else:
+            for i, step in enumerate(recipe.steps):
+                tokenizer = getattr(step.params, "tokenizer", None)
+                if isinstance(tokenizer, str) and tokenizer and not is_hub_id(tokenizer, settings):
+                    problem = _local_path(f"params.recipe.operators[{i}].tokenizer", tokenizer, settings, kind="dir")
+                    if problem:
+                        errors.append(problem)
+            out["recipe"] = recipe.to_dict()
+        if parsed.format is not None and parsed.format not in DATA_FORMATS:
+            errors.append(("params.format", f"unknown format {parsed.format!r}; use one of "
+                                            f"{', '.join(DATA_FORMATS)}"))
+    elif isinstance(parsed, DedupParams):
+        from training_platform.data.dedup import DedupConfig
+
+        try:
+            DedupConfig(**{k: v for k, v in out.items() if k != "fields"}).resolved()
+        except ValueError as exc:  # the CLI's wording ("--bands and --rows go together"): in API terms
+            text = str(exc)
+            match = re.match(r"--([a-z][a-z-]*)(: )?", text)
+            field = match.group(1).replace("-", "_") if match else ""
+            if match and match.group(2):
+                text = text[match.end():]
+            text = re.sub(r"--([a-z][a-z-]*)", lambda m: m.group(1).replace("-", "_"), text)
+            errors.append((f"params.{field}" if field in DedupParams.model_fields else "params", text))
+    elif isinstance(parsed, ConvertParams):
+        from training_platform.data.convert import can_convert, target_format
+
+        try:
+            out["to"] = target_format(parsed.to)
+        except ValueError as exc:
+            errors.append(("params.to", str(exc).split(": ", 1)[-1]))
+        else:
+            if input_format is not None and not can_convert(input_format, out["to"]):
+                errors.append(("params.to", f"format {input_format!r} cannot be converted to {out['to']!r}"))
+    elif isinstance(parsed, ScoreParams):
+        if parsed.by is None and (parsed.min is not None or parsed.max is not None or parsed.top_k is not None):
+            errors.append(("params.by", "name the score to filter on (e.g. quality) when giving min, max or top_k"))
+        if parsed.by is not None and parsed.min is None and parsed.max is None and parsed.top_k is None:
+            errors.append(("params.by", "give min, max or top_k to filter by a score"))
+        if parsed.perplexity_model:
+            problem = _local_path("params.perplexity_model", parsed.perplexity_model, settings, kind="dir")
+            if problem:
+                errors.append(problem)
+    elif isinstance(parsed, DecontaminateParams):
+        from training_platform.data.formats import SUPPORTED_SUFFIXES
+
+        for i, value in enumerate(parsed.eval_sets):
+            loc = f"params.eval_sets[{i}]"
+            problem = _local_path(loc, value, settings)
+            if problem:
+                errors.append(problem)
+            elif Path(value).suffix.lower() not in (*SUPPORTED_SUFFIXES, ".ndjson"):
+                errors.append((loc, f"unsupported file type; use one of {', '.join(SUPPORTED_SUFFIXES)}"))
+    if errors:
+        raise OperationInvalid(errors)
+    return out
+
+
+@dataclass
+class OperationOutput:
+    file: Path
+    suffix: str
+    report: dict[str, Any]
+    stats: dict[str, Any]
+    format: str | None = None  # None: detected from the output rows
+
+
+def run_operation(operation: str, params: dict[str, Any], source: Path, workdir: Path,
+                  settings: Settings) -> OperationOutput:
+    """Run one operation on `source` into `workdir` (in this process). Domain errors (DatasetError, RecipeError,
+    ValueError) propagate; the output file appears only when the whole operation succeeded."""
+    from training_platform.api.jobspec import resolve_path
+
+    suffix = source.suffix.lower()
+    suffix = suffix if suffix in (".jsonl", ".parquet") else ".jsonl"  # .json/.csv inputs come out as JSONL
+    output = workdir / f"output{suffix}"
+    fmt: str | None = None
+    if operation == "clean":
+        from training_platform.data.clean import clean_file
+
+        report = clean_file(source, output, params["recipe"], fmt=params.get("format"), samples=params["samples"])
+        stats = {k: report[k] for k in ("input_rows", "output_rows", "removed_rows")}
+        fmt = report.get("format")
+    elif operation == "dedup":
+        from training_platform.data.dedup import DedupConfig, dedup_file
+
+        config = DedupConfig(**{k: v for k, v in params.items() if k != "fields"})
+        report = dedup_file(source, output, config, fields=params.get("fields"), workdir=workdir)
+        stats = {k: report[k] for k in ("input_rows", "output_rows", "exact_duplicates", "near_duplicates",
+                                        "duplicate_rate")}
+        stats["clusters"] = len(report["clusters"])
+    elif operation == "convert":
+        from training_platform.data.convert import convert_file
+
+        if params["to"] == "verl":
+            output = workdir / "output.parquet"
+        elif output.suffix != ".jsonl":
+            output = workdir / "output.jsonl"
+        result = convert_file(source, output, params["to"], data_source=params["data_source"],
+                              ability=params.get("ability"))
+        report = result.to_dict()
+        stats = {"input_rows": result.rows, "output_rows": result.converted, "source_format": result.source_format,
+                 "target_format": result.target_format}
+    elif operation == "score":
+        from training_platform.data.score import score_file, score_then_filter
+
+        kwargs = {"heuristics": params["heuristics"], "fields": params.get("fields"),
+                  "perplexity_model": resolve_path(params["perplexity_model"], settings)
+                  if params.get("perplexity_model") else None, "perplexity_max_length": params["max_length"]}
+        if params.get("by"):
+            report = score_then_filter(source, output, by=params["by"], min_value=params.get("min"),
+                                       max_value=params.get("max"), top_k=params.get("top_k"),
+                                       lowest=params["lowest"], **kwargs)
+            stats = {"input_rows": report["rows"], "output_rows": report["filter"]["output_rows"]}
+        else:
+            report = score_file(source, output, **kwargs)
+            stats = {"input_rows": report["rows"], "output_rows": report["rows"]}
+        stats["scores"] = {k: v.get("mean") for k, v in report.get("scores", {}).items()}
+    elif operation == "decontaminate":
+        from training_platform.data.contamination import decontaminate_file
+
+        eval_sets = [resolve_path(p, settings) for p in params["eval_sets"]]
+        report = decontaminate_file(source, output, eval_sets, n=params["ngram"], min_tokens=params["min_tokens"],
+                                    min_matches=params["min_matches"])
+        stats = {"input_rows": report["output_rows"] + report["removed_rows"], "output_rows": report["output_rows"],
+                 "removed_rows": report["removed_rows"]}
+    else:  # pragma: no cover - validate_operation refuses it first
+        raise ValueError(f"unknown operation {operation!r}")
+    if not output.is_file():
+        raise RuntimeError(f"{operation} produced no output file")
+    report = jsonable(report)
+    for key in ("input", "output", "version"):  # temp paths and the domain's own version record: ours replaces them
+        report.pop(key, None)
+    if isinstance(report.get("filter"), dict):
+        for key in ("input", "output"):
+            report["filter"].pop(key, None)
+    return OperationOutput(file=output, suffix=output.suffix, report=report, stats=jsonable(stats), format=fmt)

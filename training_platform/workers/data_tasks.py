@@ -1,0 +1,255 @@
+"""Data jobs (queue `data`): dataset operations (clean, dedup, convert, score, decontaminate) on a stored version.
+
+`run_next_data_job` is a wake-up like `run_next_training_job`: it claims the most urgent queued `data` job from the
+database (the supervisor's atomic claim, by kind) and runs it here, in this process: the operations are streaming
+and CPU-light at our sizes, so no child process.
+
+    queued --claim--> preflight (input version exists, file intact: sha256 re-checked, params valid)
+           --> running (progress 0..100 in current_step) --> succeeded (a new version: parent = the input,
+               operation + full recipe recorded, report attached) | failed (error; nothing stored) | cancelled
+
+A failure leaves nothing half-done: the output is written in a per-job work directory and enters the content store
+only when the operation finished; the version row and the job's success are one transaction. A cancel requested
+while the operation runs takes effect when it returns (its output is discarded).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import threading
+from pathlib import Path
+
+from training_platform.db import crud
+from training_platform.db import datasets_crud as dcrud
+from training_platform.db.models import Dataset, DatasetVersionRecord, JobStatus
+from training_platform.db.session import session_scope
+from training_platform.settings import Settings
+from training_platform.workers import supervisor
+from training_platform.workers.celery_app import app
+
+log = logging.getLogger("training_platform.workers.data")
+
+DATA_TASK = "training_platform.workers.data_tasks.run_next_data_job"
+# current_step while the operation reads its input: PROGRESS_START..PROGRESS_END by the bytes read so far.
+PROGRESS_START, PROGRESS_END, PROGRESS_STORING = 2, 90, 95
+
+
+class DataJobFailed(Exception):
+    def __init__(self, reason: str, error: str):
+        self.reason, self.error = reason, error
+        super().__init__(error)
+
+
+def _first_lines(exc: BaseException, n: int = 20) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    lines = text.splitlines()
+    more = f" (+{len(lines) - n} more)" if len(lines) > n else ""
+    return "; ".join(lines[:n]) + more
+
+
+class InputProgress(threading.Thread):
+    """Progress of an in-process operation without hooks in the domain code: how far this process has read the
+    input file (Linux /proc/self/fdinfo of whatever descriptor has it open). Several passes keep the maximum."""
+
+    def __init__(self, path: Path, on_progress, interval_s: float = 0.5):
+        super().__init__(name="data-progress", daemon=True)
+        self.path, self.on_progress, self.interval_s = path, on_progress, interval_s
+        self._stop_event = threading.Event()
+        self.fraction = 0.0
+
+    def read(self) -> float | None:
+        try:
+            target = os.path.realpath(self.path)
+            size = os.path.getsize(target)
+            best = None
+            for fd in os.listdir("/proc/self/fd"):
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/self/fd/{fd}") != target:
+                        continue
+                    with open(f"/proc/self/fdinfo/{fd}") as f:
+                        for line in f:
+                            if line.startswith("pos:"):
+                                pos = int(line.split()[1])
+                                best = pos if best is None else max(best, pos)
+            return None if best is None or not size else min(1.0, best / size)
+        except OSError:
+            return None
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval_s):
+            fraction = self.read()
+            if fraction is not None and fraction > self.fraction:
+                self.fraction = fraction
+                self.on_progress(fraction)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        if self.is_alive():
+            self.join(timeout=2)
+
+
+class DataJobSupervisor(supervisor.JobSupervisor):
+    """Runs one claimed data job. Reuses the training supervisor's ownership checks, heartbeat (which carries
+    `current_step`), failure handling and `_finish`; only `_run` differs."""
+
+    def __init__(self, job_id: int, worker: str, settings: Settings | None = None):
+        super().__init__(job_id, worker, settings)
+        self.workdir = dcrud.store_dir(self.settings) / "tmp" / f"job-{job_id}"
+
+    def _run(self) -> str:
+        job = self._read_job()
+        if job.cancel_requested:
+            self._finish(JobStatus.cancelled.value, "cancelled by user before it started")
+            return JobStatus.cancelled.value
+        try:
+            dataset_id, source, params, checks = self._preflight(job.config)
+        except DataJobFailed as exc:
+            report = {"ok": False, "checks": [{"name": "input", "ok": False, "detail": exc.error}],
+                      "errors": [{"loc": exc.reason, "msg": exc.error}]}
+            self._finish(JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc.reason}: "
+                                                                            f"{exc.error}", preflight=report)
+            return JobStatus.failed.value
+        operation = job.config["operation"]
+        self._start_running(f"{operation} started (attempt {job.attempts})", checks)
+
+        shutil.rmtree(self.workdir, ignore_errors=True)  # a previous attempt's leftovers
+        self.workdir.mkdir(parents=True)
+        try:
+            return self._operate(job.id, operation, params, dataset_id, source)
+        finally:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # -- steps
+
+    def _preflight(self, config: dict) -> tuple[int, DatasetVersionRecord, dict, dict]:
+        """The input version exists and its file is intact; the parameters are still valid."""
+        from training_platform.data.versions import file_sha256
+
+        if not isinstance(config, dict) or config.get("operation") not in dcrud.OPERATIONS:
+            raise DataJobFailed("operation", f"not a dataset operation job config: {config!r:.200}")
+        if not isinstance(config.get("version_id"), int) or not isinstance(config.get("dataset_id"), int):
+            raise DataJobFailed("version_id", "the job config names no dataset version")
+        with session_scope() as session:
+            version = session.get(DatasetVersionRecord, config["version_id"])
+            if version is None or version.dataset_id != config.get("dataset_id") \
+                    or session.get(Dataset, version.dataset_id) is None:
+                raise DataJobFailed("version_id", f"dataset {config.get('dataset_id')} version "
+                                                  f"{config.get('version_id')} no longer exists")
+            session.expunge(version)
+        path = dcrud.absolute(version.path, self.settings)
+        if not path.is_file():
+            raise DataJobFailed("version_id", f"the file of version {version.id} is missing: {version.path}")
+        actual = file_sha256(path)
+        if actual != version.sha256:
+            raise DataJobFailed("version_id", f"the file of version {version.id} was modified: sha256 {actual} "
+                                              f"!= {version.sha256}")
+        try:
+            params = dcrud.validate_operation(config["operation"], config.get("params") or {}, self.settings,
+                                              input_format=version.format)
+        except dcrud.OperationInvalid as exc:
+            raise DataJobFailed("params", str(exc)) from None
+        checks = {"ok": True, "checks": [{"name": "input", "ok": True, "detail": f"version {version.id} sha256 "
+                                                                                 f"verified"},
+                                         {"name": "params", "ok": True}]}
+        return version.dataset_id, version, params, checks
+
+    def _start_running(self, reason: str, checks: dict) -> None:
+        with session_scope() as session:
+            job = supervisor.lock_job(session, self.job_id)
+            if not supervisor._owned(job, self.worker):
+                raise supervisor.JobLost()
+            job.preflight = checks
+            job.current_step = 0
+            crud.transition(session, job, JobStatus.running, reason)
+        self.heartbeater.step = PROGRESS_START
+
+    def _progress(self, fraction: float) -> None:
+        self.heartbeater.step = PROGRESS_START + int((PROGRESS_END - PROGRESS_START) * fraction)
+
+    def _operate(self, job_id: int, operation: str, params: dict, dataset_id: int,
+                 source: DatasetVersionRecord) -> str:
+        source_path = dcrud.absolute(source.path, self.settings)
+        if _needs_transformers(operation, params):
+            from training_platform.workers.tasks import _wait_for_warm_up
+
+            _wait_for_warm_up()
+        progress = InputProgress(source_path, self._progress)
+        progress.start()
+        try:
+            output = dcrud.run_operation(operation, params, source_path, self.workdir, self.settings)
+        except Exception as exc:  # noqa: BLE001 - the operation's own failure (bad rows, recipe, tokenizer, ...)
+            log.warning("job %s: %s failed: %s", job_id, operation, _first_lines(exc, 3))
+            self._finish(JobStatus.failed.value, f"{operation} failed",
+                         error=f"{operation} failed: {type(exc).__name__}: {_first_lines(exc)}")
+            return JobStatus.failed.value
+        finally:
+            progress.stop()
+        if self._cancel_requested():
+            self._finish(JobStatus.cancelled.value, f"cancelled by user ({operation} finished; output discarded)")
+            return JobStatus.cancelled.value
+        self.heartbeater.step = PROGRESS_STORING
+        try:
+            return self._store(job_id, operation, params, dataset_id, source, output)
+        except DataJobFailed as exc:  # the transaction was rolled back: nothing stored
+            self._finish(JobStatus.failed.value, exc.reason, error=exc.error)
+            return JobStatus.failed.value
+
+    def _store(self, job_id: int, operation: str, params: dict, dataset_id: int, source: DatasetVersionRecord,
+               output: dcrud.OperationOutput) -> str:
+        """The new version and the job's success in one transaction (if the job is still ours)."""
+        self.heartbeater.stop()
+        full_report = output.report
+        with session_scope() as session:
+            job = supervisor.lock_job(session, self.job_id)
+            if not supervisor._owned(job, self.worker):
+                raise supervisor.JobLost()
+            dataset = session.get(Dataset, dataset_id)
+            parent = session.get(DatasetVersionRecord, source.id)
+            if dataset is None or parent is None:
+                raise DataJobFailed("dataset deleted", "the dataset was deleted while the operation ran")
+            report = dcrud.compact(full_report)
+            if report != full_report:
+                report["full_report"] = dcrud.write_full_report(full_report, dataset.id,
+                                                                f"job-{job_id}-{operation}", self.settings)
+            version, created = dcrud.add_version(
+                session, dataset, output.file, suffix=output.suffix, operation=operation, settings=self.settings,
+                fmt=output.format, parent=parent, recipe=params, report=report, stats=output.stats, job_id=job_id)
+            if created:
+                reason = f"{operation} -> version {version.id} (sha256 {version.sha256[:12]}, {version.rows} rows)"
+            else:
+                reason = (f"{operation} -> identical to the existing version {version.id} (sha256 "
+                          f"{version.sha256[:12]}); no new version")
+            job.current_step = 100
+            crud.transition(session, job, JobStatus.succeeded, reason)
+        log.info("job %s: %s", job_id, reason)
+        return JobStatus.succeeded.value
+
+
+def _needs_transformers(operation: str, params: dict) -> bool:
+    """transformers' lazy imports are not thread-safe: wait for the worker's warm-up import before using it."""
+    if operation == "score":
+        return bool(params.get("perplexity_model"))
+    if operation == "clean":
+        return any(step.get("unit") == "tokens" or step.get("tokenizer")
+                   for step in (params.get("recipe") or {}).get("operators", []))
+    return False
+
+
+def run_next_data_job_here(worker: str | None = None, task_id: str | None = None) -> int | None:
+    """Claim the most urgent queued data job and run it in this process. Returns its id (None: nothing queued)."""
+    worker = worker or supervisor.worker_identity()
+    job_id = supervisor.claim_next_job("data", worker, task_id)
+    if job_id is None:
+        log.info("%s: no queued data job to claim", worker)
+        return None
+    log.info("%s: claimed data job %s", worker, job_id)
+    DataJobSupervisor(job_id, worker).run()
+    return job_id
+
+
+@app.task(name=DATA_TASK, bind=True, acks_late=True, reject_on_worker_lost=True)
+def run_next_data_job(self) -> int | None:
+    return run_next_data_job_here(supervisor.worker_identity(self.request.hostname), self.request.id)
