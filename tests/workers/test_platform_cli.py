@@ -124,7 +124,7 @@ def _run_up(data_dir: Path, app: str | None, env_extra: dict[str, str], with_job
         assert Path(models["demo-tiny"], "config.json").is_file()
 
         family = psutil.Process(up.pid).children(recursive=True)
-        names = " ".join(" ".join(p.cmdline()) for p in family)
+        names = " ".join(" ".join(_cmdline(p)) for p in family)
         assert "uvicorn" in names and "worker -Q train" in names and "--beat" in names
         redis = [p for p in psutil.process_iter(["cmdline"]) if f"127.0.0.1:{redis_port}" in
                  " ".join(p.info["cmdline"] or []) and "redis-server" in " ".join(p.info["cmdline"] or [])]
@@ -139,7 +139,7 @@ def _run_up(data_dir: Path, app: str | None, env_extra: dict[str, str], with_job
             job_id = int(submitted.stdout.strip())
             wait_for(lambda: _job_row(data_dir, job_id)["step"] >= 2, 90, what="the job to train a few steps")
             family = psutil.Process(up.pid).children(recursive=True)
-            assert "training_platform.cli train" in " ".join(" ".join(p.cmdline()) for p in family)
+            assert "training_platform.cli train" in " ".join(" ".join(_cmdline(p)) for p in family)
 
         t0 = time.monotonic()
         up.send_signal(signal.SIGTERM)
@@ -158,6 +158,14 @@ def _run_up(data_dir: Path, app: str | None, env_extra: dict[str, str], with_job
         if up.poll() is None:
             up.kill()
             up.wait()
+
+
+def _cmdline(process) -> list[str]:
+    """A short-lived helper may already be a zombie (or gone) when we look: it has no command line then."""
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
 
 
 def _free_port() -> int:
