@@ -181,9 +181,11 @@ def data_synth_arithmetic(
 
 def _register_platform_commands() -> None:
     from training_platform.data_cli import register as register_data
+    from training_platform.eval_cli import register as register_eval
     from training_platform.platform_cli import register
 
     register(app)  # tp up | api | worker | beat | db upgrade | users create
+    register_eval(app)  # tp eval run | score | report | compare
     register_data(data_app)  # tp data validate | convert | clean | dedup | score | report
 
 

