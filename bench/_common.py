@@ -11,6 +11,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -47,16 +48,32 @@ def tp_command() -> list[str]:
     return [sys.executable, "-m", "training_platform.cli"]
 
 
-def run_logged(cmd: list[str], env: dict[str, str], log_path: Path, *, cwd: Path = REPO_ROOT) -> tuple[int, float]:
-    """Run `cmd`, stdout+stderr to `log_path`; returns (exit code, wall-clock seconds of the whole process)."""
+def run_measured(cmd: list[str], env: dict[str, str], log_path: Path, *, cwd: Path = REPO_ROOT) -> dict[str, Any]:
+    """Run `cmd`, stdout+stderr to `log_path`. Returns exit code, wall-clock seconds of the whole process, its CPU
+    seconds (user+sys, children included) and the 1-minute load average before it started.
+
+    CPU seconds are much less sensitive than wall time to other jobs sharing the machine (they mostly add waiting,
+    not work), so they are the better overhead signal on a busy box; the load average says how busy it was.
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     with log_path.open("w", encoding="utf-8") as log:
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         proc = subprocess.run(cmd, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, check=False)
         wall = time.perf_counter() - start
-    return proc.returncode, wall
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"exit_code": proc.returncode, "wall_seconds": round(wall, 3), "cpu_seconds": round(cpu, 3),
+            "load_avg_1m_before": None if load is None else round(load, 2)}
+
+
+def run_logged(cmd: list[str], env: dict[str, str], log_path: Path, *, cwd: Path = REPO_ROOT) -> tuple[int, float]:
+    """Run `cmd`, stdout+stderr to `log_path`; returns (exit code, wall-clock seconds of the whole process)."""
+    result = run_measured(cmd, env, log_path, cwd=cwd)
+    return result["exit_code"], result["wall_seconds"]
 
 
 def tail(path: Path, lines: int = 15) -> str:
