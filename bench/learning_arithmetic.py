@@ -6,7 +6,7 @@ accuracy on *held-out* operand pairs (`rl_eval.jsonl`; neither `a+b` nor `b+a` a
 before training, after SFT and after GRPO from the SFT checkpoint. Every stage is the real thing: a fresh
 `tp demo prepare`, `tp train` subprocesses with the example configs, and greedy decoding of the saved models.
 
-    .venv/bin/python bench/learning_arithmetic.py                 # ~3-10 min on 2 CPU cores
+    .venv/bin/python bench/learning_arithmetic.py    # ~2 min on 2 idle CPU cores; 20+ min while other jobs run
     .venv/bin/python bench/learning_arithmetic.py --sft-steps 300 --grpo-steps 200 --keep
 
 Exit code 0 whenever every stage ran (whatever the accuracies: this is a measurement, not a test); 1 when a
@@ -208,8 +208,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--data-dir", help="TP_DATA_DIR to build the demo in (default: a fresh temp dir)")
-    p.add_argument("--sft-steps", type=int, default=850)
-    p.add_argument("--grpo-steps", type=int, default=600, help="0 skips GRPO")
+    p.add_argument("--sft-steps", type=int, default=850, help="SFT steps (sft_tiny.yaml: batch 32, lr 2e-3 cosine)")
+    p.add_argument("--grpo-steps", type=int, default=600, help="GRPO steps of 8 prompts x 8 completions; 0 skips GRPO")
     p.add_argument("--sft-set", action="append", default=[], metavar="KEY=VALUE",
                    help="extra `tp train --set` for SFT (repeatable)")
     p.add_argument("--grpo-set", action="append", default=[], metavar="KEY=VALUE",

@@ -101,7 +101,8 @@ def common_training_args(cfg: JobConfig, run: RunDir, *, cuda: bool, dtype_name:
         fp16=dtype_name == "fp16",
         gradient_checkpointing=cfg.model.gradient_checkpointing,
         dataloader_num_workers=t.dataloader_num_workers,
-        include_num_input_tokens_seen="non_padding",
+        # RL batches carry no input_ids: counting would only log a warning every step.
+        include_num_input_tokens_seen="no" if cfg.spec.data_kind == "rl" else "non_padding",
         disable_tqdm=False,
     )
     if cfg.tracking.project and "wandb" in cfg.tracking.report_to:
