@@ -409,18 +409,9 @@ def _run_bwrap(bwrap: str, python: str, root_mode: bool, limits: SandboxLimits, 
             stdout = stack.enter_context((out / "stdout").open("wb"))
             stderr = stack.enter_context((out / "stderr").open("wb"))
             start = time.monotonic()
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                                    stdout=stdout, stderr=stderr, env=dict(_BWRAP_ENV), cwd=str(host),
-                                    start_new_session=True, close_fds=True)
-            try:
-                if stdin is not None:
-                    _feed_stdin(proc, stdin)
-                timed_out = _wait(proc, limits.wall_timeout_s)
-            except BaseException:
-                _kill_group(proc)
-                proc.wait()
-                raise
-        return _finish(out, proc.returncode, timed_out, start, "bwrap", limits)
+            returncode, timed_out = _spawn_and_wait(argv, env=dict(_BWRAP_ENV), cwd=host, stdin=stdin,
+                                                    stdout=stdout, stderr=stderr, limits=limits)
+        return _finish(out, returncode, timed_out, start, "bwrap", limits)
     finally:
         shutil.rmtree(host, ignore_errors=True)
 
@@ -433,6 +424,24 @@ def _feed_stdin(proc: subprocess.Popen, data: str) -> None:
             proc.stdin.close()
 
     threading.Thread(target=feed, daemon=True).start()
+
+
+def _spawn_and_wait(argv: list[str], *, env: dict, cwd: Path, stdin: str | None, stdout, stderr,
+                    limits: SandboxLimits) -> tuple[int, bool]:
+    """Start the program in its own session, feed stdin, wait up to the wall-clock limit; on any error the whole
+    process group is killed. Returns (returncode, timed_out)."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                            stdout=stdout, stderr=stderr, env=env, cwd=str(cwd), start_new_session=True,
+                            close_fds=True)
+    try:
+        if stdin is not None:
+            _feed_stdin(proc, stdin)
+        timed_out = _wait(proc, limits.wall_timeout_s)
+    except BaseException:
+        _kill_group(proc)
+        proc.wait()
+        raise
+    return proc.returncode, timed_out
 
 
 def _run_unsandboxed(python: str, limits: SandboxLimits, source: str, args: Sequence[str],
@@ -448,19 +457,10 @@ def _run_unsandboxed(python: str, limits: SandboxLimits, source: str, args: Sequ
                "args": list(args), "env": env, "cwd": str(work)}
         with (out / "stdout").open("wb") as stdout, (out / "stderr").open("wb") as stderr:
             start = time.monotonic()
-            proc = subprocess.Popen([python, "-S", "-s", str(box / "bootstrap.py"), json.dumps(cfg)],
-                                    stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                                    stdout=stdout, stderr=stderr, env=env, cwd=str(work),
-                                    start_new_session=True, close_fds=True)
-            try:
-                if stdin is not None:
-                    _feed_stdin(proc, stdin)
-                timed_out = _wait(proc, limits.wall_timeout_s)
-            except BaseException:
-                _kill_group(proc)
-                proc.wait()
-                raise
-        return _finish(out, proc.returncode, timed_out, start, "none", limits)
+            returncode, timed_out = _spawn_and_wait([python, "-S", "-s", str(box / "bootstrap.py"), json.dumps(cfg)],
+                                                    env=env, cwd=work, stdin=stdin, stdout=stdout, stderr=stderr,
+                                                    limits=limits)
+        return _finish(out, returncode, timed_out, start, "none", limits)
     finally:
         shutil.rmtree(host, ignore_errors=True)
 
