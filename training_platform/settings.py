@@ -32,6 +32,8 @@ class Settings(BaseSettings):
     recovery_interval_s: float = Field(15.0, validation_alias="TP_RECOVERY_INTERVAL", gt=0)
     metrics_batch_interval_s: float = Field(1.0, validation_alias="TP_METRICS_BATCH_INTERVAL", gt=0)
     min_free_disk_mb: int = Field(512, validation_alias="TP_MIN_FREE_DISK_MB", ge=0)
+    # How often beat looks for due evaluation schedules (cron resolution; checkpoint triggers fire sooner).
+    schedule_tick_s: float = Field(10.0, validation_alias="TP_SCHEDULE_TICK", gt=0)
 
     @property
     def data_path(self) -> Path:

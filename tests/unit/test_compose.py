@@ -147,14 +147,18 @@ def test_api_listens_on_all_interfaces_on_the_published_port(services):
     assert any(p.split(":")[-1] == port for p in published), published
 
 
-def test_worker_consumes_the_work_queues(services):
+def test_workers_consume_the_work_queues(services):
     from training_platform.workers.celery_app import QUEUES
 
-    argv = argv_of(services["worker"]["command"])
-    queues = (option_value(argv, "--queues", "-Q") or "train").split(",")
-    assert set(queues) == {"train", "data", "eval"}
-    assert set(queues) <= set(QUEUES)
-    assert "maintenance" not in queues  # beat's own queue (the recovery sweep)
+    consumed = {}
+    for name in ("worker", "eval-worker"):
+        argv = argv_of(services[name]["command"])
+        consumed[name] = set((option_value(argv, "--queues", "-Q") or "train").split(","))
+    assert consumed["worker"] | consumed["eval-worker"] == {"train", "data", "eval"}
+    assert consumed["eval-worker"] == {"eval"}  # evaluations never wait behind a long training job
+    for queues in consumed.values():
+        assert queues <= set(QUEUES)
+        assert "maintenance" not in queues  # beat's own queue (the recovery sweep, the schedule tick)
 
 
 def test_beat_runs_exactly_one_replica(services):
@@ -164,7 +168,7 @@ def test_beat_runs_exactly_one_replica(services):
 
 
 def test_platform_services_wait_for_healthy_stores_and_the_migration(services):
-    for name in ("api", "worker", "beat"):
+    for name in ("api", "worker", "eval-worker", "beat"):
         depends = services[name]["depends_on"]
         assert depends["postgres"]["condition"] == "service_healthy", name
         assert depends["redis"]["condition"] == "service_healthy", name

@@ -19,7 +19,11 @@ from training_platform.training.config import ConfigError, FieldError, translate
 log = logging.getLogger("training_platform.api")
 
 _BODY_MODELS = (schemas.JobCreate, schemas.JobClone, schemas.UserCreate, schemas.ModelCreate)
-_BODY_FIELDS = {name for model in _BODY_MODELS for name in model.model_fields}
+_BODY_FIELDS = {name for model in _BODY_MODELS for name in model.model_fields} | {
+    # POST /evaluations and /schedules (their models live with their routers)
+    "benchmarks", "generation", "backend", "sandbox", "seed", "model", "job_id", "checkpoint", "keep_best_by",
+    "trigger", "cron", "every_n", "include_existing", "enabled", "max_new_tokens", "temperature", "top_p",
+    "n_samples", "k", "stop", "chat", "n_shot", "system_prompt", "limit"}
 
 
 class ValidationFailed(HTTPException):

@@ -107,6 +107,9 @@ class JobRead(BaseModel):
     finished_at: UtcDatetime | None
     config: dict[str, Any]
     cloned_from: int | None
+    best_checkpoint: dict[str, Any] | None = Field(
+        None, description='Training jobs evaluated with keep_best_by: {"metric", "step", "value", "evaluation_id", '
+                          '"path"}. That checkpoint is kept beyond keep_last_checkpoints.')
 
 
 class JobSubmitted(JobRead):
@@ -144,6 +147,10 @@ class CheckpointRead(BaseModel):
     size_bytes: int
     removed: bool
     created_at: UtcDatetime
+    evaluation_id: int | None = Field(None, description="The latest succeeded evaluation of this checkpoint.")
+    eval_metrics: dict[str, float] = Field(default_factory=dict, description='Its results, e.g. '
+                                                                            '{"gsm8k/accuracy": 0.42}.')
+    is_best: bool = Field(False, description="The job's best checkpoint (see the job's best_checkpoint).")
 
 
 # ---------------------------------------------------------------------------------------------- models

@@ -92,6 +92,9 @@ class Job(SQLModel, table=True):
     preflight: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     celery_task_id: str | None = Field(default=None, max_length=64)
     cloned_from: int | None = None
+    # Training jobs: the checkpoint with the best evaluation result by a chosen metric ({"metric", "step",
+    # "value", "evaluation_id", "path"}), kept (protected from rotation) and shown.
+    best_checkpoint: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     created_at: datetime = Field(default_factory=utcnow, index=True)
     updated_at: datetime = Field(default_factory=utcnow)
     started_at: datetime | None = None
@@ -174,3 +177,95 @@ class DatasetVersionRecord(SQLModel, table=True):
     recipe: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))  # the operation's full parameters
     job_id: int | None = Field(default=None, index=True)  # the data job that produced it (no FK: jobs are deletable)
     created_at: datetime = Field(default_factory=utcnow)
+
+
+# ---------------------------------------------------------------------------------------------- evaluation
+
+
+class Evaluation(SQLModel, table=True):
+    """What an `eval` job evaluates and what it found. One row per eval job: its id is the job's id, so the job's
+    status, progress, logs, cancel and retry are the /jobs endpoints'."""
+
+    __tablename__ = "evaluations"
+    job_id: int = Field(primary_key=True, foreign_key="jobs.id")
+    owner_id: int = Field(foreign_key="users.id", index=True)
+    # How the model is shown: a registered model's name, "job 3 step 40", or the path.
+    model_label: str = Field(max_length=300)
+    # The local directory evaluated (or the served model name for an OpenAI-compatible endpoint): what a
+    # leaderboard entry is, so two evaluations of one checkpoint are one entry.
+    model_path: str = Field(sa_column=Column(Text, nullable=False))
+    # The training job whose checkpoint this is (no foreign key: training jobs are deletable; the result stays).
+    source_job_id: int | None = Field(default=None, index=True)
+    checkpoint_step: int | None = None  # None with a source job: its final model
+    schedule_id: int | None = Field(default=None, index=True)
+    benchmarks: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    keep_best_by: str | None = Field(default=None, max_length=130)  # "gsm8k/accuracy": update the job's best
+    output_dir: str | None = Field(default=None, sa_column=Column(Text))
+    summary: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))  # summary.json when it finished
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class EvalMetric(SQLModel, table=True):
+    """One summary metric of one benchmark of one evaluation (what the leaderboard and best-checkpoint read)."""
+
+    __tablename__ = "eval_metrics"
+    __table_args__ = (UniqueConstraint("job_id", "benchmark", "metric", name="uq_eval_metric"),
+                      Index("ix_eval_metrics_benchmark_metric", "benchmark", "metric"))
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="evaluations.job_id", index=True)
+    benchmark: str = Field(max_length=64)
+    metric: str = Field(max_length=64)
+    value: float
+    stderr: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n: int = 0
+
+
+class EvalSample(SQLModel, table=True):
+    """One scored sample (item x sample index) of one benchmark of one evaluation, for drill-down."""
+
+    __tablename__ = "eval_samples"
+    __table_args__ = (Index("ix_eval_samples_job_benchmark_position", "job_id", "benchmark", "position"),)
+    id: int | None = Field(default=None, sa_column=Column(BigInteger().with_variant(Integer, "sqlite"),
+                                                          primary_key=True, autoincrement=True))
+    job_id: int = Field(foreign_key="evaluations.job_id")
+    benchmark: str = Field(max_length=64)
+    position: int  # order in the benchmark's samples file
+    item_id: str = Field(max_length=300)
+    sample_index: int = 0
+    correct: bool | None = None
+    extracted: str | None = Field(default=None, sa_column=Column(Text))
+    reference: str | None = Field(default=None, sa_column=Column(Text))
+    output: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    prompt: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    latency_s: float | None = None
+    extra: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+
+
+class EvalSchedule(SQLModel, table=True):
+    """Auto-evaluation: on a cron expression (driven by Celery beat) or on every N-th new checkpoint of a job."""
+
+    __tablename__ = "eval_schedules"
+    id: int | None = Field(default=None, primary_key=True)
+    owner_id: int = Field(foreign_key="users.id", index=True)
+    name: str = Field(max_length=200)
+    enabled: bool = True
+    trigger: str = Field(max_length=32)  # cron | on_new_checkpoint
+    cron: str | None = Field(default=None, max_length=120)
+    # on_new_checkpoint: the training job watched. cron: the job whose latest checkpoint is evaluated (or None
+    # with `model`).
+    job_id: int | None = Field(default=None, index=True)
+    model: str | None = Field(default=None, sa_column=Column(Text))
+    every_n: int = 1
+    # The evaluation to run: benchmarks, generation defaults, backend options (the POST /evaluations fields).
+    request: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    keep_best_by: str | None = Field(default=None, max_length=130)
+    priority: int = 0
+    next_fire_at: datetime | None = Field(default=None, index=True)
+    last_fired_at: datetime | None = None
+    last_checkpoint_step: int = -1  # on_new_checkpoint: checkpoints up to this step have been considered
+    fired_count: int = 0
+    last_message: str | None = Field(default=None, sa_column=Column(Text))  # why the last firing did or did not run
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)

@@ -101,7 +101,7 @@ class MetricsCallback(TrainerCallback):
 
 class CheckpointCallback(TrainerCallback):
     """Moves Trainer's `checkpoint-N` into `checkpoints/step_NNNNNN`, points `latest` at it, hashes its files into
-    the manifest and keeps the last N."""
+    the manifest and keeps the last N (plus pinned ones: see RunDir.pin)."""
 
     def __init__(self, run: RunDir, keep_last: int):
         self.run = run
@@ -120,6 +120,8 @@ class CheckpointCallback(TrainerCallback):
         self.run.set_latest(dst)
         self.run.record_tree("checkpoint", dst, step=step)
         for old in self.run.checkpoint_dirs()[: -self.keep_last]:
+            if self.run.is_pinned(old):  # being evaluated, or the best so far: kept beyond keep_last
+                continue
             shutil.rmtree(old)
             self.run.record_removed(old)
         self.run.update_run_info(last_checkpoint=dst.name, step=step)

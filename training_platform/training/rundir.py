@@ -8,6 +8,7 @@ runs/<run-id>/
   train.log               the log
   manifest.jsonl          sha256 + bytes of every dataset file read, the config and every checkpoint/final file
   checkpoints/step_NNNNNN/, checkpoints/latest -> step_NNNNNN
+  pins/step_NNNNNN.<holder>  a checkpoint that must survive rotation (being evaluated, the best one)
   final/                  HF model (LoRA runs: merged model; adapter in final_adapter/)
   error.json, failpack.tgz  only when the run failed
 """
@@ -163,6 +164,26 @@ class RunDir:
             return link.resolve()
         dirs = self.checkpoint_dirs()
         return dirs[-1] if dirs else None
+
+    # -- pins: checkpoints kept by others (the platform pins one while it is evaluated, and the best one)
+    @property
+    def pins(self) -> Path:
+        return self.path / "pins"
+
+    def pin(self, checkpoint: str | Path, holder: str) -> None:
+        self.pins.mkdir(exist_ok=True)
+        (self.pins / f"{Path(checkpoint).name}.{holder}").touch()
+
+    def unpin(self, checkpoint: str | Path, holder: str) -> None:
+        (self.pins / f"{Path(checkpoint).name}.{holder}").unlink(missing_ok=True)
+
+    def unpin_holder(self, holder: str) -> None:
+        if self.pins.is_dir():
+            for pin in self.pins.glob(f"*.{holder}"):
+                pin.unlink(missing_ok=True)
+
+    def is_pinned(self, checkpoint: str | Path) -> bool:
+        return self.pins.is_dir() and any(self.pins.glob(f"{Path(checkpoint).name}.*"))
 
     def set_latest(self, checkpoint: Path) -> None:
         link = self.checkpoints / "latest"

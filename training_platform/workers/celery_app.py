@@ -1,4 +1,4 @@
-"""The Celery application. Queues: train, data, eval.
+"""The Celery application. Queues: train, data, eval, maintenance (beat's recovery sweep and schedule tick).
 
 The database is the job queue of record (status, priority, attempts); a Celery message only wakes a worker, which
 then claims the most urgent queued job of its kind from the database. So priority is exact, a lost message loses
@@ -15,13 +15,16 @@ from training_platform.settings import get_settings
 QUEUES = ("train", "data", "eval", "maintenance")
 RECOVERY_TASK = "training_platform.workers.tasks.recover_stale_jobs"
 DATA_TASK = "training_platform.workers.data_tasks.run_next_data_job"
+EVAL_TASK = "training_platform.workers.eval_tasks.run_next_eval_job"
+SCHEDULE_TASK = "training_platform.workers.eval_tasks.fire_schedules"
 
 
 def make_celery(broker_url: str | None = None) -> Celery:
     settings = get_settings()
     url = broker_url or settings.redis_url or "redis://127.0.0.1:6379/0"
     app = Celery("training_platform", broker=url,
-                 include=["training_platform.workers.tasks", "training_platform.workers.data_tasks"])
+                 include=["training_platform.workers.tasks", "training_platform.workers.data_tasks",
+                          "training_platform.workers.eval_tasks"])
     app.conf.update(
         # Each queue on its own direct exchange + routing key. A bare Queue(name) is bound to the default exchange
         # with the default routing key ("train" for all four): on an AMQP broker every queue would get a copy of
@@ -41,12 +44,19 @@ def make_celery(broker_url: str | None = None) -> Celery:
         timezone="UTC",
         # The recovery sweep has its own queue, consumed by `tp beat` (beat embedded in a one-process worker), so
         # it runs even while every training worker is busy with a long job.
-        task_routes={RECOVERY_TASK: {"queue": "maintenance"}, DATA_TASK: {"queue": "data"}},
+        task_routes={RECOVERY_TASK: {"queue": "maintenance"}, SCHEDULE_TASK: {"queue": "maintenance"},
+                     DATA_TASK: {"queue": "data"}, EVAL_TASK: {"queue": "eval"}},
         beat_schedule={
             "recover-stale-jobs": {
                 "task": RECOVERY_TASK,
                 "schedule": settings.recovery_interval_s,
                 "options": {"queue": "maintenance", "expires": max(settings.recovery_interval_s, 5.0)},
+            },
+            # Evaluation schedules (cron, and checkpoint triggers a worker may have missed): see scheduler.py.
+            "fire-eval-schedules": {
+                "task": SCHEDULE_TASK,
+                "schedule": settings.schedule_tick_s,
+                "options": {"queue": "maintenance", "expires": max(settings.schedule_tick_s, 5.0)},
             },
         },
     )

@@ -109,6 +109,7 @@ class RunIngest:
     run_dir: Path
     hold_above_step: int | None = None
     max_step: int = 0
+    registered: int = 0  # checkpoints registered (committed) so far: a change means new checkpoints
     _metrics: JsonlTail = field(init=False)
     _manifest: JsonlTail = field(init=False)
     _ckpt_files: dict[str, dict[str, tuple[str, int]]] = field(default_factory=dict, init=False)
@@ -146,6 +147,7 @@ class RunIngest:
     def committed(self) -> None:
         self._pending_points = []
         self._pending_removed = []
+        self.registered += len(set(self._pending_registered) - set(self._registered))
         self._registered.update(self._pending_registered)
         self._pending_registered = {}
         self._touched = set()

@@ -1,5 +1,6 @@
 """Starting the platform's processes: the command lines of `tp worker`, `tp beat`, `tp api`, and `tp up` (everything
-on one machine: migrate, embedded Redis, demo assets, bootstrap admin, then api + worker + beat as children)."""
+on one machine: migrate, embedded Redis, demo assets, bootstrap admin, then api + worker + eval worker + beat as
+children)."""
 
 from __future__ import annotations
 
@@ -248,6 +249,8 @@ def run_platform(*, host: str, port: int, app: str, grace_s: float, echo=print) 
         get_engine().dispose()  # the children open their own connections
         children.start("api", api_argv(host=host, port=port, app=app))
         children.start("worker", worker_argv(queues="train,data", name=f"worker-{os.getpid()}@%h"))
+        # Evaluations get their own worker: a checkpoint is evaluated while its training job still runs.
+        children.start("eval-worker", worker_argv(queues="eval", name=f"eval-{os.getpid()}@%h"))
         children.start("beat", beat_argv(data_dir / "celerybeat-schedule"))
         echo(f"API listening on http://{host}:{port}  (Ctrl-C stops everything)")
         while not stop_requested:

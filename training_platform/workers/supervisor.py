@@ -516,7 +516,10 @@ class JobSupervisor:
 
         for attempt in range(5):  # the final ingest must not be lost to a database blip
             try:
+                registered = ingest.registered
                 ingest.sync(final=True)
+                if ingest.registered != registered:
+                    _checkpoint_triggers(self.job_id)
                 break
             except SQLAlchemyError:
                 if attempt == 4:
@@ -547,7 +550,10 @@ class JobSupervisor:
             except subprocess.TimeoutExpired:
                 pass
             try:
+                registered = ingest.registered
                 ingest.sync()
+                if ingest.registered != registered:
+                    _checkpoint_triggers(self.job_id)
                 cancel_requested = self._cancel_requested()
             except SQLAlchemyError as exc:  # what was read stays pending: written by the next tick
                 log.warning("job %s: database write failed (will retry): %s", self.job_id, exc)
@@ -597,6 +603,17 @@ def _tail(path: Path, start: int, max_bytes: int = 65536) -> list[str]:
         return []
     # progress bars write \r-separated updates: keep the last state of each line
     return [line.rsplit("\r", 1)[-1] for line in text.splitlines() if line.strip()]
+
+
+def _checkpoint_triggers(job_id: int) -> None:
+    """New checkpoints were registered: fire the job's on_new_checkpoint evaluation schedules now (the beat tick
+    would otherwise fire them within TP_SCHEDULE_TICK)."""
+    from training_platform.workers.scheduler import fire_checkpoint_triggers
+
+    try:
+        fire_checkpoint_triggers(job_id)
+    except Exception as exc:  # noqa: BLE001 - never let a schedule problem disturb the training job
+        log.warning("job %s: checkpoint triggers failed (the schedule tick retries): %s", job_id, exc)
 
 
 def _wake(kind: str, priority: int) -> None:

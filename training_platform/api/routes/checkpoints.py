@@ -1,12 +1,17 @@
-"""Checkpoints a job's runs recorded (rotated ones stay listed with `removed: true`)."""
+"""Checkpoints a job's runs recorded (rotated ones stay listed with `removed: true`), with the evaluation results
+attached to each, and the job's best checkpoint by any evaluated metric."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Query
 from sqlmodel import select
 
 from training_platform.api import schemas
 from training_platform.api.deps import SessionDep, VisibleJob
+from training_platform.api.errors import ValidationFailed, not_found
+from training_platform.db import eval_crud
 from training_platform.db.models import Checkpoint
 
 router = APIRouter(prefix="/jobs", tags=["checkpoints"])
@@ -14,4 +19,38 @@ router = APIRouter(prefix="/jobs", tags=["checkpoints"])
 
 @router.get("/{job_id}/checkpoints", response_model=list[schemas.CheckpointRead])
 def job_checkpoints(job: VisibleJob, session: SessionDep):
-    return session.exec(select(Checkpoint).where(Checkpoint.job_id == job.id).order_by(Checkpoint.step)).all()
+    results = eval_crud.checkpoint_results(session, job.id)
+    best_step = (job.best_checkpoint or {}).get("step")
+    out = []
+    for ckpt in session.exec(select(Checkpoint).where(Checkpoint.job_id == job.id).order_by(Checkpoint.step)).all():
+        result = results.get(ckpt.step) or {}
+        out.append({**ckpt.model_dump(), "evaluation_id": result.get("evaluation_id"),
+                    "eval_metrics": result.get("metrics") or {}, "is_best": ckpt.step == best_step})
+    return out
+
+
+@router.get("/{job_id}/best_checkpoint")
+def best_checkpoint(job: VisibleJob, session: SessionDep,
+                    metric: Annotated[str | None, Query(max_length=130, description='e.g. "gsm8k/accuracy"; '
+                                                        'default: the metric the job keeps its best by.')] = None):
+    """The checkpoint with the highest value of `metric` among the job's evaluated, still existing checkpoints
+    (the earliest step wins a tie)."""
+    from training_platform.evaluation.request import parse_metric_key
+
+    if metric is None:
+        if not job.best_checkpoint:
+            raise not_found(f"best checkpoint of job {job.id} (no schedule keeps one: pass ?metric=)")
+        return job.best_checkpoint
+    try:
+        benchmark, name = parse_metric_key(metric)
+    except ValueError as exc:
+        raise ValidationFailed([("query.metric", str(exc))]) from None
+    results = eval_crud.checkpoint_results(session, job.id)
+    live = {c.step: c for c in session.exec(select(Checkpoint).where(Checkpoint.job_id == job.id,
+                                                                      Checkpoint.removed == False)).all()}  # noqa: E712
+    scored = [(r["metrics"][metric], step, r["evaluation_id"]) for step, r in results.items()
+              if metric in r["metrics"] and step in live]
+    if not scored:
+        raise not_found(f"an evaluated checkpoint of job {job.id} with {benchmark}/{name}")
+    value, step, evaluation_id = max(scored, key=lambda s: (s[0], -s[1]))
+    return {"metric": metric, "step": step, "value": value, "evaluation_id": evaluation_id, "path": live[step].path}

@@ -226,13 +226,18 @@ def clone_job(job: VisibleJob, session: SessionDep, user: CurrentUser, settings:
 
 @router.delete("/{job_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response)
 def delete_job(job: VisibleJob, session: SessionDep, settings: SettingsDep, user: CurrentUser):
-    """Finished jobs only: removes the job, its events, metric points and checkpoint rows, and its run
-    directory (when it lies inside TP_DATA_DIR)."""
+    """Finished jobs only: removes the job, its events, metric points and checkpoint rows (an evaluation: its
+    results), and its run directory (when it lies inside TP_DATA_DIR)."""
     if JobStatus(job.status) not in TERMINAL:
         raise conflict(f"job {job.id} is {job.status}; cancel it first (only finished jobs can be deleted)")
     if not lock_job(session, job):
         raise conflict(f"job {job.id} changed state meanwhile (now {job.status}); try again")
     run_dir = job.run_dir
+    if job.kind == "eval":  # its results go with it (leaderboard entries included); its checkpoint pin too
+        from training_platform.db import eval_crud
+
+        eval_crud.delete_evaluation_rows(session, job.id)
+        eval_crud.release_pin(job)
     for model in (JobEvent, MetricPoint, Checkpoint):
         session.exec(delete(model).where(model.job_id == job.id))
     session.delete(job)

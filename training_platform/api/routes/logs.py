@@ -44,7 +44,10 @@ def tail_lines(path: Path, n: int, block: int = 1 << 16) -> list[str]:
 
 
 def _log_path(run_dir: str | None) -> Path | None:
-    return RunDir(run_dir).log_file if run_dir else None
+    if not run_dir:
+        return None
+    eval_log = Path(run_dir) / "eval.log"  # an evaluation job's output directory
+    return eval_log if eval_log.exists() else RunDir(run_dir).log_file
 
 
 @router.get("/{job_id}/logs", response_model=schemas.LogLines)

@@ -252,6 +252,13 @@ class Benchmark(ABC):
         metrics.update(self._pass_at_k(records, "correct"))
         return metrics
 
+    def metric_names(self) -> list[str]:
+        """The metrics `aggregate` reports for this spec (what a schedule's `keep_best_by` may name)."""
+        return ["accuracy", *self._pass_at_k_names()]
+
+    def _pass_at_k_names(self) -> list[str]:
+        return [f"pass@{k}" for k in self.spec.k] if self.spec.n_samples > 1 else []
+
     def _pass_at_k(self, records: Sequence[dict[str, Any]], key: str) -> dict[str, Metric]:
         by_item: dict[str, list[bool]] = defaultdict(list)
         for r in records:

@@ -74,6 +74,9 @@ class GSM8K(Benchmark):
             "correct_flexible": gsm8k_equal(gold, found["flexible"]),
         }
 
+    def metric_names(self) -> list[str]:
+        return ["accuracy", "accuracy_strict", "accuracy_flexible", *self._pass_at_k_names()]
+
     def aggregate(self, records: Sequence[dict[str, Any]]) -> dict[str, Metric]:
         metrics = {
             "accuracy": accuracy_metric(r.get("correct") for r in records),

@@ -268,6 +268,10 @@ class HumanEval(Benchmark):
     def output_field(self) -> str:
         return "completion"
 
+    def metric_names(self) -> list[str]:
+        return [*sorted({"pass@1", *(f"pass@{k}" for k in self.spec.k)}, key=lambda m: int(m[5:])),
+                "sample_accuracy"]
+
     def aggregate(self, records: Sequence[dict[str, Any]]) -> dict[str, Metric]:
         by_task: dict[str, list[bool]] = defaultdict(list)
         for r in records:

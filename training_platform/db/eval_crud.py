@@ -1,0 +1,375 @@
+"""Data access for evaluations, shared by the API, the eval worker and the schedule firing.
+
+- `resolve_target`: what model an evaluation runs on (a registered model, a path, a hub id, a served model name,
+  or a training job's checkpoint / final model), with the same path policy as training jobs.
+- `create_evaluation`: an `eval` job + its `evaluations` row (evaluation id == job id); pins a checkpoint so the
+  training run's rotation keeps it until the evaluation ran.
+- `store_results`: a finished run's summary metrics and per-sample records into the database.
+- `update_best_checkpoint`: the best checkpoint of a training job by a metric such as "gsm8k/accuracy", recorded on
+  the job and pinned (kept beyond `keep_last_checkpoints`).
+- `leaderboard`, `checkpoint_results`, `delete_evaluation_rows`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, func
+from sqlmodel import Session, select
+
+from training_platform.db import crud
+from training_platform.db.models import (
+    Checkpoint,
+    EvalMetric,
+    EvalSample,
+    Evaluation,
+    Job,
+    JobStatus,
+    RegisteredModel,
+    User,
+)
+from training_platform.evaluation.config import EvalConfig
+from training_platform.evaluation.request import RequestError, parse_metric_key
+from training_platform.settings import Settings
+
+log = logging.getLogger("training_platform.evaluation")
+
+SAMPLE_INSERT_CHUNK = 2000
+BEST_PIN = "best"
+
+
+def eval_pin(job_id: int) -> str:
+    """The pin holder name of eval job `job_id` (see RunDir.pin)."""
+    return f"eval-{job_id}"
+
+
+@dataclass
+class Target:
+    model_path: str
+    label: str
+    source_job_id: int | None = None
+    checkpoint_step: int | None = None  # with a source job: None = its final model
+    run_dir: str | None = None  # the source job's run directory (for pins)
+
+
+# ---------------------------------------------------------------------------------------------- the model
+
+
+def resolve_target(session: Session, user: User, *, model: str | None, job_id: int | None,
+                   checkpoint: int | str | None, backend: str, settings: Settings,
+                   loc: str = "") -> Target:
+    """The model to evaluate; RequestError with field paths (`model`, `job_id`, `checkpoint`) otherwise."""
+    if (model is None) == (job_id is None):
+        raise RequestError([(f"{loc}model", "give either `model` (a registered model, a path or a hub id) or "
+                                            "`job_id` (+ `checkpoint`) of a training job")])
+    if model is not None:
+        if checkpoint is not None:
+            raise RequestError([(f"{loc}checkpoint", "`checkpoint` goes with `job_id`, not with `model`")])
+        return _model_target(session, model, backend, settings, loc)
+    return _checkpoint_target(session, user, job_id, "latest" if checkpoint is None else checkpoint, loc)
+
+
+def _model_target(session: Session, model: str, backend: str, settings: Settings, loc: str) -> Target:
+    from training_platform.api.jobspec import check_path, is_hub_id, resolve_path
+
+    if not model.strip():
+        raise RequestError([(f"{loc}model", "must not be empty")])
+    if backend == "openai":  # the name the endpoint serves; nothing local
+        return Target(model_path=model, label=model)
+    registered = session.exec(select(RegisteredModel).where(RegisteredModel.name == model)).first()
+    if registered is not None:
+        path, label = registered.path, model
+    elif is_hub_id(model, settings):
+        return Target(model_path=model, label=model)
+    else:
+        path, label = model, model
+    error = check_path(f"{loc}model", path, settings)
+    if error is not None:
+        raise RequestError([(error.path, error.reason)])
+    resolved = resolve_path(path, settings)
+    if not resolved.is_dir():
+        raise RequestError([(f"{loc}model", f"no model directory at {resolved}")])
+    return Target(model_path=str(resolved), label=label)
+
+
+def _checkpoint_target(session: Session, user: User, job_id: int, checkpoint: int | str, loc: str) -> Target:
+    job = session.get(Job, job_id)
+    if job is None or not (user.is_admin or job.owner_id == user.id):
+        raise RequestError([(f"{loc}job_id", f"job {job_id} not found")])
+    if job.kind != "train":
+        raise RequestError([(f"{loc}job_id", f"job {job_id} is a {job.kind} job; only training jobs have "
+                                             f"checkpoints")])
+    live = session.exec(select(Checkpoint).where(Checkpoint.job_id == job.id, Checkpoint.removed == False)  # noqa: E712
+                        .order_by(Checkpoint.step)).all()
+    label_base = f"{job.name} (job {job.id})"
+    if checkpoint == "final":
+        final = Path(job.run_dir or "") / "final"
+        if job.status != JobStatus.succeeded.value or not job.run_dir or not final.is_dir():
+            raise RequestError([(f"{loc}checkpoint", f"job {job.id} has no final model (status {job.status})")])
+        return Target(model_path=str(final), label=f"{label_base} final", source_job_id=job.id,
+                      checkpoint_step=None, run_dir=job.run_dir)
+    if checkpoint == "latest":
+        if not live:
+            raise RequestError([(f"{loc}checkpoint", f"job {job.id} has no checkpoint yet")])
+        chosen = live[-1]
+    elif isinstance(checkpoint, int) and not isinstance(checkpoint, bool):
+        chosen = next((c for c in live if c.step == checkpoint), None)
+        if chosen is None:
+            steps = ", ".join(str(c.step) for c in live) or "none"
+            raise RequestError([(f"{loc}checkpoint", f"job {job.id} has no checkpoint at step {checkpoint} "
+                                                     f"(available: {steps})")])
+    else:
+        raise RequestError([(f"{loc}checkpoint", f"expected a step number, 'latest' or 'final', got "
+                                                 f"{checkpoint!r}")])
+    if not Path(chosen.path).is_dir():
+        raise RequestError([(f"{loc}checkpoint", f"checkpoint step {chosen.step} of job {job.id} is missing on "
+                                                 f"disk: {chosen.path}")])
+    return Target(model_path=chosen.path, label=f"{label_base} step {chosen.step}", source_job_id=job.id,
+                  checkpoint_step=chosen.step, run_dir=job.run_dir)
+
+
+def check_data_paths(config: EvalConfig, settings: Settings) -> list[tuple[str, str]]:
+    """Benchmark data files named in a request: inside the allowed roots and present (rows are checked by the
+    worker's preflight)."""
+    from training_platform.api.jobspec import check_path, resolve_path
+
+    from training_platform.evaluation.benchmarks import get_benchmark
+
+    errors = []
+    for i, spec in enumerate(config.benchmarks):
+        if not spec.data and get_benchmark(spec).default_data() is None:
+            errors.append((f"benchmarks.{i}.data", f"{spec.name} needs a local data file (nothing is downloaded)"))
+        for field in ("data", "fewshot_data"):
+            value = getattr(spec, field)
+            if not value:
+                continue
+            error = check_path(f"benchmarks.{i}.{field}", value, settings)
+            if error is not None:
+                errors.append((error.path, error.reason))
+            elif not resolve_path(value, settings).is_file():
+                errors.append((f"benchmarks.{i}.{field}", f"no such file: {value}"))
+    return errors
+
+
+def absolute_data_paths(config: EvalConfig, settings: Settings) -> EvalConfig:
+    """The config with relative data paths resolved against TP_DATA_DIR (the worker's cwd is not)."""
+    from training_platform.api.jobspec import resolve_path
+
+    benchmarks = []
+    for spec in config.benchmarks:
+        updates = {f: str(resolve_path(getattr(spec, f), settings)) for f in ("data", "fewshot_data")
+                   if getattr(spec, f)}
+        benchmarks.append(spec.model_copy(update=updates))
+    return config.model_copy(update={"benchmarks": benchmarks})
+
+
+# ---------------------------------------------------------------------------------------------- creating
+
+
+def create_evaluation(session: Session, *, owner: User, name: str | None, config: EvalConfig, target: Target,
+                      priority: int = 0, schedule_id: int | None = None, keep_best_by: str | None = None,
+                      request: dict[str, Any] | None = None) -> Job:
+    """The eval job (queued) and its evaluations row. Pins the checkpoint it evaluates. Flushes, not commits."""
+    benchmarks = [b.name for b in config.benchmarks]
+    name = (name or f"eval {target.label}: {', '.join(benchmarks)}")[:200]
+    job_config = {"eval": config.model_dump(mode="json"), "request": request,
+                  "target": {"model_path": target.model_path, "label": target.label,
+                             "source_job_id": target.source_job_id, "checkpoint_step": target.checkpoint_step,
+                             "run_dir": target.run_dir},
+                  "schedule_id": schedule_id, "keep_best_by": keep_best_by}
+    job = crud.create_job(session, owner=owner, name=name, config=job_config, priority=priority, kind="eval")
+    job.algorithm = "eval"
+    job.max_steps = 100  # progress in percent
+    session.add(job)
+    session.add(Evaluation(job_id=job.id, owner_id=owner.id, model_label=target.label[:300],
+                           model_path=target.model_path, source_job_id=target.source_job_id,
+                           checkpoint_step=target.checkpoint_step, schedule_id=schedule_id, benchmarks=benchmarks,
+                           keep_best_by=keep_best_by))
+    session.flush()
+    if target.run_dir and target.checkpoint_step is not None:
+        from training_platform.training.rundir import RunDir
+
+        try:
+            RunDir(target.run_dir).pin(target.model_path, eval_pin(job.id))
+        except OSError as exc:  # the evaluation still runs if the checkpoint survives; say why it might not
+            log.warning("eval job %s: cannot pin %s: %s", job.id, target.model_path, exc)
+    return job
+
+
+def release_pin(job: Job) -> None:
+    """Drop the pin an eval job holds on its checkpoint (when it finished, or was deleted)."""
+    from training_platform.training.rundir import RunDir
+
+    run_dir = ((job.config or {}).get("target") or {}).get("run_dir")
+    if run_dir:
+        try:
+            RunDir(run_dir).unpin_holder(eval_pin(job.id))
+        except OSError as exc:
+            log.warning("eval job %s: cannot remove its pin in %s: %s", job.id, run_dir, exc)
+
+
+# ---------------------------------------------------------------------------------------------- results
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+SAMPLE_COLUMNS = {"benchmark", "id", "sample_index", "prompt", "output", "extracted", "correct", "reference",
+                  "latency_s"}
+
+
+def sample_rows(job_id: int, benchmark: str, records: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for position, record in enumerate(records):
+        correct = record.get("correct")
+        latency = record.get("latency_s")
+        yield {"job_id": job_id, "benchmark": benchmark, "position": position,
+               "item_id": str(record.get("id"))[:300], "sample_index": int(record.get("sample_index") or 0),
+               "correct": bool(correct) if isinstance(correct, bool | int) else None,
+               "extracted": _text(record.get("extracted")), "reference": _text(record.get("reference")),
+               "output": _text(record.get("output")) or "", "prompt": _text(record.get("prompt")) or "",
+               "latency_s": float(latency) if isinstance(latency, int | float) else None,
+               "extra": {k: v for k, v in record.items() if k not in SAMPLE_COLUMNS}}
+
+
+def store_results(session: Session, job_id: int, out_dir: Path, summary: dict[str, Any]) -> int:
+    """Summary metrics and every sample record of a finished run. Idempotent (a retry replaces). Returns the
+    number of samples stored."""
+    from training_platform.evaluation.runner import SAMPLES_DIR, read_jsonl
+
+    delete_evaluation_results(session, job_id)
+    stored = 0
+    for benchmark, result in (summary.get("benchmarks") or {}).items():
+        for metric, m in (result.get("metrics") or {}).items():
+            ci = m.get("ci95") or [None, None]
+            session.add(EvalMetric(job_id=job_id, benchmark=benchmark, metric=metric, value=float(m["value"]),
+                                   stderr=m.get("stderr"), ci_low=ci[0], ci_high=ci[1], n=int(m.get("n") or 0)))
+        samples_file = out_dir / SAMPLES_DIR / f"{benchmark}.jsonl"
+        rows = list(sample_rows(job_id, benchmark, read_jsonl(samples_file))) if samples_file.is_file() else []
+        for start in range(0, len(rows), SAMPLE_INSERT_CHUNK):
+            session.execute(EvalSample.__table__.insert(), rows[start: start + SAMPLE_INSERT_CHUNK])
+        stored += len(rows)
+    evaluation = session.get(Evaluation, job_id)
+    if evaluation is not None:
+        evaluation.summary = {k: v for k, v in summary.items() if k != "config"}
+        evaluation.output_dir = str(out_dir)
+        session.add(evaluation)
+    session.flush()
+    return stored
+
+
+def delete_evaluation_results(session: Session, job_id: int) -> None:
+    session.exec(delete(EvalSample).where(EvalSample.job_id == job_id))
+    session.exec(delete(EvalMetric).where(EvalMetric.job_id == job_id))
+
+
+def delete_evaluation_rows(session: Session, job_id: int) -> None:
+    delete_evaluation_results(session, job_id)
+    session.exec(delete(Evaluation).where(Evaluation.job_id == job_id))
+
+
+def metrics_of(session: Session, job_ids: list[int]) -> dict[int, dict[str, dict[str, Any]]]:
+    """{eval job id: {"gsm8k/accuracy": {"value", "stderr", "ci95", "n"}}}."""
+    out: dict[int, dict[str, dict[str, Any]]] = {i: {} for i in job_ids}
+    if not job_ids:
+        return out
+    for m in session.exec(select(EvalMetric).where(EvalMetric.job_id.in_(job_ids))).all():
+        out[m.job_id][f"{m.benchmark}/{m.metric}"] = {"value": m.value, "stderr": m.stderr,
+                                                      "ci95": [m.ci_low, m.ci_high], "n": m.n}
+    return out
+
+
+def checkpoint_results(session: Session, source_job_id: int) -> dict[int, dict[str, Any]]:
+    """Per checkpoint step of a training job: the latest succeeded evaluation's metrics and its id."""
+    rows = session.exec(select(Evaluation.job_id, Evaluation.checkpoint_step)
+                        .join(Job, Job.id == Evaluation.job_id)
+                        .where(Evaluation.source_job_id == source_job_id, Evaluation.checkpoint_step.is_not(None),
+                               Job.status == JobStatus.succeeded.value)
+                        .order_by(Evaluation.job_id)).all()
+    latest = {step: eval_id for eval_id, step in rows}  # later evaluations overwrite earlier ones
+    metrics = metrics_of(session, list(latest.values()))
+    return {step: {"evaluation_id": eval_id, "metrics": {k: v["value"] for k, v in metrics[eval_id].items()}}
+            for step, eval_id in latest.items()}
+
+
+# ---------------------------------------------------------------------------------------------- best checkpoint
+
+
+def update_best_checkpoint(session: Session, source_job_id: int, metric_key: str) -> dict[str, Any] | None:
+    """Recompute the best checkpoint of a training job by `metric_key` (higher is better; the earliest step wins
+    a tie), record it on the job and pin it so rotation keeps it. Returns the new best (None: nothing evaluated)."""
+    from training_platform.training.rundir import RunDir
+
+    benchmark, metric = parse_metric_key(metric_key)
+    job = session.get(Job, source_job_id)
+    if job is None:
+        return None
+    rows = session.exec(
+        select(EvalMetric.value, Evaluation.checkpoint_step, Evaluation.job_id, Evaluation.model_path)
+        .join(Evaluation, Evaluation.job_id == EvalMetric.job_id)
+        .join(Job, Job.id == Evaluation.job_id)
+        .join(Checkpoint, (Checkpoint.job_id == Evaluation.source_job_id)
+              & (Checkpoint.step == Evaluation.checkpoint_step))
+        .where(Evaluation.source_job_id == source_job_id, EvalMetric.benchmark == benchmark,
+               EvalMetric.metric == metric, Job.status == JobStatus.succeeded.value,
+               Checkpoint.removed == False)  # noqa: E712
+    ).all()
+    if not rows:
+        return None
+    value, step, eval_id, path = max(rows, key=lambda r: (r[0], -r[1], r[2]))
+    best = {"metric": metric_key, "step": step, "value": value, "evaluation_id": eval_id, "path": path}
+    previous = job.best_checkpoint or {}
+    job.best_checkpoint = best
+    session.add(job)
+    if job.run_dir and previous.get("step") != step:
+        run = RunDir(job.run_dir)
+        try:
+            run.unpin_holder(BEST_PIN)
+            run.pin(path, BEST_PIN)
+        except OSError as exc:
+            log.warning("job %s: cannot pin its best checkpoint %s: %s", job.id, path, exc)
+    return best
+
+
+# ---------------------------------------------------------------------------------------------- leaderboard
+
+
+def leaderboard(session: Session, user: User, benchmark: str, metric: str, *, job_id: int | None = None
+                ) -> list[dict[str, Any]]:
+    """One entry per model (a checkpoint is a model): its latest succeeded evaluation on `benchmark`, ranked by
+    `metric` (higher first). Only evaluations this user may see."""
+    query = (select(EvalMetric, Evaluation, Job.finished_at, Job.owner_id)
+             .join(Evaluation, Evaluation.job_id == EvalMetric.job_id)
+             .join(Job, Job.id == Evaluation.job_id)
+             .where(EvalMetric.benchmark == benchmark, EvalMetric.metric == metric,
+                    Job.status == JobStatus.succeeded.value))
+    if not user.is_admin:
+        query = query.where(Job.owner_id == user.id)
+    if job_id is not None:
+        query = query.where(Evaluation.source_job_id == job_id)
+    latest: dict[str, tuple] = {}
+    for m, evaluation, finished_at, _owner in session.exec(query.order_by(Evaluation.job_id)).all():
+        latest[evaluation.model_path] = (m, evaluation, finished_at)
+    entries = []
+    for m, evaluation, finished_at in latest.values():
+        data = ((evaluation.summary or {}).get("benchmarks") or {}).get(benchmark) or {}
+        entries.append({"evaluation_id": evaluation.job_id, "model": evaluation.model_label,
+                        "model_path": evaluation.model_path, "source_job_id": evaluation.source_job_id,
+                        "checkpoint_step": evaluation.checkpoint_step, "value": m.value, "stderr": m.stderr,
+                        "ci95": [m.ci_low, m.ci_high], "n": m.n, "data_sha256": data.get("data_sha256"),
+                        "evaluated_at": finished_at})
+    entries.sort(key=lambda e: (-e["value"], e["stderr"] if e["stderr"] is not None else 0.0, e["evaluation_id"]))
+    for rank, entry in enumerate(entries, 1):
+        entry["rank"] = rank
+    return entries
+
+
+def count_samples(session: Session, job_id: int) -> int:
+    return session.exec(select(func.count()).select_from(EvalSample).where(EvalSample.job_id == job_id)).one()

@@ -1,0 +1,187 @@
+"""What a user asks for when an evaluation is submitted (POST /evaluations, a schedule), turned into an EvalConfig.
+
+    request = EvalRequest.model_validate({"benchmarks": ["gsm8k", {"name": "humaneval", "n_samples": 5}],
+                                          "generation": {"max_new_tokens": 128}, "backend": {"batch_size": 16}})
+    config = request.to_config(model_path="runs/job-3/checkpoints/step_000040")
+
+`generation` holds defaults for every benchmark; a field a benchmark entry sets itself wins. `backend` holds the
+ModelSpec fields except `path` (the model is chosen separately: a registered model, a path, a job's checkpoint).
+Errors carry the path of the field the user wrote (`generation.temperature`, `benchmarks.1.n_samples`,
+`backend.batch_size`), also when a generation default is what made a benchmark invalid.
+
+Also here: cron expressions (`next_fire_time`) and metric keys such as "gsm8k/accuracy" (`parse_metric_key`).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from training_platform.evaluation.config import BenchmarkSpec, EvalConfig, ModelSpec, SandboxSpec
+
+__all__ = ["EvalRequest", "GenerationDefaults", "RequestError", "next_fire_time", "parse_cron", "parse_metric_key"]
+
+# The BenchmarkSpec fields `generation` may set for all benchmarks at once.
+GENERATION_FIELDS = ("max_new_tokens", "temperature", "top_p", "n_samples", "k", "stop", "chat", "n_shot",
+                     "system_prompt", "limit")
+
+
+class RequestError(ValueError):
+    """Every problem found, as (field path, reason) pairs."""
+
+    def __init__(self, errors: list[tuple[str, str]]):
+        self.errors = errors
+        super().__init__("; ".join(f"{loc}: {msg}" for loc, msg in errors))
+
+
+class GenerationDefaults(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_new_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    n_samples: int | None = None
+    k: list[int] | None = None
+    stop: list[str] | None = None
+    chat: bool | None = None
+    n_shot: int | None = None
+    system_prompt: str | None = None
+    limit: int | None = None
+
+
+class EvalRequest(BaseModel):
+    """The evaluation part of POST /evaluations and of a schedule (the model is chosen elsewhere)."""
+
+    model_config = ConfigDict(extra="forbid")
+    benchmarks: list[str | dict[str, Any]] = Field(
+        ..., min_length=1, description='Names or BenchmarkSpec objects, e.g. ["gsm8k", {"name": "humaneval", '
+                                       '"n_samples": 5, "temperature": 0.8, "k": [1, 5]}].')
+    generation: GenerationDefaults = Field(default_factory=GenerationDefaults,
+                                           description="Defaults for every benchmark (a benchmark's own field wins).")
+    backend: dict[str, Any] = Field(default_factory=dict, description="ModelSpec fields except `path`: backend, "
+                                                                      "batch_size, device, dtype, num_threads, ...")
+    sandbox: dict[str, Any] = Field(default_factory=dict, description="Code sandbox limits (humaneval).")
+    seed: int = 0
+
+    def benchmark_names(self) -> list[str]:
+        return [b if isinstance(b, str) else str(b.get("name")) for b in self.benchmarks]
+
+    def to_config(self, model_path: str, name: str | None = None) -> EvalConfig:
+        """The EvalConfig for `model_path`; RequestError lists every problem with the user's field paths."""
+        errors: list[tuple[str, str]] = []
+        defaults = self.generation.model_dump(exclude_none=True)
+        entries: list[dict[str, Any]] = []
+        injected: list[set[str]] = []
+        for i, entry in enumerate(self.benchmarks):
+            spec = {"name": entry} if isinstance(entry, str) else dict(entry)
+            if not isinstance(spec.get("name"), str):
+                errors.append((f"benchmarks.{i}.name", "a benchmark needs a name"))
+            added = {key for key in defaults if key not in spec}
+            spec.update({key: defaults[key] for key in added})
+            entries.append(spec)
+            injected.append(added)
+        if "path" in self.backend:
+            errors.append(("backend.path", "the model is chosen by `model` or `job_id`/`checkpoint`, not here"))
+        if errors:
+            raise RequestError(errors)
+
+        from training_platform.evaluation.benchmarks import BENCHMARKS
+
+        for i, spec in enumerate(entries):
+            if spec["name"] not in BENCHMARKS:
+                errors.append((f"benchmarks.{i}.name", f"unknown benchmark {spec['name']!r}; known: "
+                                                       f"{', '.join(sorted(BENCHMARKS))}"))
+        try:
+            model = ModelSpec(path=model_path, **self.backend)
+        except ValidationError as exc:
+            errors += [(_join("backend", e["loc"]), e["msg"]) for e in exc.errors()]
+            model = None
+        specs = []
+        for i, spec in enumerate(entries):
+            try:
+                specs.append(BenchmarkSpec(**spec))
+            except ValidationError as exc:
+                for e in exc.errors():
+                    field = str(e["loc"][0]) if e["loc"] else ""
+                    if field in injected[i]:
+                        loc = _join("generation", e["loc"])
+                        msg = f"{e['msg']} (default applied to benchmark {spec['name']!r})"
+                    elif not e["loc"]:  # a cross-field rule: blame the generation default if it took part
+                        from_defaults = sorted(injected[i] & {"n_samples", "temperature", "k"})
+                        loc = f"generation.{from_defaults[0]}" if from_defaults else f"benchmarks.{i}"
+                        msg = e["msg"]
+                    else:
+                        loc, msg = _join(f"benchmarks.{i}", e["loc"]), e["msg"]
+                    errors.append((loc, msg.removeprefix("Value error, ")))
+        try:
+            sandbox = SandboxSpec(**self.sandbox)
+        except ValidationError as exc:
+            errors += [(_join("sandbox", e["loc"]), e["msg"]) for e in exc.errors()]
+            sandbox = None
+        if errors:
+            raise RequestError(_unique(errors))
+        try:
+            return EvalConfig(model=model, benchmarks=specs, seed=self.seed, sandbox=sandbox, name=name)
+        except ValidationError as exc:
+            raise RequestError([(_join("", e["loc"]) or "benchmarks", e["msg"].removeprefix("Value error, "))
+                                for e in exc.errors()]) from None
+
+
+def _join(prefix: str, loc: tuple) -> str:
+    parts = [prefix] if prefix else []
+    return ".".join(parts + [str(p) for p in loc])
+
+
+def _unique(errors: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    seen: set[tuple[str, str]] = set()
+    return [e for e in errors if not (e in seen or seen.add(e))]
+
+
+# ---------------------------------------------------------------------------------------------- metric keys
+
+
+def parse_metric_key(key: str, config: EvalConfig | None = None) -> tuple[str, str]:
+    """"gsm8k/accuracy" -> ("gsm8k", "accuracy"). With `config`, the benchmark must be one it runs and the metric
+    one that benchmark reports (ValueError with the choices otherwise)."""
+    benchmark, sep, metric = key.partition("/")
+    if not sep or not benchmark or not metric:
+        raise ValueError(f"expected BENCHMARK/METRIC such as 'gsm8k/accuracy', got {key!r}")
+    if config is not None:
+        from training_platform.evaluation.benchmarks import get_benchmark
+
+        specs = {b.name: b for b in config.benchmarks}
+        if benchmark not in specs:
+            raise ValueError(f"benchmark {benchmark!r} is not evaluated here (benchmarks: {', '.join(specs)})")
+        names = get_benchmark(specs[benchmark]).metric_names()
+        if metric not in names:
+            raise ValueError(f"{benchmark} reports {', '.join(names)}; not {metric!r}")
+    return benchmark, metric
+
+
+# ---------------------------------------------------------------------------------------------- cron
+
+
+def parse_cron(expression: str) -> str:
+    """Validate a cron expression: 5 fields (minute hour day-of-month month day-of-week), or 6 with seconds last
+    (croniter's convention). Returns it normalised (single spaces); ValueError with the reason otherwise."""
+    from croniter import croniter
+
+    normalised = " ".join(str(expression).split())
+    fields = normalised.split(" ") if normalised else []
+    if len(fields) not in (5, 6):
+        raise ValueError(f"expected 5 fields (minute hour day month weekday) or 6 (plus seconds), got "
+                         f"{len(fields)}: {expression!r}")
+    try:
+        croniter(normalised, datetime.now(UTC))
+    except (ValueError, KeyError) as exc:
+        raise ValueError(f"invalid cron expression {expression!r}: {exc}") from None
+    return normalised
+
+
+def next_fire_time(expression: str, after: datetime) -> datetime:
+    """The first time strictly after `after` (UTC) that matches the expression."""
+    from croniter import croniter
+
+    after = after.replace(tzinfo=UTC) if after.tzinfo is None else after.astimezone(UTC)
+    return croniter(expression, after).get_next(datetime)

@@ -1,0 +1,273 @@
+"""Evaluation jobs (queue `eval`) and the schedule tick (queue `maintenance`, sent by beat).
+
+`run_next_eval_job` is a wake-up like the training and data ones: it claims the most urgent queued `eval` job from
+the database and runs it here, in this process (`evaluation.runner.run_evaluation`).
+
+    queued --claim--> preflight (config valid; the model / checkpoint is there; every benchmark's data loads and
+           its rows are valid; the code sandbox works) --> running (progress 0..100 in current_step)
+           --> succeeded (metrics + per-sample records stored with the job's success in one transaction; the
+               source training job's best checkpoint updated) | failed (error.json with the traceback) | cancelled
+
+Output: TP_DATA_DIR/evals/job-<id>/ (summary.json, samples/, report.md/.html, eval.log, error.json on failure).
+A cancel is seen between generation batches (the run stops there); a checkpoint being evaluated is pinned so the
+training run's rotation keeps it until the evaluation ended.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from training_platform.db import crud, eval_crud
+from training_platform.db.models import Checkpoint, Job, JobStatus
+from training_platform.db.session import session_scope
+from training_platform.settings import Settings
+from training_platform.workers import supervisor
+from training_platform.workers.celery_app import app
+
+log = logging.getLogger("training_platform.workers.eval")
+
+EVAL_TASK = "training_platform.workers.eval_tasks.run_next_eval_job"
+SCHEDULE_TASK = "training_platform.workers.eval_tasks.fire_schedules"
+CANCEL_POLL_S = 1.0
+# Share of a benchmark's progress that generation takes (scoring the rest).
+GENERATE_SHARE = 0.8
+
+
+class EvalCancelled(Exception):
+    pass
+
+
+class EvalPreflightFailed(Exception):
+    def __init__(self, checks: list[dict[str, Any]], errors: list[dict[str, str]]):
+        self.checks, self.errors = checks, errors
+        super().__init__("; ".join(f"{e['loc']}: {e['msg']}" for e in errors))
+
+
+class EvalJobSupervisor(supervisor.JobSupervisor):
+    """Runs one claimed eval job (reuses the training supervisor's ownership checks, heartbeat and `_finish`)."""
+
+    def __init__(self, job_id: int, worker: str, settings: Settings | None = None):
+        super().__init__(job_id, worker, settings)
+        self.out_dir = self.settings.data_path / "evals" / f"job-{job_id}"
+        self._log_file = None
+        self._n_benchmarks = 1
+        self._benchmark_index: dict[str, int] = {}
+        self._last_cancel_check = 0.0
+        self._main_thread = threading.main_thread()
+
+    # -- logging into eval.log (what GET /jobs/{id}/logs shows)
+
+    def _log(self, message: str) -> None:
+        line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}"
+        log.info("job %s: %s", self.job_id, message)
+        if self._log_file is not None:
+            self._log_file.write(line + "\n")
+            self._log_file.flush()
+
+    def _run(self) -> str:
+        job = self._read_job()
+        if job.cancel_requested:
+            self._finish(JobStatus.cancelled.value, "cancelled by user before it started")
+            self._release(job)
+            return JobStatus.cancelled.value
+        from training_platform.workers.tasks import _wait_for_warm_up
+
+        _wait_for_warm_up()  # transformers' lazy imports are not thread-safe
+        try:
+            config, checks = self._preflight(job)
+        except EvalPreflightFailed as exc:
+            report = {"ok": False, "checks": exc.checks, "errors": exc.errors}
+            self._finish(JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc}",
+                         preflight=report)
+            self._release(job)
+            return JobStatus.failed.value
+
+        if self.out_dir.exists():  # a previous attempt's partial output
+            shutil.rmtree(self.out_dir)
+        self.out_dir.mkdir(parents=True)
+        self._log_file = (self.out_dir / "eval.log").open("a", encoding="utf-8")
+        try:
+            with session_scope() as session:
+                locked = supervisor.lock_job(session, self.job_id)
+                if not supervisor._owned(locked, self.worker):
+                    raise supervisor.JobLost()
+                locked.preflight = {"ok": True, "checks": checks}
+                locked.run_dir = str(self.out_dir)
+                locked.current_step = 0
+                crud.transition(session, locked, JobStatus.running, f"evaluation started (attempt {locked.attempts})")
+            self.heartbeater.step = 0
+            return self._evaluate(job, config)
+        finally:
+            self._release(job)
+            self._log_file.close()
+            self._log_file = None
+
+    def _release(self, job: Job) -> None:
+        eval_crud.release_pin(job)
+
+    # -- preflight
+
+    def _preflight(self, job: Job):
+        from training_platform.evaluation.benchmarks import EvalDataError
+        from training_platform.evaluation.config import EvalConfig
+        from training_platform.evaluation.runner import _prepared
+
+        checks: list[dict[str, Any]] = []
+        cfg = job.config or {}
+        try:
+            config = EvalConfig.model_validate(cfg.get("eval"))
+        except Exception as exc:  # noqa: BLE001 - a stored config that no longer validates
+            raise EvalPreflightFailed([{"name": "config", "ok": False}],
+                                      [{"loc": "config", "msg": f"not a valid evaluation config: {exc}"}]) from None
+        checks.append({"name": "config", "ok": True})
+
+        target = cfg.get("target") or {}
+        problem = self._model_problem(config, target)
+        if problem:
+            raise EvalPreflightFailed([*checks, {"name": "model", "ok": False, "detail": problem}],
+                                      [{"loc": "model", "msg": problem}])
+        checks.append({"name": "model", "ok": True, "detail": config.model.path})
+        try:
+            prepared = _prepared(config)
+        except EvalDataError as exc:
+            details = getattr(exc, "errors", None) or []
+            msg = str(exc) + (": " + "; ".join(str(d) for d in details[:10]) if details else "")
+            raise EvalPreflightFailed([*checks, {"name": "data", "ok": False}], [{"loc": "benchmarks", "msg": msg}]) \
+                from None
+        except Exception as exc:  # noqa: BLE001 - the sandbox refusing, an unknown benchmark: loud and specific
+            raise EvalPreflightFailed([*checks, {"name": "data", "ok": False}],
+                                      [{"loc": "benchmarks", "msg": f"{type(exc).__name__}: {exc}"}]) from None
+        checks.append({"name": "data", "ok": True, "detail": {spec.name: len(items) for spec, _, items, _ in prepared}})
+        self._n_benchmarks = len(config.benchmarks)
+        self._benchmark_index = {spec.name: i for i, spec in enumerate(config.benchmarks)}
+        return config, checks
+
+    def _model_problem(self, config, target: dict) -> str | None:
+        if config.model.backend == "openai":
+            return None
+        step, source = target.get("checkpoint_step"), target.get("source_job_id")
+        if source is not None and step is not None:
+            with session_scope() as session:
+                from sqlmodel import select
+
+                ckpt = session.exec(select(Checkpoint).where(Checkpoint.job_id == source,
+                                                             Checkpoint.step == step)).first()
+                if ckpt is None or ckpt.removed:
+                    return (f"checkpoint step {step} of job {source} was removed (rotated away by "
+                            f"keep_last_checkpoints) before it could be evaluated")
+        path = Path(config.model.path)
+        if path.is_absolute() or path.exists():
+            if not path.is_dir():
+                return f"no model directory at {path}"
+            if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
+                return f"{path} holds no config.json or adapter_config.json: not a model directory"
+        return None
+
+    # -- running
+
+    def _on_progress(self, event: dict[str, Any]) -> None:
+        index = self._benchmark_index.get(event.get("benchmark"), 0)
+        total = max(1, int(event.get("total") or 1))
+        fraction = min(1.0, int(event.get("done") or 0) / total)
+        stage = event.get("stage")
+        if stage == "generate":
+            within = GENERATE_SHARE * fraction
+        elif stage == "score":
+            within = GENERATE_SHARE + (1 - GENERATE_SHARE) * fraction
+        else:
+            within = fraction
+        percent = int(99 * (index + within) / self._n_benchmarks)
+        self.heartbeater.step = max(self.heartbeater.step or 0, percent)
+        # Scoring threads call this too; only the main thread may stop the run (an exception there ends it).
+        if threading.current_thread() is self._main_thread:
+            now = time.monotonic()
+            if now - self._last_cancel_check >= CANCEL_POLL_S:
+                self._last_cancel_check = now
+                if self._cancel_requested() or self.heartbeater.lost.is_set() or self.shutting_down:
+                    raise EvalCancelled()
+
+    def _evaluate(self, job: Job, config) -> str:
+        from training_platform.evaluation.runner import run_evaluation
+
+        try:
+            summary = run_evaluation(config, self.out_dir, progress=False, log=self._log,
+                                     on_progress=self._on_progress)
+        except EvalCancelled:
+            if self.heartbeater.lost.is_set():
+                raise supervisor.JobLost() from None
+            if self._cancel_requested():
+                self._log("cancelled by user")
+                self._finish(JobStatus.cancelled.value, "cancelled by user (evaluation stopped)")
+                return JobStatus.cancelled.value
+            self._finish(JobStatus.queued.value, "worker shutting down: requeued")
+            return JobStatus.queued.value
+        except Exception as exc:  # noqa: BLE001 - recorded with its traceback, then the job fails loudly
+            from training_platform.training.rundir import redact
+
+            tb = redact(traceback.format_exc())
+            message = redact(f"{type(exc).__name__}: {exc}")
+            (self.out_dir / "error.json").write_text(json.dumps({"type": type(exc).__name__, "message": message,
+                                                                 "traceback": tb}, indent=2))
+            self._log(f"FAILED: {message}\n{tb}")
+            first = message.splitlines()[0] if message else type(exc).__name__
+            self._finish(JobStatus.failed.value, "evaluation failed", error=f"evaluation failed: {first[:2000]}")
+            return JobStatus.failed.value
+        return self._store(job, summary)
+
+    def _store(self, job: Job, summary: dict[str, Any]) -> str:
+        """Results, the best checkpoint and the job's success in one transaction (if the job is still ours)."""
+        self.heartbeater.stop()
+        keep_best_by = (job.config or {}).get("keep_best_by")
+        source = ((job.config or {}).get("target") or {}).get("source_job_id")
+        with session_scope() as session:
+            locked = supervisor.lock_job(session, self.job_id)
+            if not supervisor._owned(locked, self.worker):
+                raise supervisor.JobLost()
+            n = eval_crud.store_results(session, self.job_id, self.out_dir, summary)
+            parts = []
+            for name, result in summary["benchmarks"].items():
+                primary = result.get("primary_metric")
+                metric = (result.get("metrics") or {}).get(primary)
+                if metric:
+                    parts.append(f"{name}/{primary} {metric['value']:.4f} (n={metric['n']})")
+            locked.current_step = 100
+            crud.transition(session, locked, JobStatus.succeeded.value,
+                            f"evaluated: {', '.join(parts)}; {n} samples stored")
+            best = None
+            if keep_best_by and source is not None:
+                session.flush()
+                best = eval_crud.update_best_checkpoint(session, source, keep_best_by)
+        self._log(f"done: {', '.join(parts)}")
+        if best:
+            self._log(f"best checkpoint of job {source} by {keep_best_by}: step {best['step']} ({best['value']:.4f})")
+        return JobStatus.succeeded.value
+
+
+def run_next_eval_job_here(worker: str | None = None, task_id: str | None = None) -> int | None:
+    worker = worker or supervisor.worker_identity()
+    job_id = supervisor.claim_next_job("eval", worker, task_id)
+    if job_id is None:
+        log.info("%s: no queued eval job to claim", worker)
+        return None
+    log.info("%s: claimed eval job %s", worker, job_id)
+    EvalJobSupervisor(job_id, worker).run()
+    return job_id
+
+
+@app.task(name=EVAL_TASK, bind=True, acks_late=True, reject_on_worker_lost=True)
+def run_next_eval_job(self) -> int | None:
+    return run_next_eval_job_here(supervisor.worker_identity(self.request.hostname), self.request.id)
+
+
+@app.task(name=SCHEDULE_TASK, ignore_result=True)
+def fire_schedules() -> dict:
+    from training_platform.workers import scheduler
+
+    return scheduler.tick()
