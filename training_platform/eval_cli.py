@@ -125,7 +125,17 @@ def _apply_sets(specs: dict[str, dict[str, Any]], sets: list[str]) -> None:
             raise ValueError(f"--set takes BENCHMARK.FIELD=VALUE, got {item!r}")
         if bench not in specs:
             raise ValueError(f"--set {item!r}: {bench!r} is not in --benchmarks")
-        specs[bench][field] = yaml.safe_load(raw)
+        value = yaml.safe_load(raw)
+        if _is_text_field(field) and not isinstance(value, str):
+            value = raw  # e.g. a prompt template "{question}" is YAML for a mapping; a text field keeps the text
+        specs[bench][field] = value
+
+
+def _is_text_field(field: str) -> bool:
+    from training_platform.evaluation.config import BenchmarkSpec
+
+    info = BenchmarkSpec.model_fields.get(field)
+    return info is not None and info.annotation in (str, str | None)
 
 
 @eval_app.command("run")

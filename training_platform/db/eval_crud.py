@@ -137,7 +137,6 @@ def check_data_paths(config: EvalConfig, settings: Settings) -> list[tuple[str, 
     """Benchmark data files named in a request: inside the allowed roots and present (rows are checked by the
     worker's preflight)."""
     from training_platform.api.jobspec import check_path, resolve_path
-
     from training_platform.evaluation.benchmarks import get_benchmark
 
     errors = []

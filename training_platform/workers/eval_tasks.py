@@ -134,6 +134,10 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
             raise EvalPreflightFailed([*checks, {"name": "model", "ok": False, "detail": problem}],
                                       [{"loc": "model", "msg": problem}])
         checks.append({"name": "model", "ok": True, "detail": config.model.path})
+        if target.get("run_dir") and target.get("checkpoint_step") is not None:  # again, for a retry or requeue
+            from training_platform.training.rundir import RunDir
+
+            RunDir(target["run_dir"]).pin(target["model_path"], eval_crud.eval_pin(job.id))
         try:
             prepared = _prepared(config)
         except EvalDataError as exc:
@@ -193,12 +197,23 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
                 if self._cancel_requested() or self.heartbeater.lost.is_set() or self.shutting_down:
                     raise EvalCancelled()
 
-    def _evaluate(self, job: Job, config) -> str:
+    def _run_and_store(self, job: Job, config) -> str:
         from training_platform.evaluation.runner import run_evaluation
 
         try:
             summary = run_evaluation(config, self.out_dir, progress=False, log=self._log,
                                      on_progress=self._on_progress)
+        except BaseException:
+            self._release(job)  # before the job ends: whoever sees it finished sees the checkpoint released
+            raise
+        self._release(job)
+        return self._store(job, summary)
+
+    def _evaluate(self, job: Job, config) -> str:
+        try:
+            return self._run_and_store(job, config)
+        except supervisor.JobLost:
+            raise
         except EvalCancelled:
             if self.heartbeater.lost.is_set():
                 raise supervisor.JobLost() from None
@@ -219,7 +234,6 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
             first = message.splitlines()[0] if message else type(exc).__name__
             self._finish(JobStatus.failed.value, "evaluation failed", error=f"evaluation failed: {first[:2000]}")
             return JobStatus.failed.value
-        return self._store(job, summary)
 
     def _store(self, job: Job, summary: dict[str, Any]) -> str:
         """Results, the best checkpoint and the job's success in one transaction (if the job is still ours)."""
