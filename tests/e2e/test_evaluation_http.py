@@ -215,7 +215,7 @@ def test_leaderboard_and_comparison(platform, trained):
 def test_cron_schedule_fires_through_beat(platform):
     client, _ = platform
     response = client.post("/schedules", json={
-        "name": "cron every 2 s", "trigger": "cron", "cron": "*/2 * * * * *", "model": "demo-tiny",
+        "name": "cron every 2 s", "trigger": "cron", "cron": "* * * * * */2", "model": "demo-tiny",
         "benchmarks": [{**GSM8K, "limit": 4}], "generation": GENERATION, "backend": BACKEND})
     assert response.status_code == 201, response.text
     schedule = response.json()

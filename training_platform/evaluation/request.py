@@ -98,6 +98,7 @@ class EvalRequest(BaseModel):
             errors += [(_join("backend", e["loc"]), e["msg"]) for e in exc.errors()]
             model = None
         specs = []
+        from_defaults: dict[tuple[str, str], list[str]] = {}  # one error per default, naming the benchmarks
         for i, spec in enumerate(entries):
             try:
                 specs.append(BenchmarkSpec(**spec))
@@ -105,15 +106,17 @@ class EvalRequest(BaseModel):
                 for e in exc.errors():
                     field = str(e["loc"][0]) if e["loc"] else ""
                     if field in injected[i]:
-                        loc = _join("generation", e["loc"])
-                        msg = f"{e['msg']} (default applied to benchmark {spec['name']!r})"
-                    elif not e["loc"]:  # a cross-field rule: blame the generation default if it took part
-                        from_defaults = sorted(injected[i] & {"n_samples", "temperature", "k"})
-                        loc = f"generation.{from_defaults[0]}" if from_defaults else f"benchmarks.{i}"
+                        from_defaults.setdefault((_join("generation", e["loc"]), e["msg"]), []).append(spec["name"])
+                        continue
+                    if not e["loc"]:  # a cross-field rule: blame the generation default if it took part
+                        involved = sorted(injected[i] & {"n_samples", "temperature", "k"})
+                        loc = f"generation.{involved[0]}" if involved else f"benchmarks.{i}"
                         msg = e["msg"]
                     else:
                         loc, msg = _join(f"benchmarks.{i}", e["loc"]), e["msg"]
                     errors.append((loc, msg.removeprefix("Value error, ")))
+        for (loc, msg), names in from_defaults.items():
+            errors.append((loc, f"{msg} (the default for {', '.join(map(repr, names))})"))
         try:
             sandbox = SandboxSpec(**self.sandbox)
         except ValidationError as exc:
