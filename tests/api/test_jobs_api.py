@@ -439,7 +439,9 @@ def test_checkpoints_are_listed_by_step(api):
     assert r.status_code == 200
     items = r.json()
     assert [c["step"] for c in items] == [10, 20, 30]
-    assert set(items[0]) == {"step", "path", "sha256", "size_bytes", "removed", "created_at"}
+    assert set(items[0]) == {"step", "path", "sha256", "size_bytes", "removed", "created_at", "evaluation_id",
+                             "eval_metrics", "is_best"}
+    assert items[0]["evaluation_id"] is None and items[0]["eval_metrics"] == {} and items[0]["is_best"] is False
     assert [c["removed"] for c in items] == [True, False, False] and items[2]["size_bytes"] == 30000
     assert api.get(f"/jobs/{job['id']}/checkpoints", user="bob").status_code == 404
 
