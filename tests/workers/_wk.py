@@ -93,8 +93,9 @@ class Platform:
     procs: list[Proc] = field(default_factory=list)
 
     # -- processes
-    def start_worker(self, name: str = "w1", env: dict[str, str] | None = None, ready: bool = True) -> Proc:
-        argv = [*CELERY, "worker", "-Q", "train", "-c", "1", "--pool", "prefork", "-Ofair", "-n", f"{name}@%h",
+    def start_worker(self, name: str = "w1", env: dict[str, str] | None = None, ready: bool = True,
+                     queues: str = "train") -> Proc:
+        argv = [*CELERY, "worker", "-Q", queues, "-c", "1", "--pool", "prefork", "-Ofair", "-n", f"{name}@%h",
                 "--loglevel", "INFO"]
         proc = Proc(argv, {**self.env, **(env or {})}, self.data_dir / f"{name}.log")
         self.procs.append(proc)
