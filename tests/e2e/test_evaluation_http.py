@@ -111,6 +111,16 @@ def test_checkpoint_trigger_evaluates_every_second_checkpoint_while_training_run
         assert attached["eval_metrics"]["gsm8k/accuracy"] == e["metrics"]["gsm8k/accuracy"]["value"]
     # Training really learned: the last checkpoint answers more held-out sums than the first one evaluated.
     accuracy = [e["metrics"]["gsm8k/accuracy"]["value"] for e in evals]
+    from datetime import datetime
+
+    def ts(value: str) -> float:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+    lag = [ts(e["created_at"]) - ts(checkpoints[e["checkpoint_step"]]["created_at"]) for e in evals]
+    took = [ts(e["finished_at"]) - ts(e["created_at"]) for e in evals]
+    print(f"\n[e2e eval] accuracy by checkpoint {dict(zip([100, 200, 300, 400], accuracy, strict=True))}; "
+          f"checkpoint registered -> evaluation queued {max(lag):.2f}s max; queued -> succeeded "
+          f"{min(took):.1f}-{max(took):.1f}s; training finished {job['finished_at']}")
     assert accuracy[-1] > accuracy[0], accuracy
     assert all(e["metrics"]["gsm8k/accuracy"]["n"] == 40 for e in evals)
 
