@@ -668,14 +668,22 @@ def test_health_and_prometheus_metrics(api):
 
 
 def test_docs_openapi_and_config_schema(api):
-    assert api.client.get("/docs").status_code == 200
+    docs = api.client.get("/docs")
+    assert docs.status_code == 200
+    # Offline machines: Swagger UI's assets come from us, not a CDN.
+    assert "cdn." not in docs.text and "https://" not in docs.text.split("<body")[0]
+    for asset in ("swagger-ui-bundle.js", "swagger-ui.css"):
+        assert f"/static-offline-docs/{asset}" in docs.text
+        assert api.client.get(f"/static-offline-docs/{asset}").status_code == 200
     spec = api.client.get(f"{API}/openapi.json").json()
     assert api.client.get("/openapi.json").json() == spec
     for path in ("/api/v1/jobs", "/api/v1/jobs/{job_id}", "/api/v1/jobs/{job_id}/cancel", "/api/v1/jobs/{job_id}/retry",
                  "/api/v1/jobs/{job_id}/clone", "/api/v1/jobs/{job_id}/metrics", "/api/v1/jobs/{job_id}/logs",
                  "/api/v1/jobs/{job_id}/logs/stream", "/api/v1/jobs/{job_id}/checkpoints", "/api/v1/models",
                  "/api/v1/users", "/api/v1/users/me", "/api/v1/monitoring/dashboard", "/api/v1/health",
-                 "/api/v1/config/schema"):
+                 "/api/v1/config/schema", "/api/v1/evaluations", "/api/v1/evaluations/leaderboard",
+                 "/api/v1/evaluations/{evaluation_id}/samples", "/api/v1/schedules", "/api/v1/schedules/{schedule_id}",
+                 "/api/v1/jobs/{job_id}/best_checkpoint"):
         assert path in spec["paths"], path
     assert "HTTPBearer" in spec["components"]["securitySchemes"]
     schema = api.client.get(f"{API}/config/schema").json()

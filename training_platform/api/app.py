@@ -7,8 +7,12 @@ and scrapers. Creating the app touches neither the database nor the broker.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from fastapi import APIRouter, FastAPI
+from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 
 from training_platform.api import errors
 from training_platform.api.observability import ObservabilityMiddleware, RequestMetrics
@@ -51,10 +55,27 @@ def _default_logging() -> None:
     ours.setLevel(logging.INFO)
 
 
+UI_DIR = Path(__file__).parent / "static" / "ui"  # the built Vue app (frontend/: npm run build writes it here)
+
+
+def _mount_ui(app: FastAPI) -> None:
+    """The dashboard at /ui/ (same origin as the API, so it needs no CORS); / redirects there."""
+    app.add_api_route("/", lambda: RedirectResponse("/ui/"), include_in_schema=False)
+    if (UI_DIR / "index.html").is_file():
+        app.mount("/ui", StaticFiles(directory=UI_DIR, html=True), name="ui")
+    else:
+        missing = ("<h1>training_platform</h1><p>The web UI is not built in this checkout: "
+                   "<code>cd frontend &amp;&amp; npm ci &amp;&amp; npm run build</code>. The API is at "
+                   "<a href='/docs'>/docs</a>.</p>")
+        app.add_api_route("/ui/{path:path}", lambda path="": HTMLResponse(missing, status_code=404),
+                          include_in_schema=False)
+
+
 def create_app() -> FastAPI:
     _default_logging()
-    app = FastAPI(title="training_platform", version="1", description=DESCRIPTION,
-                  openapi_url=f"{API_PREFIX}/openapi.json", docs_url="/docs", redoc_url=None)
+    # Swagger UI's JS/CSS served from the package, not a CDN: /docs works on an offline machine.
+    app = FastAPIOffline(title="training_platform", version="1", description=DESCRIPTION,
+                         openapi_url=f"{API_PREFIX}/openapi.json", docs_url="/docs", redoc_url=None)
     # /openapi.json at the root too, where most tools look first.
     app.add_api_route("/openapi.json", lambda: app.openapi(), include_in_schema=False)
     errors.install(app)
@@ -65,6 +86,8 @@ def create_app() -> FastAPI:
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(health.router, include_in_schema=False)  # /health, /metrics
+
+    _mount_ui(app)
 
     app.state.request_metrics = RequestMetrics()
     app.add_middleware(ObservabilityMiddleware, metrics=app.state.request_metrics)
