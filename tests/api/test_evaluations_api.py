@@ -150,6 +150,9 @@ def test_an_evaluation_runs_and_its_results_are_served(api):
     listed = api.get("/evaluations", params={"benchmark": "gsm8k", "status": "succeeded"}).json()
     assert created["id"] in [e["id"] for e in listed["items"]]
 
+    clone = api.post(f"/jobs/{created['id']}/clone")
+    assert clone.status_code == 409 and "only training jobs can be cloned" in clone.json()["detail"]
+
     # Deleting the evaluation's job removes its results (and its leaderboard entry).
     assert api.delete(f"/jobs/{created['id']}").status_code == 204
     assert api.get(f"/evaluations/{created['id']}").status_code == 404

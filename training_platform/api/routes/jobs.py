@@ -214,6 +214,10 @@ def clone_job(job: VisibleJob, session: SessionDep, user: CurrentUser, settings:
     """A new job from this job's config with `overrides` applied; validated like POST /jobs. The body is
     optional: without one the job is cloned as it is."""
     body = body or schemas.JobClone()
+    if job.kind != "train":
+        where = "POST /evaluations" if job.kind == "eval" else "POST /datasets/{id}/versions/{v}/operations"
+        raise conflict(f"job {job.id} is a {job.kind} job; only training jobs can be cloned (submit again with "
+                       f"{where})")
     try:
         raw = apply_overrides(job.config, body.overrides)
     except OverrideError as exc:

@@ -1,0 +1,127 @@
+"""The web UI in a real browser (Chromium driven by Playwright) against the running platform (`tp up`): sign in with
+a token, submit a training job from the form (a bad config shows its field errors first), watch it run with a live
+loss chart and finish, then evaluate it from the UI and find it on the leaderboard and in the per-sample view."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+UI_BUILT = (REPO / "training_platform/api/static/ui/index.html").is_file()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.skip("no Chromium here (apt-get install -y chromium; .ci/run installs it)")
+    if not UI_BUILT:
+        pytest.skip("the UI is not built (cd frontend && npm ci && npm run build)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, platform):
+    client, data_dir = platform
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" and "401" not in msg.text
+            else None)
+    page.root = str(client.base_url).removesuffix("/api/v1/").removesuffix("/api/v1")  # type: ignore[attr-defined]
+    page.token = (data_dir / "admin.token").read_text().strip()  # type: ignore[attr-defined]
+    yield page
+    context.close()
+    assert not errors, f"browser errors: {errors}"
+
+
+def _sign_in(page) -> None:
+    page.goto(f"{page.root}/ui/#/jobs")
+    page.get_by_test_id("token-input").fill(page.token)
+    page.get_by_test_id("token-save").click()
+    page.get_by_test_id("jobs-table").wait_for()
+
+
+def _config(max_steps: int) -> str:
+    config = yaml.safe_load((REPO / "configs/examples/sft_tiny.yaml").read_text())
+    config["training"].update(max_steps=max_steps, logging_steps=5, save_steps=50)
+    config["training"].pop("eval_steps", None)
+    config["data"].pop("eval_file", None)
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def test_submit_watch_and_evaluate_a_job_in_the_browser(page, platform, tmp_path):
+    client, _ = platform
+    _sign_in(page)
+
+    # A bad config: the form shows every problem with its field path and stays.
+    page.get_by_test_id("new-job").click()
+    page.get_by_test_id("job-name").fill("from the browser")
+    page.get_by_test_id("job-config").fill(_config(150).replace("learning_rate: 0.002", "learning_rate: -1"))
+    page.get_by_test_id("job-submit").click()
+    errors = page.get_by_test_id("error-list")
+    errors.wait_for()
+    assert "training.learning_rate" in errors.inner_text()
+
+    page.get_by_test_id("job-config").fill(_config(150))
+    page.get_by_test_id("job-submit").click()
+    page.wait_for_url("**/#/jobs/*")
+    job_id = int(page.url.rsplit("/", 1)[-1])
+    status = page.get_by_test_id("job-status")
+    # Live: the chart has points while the job runs, then the badge reads succeeded.
+    page.get_by_test_id("metrics-chart").locator("canvas").first.wait_for()
+    page.wait_for_function("document.querySelector('[data-testid=job-status]').innerText.includes('succeeded')",
+                           timeout=240_000)
+    assert "succeeded" in status.inner_text()
+    assert client.get(f"/jobs/{job_id}").json()["status"] == "succeeded"
+    checkpoints = page.get_by_test_id("checkpoints-table")
+    checkpoints.wait_for()
+    assert "150" in checkpoints.inner_text()
+    logs = page.get_by_test_id("job-logs")
+    page.wait_for_function("document.querySelector('[data-testid=job-logs]').innerText.includes('run succeeded')")
+    assert "run succeeded" in logs.inner_text()
+    page.screenshot(path=str(tmp_path / "job-page.png"))
+
+    # Evaluate the final model from the UI.
+    page.goto(f"{page.root}/ui/#/evaluations")
+    page.get_by_test_id("evaluations-table").wait_for()
+    form = page.locator("form").filter(has=page.get_by_test_id("evaluation-submit"))
+    model_input = form.locator("input").first
+    model_input.fill(f"runs/job-{job_id}/final")
+    page.get_by_test_id("evaluation-submit").click()
+
+    def evaluation_of_job():
+        items = client.get("/evaluations", params={"limit": 200}).json()["items"]
+        return next((e for e in items if e["model"].endswith(f"job-{job_id}/final")), None)
+
+    from _e2e import wait
+
+    evaluation = wait(evaluation_of_job, 30, "the evaluation submitted from the UI")
+    wait(lambda: client.get(f"/evaluations/{evaluation['id']}").json()["status"] == "succeeded", 180,
+         "the evaluation to succeed")
+    page.goto(f"{page.root}/ui/#/evaluations/{evaluation['id']}")
+    page.get_by_test_id("eval-metrics").wait_for()
+    assert "accuracy" in page.get_by_test_id("eval-metrics").inner_text()
+    page.get_by_test_id("samples-table").wait_for()
+    assert page.get_by_test_id("samples-table").locator("tbody tr").count() > 0
+
+    page.goto(f"{page.root}/ui/#/evaluations")
+    page.get_by_test_id("leaderboard-benchmark").select_option("gsm8k")
+    board = page.get_by_test_id("leaderboard-table")
+    board.wait_for()
+    page.wait_for_function(
+        f"document.querySelector('[data-testid=leaderboard-table]').innerText.includes('job-{job_id}')")
+    page.screenshot(path=str(tmp_path / "evaluations-page.png"))
+    assert evaluation["benchmarks"] == ["gsm8k"]
