@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 
-.PHONY: setup test lint demo up clean
+.PHONY: setup test lint demo up ui clean
 
 setup: $(BIN)/tp
 
@@ -22,6 +22,10 @@ lint: setup
 
 up: setup
 	$(BIN)/tp up
+
+# Rebuild the web UI (Vue 3 + Vite) into training_platform/api/static/ui (committed, so `make up` needs no Node).
+ui:
+	cd frontend && npm ci && npm run build
 
 demo: setup
 	$(BIN)/tp demo prepare

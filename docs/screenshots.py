@@ -1,0 +1,105 @@
+"""Regenerate the README screenshots: a fresh `tp up` (temporary TP_DATA_DIR), one SFT job with an evaluation of every
+2nd checkpoint, then Chromium (Playwright) photographs the job page and the evaluations page.
+
+    .venv/bin/python docs/screenshots.py            # writes docs/screenshot-job.png, docs/screenshot-evaluations.png
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+
+
+def wait(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+def main() -> int:
+    data_dir = Path(tempfile.mkdtemp(prefix="tp-screenshots-"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    env.update(TP_DATA_DIR=str(data_dir), HF_HUB_OFFLINE="1", TP_SCHEDULE_TICK="1")
+    up = subprocess.Popen([sys.executable, "-m", "training_platform.cli", "up", "--port", str(port)], env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait(lambda: _ok(f"{base}/health"), 180, "tp up")
+        token = (data_dir / "admin.token").read_text().strip()
+        api = httpx.Client(base_url=f"{base}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        config = yaml.safe_load((REPO / "configs/examples/sft_tiny.yaml").read_text())
+        config["training"].update(max_steps=600, save_steps=100, logging_steps=5, eval_steps=100)
+        job = api.post("/jobs", json={"name": "sft arithmetic", "config": config}).json()
+        bench = {"name": "gsm8k", "data": "demo/data/gsm8k_eval.jsonl", "prompt_template": "{question}",
+                 "limit": 40}
+        _write_eval_set(data_dir)
+        bench["data"] = "evalsets/arithmetic_gsm8k.jsonl"
+        api.post("/schedules", json={"name": "every 2nd checkpoint", "trigger": "on_new_checkpoint",
+                                     "job_id": job["id"], "every_n": 2, "keep_best_by": "gsm8k/accuracy",
+                                     "benchmarks": [bench], "generation": {"max_new_tokens": 8}})
+        wait(lambda: api.get(f"/jobs/{job['id']}").json()["status"] == "succeeded", 600, "the job")
+        wait(lambda: all(e["status"] == "succeeded" for e in api.get("/evaluations").json()["items"])
+             and api.get("/evaluations").json()["total"] == 3, 300, "the evaluations")
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=["--no-sandbox"])
+            context = browser.new_context(viewport={"width": 1400, "height": 1000})
+            context.add_init_script(f"localStorage.setItem('tp_token', {token!r})")  # signed in from the start
+            page = context.new_page()
+            page.goto(f"{base}/ui/#/jobs/{job['id']}")
+            page.get_by_test_id("metrics-chart").locator("canvas").first.wait_for()
+            time.sleep(2)
+            page.screenshot(path=str(DOCS / "screenshot-job.png"))
+            page.goto(f"{base}/ui/#/evaluations")
+            page.get_by_test_id("leaderboard-benchmark").select_option("gsm8k")
+            time.sleep(2)
+            page.screenshot(path=str(DOCS / "screenshot-evaluations.png"))
+            browser.close()
+        print(f"wrote {DOCS / 'screenshot-job.png'} and {DOCS / 'screenshot-evaluations.png'}")
+        return 0
+    finally:
+        os.killpg(up.pid, signal.SIGTERM)
+        up.wait(timeout=90)
+
+
+def _write_eval_set(data_dir: Path) -> None:
+    import json
+
+    rows = []
+    for line in (data_dir / "demo/data/sft_eval.jsonl").read_text().splitlines():
+        messages = json.loads(line)["messages"]
+        q, a = messages[0]["content"], messages[1]["content"]
+        rows.append({"question": q, "answer": f"{q}{a}\n#### {a}"})
+    (data_dir / "evalsets").mkdir(exist_ok=True)
+    (data_dir / "evalsets/arithmetic_gsm8k.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())

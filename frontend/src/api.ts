@@ -1,0 +1,174 @@
+// A small typed client for /api/v1: bearer token from localStorage, JSON in and out, FastAPI errors parsed into
+// a list of {loc, msg}. A 401 calls the handler set by the auth store (which shows the token prompt).
+import type {
+  Checkpoint, Dashboard, Evaluation, EvaluationDetail, Job, JobEvent, Leaderboard, MetricsOut, Page, Sample,
+  Schedule, User,
+} from './types'
+
+export const API_BASE = '/api/v1'
+export const TOKEN_KEY = 'tp_token'
+
+export interface ErrorItem {
+  loc: string
+  msg: string
+}
+
+export class ApiError extends Error {
+  readonly status: number
+  readonly errors: ErrorItem[]
+
+  constructor(status: number, errors: ErrorItem[]) {
+    super(errors.map((e) => (e.loc ? `${e.loc}: ${e.msg}` : e.msg)).join('; ') || `HTTP ${status}`)
+    this.name = 'ApiError'
+    this.status = status
+    this.errors = errors
+  }
+}
+
+/** Anything thrown (ApiError, a network failure, a YAML syntax error) as a list for <ErrorList>. */
+export function toErrorItems(err: unknown, loc = ''): ErrorItem[] {
+  if (err instanceof ApiError) return err.errors
+  if (err instanceof Error) return [{ loc, msg: err.message }]
+  return [{ loc, msg: String(err) }]
+}
+
+export function getToken(): string | null {
+  try {
+    return localStorage.getItem(TOKEN_KEY)
+  } catch {
+    return null
+  }
+}
+
+export function setToken(token: string | null): void {
+  if (token) localStorage.setItem(TOKEN_KEY, token)
+  else localStorage.removeItem(TOKEN_KEY)
+}
+
+let unauthorizedHandler: (() => void) | null = null
+export function onUnauthorized(handler: () => void): void {
+  unauthorizedHandler = handler
+}
+
+function locText(loc: unknown): string {
+  if (Array.isArray(loc)) {
+    // FastAPI's default shape: ["body", "config", "model"]; drop the "body"/"query" prefix.
+    const parts = loc.map(String)
+    if (parts.length > 1 && ['body', 'query', 'path', 'header'].includes(parts[0])) parts.shift()
+    return parts.join('.')
+  }
+  return loc == null ? '' : String(loc)
+}
+
+export function parseErrorBody(status: number, statusText: string, body: unknown): ErrorItem[] {
+  if (body && typeof body === 'object' && 'detail' in body) {
+    const detail = (body as { detail: unknown }).detail
+    if (typeof detail === 'string') return [{ loc: '', msg: detail }]
+    if (Array.isArray(detail)) {
+      return detail.map((d) =>
+        d && typeof d === 'object'
+          ? { loc: locText((d as { loc?: unknown }).loc), msg: String((d as { msg?: unknown }).msg ?? JSON.stringify(d)) }
+          : { loc: '', msg: String(d) },
+      )
+    }
+    if (detail != null) return [{ loc: '', msg: JSON.stringify(detail) }]
+  }
+  if (typeof body === 'string' && body.trim()) return [{ loc: '', msg: `HTTP ${status}: ${body.trim().slice(0, 300)}` }]
+  return [{ loc: '', msg: `HTTP ${status} ${statusText}`.trim() }]
+}
+
+type QueryValue = string | number | boolean | null | undefined | (string | number)[]
+
+export function buildQuery(query?: Record<string, QueryValue>): string {
+  if (!query) return ''
+  const params = new URLSearchParams()
+  for (const [key, value] of Object.entries(query)) {
+    if (value === undefined || value === null || value === '') continue
+    if (Array.isArray(value)) value.forEach((v) => params.append(key, String(v)))
+    else params.append(key, String(value))
+  }
+  const s = params.toString()
+  return s ? `?${s}` : ''
+}
+
+export async function request<T>(
+  method: string,
+  path: string,
+  options: { query?: Record<string, QueryValue>; body?: unknown; signal?: AbortSignal } = {},
+): Promise<T> {
+  const headers: Record<string, string> = { Accept: 'application/json' }
+  const token = getToken()
+  if (token) headers.Authorization = `Bearer ${token}`
+  let body: string | undefined
+  if (options.body !== undefined) {
+    headers['Content-Type'] = 'application/json'
+    body = JSON.stringify(options.body)
+  }
+  let res: Response
+  try {
+    res = await fetch(API_BASE + path + buildQuery(options.query), { method, headers, body, signal: options.signal })
+  } catch (err) {
+    if (err instanceof DOMException && err.name === 'AbortError') throw err
+    throw new ApiError(0, [{ loc: '', msg: `cannot reach the server (${err instanceof Error ? err.message : err})` }])
+  }
+  const text = await res.text()
+  let data: unknown = text
+  if (text && (res.headers.get('content-type') ?? '').includes('json')) {
+    try {
+      data = JSON.parse(text)
+    } catch {
+      data = text
+    }
+  }
+  if (!res.ok) {
+    if (res.status === 401 && unauthorizedHandler) unauthorizedHandler()
+    throw new ApiError(res.status, parseErrorBody(res.status, res.statusText, data))
+  }
+  return (text ? data : null) as T
+}
+
+// ---- endpoints ----
+
+export interface JobListQuery {
+  status?: string
+  limit?: number
+  offset?: number
+  sort?: string
+  q?: string
+}
+
+export const api = {
+  me: () => request<User>('GET', '/users/me'),
+  dashboard: () => request<Dashboard>('GET', '/monitoring/dashboard'),
+
+  listJobs: (q: JobListQuery = {}) =>
+    request<Page<Job>>('GET', '/jobs', { query: { sort: '-created_at', ...q } as Record<string, QueryValue> }),
+  getJob: (id: number) => request<Job>('GET', `/jobs/${id}`),
+  createJob: (body: { name: string; config: Record<string, unknown>; priority?: number }) =>
+    request<Job>('POST', '/jobs', { body }),
+  cancelJob: (id: number) => request<Job>('POST', `/jobs/${id}/cancel`),
+  retryJob: (id: number) => request<Job>('POST', `/jobs/${id}/retry`),
+  jobEvents: (id: number) => request<JobEvent[]>('GET', `/jobs/${id}/events`),
+  jobLogs: (id: number, tail = 200) => request<{ lines: string[] }>('GET', `/jobs/${id}/logs`, { query: { tail } }),
+  jobMetrics: (id: number, names?: string[], maxPoints = 500) =>
+    request<MetricsOut>('GET', `/jobs/${id}/metrics`, {
+      query: { names: names && names.length ? names.join(',') : undefined, max_points: maxPoints },
+    }),
+  jobCheckpoints: (id: number) => request<Checkpoint[]>('GET', `/jobs/${id}/checkpoints`),
+
+  listEvaluations: (q: { limit?: number; offset?: number; status?: string; job_id?: number } = {}) =>
+    request<Page<Evaluation>>('GET', '/evaluations', { query: q }),
+  getEvaluation: (id: number) => request<EvaluationDetail>('GET', `/evaluations/${id}`),
+  createEvaluation: (body: Record<string, unknown>) => request<Evaluation>('POST', '/evaluations', { body }),
+  evaluationSamples: (
+    id: number,
+    q: { benchmark?: string; correct?: boolean; limit?: number; offset?: number } = {},
+  ) => request<Page<Sample>>('GET', `/evaluations/${id}/samples`, { query: q }),
+  leaderboard: (benchmark: string, q: { metric?: string; limit?: number } = {}) =>
+    request<Leaderboard>('GET', '/evaluations/leaderboard', { query: { benchmark, ...q } }),
+
+  listSchedules: (q: { limit?: number; offset?: number } = {}) => request<Page<Schedule>>('GET', '/schedules', { query: q }),
+  createSchedule: (body: Record<string, unknown>) => request<Schedule>('POST', '/schedules', { body }),
+  updateSchedule: (id: number, body: Record<string, unknown>) => request<Schedule>('PATCH', `/schedules/${id}`, { body }),
+  runSchedule: (id: number) => request<unknown>('POST', `/schedules/${id}/run`),
+}

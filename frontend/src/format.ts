@@ -1,0 +1,79 @@
+// Display helpers: numbers, sizes, times.
+
+export function fmtMetric(v: number | null | undefined, digits = 4): string {
+  if (v === null || v === undefined || Number.isNaN(v)) return '—'
+  if (!Number.isFinite(v)) return String(v)
+  const a = Math.abs(v)
+  // Large whole numbers (token counts, steps) read better without decimals.
+  if (Number.isInteger(v) && a >= 1000 && a < 1e12) return String(v)
+  if (a !== 0 && (a < 1e-3 || a >= 1e6)) return v.toExponential(3)
+  return v.toFixed(digits)
+}
+
+export function fmtMB(bytes: number | null | undefined): string {
+  if (bytes === null || bytes === undefined) return '—'
+  const mb = bytes / 1024 / 1024
+  return `${mb < 10 ? mb.toFixed(2) : mb.toFixed(1)} MB`
+}
+
+export function fmtMbValue(mb: number | null | undefined): string {
+  if (mb === null || mb === undefined) return '—'
+  return mb >= 10240 ? `${(mb / 1024).toFixed(1)} GB` : `${Math.round(mb)} MB`
+}
+
+export function fmtPercent(p: number | null | undefined): string {
+  if (p === null || p === undefined) return '—'
+  return `${p.toFixed(1)}%`
+}
+
+export function fmtTime(iso: string | null | undefined): string {
+  if (!iso) return '—'
+  const d = new Date(iso)
+  if (Number.isNaN(d.getTime())) return iso
+  const pad = (n: number) => String(n).padStart(2, '0')
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`
+}
+
+export function fmtAgo(iso: string | null | undefined, now = Date.now()): string {
+  if (!iso) return '—'
+  const t = new Date(iso).getTime()
+  if (Number.isNaN(t)) return iso
+  const s = Math.round((now - t) / 1000)
+  if (s < 0) return `in ${fmtSeconds(-s)}`
+  if (s < 5) return 'just now'
+  return `${fmtSeconds(s)} ago`
+}
+
+export function fmtSeconds(total: number): string {
+  total = Math.max(0, Math.round(total))
+  if (total < 60) return `${total}s`
+  const m = Math.floor(total / 60)
+  const s = total % 60
+  if (m < 60) return s ? `${m}m ${s}s` : `${m}m`
+  const h = Math.floor(m / 60)
+  if (h < 48) return `${h}h ${m % 60}m`
+  return `${Math.floor(h / 24)}d ${h % 24}h`
+}
+
+export function fmtDuration(start: string | null | undefined, end: string | null | undefined): string {
+  if (!start) return '—'
+  const a = new Date(start).getTime()
+  const b = end ? new Date(end).getTime() : Date.now()
+  if (Number.isNaN(a) || Number.isNaN(b)) return '—'
+  return fmtSeconds((b - a) / 1000)
+}
+
+export function truncate(text: string | null | undefined, n: number): string {
+  if (!text) return ''
+  return text.length > n ? `${text.slice(0, n)}…` : text
+}
+
+/** Short axis labels: 3 significant digits, no trailing zeros (7, 0.25, 1.2e-5). */
+export function fmtAxis(v: number): string {
+  if (!Number.isFinite(v)) return String(v)
+  const a = Math.abs(v)
+  if (a === 0) return '0'
+  if (a >= 1e6 || a < 1e-3) return v.toExponential(1)
+  if (Number.isInteger(v)) return String(v)
+  return String(Number(v.toPrecision(3)))
+}

@@ -1,0 +1,33 @@
+import { createRouter, createWebHashHistory } from 'vue-router'
+import OverviewView from './views/OverviewView.vue'
+
+export const router = createRouter({
+  history: createWebHashHistory(),
+  routes: [
+    { path: '/', name: 'overview', component: OverviewView, meta: { title: 'Overview' } },
+    { path: '/jobs', name: 'jobs', component: () => import('./views/JobsView.vue'), meta: { title: 'Jobs' } },
+    {
+      path: '/jobs/:id(\\d+)',
+      name: 'job',
+      component: () => import('./views/JobDetailView.vue'),
+      props: (route) => ({ id: Number(route.params.id) }),
+      meta: { title: 'Job' },
+    },
+    { path: '/evaluations', name: 'evaluations', component: () => import('./views/EvaluationsView.vue'), meta: { title: 'Evaluations' } },
+    {
+      path: '/evaluations/:id(\\d+)',
+      name: 'evaluation',
+      component: () => import('./views/EvaluationDetailView.vue'),
+      props: (route) => ({ id: Number(route.params.id) }),
+      meta: { title: 'Evaluation' },
+    },
+    { path: '/schedules', name: 'schedules', component: () => import('./views/SchedulesView.vue'), meta: { title: 'Schedules' } },
+    { path: '/:pathMatch(.*)*', name: 'not-found', component: () => import('./views/NotFoundView.vue'), meta: { title: 'Not found' } },
+  ],
+})
+
+router.afterEach((to) => {
+  const title = (to.meta.title as string | undefined) ?? ''
+  const id = to.params.id ? ` ${to.params.id}` : ''
+  document.title = `${title}${id} · training_platform`
+})

@@ -1,0 +1,202 @@
+// Shapes of the /api/v1 JSON (checked against the server's OpenAPI schema).
+
+export type JobStatus = 'queued' | 'preflight' | 'running' | 'succeeded' | 'failed' | 'cancelled'
+export const JOB_STATUSES: JobStatus[] = ['queued', 'preflight', 'running', 'succeeded', 'failed', 'cancelled']
+export const ACTIVE_STATUSES: string[] = ['queued', 'preflight', 'running']
+export const FINISHED_STATUSES: string[] = ['succeeded', 'failed', 'cancelled']
+
+export interface Page<T> {
+  items: T[]
+  total: number
+  limit: number
+  offset: number
+}
+
+export interface PreflightCheck {
+  name: string
+  ok: boolean
+  detail?: string
+}
+
+export interface Job {
+  id: number
+  name: string
+  owner: string
+  kind: 'train' | 'data' | 'eval' | string
+  algorithm: string
+  status: JobStatus | string
+  priority: number
+  attempts: number
+  worker: string | null
+  heartbeat_at: string | null
+  current_step: number
+  max_steps: number | null
+  run_dir: string | null
+  error: string | null
+  preflight: { ok?: boolean; checks?: PreflightCheck[]; errors?: unknown[]; seconds?: number } | null
+  cancel_requested: boolean
+  created_at: string
+  updated_at: string
+  started_at: string | null
+  finished_at: string | null
+  config: Record<string, unknown>
+  cloned_from: number | null
+  best_checkpoint: Record<string, unknown> | null
+  warning?: string | null
+}
+
+export interface JobEvent {
+  id: number
+  ts: string
+  from_status: string | null
+  to_status: string
+  reason: string
+}
+
+export interface Checkpoint {
+  step: number
+  path: string
+  sha256: string
+  size_bytes: number
+  removed: boolean
+  created_at: string
+  evaluation_id: number | null
+  eval_metrics: Record<string, number>
+  is_best: boolean
+}
+
+export type Point = [number, number | null]
+
+export interface MetricsOut {
+  series: Record<string, Point[]>
+  names_available: string[]
+  downsampled?: Record<string, boolean>
+}
+
+export interface MetricValue {
+  value: number
+  stderr: number | null
+  ci95: number[]
+  n: number
+}
+
+export interface Evaluation {
+  id: number
+  name: string
+  owner: string
+  status: string
+  progress: number
+  error: string | null
+  model: string
+  model_path: string
+  source_job_id: number | null
+  checkpoint_step: number | null
+  schedule_id: number | null
+  benchmarks: string[]
+  keep_best_by: string | null
+  metrics: Record<string, MetricValue>
+  created_at: string
+  started_at: string | null
+  finished_at: string | null
+  warning?: string | null
+}
+
+export interface EvaluationDetail extends Evaluation {
+  config: Record<string, unknown>
+  preflight: Record<string, unknown> | null
+  output_dir: string | null
+  summary: Record<string, unknown> | null
+}
+
+export interface Sample {
+  benchmark: string
+  position: number
+  item_id: string
+  sample_index: number
+  correct: boolean | null
+  extracted: string | null
+  reference: string | null
+  output: string
+  prompt: string
+  latency_s: number | null
+  extra: Record<string, unknown>
+}
+
+export interface LeaderboardEntry {
+  rank: number
+  evaluation_id: number
+  model: string
+  model_path: string
+  source_job_id: number | null
+  checkpoint_step: number | null
+  value: number
+  stderr: number | null
+  ci95: number[]
+  n: number
+  data_sha256: string | null
+  evaluated_at: string | null
+}
+
+export interface Leaderboard extends Page<LeaderboardEntry> {
+  benchmark: string
+  metric: string
+}
+
+export interface Schedule {
+  id: number
+  name: string
+  owner: string
+  enabled: boolean
+  trigger: 'cron' | 'on_new_checkpoint' | string
+  cron: string | null
+  job_id: number | null
+  model: string | null
+  every_n: number
+  keep_best_by: string | null
+  priority: number
+  request: Record<string, unknown>
+  next_fire_at: string | null
+  last_fired_at: string | null
+  last_checkpoint_step: number
+  fired_count: number
+  last_message: string | null
+  evaluations: number
+  created_at: string
+  updated_at: string
+}
+
+export interface WorkerInfo {
+  name: string
+  job_id: number | null
+  status: string
+  heartbeat_at: string | null
+  alive: boolean
+}
+
+export interface GpuInfo {
+  index: number
+  name: string
+  memory_total_mb?: number
+  memory_used_mb?: number
+}
+
+export interface Dashboard {
+  jobs_by_status: Record<string, number>
+  queue_depth: { train?: number; data?: number; eval?: number; broker?: Record<string, number | null> | null; [k: string]: unknown }
+  workers: WorkerInfo[]
+  system: {
+    cpu_percent?: number | null
+    cpu_count?: number | null
+    load_avg?: number[] | null
+    memory?: { total_mb: number; available_mb: number; used_mb: number; percent: number } | null
+    disk?: { path: string; total_mb: number; free_mb: number; used_mb: number; percent: number } | null
+  }
+  gpus: GpuInfo[]
+}
+
+export interface User {
+  id: number
+  name: string
+  is_admin: boolean
+  created_at: string
+}
