@@ -80,6 +80,8 @@ def test_bad_submissions_list_every_problem_and_store_nothing(api):
          {"backend.batch_size": "greater than or equal to 1"}),
         ({"model": "demo/model", "benchmarks": [GSM8K], "temprature": 1}, {"temprature": "unknown field"}),
         ({"model": "demo/model", "benchmarks": [GSM8K], "priority": "high"}, {"priority": "integer"}),
+        ({"model": "demo/model", "benchmarks": ["humaneval"], "sandbox": {"allow_unsandboxed": True}},
+         {"sandbox.allow_unsandboxed": "only the operator"}),
     ]
     for body, expected in cases:
         locs = _locs(api.post("/evaluations", json=body))
@@ -211,6 +213,8 @@ def test_schedules_validate_list_update_run_and_delete(api):
         ({"name": "x", "trigger": "on_new_checkpoint", "job_id": job_id, "keep_best_by": "math/accuracy", **SMALL},
          {"keep_best_by": "'math' is not evaluated here"}),
         ({"name": "x", "trigger": "weekly", **SMALL}, {"trigger": "cron"}),
+        ({"name": "x", "trigger": "on_new_checkpoint", "job_id": job_id, **SMALL,
+          "sandbox": {"allow_unsandboxed": True}}, {"sandbox.allow_unsandboxed": "only the operator"}),
         ({"name": "x", "trigger": "on_new_checkpoint", "job_id": job_id, "benchmarks": ["humaneval"],
           "generation": {"n_samples": 4}}, {"generation.n_samples": "needs sampling"}),
     ]

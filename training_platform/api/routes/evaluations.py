@@ -161,7 +161,7 @@ def build_evaluation(session: Session, user: User, body: EvalRequest, *, model: 
                      checkpoint: int | str | None, keep_best_by: str | None, settings: Settings,
                      name: str | None = None, loc: str = ""):
     """Validate everything a submission names; returns (EvalConfig, Target). RequestError lists every problem."""
-    errors: list[tuple[str, str]] = []
+    errors: list[tuple[str, str]] = [(loc + p, m) for p, m in body.operator_only_errors()]
     backend = str(body.backend.get("backend", "transformers"))
     target = None
     try:

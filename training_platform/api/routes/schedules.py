@@ -105,7 +105,7 @@ def _visible(session: Session, user: User, schedule_id: int) -> EvalSchedule:
 
 def _validate(session: Session, user: User, body: ScheduleCreate, settings: Settings) -> str | None:
     """Every problem of a new schedule as one 422. Returns the normalised cron expression."""
-    errors: list[tuple[str, str]] = []
+    errors: list[tuple[str, str]] = body.operator_only_errors()
     cron = None
     if body.trigger == "cron":
         if body.cron is None:

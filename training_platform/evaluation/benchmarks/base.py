@@ -122,6 +122,14 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
 
 
 def format_template(template: str, row: dict[str, Any]) -> str:
+    # Plain `{field}` names only: `{field.attr}` / `{field[0]}` would walk Python objects (templates come from users
+    # over the API), and positional `{}` has nothing to refer to.
+    import string
+
+    for _, name, _, _ in string.Formatter().parse(template):
+        if name is not None and not name.isidentifier():
+            raise ValueError(f"prompt_template: use plain field names such as {{question}}, not {{{name}}}")
+
     class _Row(dict):
         def __missing__(self, key: str) -> str:
             raise KeyError(f"prompt_template uses {{{key}}}, which the row does not have "
