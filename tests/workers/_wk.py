@@ -286,12 +286,14 @@ def run_sft_happy_path(plat: Platform, max_steps: int = 30) -> dict[str, float]:
             "submit_to_running_poll_s": (t_running or t_done) - t0, "submit_to_done_s": t_done - t0}
 
 
-def claim_until_empty(kind: str, worker: str, start_at: float) -> list[int]:
+def claim_until_empty(kind: str, worker: str, barrier) -> list[int]:
     """Run in a separate process: claim `kind` jobs as fast as possible until none is left."""
+    from training_platform.db.session import get_engine
     from training_platform.workers.supervisor import claim_next_job
 
-    while time.time() < start_at:  # line the processes up so they really race
-        time.sleep(0.001)
+    with get_engine().connect():  # imports done and a pooled connection open before the start line
+        pass
+    barrier.wait(timeout=120)  # every racer is ready: they really race (a start time missed under load did not)
     claimed = []
     while (job_id := claim_next_job(kind, worker)) is not None:
         claimed.append(job_id)
@@ -314,9 +316,9 @@ def assert_claims_race_free(plat: Platform, n_jobs: int = 24, n_procs: int = 4) 
         ids = [crud.create_job(s, owner=owner, name=f"r{i}", config={"algorithm": {"name": "sft"}}, kind=kind,
                                priority=i % 3).id for i in range(n_jobs)]
     ctx = multiprocessing.get_context("spawn")
-    start_at = time.time() + 3
-    with ctx.Pool(n_procs) as pool:
-        results = pool.starmap(claim_until_empty, [(kind, f"racer-{i}", start_at) for i in range(n_procs)])
+    with ctx.Manager() as manager, ctx.Pool(n_procs) as pool:
+        barrier = manager.Barrier(n_procs)
+        results = pool.starmap(claim_until_empty, [(kind, f"racer-{i}", barrier) for i in range(n_procs)])
     claimed = [job_id for r in results for job_id in r]
     assert sorted(claimed) == sorted(ids), "a job was claimed twice or not at all"
     assert sum(1 for r in results if r) >= 2, f"no real race happened: {[len(r) for r in results]}"
