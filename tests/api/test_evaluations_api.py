@@ -34,9 +34,10 @@ def _locs(response) -> dict[str, str]:
 
 def _run_queued_evaluations() -> None:
     """What the eval worker does for each wake-up, here in the test process."""
-    from training_platform.workers.eval_tasks import run_next_eval_job_here
+    from training_platform.workers.eval_tasks import EvalJobSupervisor
+    from training_platform.workers.supervisor import run_next_job
 
-    while run_next_eval_job_here("test-worker:1") is not None:
+    while run_next_job("eval", worker="test-worker:1", supervisor_class=EvalJobSupervisor) is not None:
         pass
 
 

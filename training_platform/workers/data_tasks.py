@@ -238,18 +238,7 @@ def _needs_transformers(operation: str, params: dict) -> bool:
     return False
 
 
-def run_next_data_job_here(worker: str | None = None, task_id: str | None = None) -> int | None:
-    """Claim the most urgent queued data job and run it in this process. Returns its id (None: nothing queued)."""
-    worker = worker or supervisor.worker_identity()
-    job_id = supervisor.claim_next_job("data", worker, task_id)
-    if job_id is None:
-        log.info("%s: no queued data job to claim", worker)
-        return None
-    log.info("%s: claimed data job %s", worker, job_id)
-    DataJobSupervisor(job_id, worker).run()
-    return job_id
-
-
 @app.task(name=DATA_TASK, bind=True, acks_late=True, reject_on_worker_lost=True)
 def run_next_data_job(self) -> int | None:
-    return run_next_data_job_here(supervisor.worker_identity(self.request.hostname), self.request.id)
+    return supervisor.run_next_job("data", worker=supervisor.worker_identity(self.request.hostname),
+                                   task_id=self.request.id, supervisor_class=DataJobSupervisor)

@@ -264,20 +264,10 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
         return JobStatus.succeeded.value
 
 
-def run_next_eval_job_here(worker: str | None = None, task_id: str | None = None) -> int | None:
-    worker = worker or supervisor.worker_identity()
-    job_id = supervisor.claim_next_job("eval", worker, task_id)
-    if job_id is None:
-        log.info("%s: no queued eval job to claim", worker)
-        return None
-    log.info("%s: claimed eval job %s", worker, job_id)
-    EvalJobSupervisor(job_id, worker).run()
-    return job_id
-
-
 @app.task(name=EVAL_TASK, bind=True, acks_late=True, reject_on_worker_lost=True)
 def run_next_eval_job(self) -> int | None:
-    return run_next_eval_job_here(supervisor.worker_identity(self.request.hostname), self.request.id)
+    return supervisor.run_next_job("eval", worker=supervisor.worker_identity(self.request.hostname),
+                                   task_id=self.request.id, supervisor_class=EvalJobSupervisor)
 
 
 @app.task(name=SCHEDULE_TASK, ignore_result=True)

@@ -625,15 +625,17 @@ def _wake(kind: str, priority: int) -> None:
         log.warning("could not send a wake-up for a %s job: %s", kind, exc)
 
 
-def run_next_job(kind: str = "train", *, worker: str | None = None, task_id: str | None = None) -> int | None:
-    """Claim the most urgent queued job of `kind` and run it to its end here. Returns its id (None: no job)."""
+def run_next_job(kind: str = "train", *, worker: str | None = None, task_id: str | None = None,
+                 supervisor_class: type[JobSupervisor] | None = None) -> int | None:
+    """Claim the most urgent queued job of `kind` and run it to its end here with `supervisor_class` (training:
+    JobSupervisor; data and eval jobs pass theirs). Returns its id (None: no job)."""
     worker = worker or worker_identity()
     job_id = claim_next_job(kind, worker, task_id)
     if job_id is None:
         log.info("%s: no queued %s job to claim", worker, kind)
         return None
-    log.info("%s: claimed job %s", worker, job_id)
-    JobSupervisor(job_id, worker).run()
+    log.info("%s: claimed %s job %s", worker, kind, job_id)
+    (supervisor_class or JobSupervisor)(job_id, worker).run()
     return job_id
 
 
