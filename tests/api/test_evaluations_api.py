@@ -258,3 +258,17 @@ def test_schedules_validate_list_update_run_and_delete(api):
     assert api.delete(f"/schedules/{on_ckpt['id']}").status_code == 204
     assert api.get(f"/schedules/{on_ckpt['id']}").status_code == 404
     assert api.get(f"/evaluations/{evaluation['id']}").status_code == 200, "its evaluations stay"
+
+
+def test_evaluations_are_paginated_newest_first(api):
+    ids = [api.post("/evaluations", json={"model": "demo/model", "name": f"page {i}", **SMALL}).json()["id"]
+           for i in range(3)]
+    everything = api.get("/evaluations", params={"limit": 200}).json()
+    assert [e["id"] for e in everything["items"][:3]] == ids[::-1] and everything["total"] >= 3
+    page = api.get("/evaluations", params={"limit": 2, "offset": 1}).json()
+    assert page["total"] == everything["total"] and [e["id"] for e in page["items"]] == [ids[1], ids[0]]
+    by_benchmark = api.get("/evaluations", params={"limit": 1, "offset": 1, "benchmark": "gsm8k"}).json()
+    assert by_benchmark["items"][0]["id"] == ids[1]
+    assert api.get("/evaluations", params={"benchmark": "humaneval"}).json()["total"] == 0
+    assert api.get("/evaluations", user="bob").json()["total"] == 0
+    _run_queued_evaluations()

@@ -236,12 +236,14 @@ def list_evaluations(
         conditions.append(Evaluation.schedule_id == schedule_id)
     base = (select(Evaluation, Job, User.name).join(Job, Job.id == Evaluation.job_id)
             .join(User, User.id == Job.owner_id).where(*conditions))
-    rows = session.exec(base.order_by(Job.id.desc())).all()
     if benchmark:  # a JSON list column: filtered here (portable across SQLite and PostgreSQL)
-        rows = [r for r in rows if benchmark in (r[0].benchmarks or [])]
-    page = rows[offset: offset + limit]
+        rows = [r for r in session.exec(base.order_by(Job.id.desc())).all() if benchmark in (r[0].benchmarks or [])]
+        total, page = len(rows), rows[offset: offset + limit]
+    else:
+        total = session.exec(select(func.count()).select_from(base.subquery())).one()
+        page = session.exec(base.order_by(Job.id.desc()).limit(limit).offset(offset)).all()
     metrics = eval_crud.metrics_of(session, [job.id for _, job, _ in page])
-    return {"items": [_read(session, e, j, metrics[j.id], owner) for e, j, owner in page], "total": len(rows),
+    return {"items": [_read(session, e, j, metrics[j.id], owner) for e, j, owner in page], "total": total,
             "limit": limit, "offset": offset}
 
 
