@@ -1,7 +1,8 @@
 // A small typed client for /api/v1: bearer token from localStorage, JSON in and out, FastAPI errors parsed into
 // a list of {loc, msg}. A 401 calls the handler set by the auth store (which shows the token prompt).
 import type {
-  Checkpoint, Dashboard, Evaluation, EvaluationDetail, Job, JobEvent, Leaderboard, MetricsOut, Page, Sample,
+  Checkpoint, Dashboard, Dataset, DatasetIngested, DatasetOperation, DatasetStats, DatasetVersion,
+  DatasetVersionDetail, Evaluation, EvaluationDetail, Job, JobEvent, Leaderboard, MetricsOut, Page, RowsPage, Sample,
   Schedule, User,
 } from './types'
 
@@ -16,12 +17,15 @@ export interface ErrorItem {
 export class ApiError extends Error {
   readonly status: number
   readonly errors: ErrorItem[]
+  /** The parsed error body: some endpoints add fields next to `detail` (a rejected upload: rows, bad_rows, stored). */
+  readonly body: unknown
 
-  constructor(status: number, errors: ErrorItem[]) {
+  constructor(status: number, errors: ErrorItem[], body: unknown = null) {
     super(errors.map((e) => (e.loc ? `${e.loc}: ${e.msg}` : e.msg)).join('; ') || `HTTP ${status}`)
     this.name = 'ApiError'
     this.status = status
     this.errors = errors
+    this.body = body
   }
 }
 
@@ -94,13 +98,16 @@ export function buildQuery(query?: Record<string, QueryValue>): string {
 export async function request<T>(
   method: string,
   path: string,
-  options: { query?: Record<string, QueryValue>; body?: unknown; signal?: AbortSignal } = {},
+  options: { query?: Record<string, QueryValue>; body?: unknown; form?: FormData; signal?: AbortSignal } = {},
 ): Promise<T> {
   const headers: Record<string, string> = { Accept: 'application/json' }
   const token = getToken()
   if (token) headers.Authorization = `Bearer ${token}`
-  let body: string | undefined
-  if (options.body !== undefined) {
+  let body: string | FormData | undefined
+  if (options.form !== undefined) {
+    // multipart/form-data: no Content-Type here, the browser sets it with the boundary.
+    body = options.form
+  } else if (options.body !== undefined) {
     headers['Content-Type'] = 'application/json'
     body = JSON.stringify(options.body)
   }
@@ -122,9 +129,19 @@ export async function request<T>(
   }
   if (!res.ok) {
     if (res.status === 401 && unauthorizedHandler) unauthorizedHandler()
-    throw new ApiError(res.status, parseErrorBody(res.status, res.statusText, data))
+    throw new ApiError(res.status, parseErrorBody(res.status, res.statusText, data), data)
   }
   return (text ? data : null) as T
+}
+
+/** POST a multipart/form-data body (file uploads). Empty string values are left out. */
+export function postForm<T>(path: string, fields: Record<string, string | Blob | null | undefined>): Promise<T> {
+  const form = new FormData()
+  for (const [key, value] of Object.entries(fields)) {
+    if (value === undefined || value === null || value === '') continue
+    form.append(key, value)
+  }
+  return request<T>('POST', path, { form })
 }
 
 // ---- endpoints ----
@@ -171,4 +188,25 @@ export const api = {
   createSchedule: (body: Record<string, unknown>) => request<Schedule>('POST', '/schedules', { body }),
   updateSchedule: (id: number, body: Record<string, unknown>) => request<Schedule>('PATCH', `/schedules/${id}`, { body }),
   runSchedule: (id: number) => request<unknown>('POST', `/schedules/${id}/run`),
+
+  listDatasets: (q: { q?: string; owner?: string; limit?: number; offset?: number } = {}) =>
+    request<Page<Dataset>>('GET', '/datasets', { query: q }),
+  getDataset: (id: number) => request<Dataset>('GET', `/datasets/${id}`),
+  /** 201 a new version, 200 content the dataset already had (its version). */
+  uploadDataset: (fields: { name: string; file: File; format?: string; policy?: 'reject' | 'quarantine'; description?: string }) =>
+    postForm<DatasetIngested>('/datasets', fields),
+  listVersions: (id: number, q: { job_id?: number; operation?: string; limit?: number; offset?: number } = {}) =>
+    request<Page<DatasetVersion>>('GET', `/datasets/${id}/versions`, { query: q }),
+  getVersion: (id: number, versionId: number) =>
+    request<DatasetVersionDetail>('GET', `/datasets/${id}/versions/${versionId}`),
+  versionRows: (id: number, versionId: number, q: { q?: string; limit?: number; offset?: number } = {}) =>
+    request<RowsPage>('GET', `/datasets/${id}/versions/${versionId}/rows`, { query: q }),
+  versionStats: (id: number, versionId: number, refresh = false) =>
+    request<DatasetStats>('GET', `/datasets/${id}/versions/${versionId}/stats`, { query: { refresh: refresh || undefined } }),
+  /** 202: the operation runs as a `data` job; its result is a new version whose parent is this one. */
+  createOperation: (
+    id: number,
+    versionId: number,
+    body: { operation: DatasetOperation; params: Record<string, unknown>; name?: string; priority?: number },
+  ) => request<Job>('POST', `/datasets/${id}/versions/${versionId}/operations`, { body }),
 }

@@ -77,3 +77,23 @@ export function fmtAxis(v: number): string {
   if (Number.isInteger(v)) return String(v)
   return String(Number(v.toPrecision(3)))
 }
+
+/** File sizes: 812 B, 34.0 KB, 1.25 MB, 3.4 GB (1024-based). */
+export function fmtBytes(bytes: number | null | undefined): string {
+  if (bytes === null || bytes === undefined || Number.isNaN(bytes)) return '—'
+  if (bytes < 1024) return `${bytes} B`
+  const units = ['KB', 'MB', 'GB', 'TB']
+  let v = bytes / 1024
+  let i = 0
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024
+    i++
+  }
+  return `${v < 10 ? v.toFixed(2) : v.toFixed(1)} ${units[i]}`
+}
+
+/** Counts with thousands separators: 12,345. */
+export function fmtCount(n: number | null | undefined): string {
+  if (n === null || n === undefined || Number.isNaN(n)) return '—'
+  return n.toLocaleString('en-US')
+}

@@ -200,3 +200,115 @@ export interface User {
   is_admin: boolean
   created_at: string
 }
+
+// ---- datasets (content-addressed immutable versions with lineage) ----
+
+export const DATASET_OPERATIONS = ['clean', 'dedup', 'convert', 'score', 'decontaminate'] as const
+/** Row formats the server knows (upload `format`, convert `to`); `verl` is rl_prompt for verl. */
+export const DATA_FORMATS = ['messages', 'sharegpt', 'alpaca', 'prompt_completion', 'text', 'preference', 'kto', 'rl_prompt', 'verl']
+export type DatasetOperation = (typeof DATASET_OPERATIONS)[number]
+
+export interface Dataset {
+  id: number
+  name: string
+  owner: string
+  description: string
+  current_version_id: number | null
+  version_count: number
+  created_at: string
+  updated_at: string
+}
+
+export interface DatasetVersion {
+  id: number
+  dataset_id: number
+  sha256: string
+  /** relative to TP_DATA_DIR: usable as `data.train_file` in a job config */
+  path: string
+  format: string | null
+  rows: number
+  size_bytes: number
+  /** field -> JSON type(s) */
+  schema: Record<string, unknown>
+  stats: Record<string, unknown>
+  parent_version_id: number | null
+  /** upload | register | clean | dedup | convert | score | decontaminate */
+  operation: string
+  /** the operation's parameters (normalised), or the upload's filename/policy/format */
+  recipe: Record<string, unknown> | null
+  job_id: number | null
+  created_at: string
+}
+
+export interface LineageItem {
+  id: number
+  sha256: string
+  operation: string
+  recipe: Record<string, unknown> | null
+  job_id: number | null
+  parent_version_id: number | null
+  rows: number
+  created_at: string
+}
+
+export interface DatasetVersionDetail extends DatasetVersion {
+  report: Record<string, unknown> | null
+  /** ancestors, nearest first, up to the root upload/register */
+  lineage: LineageItem[]
+  audit_cached: boolean
+}
+
+export interface DatasetIngested {
+  dataset: Dataset
+  version: DatasetVersionDetail
+  /** false: the dataset already had this content; its version is returned */
+  created: boolean
+  report: Record<string, unknown>
+}
+
+export interface DatasetRow {
+  /** 0-based row index */
+  index: number
+  /** 1-based line (JSONL) or record number */
+  line: number
+  row: unknown
+}
+
+export interface RowsPage extends Page<DatasetRow> {
+  q: string | null
+}
+
+/** One distribution of the audit report: summary numbers and a histogram (edges has counts.length + 1 entries). */
+export interface Distribution {
+  count: number
+  mean?: number
+  std?: number
+  min?: number
+  p10?: number
+  p50?: number
+  p90?: number
+  p99?: number
+  max?: number
+  histogram?: { edges: number[]; counts: number[] }
+  counts?: Record<string, number>
+}
+
+/** GET .../stats: the audit report. Only the parts the UI reads are typed; the rest is shown as key/value. */
+export interface DatasetStats {
+  version_id?: number
+  sha256?: string
+  cached?: boolean
+  format?: string | null
+  rows?: number
+  definitions?: Record<string, string>
+  stats?: Record<string, Distribution | number | string | null>
+  distinct_1?: number
+  distinct_2?: number
+  ngram_entropy?: Record<string, number>
+  difficulty?: { features?: Record<string, Distribution>; score?: Distribution; thresholds?: Record<string, number>; buckets?: Record<string, number> }
+  difficulty_buckets?: Record<string, number>
+  duplicates?: Record<string, unknown>
+  duplicate_rate?: number
+  seconds?: number
+  [key: string]: unknown
+}

@@ -4,6 +4,7 @@ loss chart and finish, then evaluate it from the UI and find it on the leaderboa
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -125,3 +126,41 @@ def test_submit_watch_and_evaluate_a_job_in_the_browser(page, platform, tmp_path
         f"document.querySelector('[data-testid=leaderboard-table]').innerText.includes('job-{job_id}')")
     page.screenshot(path=str(tmp_path / "evaluations-page.png"))
     assert evaluation["benchmarks"] == ["gsm8k"]
+
+
+def test_upload_a_dataset_and_run_an_operation_in_the_browser(page, platform, tmp_path):
+    client, data_dir = platform
+    _sign_in(page)
+    rows = [{"messages": [{"role": "user", "content": f"{a}+{b}="}, {"role": "assistant", "content": str(a + b)}]}
+            for a in range(6) for b in range(5)]
+    file = tmp_path / "sums.jsonl"
+    file.write_text("".join(json.dumps(r) + "\n" for r in rows + rows[:7]))  # 7 exact duplicates
+
+    page.goto(f"{page.root}/ui/#/datasets")
+    page.get_by_test_id("new-dataset").click()
+    page.get_by_test_id("dataset-file").set_input_files(str(file))
+    page.get_by_test_id("dataset-name").fill("browser-sums")
+    page.get_by_test_id("dataset-submit").click()
+    page.wait_for_url("**/#/datasets/*")
+    page.get_by_test_id("versions-table").wait_for()
+    page.wait_for_function("document.querySelector('[data-testid=rows-table]')?.innerText.includes('0+0=')")
+    dataset = next(d for d in client.get("/datasets").json()["items"] if d["name"] == "browser-sums")
+    versions = client.get(f"/datasets/{dataset['id']}/versions").json()["items"]
+    assert [v["rows"] for v in versions] == [37]
+
+    # Invalid parameters: the field errors, nothing queued; then a real dedup job from the form.
+    page.get_by_test_id("operation-name").select_option("dedup")
+    page.get_by_test_id("operation-params").fill('{"bogus": 1}')
+    page.get_by_test_id("operation-submit").click()
+    page.get_by_test_id("error-list").wait_for()
+    assert "params.bogus" in page.get_by_test_id("error-list").inner_text()
+    page.get_by_test_id("operation-params").fill("{}")
+    page.get_by_test_id("operation-submit").click()
+    page.get_by_test_id("operation-job-link").wait_for()
+    page.get_by_test_id("operation-result").wait_for(timeout=120_000)
+    versions = client.get(f"/datasets/{dataset['id']}/versions").json()["items"]
+    assert [v["rows"] for v in versions] == [37, 30], "the dedup version has the 30 distinct rows"
+    assert versions[1]["parent_version_id"] == versions[0]["id"] and versions[1]["operation"] == "dedup"
+    page.get_by_test_id("operation-job-link").click()
+    page.wait_for_url("**/#/jobs/*")
+    page.wait_for_function("document.querySelector('[data-testid=job-status]')?.innerText.includes('succeeded')")
