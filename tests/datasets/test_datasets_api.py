@@ -370,3 +370,29 @@ def test_delete_an_unused_dataset_removes_rows_and_files(api):
     assert q["path"].removeprefix("datasets/") not in files
     assert not any(f.startswith(f"quarantine/{dataset_id}/") for f in files)
     assert (Path(api.data_dir) / keep["path"]).read_bytes() == shared
+
+
+def test_operations_are_listed_with_their_parameter_schemas(api):
+    response = api.get("/datasets/operations")
+    assert response.status_code == 200
+    operations = response.json()
+    assert set(operations) == {"clean", "dedup", "convert", "score", "decontaminate"}
+    for name, entry in operations.items():
+        schema = entry["params_schema"]
+        assert schema["type"] == "object" and "properties" in schema, name
+    assert api.get("/datasets/operations", headers={"Authorization": "Bearer tp_wrong"}).status_code == 401
+
+
+def test_dataset_listings_summarise_the_current_version(api):
+    created = upload(api, "summarised", jsonl(GOOD[:3]))
+    assert created.status_code == 201, created.text
+    items = api.get("/datasets", user="root").json()["items"]
+    assert any(item["name"] == "summarised" and item["current_version"]["rows"] == 3 for item in items)
+    for item in items:
+        current = item["current_version"]
+        if item["current_version_id"] is None:
+            assert current is None
+            continue
+        version = api.get(f"/datasets/{item['id']}/versions/{item['current_version_id']}", user="root").json()
+        assert current == {k: version[k] for k in ("id", "sha256", "format", "rows", "size_bytes", "operation",
+                                                   "created_at")}

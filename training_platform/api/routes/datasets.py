@@ -63,12 +63,23 @@ class UploadLimits(BaseSettings):
 # ---------------------------------------------------------------------------------------------- models
 
 
+class CurrentVersion(BaseModel):
+    id: int
+    sha256: str
+    format: str | None
+    rows: int
+    size_bytes: int
+    operation: str
+    created_at: schemas.UtcDatetime
+
+
 class DatasetRead(BaseModel):
     id: int
     name: str
     owner: str
     description: str
     current_version_id: int | None
+    current_version: CurrentVersion | None = Field(None, description="The latest version at a glance.")
     version_count: int
     created_at: schemas.UtcDatetime
     updated_at: schemas.UtcDatetime
@@ -175,7 +186,9 @@ def _dataset_out(session: Session, dataset: Dataset, owner_name: str | None = No
     if count is None:
         count = session.exec(select(func.count()).select_from(DatasetVersionRecord)
                              .where(DatasetVersionRecord.dataset_id == dataset.id)).one()
-    return {**dataset.model_dump(), "owner": owner_name, "version_count": count}
+    current = session.get(DatasetVersionRecord, dataset.current_version_id) if dataset.current_version_id else None
+    current_out = current.model_dump(include=set(CurrentVersion.model_fields)) if current is not None else None
+    return {**dataset.model_dump(), "owner": owner_name, "version_count": count, "current_version": current_out}
 
 
 def _version_out(version: DatasetVersionRecord) -> dict:
@@ -566,6 +579,14 @@ def list_datasets(
     rows = session.exec(base.order_by(Dataset.updated_at.desc(), Dataset.id.desc()).limit(limit).offset(offset)).all()
     return {"items": [_dataset_out(session, d, owner_name, n) for d, owner_name, n in rows], "total": total,
             "limit": limit, "offset": offset}
+
+
+@router.get("/operations")
+def list_operations(user: CurrentUser) -> dict[str, Any]:
+    """The operations `POST /datasets/{id}/versions/{v}/operations` runs, each with the JSON Schema of its
+    `params` (defaults included)."""
+    return {name: {"params_schema": model.model_json_schema(), "description": (model.__doc__ or "").strip()}
+            for name, model in dcrud.PARAMS.items()}
 
 
 @router.get("/{dataset_id}", response_model=DatasetRead)
