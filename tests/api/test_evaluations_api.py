@@ -255,6 +255,15 @@ def test_schedules_validate_list_update_run_and_delete(api):
     assert api.get("/evaluations", params={"schedule_id": on_ckpt["id"]}).json()["total"] == 1
     _run_queued_evaluations()
 
+    # Checkpoints saved while a schedule was disabled do not fire in a burst when it is enabled again.
+    patch = api.client.patch
+    assert patch(f"/api/v1/schedules/{on_ckpt['id']}", headers=api.h("alice"), json={"enabled": False}).json()[
+        "enabled"] is False
+    with session_scope() as s:
+        s.add(Checkpoint(job_id=job_id, step=20, path="/nowhere/step_000020", sha256="0" * 64, size_bytes=1))
+    enabled = patch(f"/api/v1/schedules/{on_ckpt['id']}", headers=api.h("alice"), json={"enabled": True}).json()
+    assert enabled["enabled"] is True and enabled["last_checkpoint_step"] == 20
+
     assert api.delete(f"/schedules/{on_ckpt['id']}").status_code == 204
     assert api.get(f"/schedules/{on_ckpt['id']}").status_code == 404
     assert api.get(f"/evaluations/{evaluation['id']}").status_code == 200, "its evaluations stay"

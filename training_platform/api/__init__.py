@@ -12,6 +12,7 @@
 
 deps.py: session, current user (bearer token; TP_AUTH_MODE=open -> local admin), visible jobs (others' are 404).
 errors.py: every 4xx is {"detail": ...}; validation errors are [{"loc": "field.path", "msg": ...}, ...].
-jobspec.py: job config validation for HTTP (layers 1-2 + the path policy); layer 3 runs in the worker.
+jobspec.py: job config validation for HTTP (layers 1-2 + the path policy of training_platform/path_policy.py); layer 3
+runs in the worker.
 observability.py: access log (no headers, no query strings) and request metrics.
 """

@@ -2,25 +2,22 @@
 
 Layer 3 (files exist, rows valid, the model loads) needs the disk and runs in the worker's preflight gate.
 
-Path policy: every path a config names must resolve (relative paths against TP_DATA_DIR, `..` and symlinks
-resolved) inside one of `settings.allowed_roots`. `model.path` may instead be the name of a registered model (its
-path is substituted) or a hub id `org/name` that is not a local path.
+Path policy (`training_platform/path_policy.py`): every path a config names must resolve inside one of
+`settings.allowed_roots`. `model.path` may instead be the name of a registered model (its path is substituted) or a
+hub id `org/name` that is not a local path.
 """
 
 from __future__ import annotations
 
 import copy
-import re
-from pathlib import Path
 from typing import Any
 
 from sqlmodel import Session, select
 
 from training_platform.db.models import RegisteredModel
+from training_platform.path_policy import check_path, is_hub_id
 from training_platform.settings import Settings
 from training_platform.training.config import ConfigError, FieldError, check_rules, parse_config
-
-HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 # (field path, keys into the raw config); model.path is handled separately.
 PATH_FIELDS: list[tuple[str, tuple[str, ...]]] = [
@@ -29,42 +26,6 @@ PATH_FIELDS: list[tuple[str, tuple[str, ...]]] = [
     ("algorithm.reward_model_path", ("algorithm", "reward_model_path")),
     ("algorithm.value_model_path", ("algorithm", "value_model_path")),
 ]
-
-
-def resolve_path(value: str, settings: Settings) -> Path:
-    """Relative -> against TP_DATA_DIR; then `..` and symlinks resolved (the target need not exist)."""
-    p = Path(value).expanduser()
-    if not p.is_absolute():
-        p = settings.data_path / p
-    return p.resolve()
-
-
-def inside_allowed_roots(path: Path, settings: Settings) -> bool:
-    return any(path == root or path.is_relative_to(root) for root in settings.allowed_roots)
-
-
-def check_path(field: str, value: str, settings: Settings) -> FieldError | None:
-    if "\x00" in value:
-        return FieldError(field, "must not contain NUL bytes")
-    try:
-        resolved = resolve_path(value, settings)
-    except (OSError, RuntimeError) as exc:  # symlink loops
-        return FieldError(field, f"cannot resolve {value!r}: {exc}")
-    if not inside_allowed_roots(resolved, settings):
-        roots = ", ".join(str(r) for r in settings.allowed_roots)
-        return FieldError(field, f"{value!r} resolves to {resolved}, outside the allowed directories ({roots})")
-    return None
-
-
-def is_hub_id(value: str, settings: Settings) -> bool:
-    """`org/name` that names nothing local: neither the path nor its first component exists under TP_DATA_DIR
-    (so `link/x` through a symlink `link` is a local path and gets the policy)."""
-    if not HUB_ID.match(value) or ".." in value:
-        return False
-    org = value.split("/", 1)[0]
-    local = settings.data_path / value
-    return not (settings.data_path / org).exists() and not (settings.data_path / org).is_symlink() \
-        and not local.exists()
 
 
 def _get(raw: dict, keys: tuple[str, ...]) -> Any:

@@ -40,6 +40,7 @@ from training_platform.db.models import (
     User,
     utcnow,
 )
+from training_platform.path_policy import check_path, is_hub_id, resolve_path
 from training_platform.settings import Settings
 
 log = logging.getLogger("training_platform.datasets")
@@ -332,8 +333,6 @@ def _strings(value: Any) -> Iterator[str]:
 def referencing_jobs(session: Session, dataset: Dataset, settings: Settings) -> list[tuple[int, str]]:
     """Jobs that hold on to this dataset: any job whose config names one of its version files (e.g. a training
     job's `data.train_file`, whatever its status), and unfinished data jobs operating on it. [(job id, why)]."""
-    from training_platform.api.jobspec import resolve_path
-
     versions = session.exec(select(DatasetVersionRecord).where(DatasetVersionRecord.dataset_id == dataset.id)).all()
     found: dict[int, str] = {}
     if versions:
@@ -466,8 +465,6 @@ def _pydantic_errors(exc: ValidationError, model: type[BaseModel]) -> list[tuple
 
 
 def _local_path(loc: str, value: str, settings: Settings, *, kind: str = "file") -> tuple[str, str] | None:
-    from training_platform.api.jobspec import check_path, resolve_path
-
     error = check_path(loc, value, settings)
     if error is not None:
         return loc, error.reason
@@ -496,7 +493,6 @@ def validate_operation(operation: str, params: Any, settings: Settings, *,
     out = parsed.model_dump(mode="json")
 
     if isinstance(parsed, CleanParams):
-        from training_platform.api.jobspec import is_hub_id
         from training_platform.data.clean import RecipeError, parse_recipe
         from training_platform.data.formats import DATA_FORMATS
 
@@ -576,8 +572,6 @@ def run_operation(operation: str, params: dict[str, Any], source: Path, workdir:
                   settings: Settings) -> OperationOutput:
     """Run one operation on `source` into `workdir` (in this process). Domain errors (DatasetError, RecipeError,
     ValueError) propagate; the output file appears only when the whole operation succeeded."""
-    from training_platform.api.jobspec import resolve_path
-
     suffix = source.suffix.lower()
     suffix = suffix if suffix in (".jsonl", ".parquet") else ".jsonl"  # .json/.csv inputs come out as JSONL
     output = workdir / f"output{suffix}"

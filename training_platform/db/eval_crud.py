@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, func
+from sqlalchemy import delete
 from sqlmodel import Session, select
 
 from training_platform.db import crud
@@ -34,7 +34,8 @@ from training_platform.db.models import (
     User,
 )
 from training_platform.evaluation.config import EvalConfig
-from training_platform.evaluation.request import RequestError, parse_metric_key
+from training_platform.evaluation.request import EvalRequest, RequestError, parse_metric_key
+from training_platform.path_policy import check_path, is_hub_id, resolve_path
 from training_platform.settings import Settings
 
 log = logging.getLogger("training_platform.evaluation")
@@ -75,8 +76,6 @@ def resolve_target(session: Session, user: User, *, model: str | None, job_id: i
 
 
 def _model_target(session: Session, model: str, backend: str, settings: Settings, loc: str) -> Target:
-    from training_platform.api.jobspec import check_path, is_hub_id, resolve_path
-
     if not model.strip():
         raise RequestError([(f"{loc}model", "must not be empty")])
     if backend == "openai":  # the name the endpoint serves; nothing local
@@ -136,7 +135,6 @@ def _checkpoint_target(session: Session, user: User, job_id: int, checkpoint: in
 def check_data_paths(config: EvalConfig, settings: Settings) -> list[tuple[str, str]]:
     """Benchmark data files named in a request: inside the allowed roots and present (rows are checked by the
     worker's preflight)."""
-    from training_platform.api.jobspec import check_path, resolve_path
     from training_platform.evaluation.benchmarks import get_benchmark
 
     errors = []
@@ -155,10 +153,31 @@ def check_data_paths(config: EvalConfig, settings: Settings) -> list[tuple[str, 
     return errors
 
 
+def check_request(request: EvalRequest, model_path: str, settings: Settings, *, keep_best_by: str | None,
+                  job_id: int | None, name: str | None = None) -> tuple[EvalConfig | None, list[tuple[str, str]]]:
+    """What POST /evaluations and POST /schedules both check about the evaluation asked for: operator-only
+    settings, the EvalConfig it makes (with data paths inside the allowed roots and present) and `keep_best_by`.
+    Returns (the config or None, every problem as (field path, reason))."""
+    errors = request.operator_only_errors()
+    config = None
+    try:
+        config = request.to_config(model_path, name=name)
+    except RequestError as exc:
+        errors += exc.errors
+    if config is not None:
+        errors += check_data_paths(config, settings)
+        if keep_best_by is not None:
+            try:
+                parse_metric_key(keep_best_by, config)
+            except ValueError as exc:
+                errors.append(("keep_best_by", str(exc)))
+    if keep_best_by is not None and job_id is None:
+        errors.append(("keep_best_by", "keeps the best checkpoint of a training job: needs job_id"))
+    return config, errors
+
+
 def absolute_data_paths(config: EvalConfig, settings: Settings) -> EvalConfig:
     """The config with relative data paths resolved against TP_DATA_DIR (the worker's cwd is not)."""
-    from training_platform.api.jobspec import resolve_path
-
     benchmarks = []
     for spec in config.benchmarks:
         updates = {f: str(resolve_path(getattr(spec, f), settings)) for f in ("data", "fewshot_data")
@@ -301,39 +320,44 @@ def checkpoint_results(session: Session, source_job_id: int) -> dict[int, dict[s
 # ---------------------------------------------------------------------------------------------- best checkpoint
 
 
+def best_checkpoint(session: Session, source_job_id: int, metric_key: str) -> dict[str, Any] | None:
+    """The best still-existing checkpoint of a training job by `metric_key` ("gsm8k/accuracy"), judged by each
+    checkpoint's latest succeeded evaluation (what GET /jobs/{id}/checkpoints shows). Higher is better; the earliest
+    step wins a tie. None when no live checkpoint has that metric. ValueError for a malformed key."""
+    parse_metric_key(metric_key)
+    live = {c.step: c for c in session.exec(select(Checkpoint).where(Checkpoint.job_id == source_job_id,
+                                                                      Checkpoint.removed == False)).all()}  # noqa: E712
+    scored = [(r["metrics"][metric_key], step, r["evaluation_id"])
+              for step, r in checkpoint_results(session, source_job_id).items()
+              if metric_key in r["metrics"] and step in live]
+    if not scored:
+        return None
+    value, step, evaluation_id = max(scored, key=lambda s: (s[0], -s[1]))
+    return {"metric": metric_key, "step": step, "value": value, "evaluation_id": evaluation_id,
+            "path": live[step].path}
+
+
 def update_best_checkpoint(session: Session, source_job_id: int, metric_key: str) -> dict[str, Any] | None:
-    """Recompute the best checkpoint of a training job by `metric_key` (higher is better; the earliest step wins
-    a tie), record it on the job and pin it so rotation keeps it. Returns the new best (None: nothing evaluated)."""
+    """Recompute the job's best checkpoint by `metric_key`, record it on the job and pin it so rotation keeps it
+    (the previous best's pin goes). Returns the new best (None: nothing evaluated yet)."""
     from training_platform.training.rundir import RunDir
 
-    benchmark, metric = parse_metric_key(metric_key)
     job = session.get(Job, source_job_id)
     if job is None:
         return None
-    rows = session.exec(
-        select(EvalMetric.value, Evaluation.checkpoint_step, Evaluation.job_id, Evaluation.model_path)
-        .join(Evaluation, Evaluation.job_id == EvalMetric.job_id)
-        .join(Job, Job.id == Evaluation.job_id)
-        .join(Checkpoint, (Checkpoint.job_id == Evaluation.source_job_id)
-              & (Checkpoint.step == Evaluation.checkpoint_step))
-        .where(Evaluation.source_job_id == source_job_id, EvalMetric.benchmark == benchmark,
-               EvalMetric.metric == metric, Job.status == JobStatus.succeeded.value,
-               Checkpoint.removed == False)  # noqa: E712
-    ).all()
-    if not rows:
+    best = best_checkpoint(session, source_job_id, metric_key)
+    if best is None:
         return None
-    value, step, eval_id, path = max(rows, key=lambda r: (r[0], -r[1], r[2]))
-    best = {"metric": metric_key, "step": step, "value": value, "evaluation_id": eval_id, "path": path}
     previous = job.best_checkpoint or {}
     job.best_checkpoint = best
     session.add(job)
-    if job.run_dir and previous.get("step") != step:
+    if job.run_dir and previous.get("step") != best["step"]:
         run = RunDir(job.run_dir)
         try:
             run.unpin_holder(BEST_PIN)
-            run.pin(path, BEST_PIN)
+            run.pin(best["path"], BEST_PIN)
         except OSError as exc:
-            log.warning("job %s: cannot pin its best checkpoint %s: %s", job.id, path, exc)
+            log.warning("job %s: cannot pin its best checkpoint %s: %s", job.id, best["path"], exc)
     return best
 
 
@@ -368,7 +392,3 @@ def leaderboard(session: Session, user: User, benchmark: str, metric: str, *, jo
     for rank, entry in enumerate(entries, 1):
         entry["rank"] = rank
     return entries
-
-
-def count_samples(session: Session, job_id: int) -> int:
-    return session.exec(select(func.count()).select_from(EvalSample).where(EvalSample.job_id == job_id)).one()

@@ -23,11 +23,6 @@ from training_platform.evaluation.config import BenchmarkSpec, EvalConfig, Model
 
 __all__ = ["EvalRequest", "GenerationDefaults", "RequestError", "next_fire_time", "parse_cron", "parse_metric_key"]
 
-# The BenchmarkSpec fields `generation` may set for all benchmarks at once.
-GENERATION_FIELDS = ("max_new_tokens", "temperature", "top_p", "n_samples", "k", "stop", "chat", "n_shot",
-                     "system_prompt", "limit")
-
-
 class RequestError(ValueError):
     """Every problem found, as (field path, reason) pairs."""
 
@@ -71,9 +66,6 @@ class EvalRequest(BaseModel):
             return [("sandbox.allow_unsandboxed", "only the operator can allow unsandboxed code "
                                                   "(TP_SANDBOX_ALLOW_UNSAFE=1 on the eval workers)")]
         return []
-
-    def benchmark_names(self) -> list[str]:
-        return [b if isinstance(b, str) else str(b.get("name")) for b in self.benchmarks]
 
     def to_config(self, model_path: str, name: str | None = None) -> EvalConfig:
         """The EvalConfig for `model_path`; RequestError lists every problem with the user's field paths."""

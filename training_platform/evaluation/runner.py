@@ -122,7 +122,9 @@ def _metrics_dict(metrics: dict[str, Metric]) -> dict[str, dict[str, Any]]:
     return {name: metric.to_dict() for name, metric in metrics.items()}
 
 
-def _prepared(config: EvalConfig) -> list[tuple[BenchmarkSpec, Benchmark, list[Item], Path]]:
+def prepare_benchmarks(config: EvalConfig) -> list[tuple[BenchmarkSpec, Benchmark, list[Item], Path]]:
+    """Every benchmark with its items loaded and checked and its scorer ready (the sandbox acquired): what can fail
+    without the model fails here (EvalDataError naming the bad rows)."""
     prepared = []
     for spec in config.benchmarks:
         bench = get_benchmark(spec)
@@ -147,7 +149,7 @@ def run_evaluation(config: EvalConfig, output_dir: str | Path, *, backend: Backe
     log = log or (lambda message: None)
     out = Path(output_dir).expanduser()
     started, t0 = _now(), time.perf_counter()
-    prepared = _prepared(config)  # data + sandbox problems surface before the model loads
+    prepared = prepare_benchmarks(config)  # data + sandbox problems surface before the model loads
     out.mkdir(parents=True, exist_ok=True)
     (out / SAMPLES_DIR).mkdir(exist_ok=True)
 

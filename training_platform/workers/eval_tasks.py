@@ -24,6 +24,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from sqlmodel import select
+
 from training_platform.db import crud, eval_crud
 from training_platform.db.models import Checkpoint, Job, JobStatus
 from training_platform.db.session import session_scope
@@ -117,7 +119,7 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
     def _preflight(self, job: Job):
         from training_platform.evaluation.benchmarks import EvalDataError
         from training_platform.evaluation.config import EvalConfig
-        from training_platform.evaluation.runner import _prepared
+        from training_platform.evaluation.runner import prepare_benchmarks
 
         checks: list[dict[str, Any]] = []
         cfg = job.config or {}
@@ -139,7 +141,7 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
 
             RunDir(target["run_dir"]).pin(target["model_path"], eval_crud.eval_pin(job.id))
         try:
-            prepared = _prepared(config)
+            prepared = prepare_benchmarks(config)
         except EvalDataError as exc:
             details = getattr(exc, "errors", None) or []
             msg = str(exc) + (": " + "; ".join(str(d) for d in details[:10]) if details else "")
@@ -159,8 +161,6 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
         step, source = target.get("checkpoint_step"), target.get("source_job_id")
         if source is not None and step is not None:
             with session_scope() as session:
-                from sqlmodel import select
-
                 ckpt = session.exec(select(Checkpoint).where(Checkpoint.job_id == source,
                                                              Checkpoint.step == step)).first()
                 if ckpt is None or ckpt.removed:

@@ -35,22 +35,14 @@ def best_checkpoint(job: VisibleJob, session: SessionDep,
                                                         'default: the metric the job keeps its best by.')] = None):
     """The checkpoint with the highest value of `metric` among the job's evaluated, still existing checkpoints
     (the earliest step wins a tie)."""
-    from training_platform.evaluation.request import parse_metric_key
-
     if metric is None:
         if not job.best_checkpoint:
             raise not_found(f"best checkpoint of job {job.id} (no schedule keeps one: pass ?metric=)")
         return job.best_checkpoint
     try:
-        benchmark, name = parse_metric_key(metric)
+        best = eval_crud.best_checkpoint(session, job.id, metric)
     except ValueError as exc:
         raise ValidationFailed([("query.metric", str(exc))]) from None
-    results = eval_crud.checkpoint_results(session, job.id)
-    live = {c.step: c for c in session.exec(select(Checkpoint).where(Checkpoint.job_id == job.id,
-                                                                      Checkpoint.removed == False)).all()}  # noqa: E712
-    scored = [(r["metrics"][metric], step, r["evaluation_id"]) for step, r in results.items()
-              if metric in r["metrics"] and step in live]
-    if not scored:
-        raise not_found(f"an evaluated checkpoint of job {job.id} with {benchmark}/{name}")
-    value, step, evaluation_id = max(scored, key=lambda s: (s[0], -s[1]))
-    return {"metric": metric, "step": step, "value": value, "evaluation_id": evaluation_id, "path": live[step].path}
+    if best is None:
+        raise not_found(f"an evaluated checkpoint of job {job.id} with {metric}")
+    return best

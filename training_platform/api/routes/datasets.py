@@ -31,10 +31,10 @@ from sqlmodel import Session, select
 from training_platform.api import schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, conflict, not_found
-from training_platform.api.jobspec import check_path, resolve_path
 from training_platform.db import crud
 from training_platform.db import datasets_crud as dcrud
 from training_platform.db.models import Dataset, DatasetVersionRecord, User
+from training_platform.path_policy import check_path, resolve_path
 from training_platform.settings import Settings
 
 log = logging.getLogger("training_platform.api.datasets")

@@ -23,7 +23,7 @@ from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, Settin
 from training_platform.api.errors import ValidationFailed, not_found
 from training_platform.db import eval_crud
 from training_platform.db.models import EvalSample, Evaluation, Job, JobStatus, User
-from training_platform.evaluation.request import EvalRequest, RequestError, parse_metric_key
+from training_platform.evaluation.request import EvalRequest, RequestError
 from training_platform.settings import Settings
 
 log = logging.getLogger("training_platform.api.evaluations")
@@ -153,36 +153,24 @@ def _read(session: Session, evaluation: Evaluation, job: Job, metrics: dict | No
     return data
 
 
-def _request_failed(exc: RequestError, prefix: str = "") -> ValidationFailed:
-    return ValidationFailed([(prefix + loc, msg) for loc, msg in exc.errors])
+def _request_failed(exc: RequestError) -> ValidationFailed:
+    return ValidationFailed(exc.errors)
 
 
-def build_evaluation(session: Session, user: User, body: EvalRequest, *, model: str | None, job_id: int | None,
-                     checkpoint: int | str | None, keep_best_by: str | None, settings: Settings,
-                     name: str | None = None, loc: str = ""):
+def build_evaluation(session: Session, user: User, body: EvaluationCreate, settings: Settings):
     """Validate everything a submission names; returns (EvalConfig, Target). RequestError lists every problem."""
-    errors: list[tuple[str, str]] = [(loc + p, m) for p, m in body.operator_only_errors()]
-    backend = str(body.backend.get("backend", "transformers"))
+    errors: list[tuple[str, str]] = []
     target = None
     try:
-        target = eval_crud.resolve_target(session, user, model=model, job_id=job_id, checkpoint=checkpoint,
-                                          backend=backend, settings=settings, loc=loc)
+        target = eval_crud.resolve_target(session, user, model=body.model, job_id=body.job_id,
+                                          checkpoint=body.checkpoint, backend=str(body.backend.get("backend",
+                                                                                                   "transformers")),
+                                          settings=settings)
     except RequestError as exc:
         errors += exc.errors
-    config = None
-    try:
-        config = body.to_config(target.model_path if target else "<unresolved>", name=name)
-    except RequestError as exc:
-        errors += [(loc + p, m) for p, m in exc.errors]
-    if config is not None:
-        errors += [(loc + p, m) for p, m in eval_crud.check_data_paths(config, settings)]
-        if keep_best_by is not None:
-            try:
-                parse_metric_key(keep_best_by, config)
-            except ValueError as exc:
-                errors.append((f"{loc}keep_best_by", str(exc)))
-    if keep_best_by is not None and job_id is None:
-        errors.append((f"{loc}keep_best_by", "keeps the best checkpoint of a training job: needs job_id"))
+    config, problems = eval_crud.check_request(body, target.model_path if target else "<unresolved>", settings,
+                                               keep_best_by=body.keep_best_by, job_id=body.job_id, name=body.name)
+    errors += problems
     if errors:
         raise RequestError(errors)
     return eval_crud.absolute_data_paths(config, settings), target
@@ -199,16 +187,15 @@ def create_evaluation(body: EvaluationCreate, session: SessionDep, user: Current
     from training_platform.api.routes.jobs import wake
 
     try:
-        config, target = build_evaluation(session, user, body, model=body.model, job_id=body.job_id,
-                                          checkpoint=body.checkpoint, keep_best_by=body.keep_best_by,
-                                          settings=settings, name=body.name)
+        config, target = build_evaluation(session, user, body, settings)
     except RequestError as exc:
         raise _request_failed(exc) from None
     request = body.model_dump(mode="json", include=set(EvalRequest.model_fields))
     job = eval_crud.create_evaluation(session, owner=user, name=body.name, config=config, target=target,
                                       priority=body.priority, keep_best_by=body.keep_best_by, request=request)
     session.commit()
-    log.info("evaluation %s submitted by %s: %s on %s", job.id, user.name, target.label, config.benchmarks[0].name)
+    log.info("evaluation %s submitted by %s: %s on %s", job.id, user.name, target.label,
+             ", ".join(b.name for b in config.benchmarks))
     evaluation = session.get(Evaluation, job.id)
     return {**_read(session, evaluation, job, metrics={}, owner_name=user.name),
             "warning": wake("eval", body.priority, job.id)}

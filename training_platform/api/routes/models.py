@@ -17,8 +17,8 @@ from sqlmodel import Session, select
 from training_platform.api import schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, conflict, forbidden, not_found
-from training_platform.api.jobspec import check_path, resolve_path
 from training_platform.db.models import RegisteredModel, User
+from training_platform.path_policy import check_path, resolve_path
 
 log = logging.getLogger("training_platform.api.models")
 

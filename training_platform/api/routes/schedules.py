@@ -105,7 +105,7 @@ def _visible(session: Session, user: User, schedule_id: int) -> EvalSchedule:
 
 def _validate(session: Session, user: User, body: ScheduleCreate, settings: Settings) -> str | None:
     """Every problem of a new schedule as one 422. Returns the normalised cron expression."""
-    errors: list[tuple[str, str]] = body.operator_only_errors()
+    errors: list[tuple[str, str]] = []
     cron = None
     if body.trigger == "cron":
         if body.cron is None:
@@ -139,19 +139,8 @@ def _validate(session: Session, user: User, body: ScheduleCreate, settings: Sett
                                      settings=settings)
         except RequestError as exc:
             errors += exc.errors
-    try:
-        config = body.to_config(body.model or "<checkpoint>", name=body.name)
-    except RequestError as exc:
-        errors += exc.errors
-    else:
-        errors += eval_crud.check_data_paths(config, settings)
-        if body.keep_best_by is not None:
-            try:
-                parse_metric_key(body.keep_best_by, config)
-            except ValueError as exc:
-                errors.append(("keep_best_by", str(exc)))
-    if body.keep_best_by is not None and body.job_id is None:
-        errors.append(("keep_best_by", "keeps the best checkpoint of a training job: needs job_id"))
+    errors += eval_crud.check_request(body, body.model or "<checkpoint>", settings, keep_best_by=body.keep_best_by,
+                                      job_id=body.job_id, name=body.name)[1]
     if errors:
         raise ValidationFailed(errors)
     return cron
@@ -235,11 +224,16 @@ def update_schedule(schedule_id: int, body: ScheduleUpdate, session: SessionDep,
                 errors.append(("keep_best_by", str(exc)))
     if errors:
         raise ValidationFailed(errors)
+    re_enabled = changes.get("enabled") is True and not schedule.enabled
     for key, value in changes.items():
         setattr(schedule, key, value)
     now = utcnow()
-    if schedule.trigger == "cron" and ("cron" in changes or changes.get("enabled")):
-        schedule.next_fire_at = next_fire_time(schedule.cron, now)  # no burst of missed times on re-enable
+    # Re-enabled: what happened while it was off does not fire in a burst now (missed times, checkpoints saved).
+    if schedule.trigger == "cron" and ("cron" in changes or re_enabled):
+        schedule.next_fire_at = next_fire_time(schedule.cron, now)
+    if schedule.trigger == "on_new_checkpoint" and re_enabled:
+        latest = session.exec(select(func.max(Checkpoint.step)).where(Checkpoint.job_id == schedule.job_id)).one()
+        schedule.last_checkpoint_step = max(schedule.last_checkpoint_step, -1 if latest is None else latest)
     schedule.updated_at = now
     session.add(schedule)
     session.commit()
