@@ -23,7 +23,7 @@ from training_platform.db.models import Checkpoint, Job, JobEvent, JobStatus, Me
 from training_platform.db.session import session_scope
 
 API = "/api/v1"
-REDIS_TEST_URL = "redis://127.0.0.1:6379/15"
+REDIS_TEST_URL = os.environ.get("TP_TEST_API_REDIS_URL", "redis://127.0.0.1:6379/15")
 # Overridable to run the PostgreSQL half elsewhere: the admin DSN creates/drops tp_test_* databases.
 PG_ADMIN_DSN = os.environ.get("TP_TEST_PG_ADMIN_DSN",
                               "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=3")

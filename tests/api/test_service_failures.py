@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from api_helpers import API, database, get_job_row, running_api, valid_config
+from api_helpers import API, REDIS_TEST_URL, database, get_job_row, running_api, valid_config
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ def test_database_down_is_503_and_the_app_starts_without_it(data_dir, monkeypatc
 
     monkeypatch.setenv("TP_DATA_DIR", str(data_dir))
     monkeypatch.setenv("DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:1/nowhere?connect_timeout=2")
-    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:6379/15")
+    monkeypatch.setenv("REDIS_URL", REDIS_TEST_URL)
     get_settings.cache_clear()
     get_engine.cache_clear()
     try:

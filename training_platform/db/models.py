@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Column, Index, Integer, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Boolean, Column, Index, Integer, Text, UniqueConstraint, false
 from sqlmodel import Field, SQLModel
 
 
@@ -65,13 +65,16 @@ class RegisteredModel(SQLModel, table=True):
     name: str = Field(index=True, unique=True, max_length=128)
     path: str = Field(sa_column=Column(Text, nullable=False))
     owner_id: int | None = Field(default=None, foreign_key="users.id")
+    # Shared by its owner or an admin: every user may see and use it (otherwise only its owner and admins).
+    shared: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
     info: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow)
 
 
 class Job(SQLModel, table=True):
     __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_status_priority", "status", "priority"),)
+    # AUTOINCREMENT on SQLite: a deleted job's id is never handed out again (PostgreSQL sequences never reuse).
+    __table_args__ = (Index("ix_jobs_status_priority", "status", "priority"), {"sqlite_autoincrement": True})
     id: int | None = Field(default=None, primary_key=True)
     owner_id: int = Field(foreign_key="users.id", index=True)
     name: str = Field(max_length=200)
@@ -147,6 +150,7 @@ class Dataset(SQLModel, table=True):
     owner_id: int = Field(foreign_key="users.id", index=True)
     name: str = Field(max_length=128)
     description: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    shared: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
     # The latest version (set on every new version). No foreign key: datasets <-> versions would be a cycle.
     current_version_id: int | None = None
     created_at: datetime = Field(default_factory=utcnow)
@@ -267,5 +271,21 @@ class EvalSchedule(SQLModel, table=True):
     last_checkpoint_step: int = -1  # on_new_checkpoint: checkpoints up to this step have been considered
     fired_count: int = 0
     last_message: str | None = Field(default=None, sa_column=Column(Text))  # why the last firing did or did not run
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class Endpoint(SQLModel, table=True):
+    """An OpenAI-compatible endpoint named by an admin (`/api/v1/endpoints`); `TP_ENDPOINTS` names more in the
+    environment. Requests refer to endpoints by name only: users never choose a URL or a key's variable."""
+
+    __tablename__ = "endpoints"
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True, max_length=64)
+    base_url: str = Field(sa_column=Column(Text, nullable=False))
+    # The name of the environment variable holding the key on the workers (never the key itself).
+    api_key_env: str | None = Field(default=None, max_length=128)
+    models: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    created_by: int | None = Field(default=None, foreign_key="users.id")
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)

@@ -22,6 +22,11 @@ def run_migrations_offline() -> None:
 def run_migrations_online() -> None:
     engine = make_engine(config.get_main_option("sqlalchemy.url"))
     with engine.connect() as connection:
+        if connection.dialect.name == "sqlite":
+            # Batch mode recreates tables (copy, drop, rename); with foreign keys on, dropping a referenced table
+            # fails. The pragma only takes effect outside a transaction, hence here, before alembic's.
+            connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+            connection.commit()
         # batch mode lets ALTERs work on SQLite too
         context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
         with context.begin_transaction():
