@@ -7,6 +7,16 @@
 | REDIS_URL        | unset: `tp up` starts an embedded Redis   |
 | TP_MODEL_ROOTS   | extra directories jobs may read models from (`:`-separated) |
 | TP_AUTH_MODE     | token (bearer API tokens); `open` = single-user, no tokens (local only) |
+
+Input caps (docs/limits.md):
+
+| env                          | default | refused with                                                 |
+|------------------------------|---------|--------------------------------------------------------------|
+| TP_MAX_BODY_MB               | 8       | 413: any request body but a dataset upload (JSON bodies)     |
+| TP_MAX_UPLOAD_MB             | 512     | 413: a dataset upload (streamed to disk, nothing kept)       |
+| TP_MAX_DATASET_ROWS          | 2000000 | the ingest data job fails: rows in one dataset file          |
+| TP_MAX_DATASET_EXPANDED_MB   | 2048    | the ingest data job fails: decoded bytes of one dataset file |
+| TP_MAX_ROW_MB                | 8       | the ingest data job fails: one row (a JSONL/CSV line)        |
 """
 
 from __future__ import annotations
@@ -34,6 +44,12 @@ class Settings(BaseSettings):
     min_free_disk_mb: int = Field(512, validation_alias="TP_MIN_FREE_DISK_MB", ge=0)
     # How often beat looks for due evaluation schedules (cron resolution; checkpoint triggers fire sooner).
     schedule_tick_s: float = Field(10.0, validation_alias="TP_SCHEDULE_TICK", gt=0)
+    # Input caps (docs/limits.md). Bodies are refused before they are parsed; dataset files by the ingest data job.
+    max_body_mb: float = Field(8.0, validation_alias="TP_MAX_BODY_MB", gt=0)
+    max_upload_mb: float = Field(512.0, validation_alias="TP_MAX_UPLOAD_MB", gt=0)
+    max_dataset_rows: int = Field(2_000_000, validation_alias="TP_MAX_DATASET_ROWS", ge=1)
+    max_dataset_expanded_mb: float = Field(2048.0, validation_alias="TP_MAX_DATASET_EXPANDED_MB", gt=0)
+    max_row_mb: float = Field(8.0, validation_alias="TP_MAX_ROW_MB", gt=0)
 
     @property
     def data_path(self) -> Path:

@@ -27,7 +27,76 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+class Ingest:
+    """The outcome of an upload/register once its `ingest` data job ended, shaped like the synchronous answers of
+    before: 201 (a new version), 200 (content the dataset had), 422 (refused: `detail`, `rows`, `bad_rows`,
+    `stored`). `accepted` is the API's own 202 answer, `job` the finished job."""
+
+    def __init__(self, accepted, job: dict, api):
+        self.accepted, self.job = accepted, job
+        result = job["config"].get("result") or {}
+        if job["status"] == "succeeded":
+            dataset_id, version_id = result["dataset_id"], result["version_id"]
+            self.status_code = 201 if result["created"] else 200
+            self.body = {"dataset": api.get(f"/datasets/{dataset_id}", user="root").json(),
+                         "version": api.get(f"/datasets/{dataset_id}/versions/{version_id}", user="root").json(),
+                         "created": result["created"], "job": job}
+        else:
+            self.status_code = 422
+            self.body = {**result, "job": job, "error": job["error"]}
+        self.text = json.dumps(self.body, default=str)
+
+    def json(self):
+        return self.body
+
+
+def run_data_job(job_id: int, timeout: float = 60) -> None:
+    """Run the queued data job `job_id` here, as a worker would (claimed by id); if a real worker took it first,
+    wait for it to end."""
+    import time
+
+    from sqlalchemy import update
+    from sqlmodel import select
+
+    from training_platform.db.models import Job, JobEvent, utcnow
+    from training_platform.db.session import session_scope
+    from training_platform.workers.data_tasks import DataJobSupervisor
+
+    worker = "in-test@local"
+    with session_scope() as session:
+        claimed = session.exec(update(Job).where(Job.id == job_id, Job.status == "queued").values(
+            status="preflight", worker=worker, heartbeat_at=utcnow(), attempts=Job.attempts + 1, updated_at=utcnow())
+            .execution_options(synchronize_session=False)).rowcount
+        if claimed:
+            session.add(JobEvent(job_id=job_id, from_status="queued", to_status="preflight",
+                                 reason=f"claimed by {worker}"))
+    if claimed:
+        DataJobSupervisor(job_id, worker).run()
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with session_scope() as session:
+            if session.exec(select(Job.status).where(Job.id == job_id)).one() in TERMINAL:
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"data job {job_id} did not finish in {timeout}s")
+
+
+def follow(api, accepted, user: str = "alice"):
+    """The API's answer if it was not a 202; else the ingest job run to its end, as an Ingest."""
+    if accepted.status_code != 202:
+        return accepted
+    job_id = accepted.json()["job"]["id"]
+    run_data_job(job_id)
+    return Ingest(accepted, api.get(f"/jobs/{job_id}", user=user).json(), api)
+
+
 def upload(api, name: str, content: bytes, filename: str = "data.jsonl", user: str = "alice", **fields):
+    """Upload and follow the ingest job to its end (see Ingest)."""
+    return follow(api, upload_only(api, name, content, filename, user, **fields), user)
+
+
+def upload_only(api, name: str, content: bytes, filename: str = "data.jsonl", user: str = "alice", **fields):
     return api.post("/datasets", user=user, files={"file": (filename, content, "application/octet-stream")},
                     data={"name": name, **fields})
 
@@ -40,6 +109,10 @@ def store_files(data_dir: Path) -> list[str]:
 
 def tmp_files(data_dir: Path) -> list[str]:
     return [f for f in store_files(data_dir) if f.startswith("tmp/")]
+
+
+def staged_files(data_dir: Path) -> list[str]:
+    return [f for f in store_files(data_dir) if f.startswith("staging/")]
 
 
 @contextmanager

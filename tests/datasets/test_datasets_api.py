@@ -7,7 +7,17 @@ import json
 from pathlib import Path
 
 import pytest
-from ds_helpers import chat, jsonl, sha256, store_files, tmp_files, upload
+from ds_helpers import (
+    chat,
+    follow,
+    jsonl,
+    run_data_job,
+    sha256,
+    staged_files,
+    store_files,
+    tmp_files,
+    upload,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -32,6 +42,13 @@ def dataset_count(api) -> int:
 def test_upload_creates_a_content_addressed_version(api):
     content = jsonl(GOOD)
     r = upload(api, "arith", content, description="addition")
+    # The API answered 202 at once: the dataset, and the ingest data job that validated and stored the file.
+    accepted = r.accepted.json()
+    assert r.accepted.status_code == 202 and accepted["staged_bytes"] == len(content)
+    assert accepted["dataset"]["name"] == "arith" and accepted["dataset"]["current_version_id"] is None
+    assert accepted["job"]["kind"] == "data" and accepted["job"]["algorithm"] == "ingest"
+    assert accepted["job"]["status"] == "queued" and accepted["job"]["config"]["policy"] == "reject"
+    assert r.job["status"] == "succeeded" and r.job["current_step"] == 100
     assert r.status_code == 201, r.text
     body = r.json()
     version, dataset = body["version"], body["dataset"]
@@ -47,8 +64,12 @@ def test_upload_creates_a_content_addressed_version(api):
     assert not stored.stat().st_mode & 0o222  # read-only: versions are immutable
     assert dataset["name"] == "arith" and dataset["owner"] == "alice" and dataset["description"] == "addition"
     assert dataset["current_version_id"] == version["id"] and dataset["version_count"] == 1
+    assert dataset["id"] == accepted["dataset"]["id"] and version["job_id"] == r.job["id"]
+    assert r.job["config"]["result"] == {"accepted": True, "dataset_id": dataset["id"], "version_id": version["id"],
+                                         "created": True, "sha256": sha256(content), "rows": 12, "uploaded_rows": 12,
+                                         "bad_rows": 0, "quarantine": None}
     assert version["report"]["rows"] == 12 and version["report"]["bad_row_count"] == 0
-    assert tmp_files(api.data_dir) == []
+    assert tmp_files(api.data_dir) == [] and staged_files(api.data_dir) == []
 
     # The same content again: the existing version (200), nothing new stored.
     again = upload(api, "arith", content)
@@ -71,7 +92,7 @@ def test_upload_creates_a_content_addressed_version(api):
     assert listed[dataset["id"]]["version_count"] == 2 and listed[dataset["id"]]["owner"] == "alice"
     assert api.get("/datasets", user="root", params={"owner": "bob"}).json()["total"] == 0
     detail = api.get(f"/datasets/{dataset['id']}/versions/{version['id']}").json()
-    assert detail["sha256"] == version["sha256"] and detail["audit_cached"] is False
+    assert detail["sha256"] == version["sha256"] and detail["audit_cached"] is True  # computed by the worker
 
 
 def test_reject_policy_refuses_the_whole_upload_and_stores_nothing(api):
@@ -154,8 +175,8 @@ def test_too_large_uploads_get_413_and_leave_nothing(api):
         for i in range(0, len(body), 7):  # boundaries split across chunks
             yield body[i:i + 7]
 
-    r = api.post("/datasets", content=small_chunks(),
-                 headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    r = follow(api, api.post("/datasets", content=small_chunks(),
+                             headers={"Content-Type": f"multipart/form-data; boundary={boundary}"}))
     assert r.status_code in (200, 201), r.text
     assert r.json()["version"]["sha256"] == sha256(small)
 
@@ -212,8 +233,8 @@ def test_register_a_server_side_file(api, outside_dir):
     src.parent.mkdir(exist_ok=True)
     content = jsonl(GOOD[:4])
     src.write_bytes(content)
-    r = api.post("/datasets/register", json={"name": "registered", "path": "incoming/set.jsonl"})
-    assert r.status_code == 201, r.text
+    r = follow(api, api.post("/datasets/register", json={"name": "registered", "path": "incoming/set.jsonl"}))
+    assert r.accepted.status_code == 202 and r.status_code == 201, r.text
     v = r.json()["version"]
     assert v["operation"] == "register" and v["sha256"] == sha256(content) and v["rows"] == 4
     assert v["recipe"]["source"] == "incoming/set.jsonl" and v["recipe"]["resolved"] == str(src)
@@ -221,7 +242,8 @@ def test_register_a_server_side_file(api, outside_dir):
     assert stored != src and stored.read_bytes() == content  # copied into the store
     src.write_bytes(jsonl(GOOD[:1]))  # the original changes; the version does not
     assert stored.read_bytes() == content
-    assert api.post("/datasets/register", json={"name": "registered", "path": str(stored)}).status_code == 200
+    assert follow(api, api.post("/datasets/register", json={"name": "registered", "path": str(stored)})
+                  ).status_code == 200
 
     outside = outside_dir / "set.jsonl"
     outside.write_bytes(content)
@@ -263,14 +285,24 @@ def test_rows_preview_pagination_and_search(api):
     assert api.get(f"/datasets/{v['dataset_id']}/versions/999999/rows").status_code == 404
 
 
-def test_stats_are_the_audit_report_cached_on_the_version(api):
+def test_stats_are_computed_by_the_worker_and_cached_on_the_version(api):
     v = upload(api, "audited", jsonl(GOOD + GOOD[:3])).json()["version"]
+    assert v["audit_cached"] is True  # the ingest job computed it
     url = f"/datasets/{v['dataset_id']}/versions/{v['id']}/stats"
     first = api.get(url)
     assert first.status_code == 200, first.text
     stats = first.json()
-    assert stats["cached"] is False and stats["rows"] == 15 and stats["sha256"] == v["sha256"]
+    assert stats["cached"] is True and stats["rows"] == 15 and stats["sha256"] == v["sha256"]
     assert stats["duplicates"]["exact_duplicates"] == 3
+
+    # A refresh (or a version without statistics) queues an `audit` data job: 202, never computed in the API.
+    queued = api.get(url, params={"refresh": True})
+    assert queued.status_code == 202, queued.text
+    job = queued.json()
+    assert job["kind"] == "data" and job["algorithm"] == "audit" and job["config"]["version_id"] == v["id"]
+    assert api.get(url, params={"refresh": True}).json()["id"] == job["id"]  # the same job while it is queued
+    run_data_job(job["id"])
+    assert api.get(f"/jobs/{job['id']}").json()["status"] == "succeeded"
     second = api.get(url).json()
     assert second["cached"] is True and second["distinct_1"] == stats["distinct_1"]
     assert api.get(f"/datasets/{v['dataset_id']}/versions/{v['id']}").json()["audit_cached"] is True

@@ -15,6 +15,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
 from training_platform.api import errors
+from training_platform.api.limits import BodyLimitMiddleware
 from training_platform.api.observability import ObservabilityMiddleware, RequestMetrics
 from training_platform.api.routes import (
     checkpoints,
@@ -89,6 +90,8 @@ def create_app() -> FastAPI:
 
     _mount_ui(app)
 
+    # Bodies over TP_MAX_BODY_MB -> 413 before any parsing; the dataset upload streams to disk under its own cap.
+    app.add_middleware(BodyLimitMiddleware, exempt={("POST", f"{API_PREFIX}/datasets")})
     app.state.request_metrics = RequestMetrics()
     app.add_middleware(ObservabilityMiddleware, metrics=app.state.request_metrics)
     return app

@@ -20,7 +20,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 ROLES = {"system", "user", "assistant", "tool"}
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
@@ -61,13 +61,160 @@ class DatasetError(Exception):
 # ---------------------------------------------------------------------------------------------- reading
 
 
-def read_rows(path: str | Path) -> Iterator[tuple[int, Any]]:
-    """Yield (line number, row) for JSONL/JSON/Parquet/CSV. Unparseable JSONL lines raise DatasetError."""
+DEFAULT_MAX_ROW_BYTES = 64 * 1024 * 1024  # one JSONL/CSV line or JSON array item, when the caller sets no limit
+_READ_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class ReadLimits:
+    """Caps while reading an untrusted file: rows, decoded bytes (Parquet: uncompressed; other types: the file's
+    size) and bytes per row (a JSONL/CSV line, a JSON array item). None: no cap."""
+
+    max_rows: int | None = None
+    max_bytes: int | None = None
+    max_row_bytes: int = DEFAULT_MAX_ROW_BYTES
+
+
+class LimitExceeded(DatasetError):
+    """A file over one of its ReadLimits. `cap` is rows | bytes | row_bytes."""
+
+    def __init__(self, cap: str, line: int, reason: str):
+        self.cap = cap
+        super().__init__([RowError(line, "<file>", reason)])
+
+
+def _mb(n: int) -> str:
+    if n >= 2**20:
+        return f"{n / 2**20:.4g} MB"
+    return f"{n / 1024:.4g} KB" if n >= 1024 else f"{n} bytes"
+
+
+def row_too_long(line: int, limit: int) -> LimitExceeded:
+    return LimitExceeded("row_bytes", line, f"line {line} is longer than the limit of {_mb(limit)} per row; "
+                                            f"it was not read")
+
+
+def check_file_size(path: Path, limits: ReadLimits) -> None:
+    """Text files: their size is what they expand to."""
+    if limits.max_bytes is not None and path.suffix.lower() != ".parquet":
+        size = path.stat().st_size
+        if size > limits.max_bytes:
+            raise LimitExceeded("bytes", 0, f"the file is {_mb(size)}, over the limit of {_mb(limits.max_bytes)} "
+                                            f"per dataset file")
+
+
+def bounded_lines(f: IO, max_len: int) -> Iterator[tuple[int, Any]]:
+    """(line number, line) of a file opened for reading, each read with a bound: a line longer than `max_len`
+    (bytes in binary mode, characters in text mode) raises LimitExceeded instead of being held in memory."""
+    line_no = 0
+    while True:
+        line = f.readline(max_len + 1)
+        if not line:
+            return
+        line_no += 1
+        if len(line) > max_len:
+            raise row_too_long(line_no, max_len)
+        yield line_no, line
+
+
+def _iter_json_array(f: IO[str], max_len: int) -> Iterator[tuple[int, Any]]:
+    """The items of a top-level JSON array, streamed: at most one item (<= `max_len` characters) plus one read
+    chunk is held in memory."""
+    decoder = json.JSONDecoder()
+    buf, pos, eof, record, lines_before = "", 0, False, 0, 0
+
+    def line_at(i: int) -> int:
+        return lines_before + buf.count("\n", 0, i) + 1
+
+    def fill() -> bool:
+        nonlocal buf, pos, eof, lines_before
+        chunk = f.read(_READ_CHUNK)
+        lines_before += buf.count("\n", 0, pos)
+        buf, pos = buf[pos:] + chunk, 0
+        eof = not chunk
+        return bool(chunk)
+
+    def skip_ws() -> str:
+        nonlocal pos
+        while True:
+            while pos < len(buf) and buf[pos] in " \t\r\n":
+                pos += 1
+            if pos < len(buf) or not fill():
+                return buf[pos] if pos < len(buf) else ""
+
+    if skip_ws() != "[":
+        raise DatasetError([RowError(1, "<file>", "a .json dataset must be a list of objects")])
+    pos += 1
+    if skip_ws() == "]":
+        return
+    while True:
+        try:
+            item, end = decoder.raw_decode(buf, pos)
+            complete = end < len(buf) or eof  # a number at the end of the buffer may go on in the next chunk
+        except json.JSONDecodeError as exc:
+            if eof:
+                raise DatasetError([RowError(line_at(exc.pos), "<file>", f"invalid JSON: {exc.msg}")]) from None
+            complete = False
+        if not complete:
+            if len(buf) - pos > max_len:
+                raise row_too_long(record + 1, max_len)
+            fill()
+            continue
+        if end - pos > max_len:
+            raise row_too_long(record + 1, max_len)
+        record += 1
+        yield record, item
+        pos = end
+        sep = skip_ws()
+        if sep == "]":
+            return
+        if sep != ",":
+            raise DatasetError([RowError(line_at(pos), "<file>", "invalid JSON: expected ',' or ']' after an item")])
+        pos += 1
+        skip_ws()
+
+
+def _parquet_batches(path: Path, limits: ReadLimits) -> Iterator[tuple[int, Any]]:
+    """Rows of a Parquet file, batch by batch. Its metadata (rows, uncompressed bytes) is checked against the
+    limits before any row is decoded, and the decoded bytes are counted again while reading (metadata can lie)."""
+    import pyarrow.parquet as pq
+
+    file = pq.ParquetFile(path)
+    meta = file.metadata
+    if limits.max_rows is not None and meta.num_rows > limits.max_rows:
+        raise LimitExceeded("rows", 0, f"the file holds {meta.num_rows} rows, over the limit of {limits.max_rows} "
+                                       f"rows per dataset file")
+    expanded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    if limits.max_bytes is not None and expanded > limits.max_bytes:
+        raise LimitExceeded("bytes", 0, f"the file expands to {_mb(expanded)}, over the limit of "
+                                        f"{_mb(limits.max_bytes)} per dataset file")
+    import pyarrow as pa
+
+    line, decoded = 0, 0
+    for batch in file.iter_batches(batch_size=1024):
+        # dictionary-encoded columns count as what they decode to (their own nbytes are the indices)
+        decoded += sum(col.dictionary_decode().nbytes if pa.types.is_dictionary(col.type) else col.nbytes
+                       for col in batch.columns)
+        if limits.max_bytes is not None and decoded > limits.max_bytes:
+            raise LimitExceeded("bytes", line + 1, f"the file expands to more than the limit of "
+                                                   f"{_mb(limits.max_bytes)} per dataset file")
+        for row in batch.to_pylist():
+            line += 1
+            yield line, row
+
+
+def read_rows(path: str | Path, limits: ReadLimits | None = None) -> Iterator[tuple[int, Any]]:
+    """Yield (line number, row) for JSONL/JSON/Parquet/CSV. Unparseable JSONL lines raise DatasetError. Reads are
+    bounded: a row longer than `limits.max_row_bytes` raises LimitExceeded (as do files over the other limits,
+    except the row count, which the caller counts)."""
     path = Path(path)
+    limits = limits or ReadLimits()
     suffix = path.suffix.lower()
+    check_file_size(path, limits)
     if suffix in (".jsonl", ".ndjson"):
-        with path.open(encoding="utf-8") as f:
-            for line_no, line in enumerate(f, start=1):
+        with path.open("rb") as f:
+            for line_no, raw in bounded_lines(f, limits.max_row_bytes):
+                line = raw.decode("utf-8")
                 if not line.strip():
                     continue
                 try:
@@ -75,26 +222,16 @@ def read_rows(path: str | Path) -> Iterator[tuple[int, Any]]:
                 except json.JSONDecodeError as exc:
                     raise DatasetError([RowError(line_no, "<row>", f"invalid JSON: {exc.msg}")]) from None
     elif suffix == ".json":
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise DatasetError([RowError(exc.lineno, "<file>", f"invalid JSON: {exc.msg}")]) from None
-        if not isinstance(data, list):
-            raise DatasetError([RowError(1, "<file>", "a .json dataset must be a list of objects")])
-        yield from enumerate(data, start=1)
+        with path.open(encoding="utf-8") as f:
+            yield from _iter_json_array(f, limits.max_row_bytes)
     elif suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        line = 0
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
-            for row in batch.to_pylist():
-                line += 1
-                yield line, row
+        yield from _parquet_batches(path, limits)
     elif suffix == ".csv":
         import csv
 
         with path.open(encoding="utf-8", newline="") as f:
-            yield from enumerate(csv.DictReader(f), start=1)
+            lines = (line for _, line in bounded_lines(f, limits.max_row_bytes))
+            yield from enumerate(csv.DictReader(lines), start=1)
     else:
         raise DatasetError([RowError(0, "<file>", f"unsupported file type {suffix!r}; use one of "
                                                   f"{', '.join(SUPPORTED_SUFFIXES)}")])

@@ -17,7 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from training_platform.data.formats import SUPPORTED_SUFFIXES, DatasetError, RowError
+from training_platform.data.formats import (
+    SUPPORTED_SUFFIXES,
+    DatasetError,
+    LimitExceeded,
+    ReadLimits,
+    RowError,
+    bounded_lines,
+    check_file_size,
+)
 
 WRITE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
@@ -37,9 +45,11 @@ class Record:
     raw: str | None = None  # the line's text when it was not valid JSON
 
 
-def iter_records(path: str | Path) -> Iterator[Record]:
+def iter_records(path: str | Path, limits: ReadLimits | None = None) -> Iterator[Record]:
     """Stream the rows of a file without stopping at unparseable JSONL lines (they come back with `error` set).
-    Blank JSONL lines are skipped and do not count as rows. Parquet is read batch by batch."""
+    Blank JSONL lines are skipped and do not count as rows. Parquet is read batch by batch. Every read is bounded
+    (`limits`, see ReadLimits: a line longer than the row cap is never held whole); a file over a limit raises
+    LimitExceeded (a DatasetError)."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (*SUPPORTED_SUFFIXES, ".ndjson"):
@@ -47,12 +57,18 @@ def iter_records(path: str | Path) -> Iterator[Record]:
                                                   f"{', '.join(SUPPORTED_SUFFIXES)}")])
     if not path.is_file():
         raise DatasetError([RowError(0, "<file>", f"no such file: {path}")])
+    limits = limits or ReadLimits()
+    max_rows = limits.max_rows
     index = 0
     if suffix in (".jsonl", ".ndjson"):
-        with path.open(encoding="utf-8") as f:
-            for line_no, line in enumerate(f, start=1):
+        check_file_size(path, limits)
+        with path.open("rb") as f:
+            for line_no, raw in bounded_lines(f, limits.max_row_bytes):
+                line = raw.decode("utf-8")
                 if not line.strip():
                     continue
+                if max_rows is not None and index >= max_rows:
+                    raise _too_many_rows(line_no, max_rows)
                 try:
                     yield Record(index, line_no, json.loads(line))
                 except json.JSONDecodeError as exc:
@@ -62,9 +78,15 @@ def iter_records(path: str | Path) -> Iterator[Record]:
         return
     from training_platform.data.formats import read_rows
 
-    for line, row in read_rows(path):
+    for line, row in read_rows(path, limits):
+        if max_rows is not None and index >= max_rows:
+            raise _too_many_rows(line, max_rows)
         yield Record(index, line, row)
         index += 1
+
+
+def _too_many_rows(line: int, max_rows: int) -> LimitExceeded:
+    return LimitExceeded("rows", line, f"the file has more than the limit of {max_rows} rows per dataset file")
 
 
 def iter_rows(path: str | Path) -> Iterator[Any]:

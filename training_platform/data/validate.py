@@ -17,6 +17,7 @@ from typing import Any, Literal
 from training_platform.data.formats import (
     DATA_FORMATS,
     DatasetError,
+    ReadLimits,
     RowError,
     apply_field_map,
     detect_format,
@@ -89,10 +90,11 @@ def detect_file_format(path: str | Path, field_map: dict[str, str] | None = None
     raise DatasetError([RowError(0, "<file>", "the file has no rows")])
 
 
-def _scan(path: str | Path, fmt: str, field_map: dict[str, str] | None, on_row=None) -> ValidationReport:
+def _scan(path: str | Path, fmt: str, field_map: dict[str, str] | None, on_row=None,
+          limits: ReadLimits | None = None) -> ValidationReport:
     _check_format(fmt)
     report = ValidationReport(path=str(path), format=None if fmt == "auto" else fmt)
-    for record in iter_records(path):
+    for record in iter_records(path, limits):
         report.rows += 1
         row = record.row
         if record.error is not None:
@@ -121,10 +123,11 @@ def _scan(path: str | Path, fmt: str, field_map: dict[str, str] | None, on_row=N
     return report
 
 
-def validate_file(path: str | Path, *, fmt: str = "auto", field_map: dict[str, str] | None = None
-                  ) -> ValidationReport:
-    """Check every row of the file (nothing is written). The format is the first row's unless `fmt` is given."""
-    return _scan(path, fmt, field_map)
+def validate_file(path: str | Path, *, fmt: str = "auto", field_map: dict[str, str] | None = None,
+                  limits: ReadLimits | None = None) -> ValidationReport:
+    """Check every row of the file (nothing is written). The format is the first row's unless `fmt` is given.
+    A file over `limits` raises LimitExceeded."""
+    return _scan(path, fmt, field_map, limits=limits)
 
 
 def quarantine_path_for(dest: str | Path) -> Path:
@@ -133,7 +136,8 @@ def quarantine_path_for(dest: str | Path) -> Path:
 
 
 def ingest_file(path: str | Path, dest: str | Path, *, policy: Policy = "reject", fmt: str = "auto",
-                field_map: dict[str, str] | None = None, quarantine: str | Path | None = None) -> ValidationReport:
+                field_map: dict[str, str] | None = None, quarantine: str | Path | None = None,
+                limits: ReadLimits | None = None) -> ValidationReport:
     """Validate and store. `reject`: any bad row (or file-level problem) -> nothing is written, report.accepted is
     False. `quarantine`: good rows to `dest`, bad rows to `quarantine` (default `<dest stem>.quarantine.jsonl`) as
     {"line", "index", "errors": [...], "row"}; written together, atomically. Rows are stored as read (after
@@ -142,13 +146,13 @@ def ingest_file(path: str | Path, dest: str | Path, *, policy: Policy = "reject"
         raise ValueError(f"--policy: must be reject or quarantine, got {policy!r}")
     quarantine = Path(quarantine) if quarantine is not None else quarantine_path_for(dest)
     if policy == "reject":
-        report = _scan(path, fmt, field_map)
+        report = _scan(path, fmt, field_map, limits=limits)
         report.policy = policy
         report.accepted = report.ok
         if not report.accepted:
             return report
         with RowWriter(dest) as writer:
-            for record in iter_records(path):
+            for record in iter_records(path, limits):
                 writer.write(apply_field_map(record.row, field_map or {}) if field_map else record.row)
         report.output = str(dest)
         return report
@@ -167,7 +171,7 @@ def ingest_file(path: str | Path, dest: str | Path, *, policy: Policy = "reject"
                 else:
                     writer.write(row)
 
-            report = _scan(path, fmt, field_map, on_row=on_row)
+            report = _scan(path, fmt, field_map, on_row=on_row, limits=limits)
             if report.file_errors:  # not about single rows (unknown format, empty file): refuse like reject
                 raise _Refused(report)
     except _Refused as refused:

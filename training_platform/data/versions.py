@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from training_platform.data.formats import detect_format
+from training_platform.data.formats import ReadLimits, detect_format
 from training_platform.data.io import atomic_outputs, iter_records, write_json
 
 _CHUNK = 1 << 20
@@ -101,14 +101,14 @@ class SchemaTracker:
 
 def describe_dataset(path: str | Path, *, parent_sha256: str | None = None, operation: str | None = None,
                      params: dict[str, Any] | None = None, stats: dict[str, Any] | None = None,
-                     fmt: str | None = None) -> DatasetVersion:
+                     fmt: str | None = None, limits: ReadLimits | None = None) -> DatasetVersion:
     """Hash the file and scan its rows once for the row count, the format (of the first row, unless given) and the
     schema (the union of JSON types seen per top-level field; a field missing from some rows is nullable)."""
     path = Path(path)
     tracker = SchemaTracker()
     counts: dict[int, int] = {}
     rows = 0
-    for record in iter_records(path):
+    for record in iter_records(path, limits):
         rows += 1
         if fmt is None and isinstance(record.row, dict):
             fmt = detect_format(record.row)

@@ -7,6 +7,7 @@ Content store (under TP_DATA_DIR):
     datasets/<sha[:2]>/<sha><suffix>        one immutable (read-only) file per distinct content
     datasets/quarantine/<dataset id>/...     rows an upload under policy `quarantine` kept aside
     datasets/reports/<dataset id>/...        full operation reports (the DB keeps a compacted copy)
+    datasets/staging/                        uploaded (or registered) files waiting for their ingest data job
     datasets/tmp/                            uploads in flight and operation outputs before they are stored
 
 A version's `path` is stored relative to TP_DATA_DIR, so a training config can use it as `data.train_file` as it is
@@ -51,6 +52,11 @@ MAX_REPORTED_ERRORS = 50  # row problems listed in a refused upload's 422
 MAX_REPORT_ITEMS = 200  # list items kept per list in the report stored in the database
 MAX_LINEAGE = 1000
 OPERATIONS = ("clean", "dedup", "convert", "score", "decontaminate")
+# Data jobs that are not operations on a version: `ingest` (validate + store an uploaded/registered file) and
+# `audit` (compute a version's statistics).
+INGEST, AUDIT = "ingest", "audit"
+# The setting behind each cap of ReadLimits, named in refusals.
+CAP_SETTINGS = {"rows": "TP_MAX_DATASET_ROWS", "bytes": "TP_MAX_DATASET_EXPANDED_MB", "row_bytes": "TP_MAX_ROW_MB"}
 
 
 class OperationInvalid(ValueError):
@@ -84,6 +90,24 @@ def tmp_dir(settings: Settings) -> Path:
 
 def new_tmp_path(settings: Settings, suffix: str, prefix: str = "upload") -> Path:
     return tmp_dir(settings) / f"{prefix}-{uuid.uuid4().hex}{suffix}"
+
+
+def staging_dir(settings: Settings) -> Path:
+    path = store_dir(settings) / "staging"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def new_staging_path(settings: Settings, suffix: str) -> Path:
+    return staging_dir(settings) / f"{uuid.uuid4().hex}{suffix}"
+
+
+def read_limits(settings: Settings):
+    """The caps on one dataset file (docs/limits.md) as the data layer's ReadLimits."""
+    from training_platform.data.formats import ReadLimits
+
+    return ReadLimits(max_rows=settings.max_dataset_rows, max_bytes=int(settings.max_dataset_expanded_mb * 2**20),
+                      max_row_bytes=int(settings.max_row_mb * 2**20))
 
 
 def content_relpath(sha256: str, suffix: str) -> str:
@@ -182,13 +206,15 @@ def find_version(session: Session, dataset_id: int, sha256: str) -> DatasetVersi
 def add_version(session: Session, dataset: Dataset, file: Path, *, suffix: str, operation: str,
                 settings: Settings, fmt: str | None = None, parent: DatasetVersionRecord | None = None,
                 recipe: dict | None = None, report: dict | None = None, stats: dict | None = None,
-                job_id: int | None = None) -> tuple[DatasetVersionRecord, bool]:
+                job_id: int | None = None, described: Any = None,
+                audit: dict | None = None) -> tuple[DatasetVersionRecord, bool]:
     """Describe `file` (sha256, rows, format, schema), move it into the content store and record the version.
     Returns (version, created): content this dataset already has returns that version (`file` is left in place for
     the caller to remove). Flushes; the caller commits."""
     from training_platform.data.versions import describe_dataset
 
-    described = describe_dataset(file, fmt=fmt)
+    if described is None:  # callers that can, describe outside their transaction
+        described = describe_dataset(file, fmt=fmt)
     existing = find_version(session, dataset.id, described.sha256)
     if existing is not None:
         return existing, False
@@ -199,7 +225,8 @@ def add_version(session: Session, dataset: Dataset, file: Path, *, suffix: str, 
         rows=described.rows, size_bytes=described.size_bytes, row_schema=described.schema,
         stats=jsonable(stats or {}), report=jsonable(report) if report is not None else None,
         parent_version_id=parent.id if parent is not None else None, operation=operation,
-        recipe=jsonable(recipe) if recipe is not None else None, job_id=job_id)
+        recipe=jsonable(recipe) if recipe is not None else None, job_id=job_id,
+        audit=compact(jsonable(audit)) if audit is not None else None)
     session.add(version)
     session.flush()
     dataset.current_version_id = version.id
@@ -235,6 +262,26 @@ class Ingested:
     report: dict[str, Any]  # this request's validation report
 
 
+@dataclass
+class PreparedIngest:
+    """A validated file ready to be stored (`prepare_ingest`): the content to store, its description, the
+    quarantined rows (a temp file, or None), the report and stats. `discard()` removes the temp files."""
+
+    content: Path
+    suffix: str
+    described: Any  # data.versions.DatasetVersion of `content`
+    report: dict[str, Any]
+    stats: dict[str, Any]
+    quarantine: Path | None
+    bad_rows: int
+    temps: list[Path]
+
+    def discard(self) -> None:
+        for temp in self.temps:
+            with contextlib.suppress(OSError):
+                temp.unlink(missing_ok=True)
+
+
 def _refusal_items(report) -> list[tuple[str, str]]:
     items = [(f"line {e.line}: {e.field}" if e.line else e.field, e.reason) for e in report.file_errors]
     for bad in report.bad_rows:
@@ -245,27 +292,31 @@ def _refusal_items(report) -> list[tuple[str, str]]:
     return items[:MAX_REPORTED_ERRORS]
 
 
-def ingest_file(session: Session, owner: User, file: Path, *, name: str, suffix: str, settings: Settings,
-                description: str = "", fmt: str | None = None, policy: str = "reject", operation: str = "upload",
-                recipe: dict | None = None, source: str | None = None) -> Ingested:
-    """Validate `file` (a temp file under datasets/tmp, consumed: it is moved into the store or removed) and store it
-    as a version of the owner's dataset `name` (created if missing). Policy `reject`: any bad row refuses the whole
-    file (IngestRefused) and nothing is stored. Policy `quarantine`: the good rows become the version; the bad rows
-    go to datasets/quarantine/<dataset id>/ and the report lists them. A file whose rows are all valid is stored
-    byte for byte, so the version's sha256 is the sha256 of what was sent. Does not commit."""
-    from training_platform.data.formats import DATA_FORMATS, DatasetError
+def prepare_ingest(file: Path, *, suffix: str, settings: Settings, fmt: str | None = None, policy: str = "reject",
+                   source: str | None = None) -> PreparedIngest:
+    """Validate `file` (a temp or staging file; consumed by `store_ingest` or `discard()`), without the database:
+    the heavy part of an ingest, run by the ingest data job. Policy `reject`: any bad row refuses the whole file
+    (IngestRefused). Policy `quarantine`: the good rows become the content, the bad rows go to a quarantine file.
+    A file whose rows are all valid is stored byte for byte, so the version's sha256 is the sha256 of what was
+    sent. The file is read under the caps of `read_limits` (rows, expanded bytes, bytes per row): a file over one
+    is refused naming the setting."""
+    from training_platform.data.formats import DATA_FORMATS, DatasetError, LimitExceeded
     from training_platform.data.validate import ingest_file as quarantine_rows
     from training_platform.data.validate import validate_file
-    from training_platform.data.versions import file_sha256
+    from training_platform.data.versions import describe_dataset, file_sha256
 
     if policy not in ("reject", "quarantine"):
         raise ValueError(f"policy: must be reject or quarantine, got {policy!r}")
     if fmt is not None and fmt not in DATA_FORMATS:
         raise ValueError(f"format: unknown format {fmt!r}; use one of {', '.join(DATA_FORMATS)}")
     temps = [file]
+    limits = read_limits(settings)
     try:
         try:
-            checked = validate_file(file, fmt=fmt or "auto")
+            checked = validate_file(file, fmt=fmt or "auto", limits=limits)
+        except LimitExceeded as exc:
+            raise IngestRefused([(e.field, f"{e.reason} ({CAP_SETTINGS[exc.cap]})") for e in exc.errors],
+                                policy=policy) from None
         except DatasetError as exc:
             raise IngestRefused([(f"line {e.line}: {e.field}" if e.line else e.field, e.reason)
                                  for e in exc.errors[:MAX_REPORTED_ERRORS]], policy=policy) from None
@@ -286,34 +337,96 @@ def ingest_file(session: Session, owner: User, file: Path, *, name: str, suffix:
             content = new_tmp_path(settings, suffix, "good")
             quarantine = new_tmp_path(settings, ".jsonl", "quarantine")
             temps += [content, quarantine]
-            result = quarantine_rows(file, content, policy="quarantine", fmt=checked.format, quarantine=quarantine)
+            result = quarantine_rows(file, content, policy="quarantine", fmt=checked.format, quarantine=quarantine,
+                                     limits=limits)
             if not result.accepted:  # pragma: no cover - validate_file saw no file-level problem
                 raise IngestRefused(_refusal_items(result), rows=result.rows, bad_rows=len(result.bad_rows))
-
         report = checked.to_dict(max_rows=MAX_REPORT_ITEMS)
         report.update(path=source, policy=policy, accepted=True, output=None, quarantine=None,
                       uploaded_sha256=file_sha256(file))
-        dataset, _ = get_or_create_dataset(session, owner, name, description)
-        if quarantine is not None:
-            rel = f"{STORE}/quarantine/{dataset.id}/{file_sha256(quarantine)}.quarantine.jsonl"
-            target = absolute(rel, settings)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(quarantine, target)
-            report["quarantine"] = rel
-            report["quarantined_rows"] = bad
         stats = {"uploaded_rows": checked.rows, "valid_rows": checked.valid_rows, "quarantined_rows": bad}
-        version, created = add_version(session, dataset, content, suffix=suffix, operation=operation,
-                                       settings=settings, fmt=checked.format, recipe=recipe, report=report,
-                                       stats=stats)
-        report["output"] = version.path
-        if created:
-            version.report = jsonable(report)
-            session.add(version)
-        return Ingested(dataset=dataset, version=version, created=created, report=jsonable(report))
-    finally:
+        described = describe_dataset(content, fmt=checked.format, limits=limits)
+        return PreparedIngest(content=content, suffix=suffix, described=described, report=report, stats=stats,
+                              quarantine=quarantine, bad_rows=bad, temps=temps)
+    except BaseException:
         for temp in temps:
             with contextlib.suppress(OSError):
                 temp.unlink(missing_ok=True)
+        raise
+
+
+def store_ingest(session: Session, dataset: Dataset, prepared: PreparedIngest, *, settings: Settings,
+                 operation: str = "upload", recipe: dict | None = None, job_id: int | None = None,
+                 audit: dict | None = None) -> Ingested:
+    """Store a prepared file as a version of `dataset` (its quarantine file next to the dataset's); the temp
+    files are consumed. Flushes; the caller commits."""
+    from training_platform.data.versions import file_sha256
+
+    try:
+        report = dict(prepared.report)
+        if prepared.quarantine is not None:
+            rel = f"{STORE}/quarantine/{dataset.id}/{file_sha256(prepared.quarantine)}.quarantine.jsonl"
+            target = absolute(rel, settings)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(prepared.quarantine, target)
+            report["quarantine"] = rel
+            report["quarantined_rows"] = prepared.bad_rows
+        version, created = add_version(session, dataset, prepared.content, suffix=prepared.suffix,
+                                       operation=operation, settings=settings, fmt=prepared.described.format,
+                                       recipe=recipe, report=report, stats=prepared.stats, job_id=job_id,
+                                       described=prepared.described)
+        report["output"] = version.path
+        if created:
+            version.report = jsonable(report)
+            if audit is not None:
+                version.audit = compact(jsonable(audit))
+            session.add(version)
+        return Ingested(dataset=dataset, version=version, created=created, report=jsonable(report))
+    finally:
+        prepared.discard()
+
+
+def ingest_file(session: Session, owner: User, file: Path, *, name: str, suffix: str, settings: Settings,
+                description: str = "", fmt: str | None = None, policy: str = "reject", operation: str = "upload",
+                recipe: dict | None = None, source: str | None = None) -> Ingested:
+    """`prepare_ingest` then `store_ingest` into the owner's dataset `name` (created if missing), in this process.
+    Does not commit."""
+    prepared = prepare_ingest(file, suffix=suffix, settings=settings, fmt=fmt, policy=policy, source=source)
+    dataset, _ = get_or_create_dataset(session, owner, name, description)
+    return store_ingest(session, dataset, prepared, settings=settings, operation=operation, recipe=recipe)
+
+
+def compute_audit(path: Path, fmt: str | None) -> dict[str, Any]:
+    """The audit report (`GET .../stats`) of a file, computed by the worker; a failure is recorded as
+    {"error": ...} (the stats endpoint reports it)."""
+    from training_platform.data.report import audit_file
+
+    try:
+        return jsonable(audit_file(path, fmt=fmt))
+    except Exception as exc:  # noqa: BLE001 - the data layer's own errors, reported as such
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def drop_if_empty(session: Session, dataset_id: int, *, except_job: int | None = None) -> bool:
+    """Delete a dataset that has no version and no other unfinished data job (an upload that created it was
+    refused). Flushes; the caller commits."""
+    from sqlalchemy import func
+
+    dataset = session.get(Dataset, dataset_id)
+    if dataset is None:
+        return False
+    versions = session.exec(select(func.count()).select_from(DatasetVersionRecord)
+                            .where(DatasetVersionRecord.dataset_id == dataset_id)).one()
+    if versions:
+        return False
+    active = session.exec(select(Job.id, Job.config).where(
+        Job.kind == "data", Job.status.not_in([s.value for s in TERMINAL]))).all()
+    if any(job_id != except_job and isinstance(config, dict) and config.get("dataset_id") == dataset_id
+           for job_id, config in active):
+        return False
+    session.delete(dataset)
+    session.flush()
+    return True
 
 
 # ---------------------------------------------------------------------------------------------- references & delete

@@ -1,4 +1,5 @@
-"""Data jobs (queue `data`): dataset operations (clean, dedup, convert, score, decontaminate) on a stored version.
+"""Data jobs (queue `data`): ingest of an uploaded or registered file, dataset operations (clean, dedup, convert,
+score, decontaminate) on a stored version, and the audit (statistics) of a version.
 
 `run_next_data_job` is a wake-up like `run_next_training_job`: it claims the most urgent queued `data` job from the
 database (the supervisor's atomic claim, by kind) and runs it here, in this process: the operations are streaming
@@ -7,6 +8,11 @@ and CPU-light at our sizes, so no child process.
     queued --claim--> preflight (input version exists, file intact: sha256 re-checked, params valid)
            --> running (progress 0..100 in current_step) --> succeeded (a new version: parent = the input,
                operation + full recipe recorded, report attached) | failed (error; nothing stored) | cancelled
+
+An ingest job (`operation: ingest`) validates a file the API staged under datasets/staging/ (the API never parses
+uploaded data), under the caps of docs/limits.md, computes its statistics and stores it as a version of its dataset;
+the outcome is recorded in the job's `config.result` ({"version_id", "created", ...} or the refusal's `detail`, each
+bad row named by its line). A refused upload that had created its dataset leaves no dataset behind.
 
 A failure leaves nothing half-done: the output is written in a per-job work directory and enters the content store
 only when the operation finished; the version row and the job's success are one transaction. A cancel requested
@@ -104,6 +110,10 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         if job.cancel_requested:
             self._finish(JobStatus.cancelled.value, "cancelled by user before it started")
             return JobStatus.cancelled.value
+        if isinstance(job.config, dict) and job.config.get("operation") == dcrud.INGEST:
+            return self._run_ingest(job.id, job.config)
+        if isinstance(job.config, dict) and job.config.get("operation") == dcrud.AUDIT:
+            return self._run_audit(job.id, job.config)
         try:
             dataset_id, source, params, checks = self._preflight(job.config)
         except DataJobFailed as exc:
@@ -121,6 +131,163 @@ class DataJobSupervisor(supervisor.JobSupervisor):
             return self._operate(job.id, operation, params, dataset_id, source)
         finally:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # -- ingest (upload / register) and audit jobs
+
+    def _staged_file(self, config: dict) -> Path:
+        staging = dcrud.staging_dir(self.settings).resolve()
+        staged = config.get("staged")
+        if not isinstance(staged, str) or not isinstance(config.get("dataset_id"), int):
+            raise DataJobFailed("staged", "the job config names no staged file and dataset")
+        path = dcrud.absolute(staged, self.settings).resolve()
+        if not path.is_relative_to(staging):
+            raise DataJobFailed("staged", f"{staged} is not in the staging area")
+        if not path.is_file():
+            raise DataJobFailed("staged", f"the staged file {staged} is missing")
+        return path
+
+    def _fail_ingest(self, config: dict, reason: str, result: dict, *, preflight: dict | None = None) -> str:
+        """Fail the ingest job with its refusal recorded in config.result; drop the dataset it created if it has
+        nothing else; remove the staged file."""
+        error = "; ".join(f"{d['loc']}: {d['msg']}" for d in result["detail"][:5])
+        more = len(result["detail"]) - 5
+        error = f"{reason}: {error}" + (f" (+{more} more)" if more > 0 else "")
+        fields = {"config": {**config, "result": result}}
+        if preflight is not None:
+            fields["preflight"] = preflight
+        if self._finish(JobStatus.failed.value, reason, error=error, **fields):
+            with session_scope() as session:
+                if dcrud.drop_if_empty(session, config["dataset_id"], except_job=self.job_id):
+                    log.info("job %s: dataset %s had nothing but this refused upload: removed", self.job_id,
+                             config["dataset_id"])
+            with contextlib.suppress(OSError, DataJobFailed):
+                self._staged_file(config).unlink(missing_ok=True)
+        return JobStatus.failed.value
+
+    def _run_ingest(self, job_id: int, config: dict) -> str:
+        kind = config.get("kind", "upload")
+        try:
+            staged = self._staged_file(config)
+            with session_scope() as session:
+                if session.get(Dataset, config["dataset_id"]) is None:
+                    raise DataJobFailed("dataset_id", f"dataset {config['dataset_id']} no longer exists")
+        except DataJobFailed as exc:
+            detail = [{"loc": exc.reason, "msg": exc.error}]
+            report = {"ok": False, "checks": [{"name": "input", "ok": False, "detail": exc.error}],
+                      "errors": detail}
+            return self._fail_ingest(config, "preflight failed", {"accepted": False, "stored": False,
+                                                                   "detail": detail}, preflight=report)
+        size = staged.stat().st_size
+        self._start_running(f"{kind} ingest started (attempt {self._read_job().attempts})",
+                            {"ok": True, "checks": [{"name": "input", "ok": True,
+                                                     "detail": f"staged file, {size} bytes"}]})
+        progress = InputProgress(staged, self._progress)
+        progress.start()
+        try:
+            prepared = dcrud.prepare_ingest(staged, suffix=config.get("suffix") or staged.suffix,
+                                            settings=self.settings, fmt=config.get("format"),
+                                            policy=config.get("policy", "reject"), source=config.get("source"))
+            self.heartbeater.step = PROGRESS_END
+            audit = dcrud.compute_audit(prepared.content, prepared.described.format)
+        except dcrud.IngestRefused as exc:
+            detail = [{"loc": loc, "msg": msg} for loc, msg in exc.errors]
+            shown_rows = {loc.split(":", 1)[0] for loc, _ in exc.errors if loc.startswith("line ")}
+            if exc.bad_rows > len(shown_rows):
+                detail.append({"loc": "<file>", "msg": f"{exc.bad_rows} bad rows in all (the first are listed)"})
+            log.info("job %s: %s refused: %s", job_id, kind, _first_lines(exc, 3))
+            return self._fail_ingest(config, f"{kind} refused", {
+                "accepted": False, "stored": False, "detail": detail, "rows": exc.rows, "bad_rows": exc.bad_rows,
+                "policy": exc.policy})
+        except Exception as exc:  # noqa: BLE001 - a data-layer failure: the upload is refused, not the worker
+            log.warning("job %s: %s failed: %s", job_id, kind, _first_lines(exc, 3))
+            return self._fail_ingest(config, f"{kind} failed", {
+                "accepted": False, "stored": False,
+                "detail": [{"loc": "<file>", "msg": f"{type(exc).__name__}: {_first_lines(exc)}"}]})
+        finally:
+            progress.stop()
+        if self._cancel_requested():
+            prepared.discard()
+            self._finish(JobStatus.cancelled.value, f"cancelled by user ({kind} validated; nothing stored)")
+            return JobStatus.cancelled.value
+        self.heartbeater.step = PROGRESS_STORING
+        self.heartbeater.stop()
+        try:
+            with session_scope() as session:
+                job = supervisor.lock_job(session, self.job_id)
+                if not supervisor._owned(job, self.worker):
+                    raise supervisor.JobLost()
+                dataset = session.get(Dataset, config["dataset_id"])
+                if dataset is None:
+                    raise DataJobFailed("dataset deleted", "the dataset was deleted while the upload was checked")
+                done = dcrud.store_ingest(session, dataset, prepared, settings=self.settings, operation=kind,
+                                          recipe=config.get("recipe"), job_id=job_id, audit=audit)
+                version = done.version
+                report = done.report
+                job.config = {**config, "result": {
+                    "accepted": True, "dataset_id": dataset.id, "version_id": version.id, "created": done.created,
+                    "sha256": version.sha256, "rows": version.rows, "uploaded_rows": report.get("rows"),
+                    "bad_rows": report.get("bad_row_count", 0), "quarantine": report.get("quarantine")}}
+                if done.created:
+                    reason = (f"{kind} -> version {version.id} (sha256 {version.sha256[:12]}, {version.rows} rows)")
+                else:
+                    reason = (f"{kind} -> identical to the existing version {version.id} (sha256 "
+                              f"{version.sha256[:12]}); no new version")
+                job.current_step = 100
+                crud.transition(session, job, JobStatus.succeeded, reason)
+        except DataJobFailed as exc:
+            prepared.discard()
+            return self._fail_ingest(config, exc.reason, {"accepted": False, "stored": False,
+                                                          "detail": [{"loc": "dataset_id", "msg": exc.error}]})
+        log.info("job %s: %s", job_id, reason)
+        return JobStatus.succeeded.value
+
+    def _run_audit(self, job_id: int, config: dict) -> str:
+        try:
+            version = self._input_version(config)
+        except DataJobFailed as exc:
+            self._finish(JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc.reason}: "
+                                                                            f"{exc.error}")
+            return JobStatus.failed.value
+        self._start_running("audit started", {"ok": True, "checks": [{"name": "input", "ok": True}]})
+        path = dcrud.absolute(version.path, self.settings)
+        progress = InputProgress(path, self._progress)
+        progress.start()
+        try:
+            audit = dcrud.compute_audit(path, version.format)
+        finally:
+            progress.stop()
+        self.heartbeater.stop()
+        with session_scope() as session:
+            job = supervisor.lock_job(session, self.job_id)
+            if not supervisor._owned(job, self.worker):
+                raise supervisor.JobLost()
+            stored = session.get(DatasetVersionRecord, version.id)
+            if stored is None:
+                job.error = "the version was deleted while it was audited"
+                crud.transition(session, job, JobStatus.failed, job.error)
+                return JobStatus.failed.value
+            stored.audit = dcrud.compact(audit)
+            session.add(stored)
+            job.current_step = 100
+            if "error" in audit:
+                job.error = f"audit failed: {audit['error']}"
+                crud.transition(session, job, JobStatus.failed, job.error)
+                return JobStatus.failed.value
+            crud.transition(session, job, JobStatus.succeeded, f"audit of version {version.id} stored")
+        return JobStatus.succeeded.value
+
+    def _input_version(self, config: dict) -> DatasetVersionRecord:
+        if not isinstance(config.get("version_id"), int) or not isinstance(config.get("dataset_id"), int):
+            raise DataJobFailed("version_id", "the job config names no dataset version")
+        with session_scope() as session:
+            version = session.get(DatasetVersionRecord, config["version_id"])
+            if version is None or version.dataset_id != config["dataset_id"]:
+                raise DataJobFailed("version_id", f"dataset {config['dataset_id']} version "
+                                                  f"{config['version_id']} no longer exists")
+            session.expunge(version)
+        if not dcrud.absolute(version.path, self.settings).is_file():
+            raise DataJobFailed("version_id", f"the file of version {version.id} is missing: {version.path}")
+        return version
 
     # -- steps
 
@@ -191,14 +358,18 @@ class DataJobSupervisor(supervisor.JobSupervisor):
             self._finish(JobStatus.cancelled.value, f"cancelled by user ({operation} finished; output discarded)")
             return JobStatus.cancelled.value
         self.heartbeater.step = PROGRESS_STORING
+        from training_platform.data.versions import describe_dataset
+
+        described = describe_dataset(output.file, fmt=output.format)
+        audit = dcrud.compute_audit(output.file, described.format)
         try:
-            return self._store(job_id, operation, params, dataset_id, source, output)
+            return self._store(job_id, operation, params, dataset_id, source, output, described, audit)
         except DataJobFailed as exc:  # the transaction was rolled back: nothing stored
             self._finish(JobStatus.failed.value, exc.reason, error=exc.error)
             return JobStatus.failed.value
 
     def _store(self, job_id: int, operation: str, params: dict, dataset_id: int, source: DatasetVersionRecord,
-               output: dcrud.OperationOutput) -> str:
+               output: dcrud.OperationOutput, described=None, audit: dict | None = None) -> str:
         """The new version and the job's success in one transaction (if the job is still ours)."""
         self.heartbeater.stop()
         full_report = output.report
@@ -216,7 +387,8 @@ class DataJobSupervisor(supervisor.JobSupervisor):
                                                                 f"job-{job_id}-{operation}", self.settings)
             version, created = dcrud.add_version(
                 session, dataset, output.file, suffix=output.suffix, operation=operation, settings=self.settings,
-                fmt=output.format, parent=parent, recipe=params, report=report, stats=output.stats, job_id=job_id)
+                fmt=output.format, parent=parent, recipe=params, report=report, stats=output.stats, job_id=job_id,
+                described=described, audit=audit)
             if created:
                 reason = f"{operation} -> version {version.id} (sha256 {version.sha256[:12]}, {version.rows} rows)"
             else:

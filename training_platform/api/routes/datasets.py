@@ -1,10 +1,13 @@
 """Datasets as content-hashed versions: upload or register, list, versions with lineage, row preview, audit stats,
 operations (queued as `data` jobs), delete.
 
-Every upload, registration and operation creates an immutable version named by the sha256 of its file. An upload
-is streamed to disk chunk by chunk (at most `TP_MAX_UPLOAD_MB`, default 512 MB; 413 beyond, nothing kept), then
-validated row by row: policy `reject` refuses the whole file on any bad row (422 listing `line N: field` problems,
-nothing stored), policy `quarantine` stores the good rows and keeps the bad ones aside (listed in the report).
+Every upload, registration and operation creates an immutable version named by the sha256 of its file. The API
+never parses uploaded data: an upload is streamed to a staging file chunk by chunk (at most `TP_MAX_UPLOAD_MB`,
+default 512 MB; 413 beyond, nothing kept) and answered 202 with its dataset and an `ingest` data job; the worker
+validates it row by row under the caps of docs/limits.md, computes its statistics and stores the version (the job's
+`config.result` then names it). Policy `reject` refuses the whole file on any bad row (the job fails; its
+`config.result.detail` lists the `line N: field` problems; nothing stored), policy `quarantine` stores the good rows
+and keeps the bad ones aside (listed in the report).
 A version's `path` is relative to TP_DATA_DIR: use it as `data.train_file` in a job config (the run's manifest then
 records the same sha256).
 """
@@ -23,17 +26,18 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, StringConstraints
-from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy import func
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
+from starlette.requests import ClientDisconnect
 
 from training_platform.api import schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, conflict, not_found
+from training_platform.api.limits import drain
 from training_platform.db import crud
 from training_platform.db import datasets_crud as dcrud
-from training_platform.db.models import Dataset, DatasetVersionRecord, User
+from training_platform.db.models import TERMINAL, Dataset, DatasetVersionRecord, Job, User
 from training_platform.path_policy import check_path, resolve_path
 from training_platform.settings import Settings
 
@@ -47,17 +51,7 @@ FORM_OVERHEAD = 1 << 20  # multipart framing + text fields allowed on top of the
 DatasetName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128,
                                                pattern=schemas.NAME_PATTERN)]
 Policy = Literal["reject", "quarantine"]
-
-
-class UploadLimits(BaseSettings):
-    """Read per request, so a changed environment applies without a restart of the settings cache."""
-
-    model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
-    max_upload_mb: float = Field(512.0, validation_alias="TP_MAX_UPLOAD_MB", gt=0)
-
-    @property
-    def max_bytes(self) -> int:
-        return int(self.max_upload_mb * 1024 * 1024)
+SEARCH_SCAN_ROWS = 200_000  # rows a `q` search of the row preview reads at most (the API reads bounded amounts)
 
 
 # ---------------------------------------------------------------------------------------------- models
@@ -119,11 +113,13 @@ class VersionDetail(VersionRead):
     audit_cached: bool
 
 
-class DatasetIngested(BaseModel):
-    dataset: DatasetRead
-    version: VersionDetail
-    created: bool = Field(description="False: the dataset already had this content; its version is returned.")
-    report: dict[str, Any] = Field(description="This request's validation report.")
+class IngestQueued(BaseModel):
+    dataset: DatasetRead = Field(description="The dataset the file goes to (created by this request if new).")
+    job: schemas.JobSubmitted = Field(description=(
+        "The `ingest` data job that validates and stores the file: follow it at /jobs/{id}. Once succeeded, its "
+        "`config.result` holds `version_id` and `created` (false: the dataset already had this content); once "
+        "failed, `config.result.detail` lists the problems (`line N: field`), and nothing was stored."))
+    staged_bytes: int = Field(description="Bytes received and staged for the worker.")
 
 
 class RegisterBody(schemas.RequestBody):
@@ -156,6 +152,8 @@ class RowsPage(BaseModel):
     limit: int
     offset: int
     q: str | None
+    complete: bool = Field(True, description=f"False: a search stopped after scanning {SEARCH_SCAN_ROWS} rows; "
+                                             f"`total` counts the matches among them.")
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -200,35 +198,35 @@ def _version_detail(session: Session, version: DatasetVersionRecord) -> dict:
             "lineage": [v.model_dump(include=set(LineageItem.model_fields)) for v in dcrud.lineage(session, version)]}
 
 
-def _refused(exc: dcrud.IngestRefused) -> JSONResponse:
-    detail = [{"loc": loc, "msg": msg} for loc, msg in exc.errors]
-    shown_rows = {loc.split(":", 1)[0] for loc, _ in exc.errors if loc.startswith("line ")}
-    if exc.bad_rows > len(shown_rows):
-        detail.append({"loc": "<file>", "msg": f"{exc.bad_rows} bad rows in all (the first are listed)"})
-    return JSONResponse({"detail": detail, "rows": exc.rows, "bad_rows": exc.bad_rows, "policy": exc.policy,
-                         "stored": False}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+def _queue_ingest(session: Session, user: User, staged: Path, settings: Settings, *, name: str, suffix: str,
+                  fmt: str | None, policy: str, description: str, kind: str, recipe: dict, source: str) -> dict:
+    """The dataset (created if new) and an `ingest` data job for a staged file (the worker removes the file when it
+    is done with it). The response body."""
+    from training_platform.api.routes.jobs import job_read, wake
 
-
-def _ingest(session: Session, user: User, file: Path, settings: Settings, *, name: str, suffix: str, fmt: str | None,
-            policy: str, description: str, operation: str, recipe: dict, source: str) -> dict | JSONResponse:
-    """Store a temp file as a version (consumes the file); the response body, or a 422 response."""
-    try:
-        result = dcrud.ingest_file(session, user, file, name=name, suffix=suffix, settings=settings,
-                                   description=description, fmt=fmt, policy=policy, operation=operation,
-                                   recipe=recipe, source=source)
-        session.commit()
-    except dcrud.IngestRefused as exc:
-        session.rollback()
-        return _refused(exc)
-    except IntegrityError:  # a concurrent request created the same dataset or version first
-        session.rollback()
-        raise conflict(f"dataset {name!r} was changed by a concurrent request; try again") from None
-    log.info("dataset %s (%s) %s by %s: version %s sha256 %s (%s rows)%s", result.dataset.id, name, operation,
-             user.name, result.version.id, result.version.sha256[:12], result.version.rows,
-             "" if result.created else " [existing]")
-    return {"dataset": _dataset_out(session, result.dataset, user.name), "version": _version_detail(session,
-                                                                                                    result.version),
-            "created": result.created, "report": result.report}
+    for attempt in range(2):
+        try:
+            dataset, _ = dcrud.get_or_create_dataset(session, user, name, description)
+            session.commit()
+            break
+        except IntegrityError:  # a concurrent request created the same dataset first
+            session.rollback()
+            if attempt:
+                raise conflict(f"dataset {name!r} was changed by a concurrent request; try again") from None
+    size = staged.stat().st_size
+    config = {"operation": dcrud.INGEST, "kind": kind, "dataset_id": dataset.id,
+              "staged": str(staged.relative_to(settings.data_path)), "suffix": suffix, "format": fmt,
+              "policy": policy, "source": source, "recipe": recipe, "size_bytes": size}
+    job = crud.create_job(session, owner=user, name=f"{kind} {name}"[:200], config=config, kind="data")
+    job.algorithm = dcrud.INGEST
+    job.max_steps = 100  # progress in percent
+    session.add(job)
+    session.commit()
+    log.info("dataset %s (%s): %s of %s bytes staged by %s; ingest job %s", dataset.id, name, kind, size, user.name,
+             job.id)
+    return {"dataset": _dataset_out(session, dataset, user.name),
+            "job": job_read(session, job, user.name, warning=wake("data", job.priority, job.id)),
+            "staged_bytes": size}
 
 
 # ---------------------------------------------------------------------------------------------- multipart upload
@@ -343,8 +341,8 @@ class MultipartStream:
 
 
 class UploadForm(MultipartStream):
-    """The upload form: the `file` part goes straight to a temp file under datasets/tmp (at most `max_bytes`),
-    text fields are kept in memory (64 KB each)."""
+    """The upload form: the `file` part goes straight to a staging file under datasets/staging (at most
+    `max_bytes`), text fields are kept in memory (64 KB each)."""
 
     def __init__(self, boundary: bytes, settings: Settings, max_bytes: int):
         super().__init__(boundary)
@@ -369,7 +367,7 @@ class UploadForm(MultipartStream):
             except ValueError as exc:
                 raise ValidationFailed([("file", f"{filename!r}: {exc}")]) from None
             self.filename = Path(filename or "").name
-            self.path = dcrud.new_tmp_path(self.settings, self.suffix)
+            self.path = dcrud.new_staging_path(self.settings, self.suffix)
             self._file = self.path.open("wb")
             return
         if name not in FORM_FIELDS:
@@ -380,7 +378,7 @@ class UploadForm(MultipartStream):
         if self._file is not None:
             self.size += len(data)
             if self.size > self.max_bytes:
-                raise _too_large(self.max_bytes)
+                raise UploadTooLarge()
             self._file.write(data)
             return
         self._value += data
@@ -401,6 +399,10 @@ class UploadForm(MultipartStream):
             self._file = None
         if self.path is not None:
             self.path.unlink(missing_ok=True)
+
+
+class UploadTooLarge(Exception):
+    pass
 
 
 def _too_large(max_bytes: int) -> HTTPException:
@@ -463,33 +465,44 @@ def _form_values(form: UploadForm) -> tuple[dict[str, Any], list[tuple[str, str]
 # ---------------------------------------------------------------------------------------------- endpoints
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=DatasetIngested, openapi_extra=UPLOAD_OPENAPI,
-             responses={200: {"model": DatasetIngested, "description": "Same content as an existing version"},
-                        413: {"model": schemas.ErrorOut, "description": "Larger than TP_MAX_UPLOAD_MB"},
-                        422: {"model": schemas.ErrorOut, "description": "Bad rows (policy reject) or fields"}})
-async def upload_dataset(request: Request, response: Response, session: SessionDep, user: CurrentUser,
-                         settings: SettingsDep):
+@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=IngestQueued, openapi_extra=UPLOAD_OPENAPI,
+             responses={413: {"model": schemas.ErrorOut, "description": "Larger than TP_MAX_UPLOAD_MB"},
+                        422: {"model": schemas.ErrorOut, "description": "Bad form fields"}})
+async def upload_dataset(request: Request, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """Upload a dataset file (multipart: `file`, `name`, optional `format`, `policy` reject|quarantine,
-    `description`). Creates the dataset on first use; every distinct content is a new version named by its
-    sha256 (201); content the dataset already has returns that version (200)."""
-    max_bytes = UploadLimits().max_bytes
+    `description`). The file is streamed to a staging file (at most TP_MAX_UPLOAD_MB; memory stays flat) and
+    answered 202 with the dataset (created on first use) and the `ingest` data job that validates and stores it in
+    a worker: every distinct content becomes a version named by its sha256; content the dataset already has maps to
+    that version. Follow the job: see `IngestQueued.job`."""
+    max_bytes = int(settings.max_upload_mb * 2**20)
     session.commit()  # authenticated: give the connection back while the body streams in (objects stay loaded)
     boundary = _boundary(request.headers.get("content-type", ""))
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_bytes + FORM_OVERHEAD:
-        raise _too_large(max_bytes)  # refused before reading a byte
+        if request.headers.get("expect", "").lower() != "100-continue":
+            await drain(request.receive)  # bounded: the client then reads the 413 instead of a reset
+        raise _too_large(max_bytes)  # refused before a byte is stored
     form = UploadForm(boundary, settings, max_bytes)
-    received = 0
+    received, more = 0, True
     try:
-        async for chunk in request.stream():
+        while more:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                raise ClientDisconnect()
+            chunk, more = message.get("body", b""), message.get("more_body", False)
             received += len(chunk)
             if received > max_bytes + FORM_OVERHEAD:
-                raise _too_large(max_bytes)
+                raise UploadTooLarge()
             form.feed(chunk)
         form.close()
         values, errors = _form_values(form)
         if errors:
             raise ValidationFailed(errors)
+    except UploadTooLarge:
+        form.discard()
+        if more:
+            await drain(request.receive)  # bounded: the client then reads the 413 instead of a reset
+        raise _too_large(max_bytes) from None
     except MultipartError as exc:
         form.discard()
         raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=f"malformed multipart body: {exc}") from None
@@ -498,27 +511,22 @@ async def upload_dataset(request: Request, response: Response, session: SessionD
         raise
     recipe = {"filename": form.filename, "policy": values["policy"], "format": values["fmt"] or "auto"}
     try:
-        body = await run_in_threadpool(
-            _ingest, session, user, form.path, settings, name=values["name"], suffix=form.suffix, fmt=values["fmt"],
-            policy=values["policy"], description=values["description"], operation="upload", recipe=recipe,
-            source=form.filename)
-    finally:
+        return await run_in_threadpool(
+            _queue_ingest, session, user, form.path, settings, name=values["name"], suffix=form.suffix,
+            fmt=values["fmt"], policy=values["policy"], description=values["description"], kind="upload",
+            recipe=recipe, source=form.filename)
+    except BaseException:
         form.discard()
-    if isinstance(body, Response):
-        return body
-    if not body["created"]:
-        response.status_code = status.HTTP_200_OK
-    return body
+        raise
 
 
-@router.post("/register", status_code=status.HTTP_201_CREATED, response_model=DatasetIngested,
+@router.post("/register", status_code=status.HTTP_202_ACCEPTED, response_model=IngestQueued,
              dependencies=[JsonBody],
-             responses={200: {"model": DatasetIngested, "description": "Same content as an existing version"},
-                        422: {"model": schemas.ErrorOut, "description": "Path policy, bad rows or fields"}})
-def register_dataset(body: RegisterBody, response: Response, session: SessionDep, user: CurrentUser,
-                     settings: SettingsDep):
-    """Register a file already on the server (inside the allowed directories). It is validated like an upload and
-    copied into the content store, so the version stays immutable whatever happens to the original."""
+             responses={422: {"model": schemas.ErrorOut, "description": "Path policy or fields"}})
+def register_dataset(body: RegisterBody, session: SessionDep, user: CurrentUser, settings: SettingsDep):
+    """Register a file already on the server (inside the allowed directories). It is copied into the staging area
+    (so the version stays immutable whatever happens to the original) and ingested like an upload by a data job:
+    202 with the dataset and the job."""
     from training_platform.data.formats import DATA_FORMATS
 
     errors: list[tuple[str, str]] = []
@@ -537,19 +545,20 @@ def register_dataset(body: RegisterBody, response: Response, session: SessionDep
         suffix = dcrud.normalize_suffix(source.name)
     except ValueError as exc:
         raise ValidationFailed([("path", str(exc))]) from None
-    temp = dcrud.new_tmp_path(settings, suffix, "register")
+    limit = int(settings.max_dataset_expanded_mb * 2**20)
+    if source.stat().st_size > limit:
+        raise ValidationFailed([("path", f"the file is larger than the limit of {settings.max_dataset_expanded_mb:g} "
+                                         f"MB per dataset file (TP_MAX_DATASET_EXPANDED_MB)")])
+    staged = dcrud.new_staging_path(settings, suffix)
     try:
-        shutil.copyfile(source, temp)  # a snapshot: the original may change after we hashed it
+        shutil.copyfile(source, staged)  # a snapshot: the original may change after this
         recipe = {"source": body.path, "resolved": str(source), "policy": body.policy, "format": fmt or "auto"}
-        result = _ingest(session, user, temp, settings, name=body.name, suffix=suffix, fmt=fmt, policy=body.policy,
-                         description=body.description, operation="register", recipe=recipe, source=str(source))
-    finally:
-        temp.unlink(missing_ok=True)
-    if isinstance(result, Response):
-        return result
-    if not result["created"]:
-        response.status_code = status.HTTP_200_OK
-    return result
+        return _queue_ingest(session, user, staged, settings, name=body.name, suffix=suffix, fmt=fmt,
+                             policy=body.policy, description=body.description, kind="register", recipe=recipe,
+                             source=str(source))
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
 
 
 @router.get("", response_model=schemas.Page[DatasetRead])
@@ -669,8 +678,9 @@ def version_rows(
     q: Annotated[str | None, Query(max_length=200, description="Case-insensitive substring of the row's JSON.")]
     = None,
 ):
-    """A page of rows, streamed from the file (never loaded whole). With `q`, only rows whose JSON text contains
-    it (case-insensitive); `total` counts every match."""
+    """A page of rows, streamed from the file (never loaded whole: at most `offset + limit` rows are read, each
+    under the TP_MAX_ROW_MB cap). With `q`, only rows whose JSON text contains it (case-insensitive); `total`
+    counts the matches, among the first rows only when `complete` is false."""
     from training_platform.data.io import iter_records
 
     dataset = _visible_dataset(session, user, dataset_id)
@@ -679,7 +689,11 @@ def version_rows(
     needle = q.casefold() if q else None
     items: list[dict] = []
     matched = 0
-    for record in iter_records(path):
+    complete = True
+    for scanned, record in enumerate(iter_records(path, dcrud.read_limits(settings))):
+        if scanned >= SEARCH_SCAN_ROWS:
+            complete = False
+            break
         row = record.row if record.error is None else {"error": str(record.error), "raw": record.raw}
         if needle is not None:
             text = json.dumps(row, ensure_ascii=False, default=str).casefold()
@@ -691,31 +705,43 @@ def version_rows(
         if needle is None and len(items) >= limit:
             break
     total = matched if needle is not None else version.rows
-    return {"items": items, "total": total, "limit": limit, "offset": offset, "q": q}
+    return {"items": items, "total": total, "limit": limit, "offset": offset, "q": q, "complete": complete}
 
 
-@router.get("/{dataset_id}/versions/{version_id}/stats")
-def version_stats(dataset_id: int, version_id: int, session: SessionDep, user: CurrentUser, settings: SettingsDep,
-                  refresh: Annotated[bool, Query(description="Recompute instead of the cached report.")] = False
+@router.get("/{dataset_id}/versions/{version_id}/stats",
+            responses={202: {"model": schemas.JobSubmitted,
+                             "description": "Not computed yet (or `refresh`): the `audit` data job computing it"},
+                       422: {"model": schemas.ErrorOut, "description": "The audit of this version failed"}})
+def version_stats(dataset_id: int, version_id: int, session: SessionDep, user: CurrentUser,
+                  refresh: Annotated[bool, Query(description="Recompute (queues an audit data job).")] = False
                   ) -> dict[str, Any]:
-    """The audit report of the version (length/turn distributions, distinct-n, difficulty buckets, duplicates),
-    computed on first request and cached on the version (versions never change)."""
-    from training_platform.data.report import audit_file
+    """The audit report of the version (length/turn distributions, distinct-n, difficulty buckets, duplicates).
+    Workers compute it when they store a version (never the API); for a version without one, or with `refresh`,
+    this answers 202 with the `audit` data job computing it (the one already queued, if any)."""
+    from training_platform.api.routes.jobs import job_read, wake
 
     dataset = _visible_dataset(session, user, dataset_id)
     version = _version_of(session, dataset, version_id)
     if version.audit is not None and not refresh:
+        if "error" in version.audit:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                                detail=f"cannot audit version {version.id}: {version.audit['error']}")
         return {"version_id": version.id, "sha256": version.sha256, "cached": True, **version.audit}
-    path = _stored_file(version, settings)
-    try:
-        audit = dcrud.jsonable(audit_file(path, fmt=version.format))
-    except Exception as exc:  # noqa: BLE001 - the data layer's own errors, reported as such
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                            detail=f"cannot audit version {version.id}: {type(exc).__name__}: {exc}") from None
-    version.audit = dcrud.compact(audit)
-    session.add(version)
-    session.commit()
-    return {"version_id": version.id, "sha256": version.sha256, "cached": False, **version.audit}
+    active = session.exec(select(Job).where(Job.kind == "data", Job.algorithm == dcrud.AUDIT,
+                                            Job.status.not_in([s.value for s in TERMINAL]))).all()
+    job = next((j for j in active if j.config.get("version_id") == version.id), None)
+    warning = None
+    if job is None:
+        config = {"operation": dcrud.AUDIT, "dataset_id": dataset.id, "version_id": version.id}
+        job = crud.create_job(session, owner=user, name=f"audit {dataset.name} v{version.id}"[:200], config=config,
+                              kind="data")
+        job.algorithm = dcrud.AUDIT
+        job.max_steps = 100
+        session.add(job)
+        session.commit()
+        warning = wake("data", job.priority, job.id)
+    body = schemas.JobSubmitted.model_validate(job_read(session, job, warning=warning)).model_dump(mode="json")
+    return JSONResponse(body, status_code=status.HTTP_202_ACCEPTED)
 
 
 @router.post("/{dataset_id}/versions/{version_id}/operations", status_code=status.HTTP_202_ACCEPTED,
