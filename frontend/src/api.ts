@@ -1,7 +1,7 @@
 // A small typed client for /api/v1: bearer token from localStorage, JSON in and out, FastAPI errors parsed into
 // a list of {loc, msg}. A 401 calls the handler set by the auth store (which shows the token prompt).
 import type {
-  Checkpoint, Dashboard, Dataset, DatasetIngested, DatasetOperation, DatasetStats, DatasetVersion,
+  Checkpoint, Dashboard, Dataset, IngestQueued, DatasetOperation, DatasetStats, DatasetVersion,
   DatasetVersionDetail, Evaluation, EvaluationDetail, Job, JobEvent, Leaderboard, MetricsOut, Page, RowsPage, Sample,
   Schedule, User,
 } from './types'
@@ -192,17 +192,18 @@ export const api = {
   listDatasets: (q: { q?: string; owner?: string; limit?: number; offset?: number } = {}) =>
     request<Page<Dataset>>('GET', '/datasets', { query: q }),
   getDataset: (id: number) => request<Dataset>('GET', `/datasets/${id}`),
-  /** 201 a new version, 200 content the dataset already had (its version). */
+  /** 202: the file is staged; an `ingest` data job validates and stores it (its config.result names the version). */
   uploadDataset: (fields: { name: string; file: File; format?: string; policy?: 'reject' | 'quarantine'; description?: string }) =>
-    postForm<DatasetIngested>('/datasets', fields),
+    postForm<IngestQueued>('/datasets', fields),
   listVersions: (id: number, q: { job_id?: number; operation?: string; limit?: number; offset?: number } = {}) =>
     request<Page<DatasetVersion>>('GET', `/datasets/${id}/versions`, { query: q }),
   getVersion: (id: number, versionId: number) =>
     request<DatasetVersionDetail>('GET', `/datasets/${id}/versions/${versionId}`),
   versionRows: (id: number, versionId: number, q: { q?: string; limit?: number; offset?: number } = {}) =>
     request<RowsPage>('GET', `/datasets/${id}/versions/${versionId}/rows`, { query: q }),
+  /** The worker's audit report; a Job (202) when it is being computed (the `audit` data job). */
   versionStats: (id: number, versionId: number, refresh = false) =>
-    request<DatasetStats>('GET', `/datasets/${id}/versions/${versionId}/stats`, { query: { refresh: refresh || undefined } }),
+    request<DatasetStats | Job>('GET', `/datasets/${id}/versions/${versionId}/stats`, { query: { refresh: refresh || undefined } }),
   /** 202: the operation runs as a `data` job; its result is a new version whose parent is this one. */
   createOperation: (
     id: number,

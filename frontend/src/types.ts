@@ -258,12 +258,26 @@ export interface DatasetVersionDetail extends DatasetVersion {
   audit_cached: boolean
 }
 
-export interface DatasetIngested {
+/** 202 to an upload or a registration: the dataset and the `ingest` data job that validates and stores the file. */
+export interface IngestQueued {
   dataset: Dataset
-  version: DatasetVersionDetail
-  /** false: the dataset already had this content; its version is returned */
-  created: boolean
-  report: Record<string, unknown>
+  job: Job
+  staged_bytes: number
+}
+
+/** What an ingest job records in `config.result` when it ends. */
+export interface IngestResult {
+  accepted: boolean
+  dataset_id?: number
+  version_id?: number
+  /** false: the dataset already had this content (its version) */
+  created?: boolean
+  rows?: number
+  bad_rows?: number
+  policy?: string
+  stored?: boolean
+  /** a refusal: the problems, `line N: field` first */
+  detail?: { loc: string; msg: string }[]
 }
 
 export interface DatasetRow {
@@ -276,6 +290,8 @@ export interface DatasetRow {
 
 export interface RowsPage extends Page<DatasetRow> {
   q: string | null
+  /** false: a search stopped after its scan limit; total counts the matches so far */
+  complete?: boolean
 }
 
 /** One distribution of the audit report: summary numbers and a histogram (edges has counts.length + 1 entries). */

@@ -1,7 +1,8 @@
 import { defineStore } from 'pinia'
 import { ref } from 'vue'
 import { api } from '../api'
-import type { Dataset, DatasetIngested, DatasetOperation, DatasetVersion, Job } from '../types'
+import type { Dataset, DatasetOperation, DatasetVersion, IngestQueued, IngestResult, Job } from '../types'
+import { ACTIVE_STATUSES } from '../types'
 
 /** A params example per operation, prefilled in the "Run operation" form. `format` is the input version's. */
 export function operationExample(op: DatasetOperation, format: string | null = null): Record<string, unknown> {
@@ -75,10 +76,24 @@ export const useDatasetsStore = defineStore('datasets', () => {
     )
   }
 
-  async function upload(fields: Parameters<typeof api.uploadDataset>[0]): Promise<DatasetIngested> {
-    const res = await api.uploadDataset(fields)
-    remember(res.version)
-    return res
+  /** Upload (202: the file is staged) and the ingest job that follows. */
+  async function upload(fields: Parameters<typeof api.uploadDataset>[0]): Promise<IngestQueued> {
+    return api.uploadDataset(fields)
+  }
+
+  /** Wait for a data job to end (polls every second); its final state. */
+  async function waitJob(jobId: number, onPoll?: (job: Job) => void): Promise<Job> {
+    for (;;) {
+      const job = await api.getJob(jobId)
+      onPoll?.(job)
+      if (!ACTIVE_STATUSES.includes(job.status)) return job
+      await new Promise((resolve) => setTimeout(resolve, 1000))
+    }
+  }
+
+  function ingestResult(job: Job): IngestResult | null {
+    const result = (job.config as { result?: IngestResult } | null)?.result
+    return result ?? null
   }
 
   async function runOperation(
@@ -91,5 +106,5 @@ export const useDatasetsStore = defineStore('datasets', () => {
     return api.createOperation(datasetId, versionId, { operation, params, ...extra })
   }
 
-  return { items, total, limit, offset, q, loaded, versions, remember, fetchList, upload, runOperation }
+  return { items, total, limit, offset, q, loaded, versions, remember, fetchList, upload, waitJob, ingestResult, runOperation }
 })
