@@ -82,3 +82,52 @@ def test_compact_cuts_long_lists_and_says_so():
     out = compact(report, max_items=10)
     assert len(out["clusters"]) == 10 and out["clusters_total"] == 500
     assert out["nested"] == {"rows": [0, 1, 2]} and out["n"] == 1
+
+
+def test_read_limits_bound_every_format(tmp_path):
+    """Rows, decoded bytes and bytes per row are capped while reading: a long line is never held whole, a Parquet
+    file is refused from its metadata (rows) or while it decodes (dictionary-encoded bytes count decoded)."""
+    import json
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from training_platform.data.formats import LimitExceeded, ReadLimits
+    from training_platform.data.io import iter_records
+
+    def refused(path, **limits) -> LimitExceeded:
+        with pytest.raises(LimitExceeded) as info:
+            for _ in iter_records(path, ReadLimits(**limits)):
+                pass
+        return info.value
+
+    long_line = tmp_path / "long.jsonl"
+    long_line.write_bytes(b'{"text": "ok"}\n{"text": "' + b"x" * 5000 + b'"}\n')
+    err = refused(long_line, max_row_bytes=1000)
+    assert err.cap == "row_bytes" and str(err) == "line 2: <file>: line 2 is longer than the limit of 1000 bytes " \
+                                                  "per row; it was not read"
+    assert refused(long_line, max_rows=1).cap == "rows"
+    assert refused(long_line, max_bytes=100).cap == "bytes"
+
+    csv_file = tmp_path / "rows.csv"
+    csv_file.write_text("prompt,completion\nhi," + "y" * 3000 + "\n")
+    assert refused(csv_file, max_row_bytes=1000).cap == "row_bytes"
+
+    rows = [{"text": f"row {i} " + "z" * (i % 7)} for i in range(3000)] + [{"n": 12345678901234}]
+    array = tmp_path / "rows.json"
+    array.write_text(json.dumps(rows, indent=1))
+    assert [r.row for r in iter_records(array, ReadLimits(max_row_bytes=200))] == rows  # streamed, item by item
+    big_item = tmp_path / "big.json"
+    big_item.write_text(json.dumps([{"text": "w" * (3 << 20)}]))
+    assert refused(big_item, max_row_bytes=1 << 20).cap == "row_bytes"
+
+    n = 200_000
+    text = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array(["What is 1+1? " * 8]))
+    bomb = tmp_path / "bomb.parquet"
+    pq.write_table(pa.table({"prompt": text}), bomb, compression="zstd")
+    assert bomb.stat().st_size < 20_000
+    err = refused(bomb, max_rows=100_000)
+    assert err.cap == "rows" and "holds 200000 rows, over the limit of 100000 rows" in str(err)
+    err = refused(bomb, max_bytes=1 << 20)  # the metadata says ~KBs; the decoded bytes say otherwise
+    assert err.cap == "bytes" and "expands to more than the limit of 1 MB" in str(err)

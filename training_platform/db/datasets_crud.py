@@ -396,6 +396,30 @@ def ingest_file(session: Session, owner: User, file: Path, *, name: str, suffix:
     return store_ingest(session, dataset, prepared, settings=settings, operation=operation, recipe=recipe)
 
 
+STAGING_GRACE_S = 3600  # a staged file no unfinished ingest job names is removed once this old
+
+
+def sweep_staging(session: Session, settings: Settings, *, older_than_s: float = STAGING_GRACE_S) -> list[str]:
+    """Remove staged files that no unfinished ingest job names (their job was cancelled or deleted while queued),
+    once older than `older_than_s` (an upload still streaming in, or just staged, is younger). Returns them."""
+    import time
+
+    root = staging_dir(settings)
+    active = {config.get("staged") for config in session.exec(select(Job.config).where(
+        Job.kind == "data", Job.algorithm == INGEST, Job.status.not_in([s.value for s in TERMINAL]))).all()
+        if isinstance(config, dict)}
+    removed, now = [], time.time()
+    for path in root.iterdir():
+        rel = str(path.relative_to(settings.data_path))
+        if rel in active:
+            continue
+        with contextlib.suppress(OSError):
+            if path.is_file() and now - path.stat().st_mtime >= older_than_s:
+                path.unlink()
+                removed.append(rel)
+    return removed
+
+
 def compute_audit(path: Path, fmt: str | None) -> dict[str, Any]:
     """The audit report (`GET .../stats`) of a file, computed by the worker; a failure is recorded as
     {"error": ...} (the stats endpoint reports it)."""

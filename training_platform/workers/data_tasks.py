@@ -166,6 +166,13 @@ class DataJobSupervisor(supervisor.JobSupervisor):
 
     def _run_ingest(self, job_id: int, config: dict) -> str:
         kind = config.get("kind", "upload")
+        try:  # files of ingest jobs cancelled or deleted while queued
+            with session_scope() as session:
+                swept = dcrud.sweep_staging(session, self.settings)
+            if swept:
+                log.info("job %s: removed %d abandoned staged file(s)", job_id, len(swept))
+        except Exception:  # noqa: BLE001 - housekeeping must not fail the job
+            log.exception("job %s: sweeping the staging area failed", job_id)
         try:
             staged = self._staged_file(config)
             with session_scope() as session:
