@@ -2,13 +2,16 @@
 references and deletion. Shared by the API (`api/routes/datasets.py`) and the data worker (`workers/data_tasks.py`);
 the row-level work is the data factory's domain code (`training_platform.data`).
 
+Ingest (the `ingest` data job of an upload or registration): `prepare_ingest` validates a staged file under
+the caps of docs/limits.md (no database), `store_ingest` records it as a version.
+
 Content store (under TP_DATA_DIR):
 
     datasets/<sha[:2]>/<sha><suffix>        one immutable (read-only) file per distinct content
     datasets/quarantine/<dataset id>/...     rows an upload under policy `quarantine` kept aside
     datasets/reports/<dataset id>/...        full operation reports (the DB keeps a compacted copy)
     datasets/staging/                        uploaded (or registered) files waiting for their ingest data job
-    datasets/tmp/                            uploads in flight and operation outputs before they are stored
+    datasets/tmp/                            ingest and operation outputs before they are stored
 
 A version's `path` is stored relative to TP_DATA_DIR, so a training config can use it as `data.train_file` as it is
 (and the run's manifest then records the same sha256). Two datasets holding the same content share one file.
@@ -384,16 +387,6 @@ def store_ingest(session: Session, dataset: Dataset, prepared: PreparedIngest, *
         return Ingested(dataset=dataset, version=version, created=created, report=jsonable(report))
     finally:
         prepared.discard()
-
-
-def ingest_file(session: Session, owner: User, file: Path, *, name: str, suffix: str, settings: Settings,
-                description: str = "", fmt: str | None = None, policy: str = "reject", operation: str = "upload",
-                recipe: dict | None = None, source: str | None = None) -> Ingested:
-    """`prepare_ingest` then `store_ingest` into the owner's dataset `name` (created if missing), in this process.
-    Does not commit."""
-    prepared = prepare_ingest(file, suffix=suffix, settings=settings, fmt=fmt, policy=policy, source=source)
-    dataset, _ = get_or_create_dataset(session, owner, name, description)
-    return store_ingest(session, dataset, prepared, settings=settings, operation=operation, recipe=recipe)
 
 
 STAGING_GRACE_S = 3600  # a staged file no unfinished ingest job names is removed once this old
