@@ -7,6 +7,9 @@
 | REDIS_URL        | unset: `tp up` starts an embedded Redis   |
 | TP_MODEL_ROOTS   | extra directories jobs may read models from (`:`-separated) |
 | TP_AUTH_MODE     | token (bearer API tokens); `open` = single-user, no tokens (local only) |
+| TP_ENDPOINTS     | named outbound endpoints (docs/endpoints.md), JSON: `{"judge": {"base_url": "https://...",` |
+|                  | `"api_key_env": "JUDGE_KEY", "models": ["m1"]}}`; requests name one, never a URL or a key |
+| TP_ENDPOINTS_FILE | the same JSON in a file (read at each lookup; a name may not also be in TP_ENDPOINTS) |
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(None, validation_alias="REDIS_URL")
     model_roots: str = Field("", validation_alias="TP_MODEL_ROOTS")
     auth_mode: Literal["token", "open"] = Field("token", validation_alias="TP_AUTH_MODE")
+    # Named outbound endpoints (training_platform/endpoints.py): requests name one, never a URL or a key's variable.
+    endpoints_json: str | None = Field(None, validation_alias="TP_ENDPOINTS")
+    endpoints_file: Path | None = Field(None, validation_alias="TP_ENDPOINTS_FILE")
     heartbeat_interval_s: float = Field(5.0, validation_alias="TP_HEARTBEAT_INTERVAL", gt=0)
     heartbeat_timeout_s: float = Field(60.0, validation_alias="TP_HEARTBEAT_TIMEOUT", gt=0)
     recovery_interval_s: float = Field(15.0, validation_alias="TP_RECOVERY_INTERVAL", gt=0)

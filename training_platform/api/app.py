@@ -20,6 +20,7 @@ from training_platform.api.routes import (
     checkpoints,
     config,
     datasets,
+    endpoints,
     evaluations,
     health,
     jobs,
@@ -81,8 +82,8 @@ def create_app() -> FastAPI:
     errors.install(app)
 
     api = APIRouter(prefix=API_PREFIX)
-    for module in (jobs, metrics, logs, checkpoints, models, datasets, evaluations, schedules, users, monitoring,
-                   health, config):
+    for module in (jobs, metrics, logs, checkpoints, models, datasets, evaluations, schedules, endpoints, users,
+                   monitoring, health, config):
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(health.router, include_in_schema=False)  # /health, /metrics

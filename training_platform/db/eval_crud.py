@@ -33,6 +33,7 @@ from training_platform.db.models import (
     RegisteredModel,
     User,
 )
+from training_platform.endpoints import EndpointConfigError, EndpointError, Endpoints
 from training_platform.evaluation.config import EvalConfig
 from training_platform.evaluation.request import EvalRequest, RequestError, parse_metric_key
 from training_platform.path_policy import check_path, is_hub_id, resolve_path
@@ -153,11 +154,33 @@ def check_data_paths(config: EvalConfig, settings: Settings) -> list[tuple[str, 
     return errors
 
 
+def check_endpoint(config: EvalConfig, endpoints: Endpoints, *, job_id: int | None = None,
+                   loc: str = "") -> list[tuple[str, str]]:
+    """An openai backend's endpoint: one the operator (or an admin) defined, serving the model asked for. Checked
+    at submission, when a schedule fires and again by the worker."""
+    if config.model.backend != "openai":
+        return []
+    if job_id is not None:
+        return [(f"{loc}job_id", "an endpoint evaluates a model it serves: give `model` (the served model's name), "
+                                 "not a training job's checkpoint")]
+    try:
+        endpoints.resolve(config.model.endpoint, config.model.path)
+    except EndpointConfigError as exc:
+        log.error("endpoint configuration: %s", exc)
+        return [(f"{loc}backend.endpoint", "the operator's endpoint configuration is invalid; ask them to fix it")]
+    except EndpointError as exc:
+        field = {"endpoint": "backend.endpoint", "model": "model"}.get(exc.field or "", "backend.endpoint")
+        return [(f"{loc}{field}", str(exc))]
+    return []
+
+
 def check_request(request: EvalRequest, model_path: str, settings: Settings, *, keep_best_by: str | None,
-                  job_id: int | None, name: str | None = None) -> tuple[EvalConfig | None, list[tuple[str, str]]]:
+                  job_id: int | None, name: str | None = None,
+                  session: Session | None = None) -> tuple[EvalConfig | None, list[tuple[str, str]]]:
     """What POST /evaluations and POST /schedules both check about the evaluation asked for: operator-only
-    settings, the EvalConfig it makes (with data paths inside the allowed roots and present) and `keep_best_by`.
-    Returns (the config or None, every problem as (field path, reason))."""
+    settings, the EvalConfig it makes (with data paths inside the allowed roots and present, the endpoint known
+    and serving the model) and `keep_best_by`. Returns (the config or None, every problem as (field path,
+    reason))."""
     errors = request.operator_only_errors()
     config = None
     try:
@@ -165,6 +188,10 @@ def check_request(request: EvalRequest, model_path: str, settings: Settings, *, 
     except RequestError as exc:
         errors += exc.errors
     if config is not None:
+        if session is not None:
+            from training_platform.db.endpoints_crud import resolver
+
+            errors += check_endpoint(config, resolver(session, settings), job_id=job_id)
         errors += check_data_paths(config, settings)
         if keep_best_by is not None:
             try:

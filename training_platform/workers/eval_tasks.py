@@ -156,7 +156,14 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
         return config, checks
 
     def _model_problem(self, config, target: dict) -> str | None:
-        if config.model.backend == "openai":
+        if config.model.backend == "openai":  # the endpoint again: an admin may have removed it since
+            from training_platform.db.endpoints_crud import worker_resolver
+            from training_platform.endpoints import EndpointError
+
+            try:
+                worker_resolver(self.settings).resolve(config.model.endpoint, config.model.path)
+            except EndpointError as exc:
+                return str(exc)
             return None
         step, source = target.get("checkpoint_step"), target.get("source_job_id")
         if source is not None and step is not None:
@@ -198,11 +205,12 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
                     raise EvalCancelled()
 
     def _run_and_store(self, job: Job, config) -> str:
+        from training_platform.db.endpoints_crud import worker_resolver
         from training_platform.evaluation.runner import run_evaluation
 
         try:
             summary = run_evaluation(config, self.out_dir, progress=False, log=self._log,
-                                     on_progress=self._on_progress)
+                                     on_progress=self._on_progress, endpoints=worker_resolver(self.settings))
         except BaseException:
             self._release(job)  # before the job ends: whoever sees it finished sees the checkpoint released
             raise

@@ -169,7 +169,8 @@ def build_evaluation(session: Session, user: User, body: EvaluationCreate, setti
     except RequestError as exc:
         errors += exc.errors
     config, problems = eval_crud.check_request(body, target.model_path if target else "<unresolved>", settings,
-                                               keep_best_by=body.keep_best_by, job_id=body.job_id, name=body.name)
+                                               keep_best_by=body.keep_best_by, job_id=body.job_id, name=body.name,
+                                               session=session)
     errors += problems
     if errors:
         raise RequestError(errors)

@@ -140,7 +140,7 @@ def _validate(session: Session, user: User, body: ScheduleCreate, settings: Sett
         except RequestError as exc:
             errors += exc.errors
     errors += eval_crud.check_request(body, body.model or "<checkpoint>", settings, keep_best_by=body.keep_best_by,
-                                      job_id=body.job_id, name=body.name)[1]
+                                      job_id=body.job_id, name=body.name, session=session)[1]
     if errors:
         raise ValidationFailed(errors)
     return cron
