@@ -162,10 +162,9 @@ def test_openai_backend(fake_openai, monkeypatch):
 
 @pytest.mark.integration
 def test_openai_backend_end_to_end_run_never_records_the_key(fake_openai, monkeypatch, tmp_path):
+    from training_platform.endpoints import Endpoints
     from training_platform.evaluation.config import EvalConfig
     from training_platform.evaluation.runner import run_evaluation
-
-    from training_platform.endpoints import Endpoints
     from training_platform.settings import Settings
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-456")

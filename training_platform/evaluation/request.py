@@ -109,7 +109,7 @@ class EvalRequest(BaseModel):
         try:
             model = ModelSpec(path=model_path, **self.backend)
         except ValidationError as exc:
-            errors += [(_join("backend", e["loc"]), e["msg"]) for e in exc.errors()]
+            errors += [(_join("backend", e["loc"]), e["msg"].removeprefix("Value error, ")) for e in exc.errors()]
             model = None
         specs = []
         from_defaults: dict[tuple[str, str], list[str]] = {}  # one error per default, naming the benchmarks
