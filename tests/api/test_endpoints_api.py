@@ -377,3 +377,63 @@ def test_admin_endpoints_are_resolved_by_the_worker_and_rechecked(api, listeners
     failed = api.get(f"/evaluations/{second.json()['id']}", "alice").json()
     assert failed["status"] == "failed" and "unknown endpoint 'team'" in failed["error"]
     assert operator.requests == [] and attacker.requests == []
+
+
+# ---------------------------------------------------------------------------------------------- dataset scoring
+
+
+def _score(api, judge: dict):
+    """What POST /datasets/.../operations checks, then what the data worker runs (both in this process)."""
+    from training_platform.db import datasets_crud as dcrud
+    from training_platform.settings import get_settings
+
+    settings = get_settings()
+    params = dcrud.validate_operation("score", {"judge": judge}, settings, input_format="messages")
+    source = api.data_dir / "endpoint-score-src.jsonl"
+    source.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"q{i}"},
+                                                       {"role": "assistant", "content": f"a{i}"}]}) + "\n"
+                              for i in range(3)))
+    workdir = api.data_dir / "endpoint-score-work"
+    workdir.mkdir(exist_ok=True)
+    return params, dcrud.run_operation("score", params, source, workdir, settings)
+
+
+def test_dataset_judge_names_an_endpoint_only(api, listeners):
+    from training_platform.db import datasets_crud as dcrud
+    from training_platform.settings import get_settings
+
+    attacker, operator = listeners
+    settings = get_settings()
+
+    def locs(judge: dict) -> dict[str, str]:
+        with pytest.raises(dcrud.OperationInvalid) as info:
+            dcrud.validate_operation("score", {"judge": judge}, settings)
+        return dict(info.value.errors)
+
+    assert "params.judge.base_url" in locs({"endpoint": "good", "model": "served-model",
+                                            "base_url": attacker.url})
+    assert "params.judge.api_key_env" in locs({"endpoint": "good", "model": "served-model",
+                                               "api_key_env": "HF_TOKEN"})
+    assert "unknown endpoint 'mine'" in locs({"endpoint": "mine", "model": "m"})["params.judge.endpoint"]
+    assert "not 'other'" in locs({"endpoint": "good", "model": "other"})["params.judge.model"]
+    assert "params.judge.reward_path" in locs({"endpoint": "bouncy", "model": "m", "mode": "reward",
+                                               "reward_path": f"{attacker.url}/pooling"})
+    assert "params.judge.reward_path" in locs({"endpoint": "bouncy", "model": "m", "mode": "reward",
+                                               "reward_path": "//127.0.0.1/pooling"})
+
+    params, output = _score(api, {"endpoint": "good", "model": "served-model"})
+    assert params["judge"]["endpoint"] == "good"
+    judge = output.report["judge"]
+    assert judge["endpoint"] == "good" and judge["authenticated"] is True and judge["errors"] == 0
+    assert output.stats["scores"]["judge"] == pytest.approx(0.4)
+    assert {r["headers"].get("Authorization") for r in operator.requests} == {f"Bearer {OPERATOR_SECRET}"}
+    text = json.dumps(output.report)
+    assert operator.url not in text and not any(secret in text for secret in SECRETS)
+    assert attacker.requests == []
+
+    operator.requests.clear()
+    _, bounced = _score(api, {"endpoint": "bouncy", "model": "m", "max_retries": 0})
+    assert bounced.report["judge"]["errors"] == 3
+    assert "redirects are not followed" in bounced.report["judge"]["last_error"]
+    assert attacker.requests == []
+    assert all(r["path"].startswith("/bounce/") for r in operator.requests)

@@ -125,6 +125,9 @@ DEFAULT_JUDGE_PROMPT = (
 )
 
 
+RELATIVE_PATH = re.compile(r"^/(?!/)[A-Za-z0-9._~/\-]{0,200}$")
+
+
 class JudgeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -151,6 +154,13 @@ class JudgeConfig(BaseModel):
                     raise ValueError(f"`{field}` is not accepted: name an endpoint the operator defined in "
                                      f"`endpoint` (TP_ENDPOINTS; GET /api/v1/endpoints lists them)")
         return data
+
+    @field_validator("reward_path")
+    @classmethod
+    def _relative_path(cls, path: str) -> str:
+        if not RELATIVE_PATH.match(path) or ".." in path.split("/"):
+            raise ValueError("a path under the endpoint's base URL, such as /pooling (no scheme, host or '..')")
+        return path
 
     @field_validator("endpoint")
     @classmethod

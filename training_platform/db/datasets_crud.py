@@ -430,6 +430,24 @@ class ConvertParams(_Params):
     ability: str | None = None
 
 
+class JudgeParams(_Params):
+    """An LLM judge or reward model behind a named endpoint (see data/score.py JudgeConfig; no cache file here)."""
+
+    endpoint: str = Field(min_length=1, max_length=64, description="The name of an endpoint the operator defined "
+                                                                   "(GET /api/v1/endpoints).")
+    model: str = Field(min_length=1, max_length=256, description="A model the endpoint serves.")
+    mode: Literal["judge", "reward"] = "judge"
+    prompt_template: str | None = Field(None, max_length=20_000, description="With {text}; default: a 0-10 "
+                                                                             "quality grade.")
+    max_score: float = Field(10.0, gt=0, le=1e6)
+    max_tokens: int = Field(8, ge=1, le=4096)
+    temperature: float = Field(0.0, ge=0, le=5)
+    reward_path: str = Field("/pooling", max_length=200, description="reward mode: the path under the endpoint.")
+    timeout_s: float = Field(30.0, gt=0, le=600)
+    max_retries: int = Field(2, ge=0, le=10)
+    max_text_chars: int = Field(8000, ge=100, le=1_000_000)
+
+
 class ScoreParams(_Params):
     heuristics: bool = True
     fields: list[str] | None = None
@@ -440,6 +458,8 @@ class ScoreParams(_Params):
     max: float | None = None
     top_k: int | None = Field(None, ge=1)
     lowest: bool = False
+    judge: JudgeParams | None = Field(None, description="Also score with an LLM judge / reward model (stored as "
+                                                        "`judge` / `reward`).")
 
 
 class DecontaminateParams(_Params):
@@ -474,6 +494,33 @@ def _local_path(loc: str, value: str, settings: Settings, *, kind: str = "file")
     if kind == "dir" and not path.is_dir():
         return loc, f"no such directory: {value}"
     return None
+
+
+def _judge_config(params: dict[str, Any]):
+    from training_platform.data.score import JudgeConfig
+
+    return JudgeConfig.model_validate({k: v for k, v in params.items() if v is not None})
+
+
+def _judge_errors(judge: JudgeParams, settings: Settings) -> list[tuple[str, str]]:
+    """The judge's endpoint known (operator's or admin-defined) and serving its model; checked at submission and
+    again by the data worker (validate_operation runs in both)."""
+    from training_platform.db.endpoints_crud import worker_resolver
+    from training_platform.endpoints import EndpointConfigError, EndpointError
+
+    try:
+        config = _judge_config(judge.model_dump())
+    except ValidationError as exc:
+        return [(".".join(["params.judge", *map(str, e["loc"])]), e["msg"].removeprefix("Value error, "))
+                for e in exc.errors()]
+    try:
+        worker_resolver(settings).resolve(config.endpoint, config.model, field="endpoint", model_field="model")
+    except EndpointConfigError as exc:
+        log.error("endpoint configuration: %s", exc)
+        return [("params.judge.endpoint", "the operator's endpoint configuration is invalid; ask them to fix it")]
+    except EndpointError as exc:
+        return [(f"params.judge.{exc.field or 'endpoint'}", str(exc))]
+    return []
 
 
 def validate_operation(operation: str, params: Any, settings: Settings, *,
@@ -544,6 +591,8 @@ def validate_operation(operation: str, params: Any, settings: Settings, *,
             problem = _local_path("params.perplexity_model", parsed.perplexity_model, settings, kind="dir")
             if problem:
                 errors.append(problem)
+        if parsed.judge is not None:
+            errors += _judge_errors(parsed.judge, settings)
     elif isinstance(parsed, DecontaminateParams):
         from training_platform.data.formats import SUPPORTED_SUFFIXES
 
@@ -608,6 +657,10 @@ def run_operation(operation: str, params: dict[str, Any], source: Path, workdir:
         kwargs = {"heuristics": params["heuristics"], "fields": params.get("fields"),
                   "perplexity_model": resolve_path(params["perplexity_model"], settings)
                   if params.get("perplexity_model") else None, "perplexity_max_length": params["max_length"]}
+        if params.get("judge"):
+            from training_platform.db.endpoints_crud import worker_resolver
+
+            kwargs.update(judge=_judge_config(params["judge"]), endpoints=worker_resolver(settings))
         if params.get("by"):
             report = score_then_filter(source, output, by=params["by"], min_value=params.get("min"),
                                        max_value=params.get("max"), top_k=params.get("top_k"),

@@ -139,7 +139,8 @@ class OperationCreate(schemas.RequestBody):
     operation: Literal["clean", "dedup", "convert", "score", "decontaminate"]
     params: dict[str, Any] = Field(default_factory=dict, description=(
         'clean: {"recipe": {...}}; dedup: {"threshold", "num_perm", "ngram", ...}; convert: {"to": FORMAT}; '
-        'score: {"heuristics", "by", "min", "max", "top_k", ...}; decontaminate: {"eval_sets": [paths], "ngram"}'))
+        'score: {"heuristics", "by", "min", "max", "top_k", "judge": {"endpoint": NAME, "model"}, ...}; '
+        'decontaminate: {"eval_sets": [paths], "ngram"}'))
     name: schemas.JobName | None = None
     priority: schemas.Priority = 0
 
