@@ -437,3 +437,30 @@ def test_dataset_judge_names_an_endpoint_only(api, listeners):
     assert "redirects are not followed" in bounced.report["judge"]["last_error"]
     assert attacker.requests == []
     assert all(r["path"].startswith("/bounce/") for r in operator.requests)
+
+
+# ---------------------------------------------------------------------------------------------- schedules
+
+
+def test_a_schedule_checks_its_endpoint_again_when_it_fires(api, listeners):
+    attacker, operator = listeners
+    assert api.post("/endpoints", "root", json={"name": "nightly-ep", "base_url": f"{operator.url}/v1",
+                                                "api_key_env": "OPERATOR_KEY"}).status_code == 201
+    schedule = api.post("/schedules", "alice", json={
+        "name": "nightly", "trigger": "cron", "cron": "0 3 * * *", "model": "served-model",
+        "backend": {"backend": "openai", "endpoint": "nightly-ep"}, "benchmarks": [GSM8K],
+        "generation": {"max_new_tokens": 16}})
+    assert schedule.status_code == 201, schedule.text
+    assert schedule.json()["request"]["backend"] == {"backend": "openai", "endpoint": "nightly-ep"}
+    schedule_id = schedule.json()["id"]
+    fired = api.post(f"/schedules/{schedule_id}/run", "alice")
+    assert fired.status_code == 201, fired.text
+    _run_queued_evaluations()
+    assert api.get(f"/evaluations/{fired.json()['evaluation_id']}", "alice").json()["status"] == "succeeded"
+    assert {r["headers"].get("Authorization") for r in operator.requests} == {f"Bearer {OPERATOR_SECRET}"}
+
+    assert api.delete("/endpoints/nightly-ep", "root").status_code == 204
+    refused = api.post(f"/schedules/{schedule_id}/run", "alice")
+    assert refused.status_code == 409 and "unknown endpoint 'nightly-ep'" in refused.json()["detail"]
+    _no_secret(refused)
+    assert attacker.requests == []
