@@ -336,7 +336,7 @@ def test_a_real_evaluation_sends_the_key_to_its_endpoint_only(api, listeners):
     assert body["summary"]["model"] == {"backend": "openai", "model": "served-model", "endpoint": "good",
                                         "authenticated": True}
     calls = operator.requests
-    assert len(calls) == 2 and {c["path"] for c in calls} == {"/v1/chat/completions"}
+    assert len(calls) >= 2 and {c["path"] for c in calls} == {"/v1/chat/completions"}  # (+ a retry on a busy box)
     assert {c["headers"].get("Authorization") for c in calls} == {f"Bearer {OPERATOR_SECRET}"}
     assert {json.loads(c["body"])["model"] for c in calls} == {"served-model"}
     assert not operator.saw(HF_SECRET) and not operator.saw(OPENAI_SECRET)

@@ -66,7 +66,8 @@ class EndpointRead(BaseModel):
     api_key_env: str | None = Field(None, description="Admins only: the variable's name, never the key.")
 
 
-_ERRORS = {409: {"model": schemas.ErrorOut}, 422: {"model": schemas.ErrorOut},
+_ERRORS = {403: {"model": schemas.ErrorOut, "description": "Not an admin."}, 409: {"model": schemas.ErrorOut},
+           422: {"model": schemas.ErrorOut},
            503: {"model": schemas.ErrorOut, "description": "The operator's TP_ENDPOINTS is invalid."}}
 
 

@@ -36,8 +36,9 @@ router = APIRouter(prefix="/evaluations", tags=["evaluations"])
 
 class EvaluationCreate(EvalRequest):
     """The model is one of: `model` (a registered model's name, a path under the allowed roots, a hub id, or, with
-    `backend.backend: "openai"`, the name the endpoint serves) or `job_id` + `checkpoint` (a step, "latest" or
-    "final") of a training job."""
+    `backend: {"backend": "openai", "endpoint": NAME}`, a model that named endpoint serves: GET /endpoints lists
+    them) or `job_id` + `checkpoint` (a step, "latest" or "final") of a training job. Requests never give a URL or
+    a key's variable (`backend.base_url`, `backend.api_key_env` are refused)."""
 
     name: schemas.JobName | None = None
     model: str | None = Field(None, max_length=4096)
