@@ -193,6 +193,34 @@ def test_openai_backend_end_to_end_run_never_records_the_key(fake_openai, monkey
             assert "sk-secret-456" not in text and "OPENAI_API_KEY" not in text and fake_openai not in text, path
 
 
+@pytest.mark.integration
+def test_eval_cli_names_an_endpoint_from_tp_endpoints(fake_openai, monkeypatch, tmp_path):
+    from eval_helpers import last_json_line, run_eval_cli
+
+    from training_platform.settings import get_settings
+
+    monkeypatch.setenv("CLI_EVAL_KEY", "sk-" + "cli-key-0123456789")
+    monkeypatch.setenv("TP_ENDPOINTS", json.dumps({"local": {"base_url": fake_openai, "api_key_env": "CLI_EVAL_KEY",
+                                                             "models": ["served-model"]}}))
+    get_settings.cache_clear()
+    try:
+        data = write_jsonl(tmp_path / "gsm.jsonl", [{"question": "2+2?", "answer": "#### 4"}])
+        common = ["--backend", "openai", "--benchmarks", "gsm8k", "--data", f"gsm8k={data}", "--no-progress"]
+        result = run_eval_cli("run", "--model", "served-model", "--endpoint", "local", *common,
+                              "--output", tmp_path / "out")
+        assert result.exit_code == 0, result.stderr
+        assert last_json_line(result.stdout)["gsm8k"]["accuracy"] == 1.0
+        assert {c["auth"] for c in _FakeOpenAI.calls} == {"Bearer sk-cli-key-0123456789"}
+        unknown = run_eval_cli("run", "--model", "served-model", "--endpoint", "elsewhere", *common,
+                               "--output", tmp_path / "o2")
+        assert unknown.exit_code == 2 and "unknown endpoint 'elsewhere' (known: 'local')" in unknown.stderr
+        missing = run_eval_cli("run", "--model", "served-model", *common, "--output", tmp_path / "o3")
+        assert missing.exit_code == 2 and "needs `endpoint`" in missing.stderr
+        assert run_eval_cli("run", "--model", "m", "--base-url", fake_openai, *common).exit_code == 2  # gone
+    finally:
+        get_settings.cache_clear()
+
+
 @pytest.mark.unit
 def test_vllm_backend_is_import_guarded():
     try:
