@@ -231,9 +231,10 @@ def env_endpoints(settings: Any = None) -> dict[str, Endpoint]:
 
         settings = get_settings()
     out: dict[str, Endpoint] = {}
-    if getattr(settings, "endpoints_json", None):
-        out.update(parse_endpoints(settings.endpoints_json, "TP_ENDPOINTS"))
-    file = getattr(settings, "endpoints_file", None)
+    inline = (getattr(settings, "endpoints_json", None) or "").strip()
+    if inline:
+        out.update(parse_endpoints(inline, "TP_ENDPOINTS"))
+    file = str(getattr(settings, "endpoints_file", None) or "").strip()
     if file:
         path = Path(file).expanduser()
         try:

@@ -32,7 +32,7 @@ class Settings(BaseSettings):
     auth_mode: Literal["token", "open"] = Field("token", validation_alias="TP_AUTH_MODE")
     # Named outbound endpoints (training_platform/endpoints.py): requests name one, never a URL or a key's variable.
     endpoints_json: str | None = Field(None, validation_alias="TP_ENDPOINTS")
-    endpoints_file: Path | None = Field(None, validation_alias="TP_ENDPOINTS_FILE")
+    endpoints_file: str | None = Field(None, validation_alias="TP_ENDPOINTS_FILE")
     heartbeat_interval_s: float = Field(5.0, validation_alias="TP_HEARTBEAT_INTERVAL", gt=0)
     heartbeat_timeout_s: float = Field(60.0, validation_alias="TP_HEARTBEAT_TIMEOUT", gt=0)
     recovery_interval_s: float = Field(15.0, validation_alias="TP_RECOVERY_INTERVAL", gt=0)

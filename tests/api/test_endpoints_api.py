@@ -464,3 +464,26 @@ def test_a_schedule_checks_its_endpoint_again_when_it_fires(api, listeners):
     assert refused.status_code == 409 and "unknown endpoint 'nightly-ep'" in refused.json()["detail"]
     _no_secret(refused)
     assert attacker.requests == []
+
+
+def test_a_broken_operator_configuration_is_reported_not_used(api, listeners, monkeypatch):
+    from training_platform.settings import get_settings
+
+    attacker, _ = listeners
+    monkeypatch.setenv("TP_ENDPOINTS", json.dumps({"x": {"base_url": "file:///etc/passwd",
+                                                         "api_key_env": "HF_TOKEN"}}))
+    get_settings.cache_clear()
+    try:
+        users = api.get("/endpoints", "alice")
+        assert users.status_code == 503 and "ask them to fix it" in users.json()["detail"]
+        admins = api.get("/endpoints", "root")
+        assert admins.status_code == 503 and "only http:// and https://" in admins.json()["detail"]
+        locs = _locs(api.post("/evaluations", "alice", json=_evaluation({"backend": "openai", "endpoint": "x"})))
+        assert "endpoint configuration is invalid" in locs["backend.endpoint"]
+        local = api.post("/evaluations", "alice", json={**_evaluation({"num_threads": 1}, model="demo/model")})
+        assert local.status_code == 201, local.text  # what names no endpoint is unaffected
+        assert api.post(f"/jobs/{local.json()['id']}/cancel", "alice").status_code == 200  # not run here
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+    assert attacker.requests == []

@@ -61,6 +61,7 @@ def test_definitions():
 
 
 def test_the_operators_environment(tmp_path):
+    assert env_endpoints(Settings(TP_ENDPOINTS=" ", TP_ENDPOINTS_FILE="")) == {}  # set but empty: none
     inline = Settings(TP_ENDPOINTS=json.dumps({"a": {"base_url": "http://a/v1"}}))
     assert list(env_endpoints(inline)) == ["a"]
     file = tmp_path / "endpoints.json"
