@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from api_helpers import database, running_api
+from api_helpers import running_api
 
 from training_platform.db.models import Evaluation, Job
 from training_platform.db.session import session_scope
@@ -116,7 +116,8 @@ def listeners() -> Iterator[tuple[Listener, Listener]]:
 
 
 @pytest.fixture(scope="module")
-def api(data_dir, redis_client, tmp_path_factory, listeners):
+def api(data_dir, redis_client, db_url, listeners):
+    """The API with the operator's endpoints and planted secrets, on SQLite and on PostgreSQL."""
     attacker, operator = listeners
     endpoints = {
         "good": {"base_url": f"{operator.url}/v1", "api_key_env": "OPERATOR_KEY", "models": ["served-model"]},
@@ -124,8 +125,7 @@ def api(data_dir, redis_client, tmp_path_factory, listeners):
     }
     env = {"TP_ENDPOINTS": json.dumps(endpoints), "HF_TOKEN": HF_SECRET, "OPENAI_API_KEY": OPENAI_SECRET,
            "OPERATOR_KEY": OPERATOR_SECRET}
-    with database("sqlite", tmp_path_factory.mktemp("db_endpoints")) as url, \
-            running_api(data_dir, url, **env) as api:
+    with running_api(data_dir, db_url, **env) as api:
         yield api
 
 
