@@ -102,7 +102,7 @@ class OutboundRefused(EndpointError):
 
 
 def check_name(name: Any) -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise EndpointError("an endpoint name is 1-64 letters, digits, '_', '.', '-', starting with a letter or "
                             f"digit; got {name!r}"[:300], "name")
     return name
@@ -140,7 +140,7 @@ def check_base_url(url: Any) -> str:
 def check_key_env(name: Any, *, admin: bool = False) -> str | None:
     if name is None or name == "":
         return None
-    if not isinstance(name, str) or not _KEY_ENV.match(name):
+    if not isinstance(name, str) or not _KEY_ENV.fullmatch(name):
         raise EndpointError("api_key_env: the name of an environment variable (letters, digits, '_'; not starting "
                             "with a digit; at most 128)", "api_key_env")
     if admin and _PLATFORM_ENV.match(name):
@@ -285,7 +285,7 @@ class Endpoints:
     def get(self, name: str) -> Endpoint | None:
         if name in self.env:
             return self.env[name]
-        if self._lookup is not None and isinstance(name, str) and _NAME.match(name):
+        if self._lookup is not None and isinstance(name, str) and _NAME.fullmatch(name):
             return self._lookup(name)
         return None
 

@@ -46,6 +46,8 @@ def test_definitions():
     for name, spec, reason in [
         ("platform", {"base_url": "http://x"}, "reserved"),
         ("a/b", {"base_url": "http://x"}, "an endpoint name is"),
+        ("judge\n", {"base_url": "http://x"}, "an endpoint name is"),
+        ("x", {"base_url": "http://x", "api_key_env": "KEY\n"}, "environment variable"),
         ("x", {"base_url": "http://x", "key": "sk"}, "unknown key 'key'"),
         ("x", {"base_url": "http://x", "api_key_env": "1X"}, "environment variable"),
         ("x", {"base_url": "http://x", "models": "gpt"}, "a list of at most"),

@@ -37,7 +37,8 @@ API_PREFIX = "/api/v1"
 DESCRIPTION = """
 Submit, watch and manage post-training jobs (SFT, DPO, KTO, ORPO, SimPO, GRPO, RLOO, PPO, reward models);
 prepare datasets; evaluate models and checkpoints (GSM8K, MATH, HumanEval, multiple choice, custom sets), by hand,
-on a cron schedule or on every new checkpoint, with a leaderboard per benchmark.
+on a cron schedule or on every new checkpoint, with a leaderboard per benchmark. Served models and judges are
+reached through endpoints the operator named (`GET /endpoints`); requests name one, never a URL or a key.
 
 Authenticate with `Authorization: Bearer <token>`. Errors are `{"detail": "..."}`; validation errors list every
 problem as `{"detail": [{"loc": "algorithm.num_generations", "msg": "must be >= 2, got 1"}, ...]}`.

@@ -158,7 +158,7 @@ class JudgeConfig(BaseModel):
     @field_validator("reward_path")
     @classmethod
     def _relative_path(cls, path: str) -> str:
-        if not RELATIVE_PATH.match(path) or ".." in path.split("/"):
+        if not RELATIVE_PATH.fullmatch(path) or ".." in path.split("/"):
             raise ValueError("a path under the endpoint's base URL, such as /pooling (no scheme, host or '..')")
         return path
 
