@@ -279,6 +279,15 @@ def test_requests_cannot_choose_where_a_key_goes(api, listeners):
                          ({"backend": "openai", "endpoint": "good", "api_key_env": "HF_TOKEN"}, "backend.api_key_env"),
                          ({"backend": "openai", "endpoint": "nope"}, "backend.endpoint")):
         assert loc in _locs(api.post("/schedules", "alice", json={**schedule, "backend": backend}))
+    # defining their own endpoint is the admins' (403), and naming it afterwards finds nothing
+    for user in ("alice", "bob"):
+        own = api.post("/endpoints", user, json={"name": "mine", "base_url": f"{attacker.url}/v1",
+                                                 "api_key_env": "HF_TOKEN"})
+        assert own.status_code == 403
+        _no_secret(own)
+    assert api.get("/endpoints/mine", "root").status_code == 404
+    assert "backend.endpoint" in _locs(api.post("/evaluations", "alice",
+                                                json=_evaluation({"backend": "openai", "endpoint": "mine"})))
     assert api.get("/evaluations", "root").json()["total"] == before  # nothing was stored
     assert attacker.requests == []
 
