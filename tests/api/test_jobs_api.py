@@ -690,5 +690,6 @@ def test_docs_openapi_and_config_schema(api):
                  "/api/v1/jobs/{job_id}/best_checkpoint"):
         assert path in spec["paths"], path
     assert "HTTPBearer" in spec["components"]["securitySchemes"]
-    schema = api.client.get(f"{API}/config/schema").json()
+    assert api.client.get(f"{API}/config/schema").status_code == 401  # like every /api/v1 route but health/openapi
+    schema = api.get("/config/schema").json()
     assert {"model", "data", "algorithm", "training"} <= set(schema["properties"])
