@@ -640,8 +640,13 @@ def delete_dataset(dataset_id: int, session: SessionDep, user: CurrentUser, sett
     dataset = _owned_dataset(session, user, dataset_id, "delete")
     refs = dcrud.referencing_jobs(session, dataset, settings)
     if refs:
-        shown = "; ".join(why for _, why in refs[:10])
-        raise conflict(f"dataset {dataset_id} is in use by {len(refs)} job(s): {shown}")
+        from training_platform.db.models import Job
+
+        owners = dict(session.exec(select(Job.id, Job.owner_id).where(Job.id.in_([j for j, _ in refs]))).all())
+        mine = [why for job_id, why in refs if user.is_admin or owners.get(job_id) == user.id]
+        others = len(refs) - len(mine)  # a shared dataset: other users' jobs are counted, never named
+        listed = "; ".join(mine[:10] + ([f"{others} job(s) of other users"] if others else []))
+        raise conflict(f"dataset {dataset_id} is in use by {len(refs)} job(s): {listed}")
     files = dcrud.delete_dataset(session, dataset, settings)
     session.commit()
     dcrud.remove_files(files, settings)
