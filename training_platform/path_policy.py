@@ -40,6 +40,7 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _JOB_DIR = re.compile(r"^job-(\d{1,18})(?:\.attempt-\d{1,9})?$")
 _EVAL_DIR = re.compile(r"^job-(\d{1,18})$")
 _STORE_FILE = re.compile(r"^([0-9a-f]{64})(?:\.[A-Za-z0-9.]{1,16})?$")
+_USER_AREA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
 EVERYONE_AREAS = ("demo", "shared")
 
 
@@ -179,7 +180,8 @@ def _area_root(settings: Settings, *parts: str) -> Path:
 def readable(path: Path, reader: Reader, settings: Settings) -> bool:
     """Is the resolved `path` inside an area `reader` may read?"""
     roots = [_area_root(settings, name) for name in EVERYONE_AREAS] + _model_roots(settings)
-    roots.append(_area_root(settings, "users", reader.user.name))
+    if _USER_AREA.match(reader.user.name or ""):  # one plain component (never "..": that would be D itself)
+        roots.append(_area_root(settings, "users", reader.user.name))
     if any(_under(path, root) for root in roots):
         return True
     if reader.is_admin:

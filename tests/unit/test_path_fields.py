@@ -137,3 +137,30 @@ def test_marked_fields_are_bounded(value, fragment):
         _M(f=value)
     assert info.value.errors()[0]["loc"] == ("f",) and fragment in str(info.value)
     assert _M(f="a/" + "x" * MAX_COMPONENT_BYTES).f  # the limit itself is fine
+
+
+def test_a_user_named_dotdot_gets_no_area_above_users(tmp_path):
+    """Defence in depth (the API's name pattern already refuses it): users/<name> must stay one component."""
+    from types import SimpleNamespace
+
+    from training_platform.path_policy import Reader, readable
+    from training_platform.settings import Settings
+
+    settings = Settings(TP_DATA_DIR=str(tmp_path))
+    (tmp_path / "users" / "x").mkdir(parents=True)
+    secret = tmp_path / "platform.db"
+    secret.write_text("")
+
+    class NoDb:
+        def get(self, *a):
+            return None
+
+        def exec(self, *a):
+            return SimpleNamespace(all=lambda: [], first=lambda: None)
+
+    for name in ("..", ".", "x/../..", ""):
+        reader = Reader(user=SimpleNamespace(id=99, name=name, is_admin=False), session=NoDb())
+        assert not readable(secret.resolve(), reader, settings), name
+    reader = Reader(user=SimpleNamespace(id=99, name="x", is_admin=False), session=NoDb())
+    assert readable((tmp_path / "users" / "x" / "f.jsonl").resolve(), reader, settings)
+    assert not readable((tmp_path / "users" / "y" / "f.jsonl").resolve(), reader, settings)
