@@ -616,7 +616,8 @@ def get_dataset(dataset_id: int, session: SessionDep, user: CurrentUser):
 
 
 @router.patch("/{dataset_id}", response_model=DatasetRead, dependencies=[JsonBody],
-              responses={403: {"model": schemas.ErrorOut, "description": "A shared dataset of another user"}})
+              responses={403: {"model": schemas.ErrorOut, "description": "A shared dataset of another user"},
+                         404: {"model": schemas.ErrorOut, "description": "No such dataset, or another user's"}})
 def update_dataset(dataset_id: int, body: DatasetUpdate, session: SessionDep, user: CurrentUser):
     """Owner or admin: share the dataset with every user (`{"shared": true}`), or change its description."""
     dataset = _owned_dataset(session, user, dataset_id, "change")

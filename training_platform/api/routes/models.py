@@ -167,7 +167,8 @@ def get_model(model_id: int, session: SessionDep, user: CurrentUser, settings: S
 
 
 @router.patch("/{model_id}", response_model=schemas.ModelRead, dependencies=[JsonBody],
-              responses={403: {"model": schemas.ErrorOut, "description": "A shared or platform model"}})
+              responses={403: {"model": schemas.ErrorOut, "description": "A shared or platform model"},
+                         404: {"model": schemas.ErrorOut, "description": "No such model, or another user's"}})
 def update_model(model_id: int, body: ModelUpdate, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """Owner or admin: `{"shared": true}` lets every user see the model and use it (its directory becomes
     readable to their jobs)."""
