@@ -181,17 +181,26 @@ def stop_stale_redis(pid_file: Path, data_dir: Path, echo=print) -> bool:
         pid_file.unlink(missing_ok=True)
         return False
     echo(f"stopping the Redis server a previous `tp up` left running (pid {pid}, from {pid_file.name})")
-    try:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except psutil.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-    except psutil.NoSuchProcess:
-        pass
+    for sig, wait_s in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.send_signal(sig)
+        deadline = time.monotonic() + wait_s
+        while _running(proc) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not _running(proc):
+            break
     pid_file.unlink(missing_ok=True)
     return True
+
+
+def _running(proc) -> bool:
+    """Alive and not a zombie (an exited process its parent has not reaped yet has finished)."""
+    import psutil
+
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def lock_data_dir(data_dir: Path) -> int | None:
@@ -356,7 +365,7 @@ class Supervisor:
                     child.crashes.popleft()
                 n = len(child.crashes)
                 if n >= self.policy.max_crashes:
-                    return (f"giving up: {child.name} (pid {pid}) {describe_exit(returncode)}, its {n}th exit "
+                    return (f"giving up: {child.name} (pid {pid}) {describe_exit(returncode)}; it exited {n} times "
                             f"within {self.policy.window_s:.0f}s (TP_UP_MAX_CRASHES={self.policy.max_crashes}, "
                             f"TP_UP_CRASH_WINDOW={self.policy.window_s:.0f}); see its output above")
                 delay = self.policy.backoff(n)
