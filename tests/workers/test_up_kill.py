@@ -102,7 +102,14 @@ def _alive(process: psutil.Process) -> bool:
 
 def _api_processes(uvicorn: psutil.Process) -> list[psutil.Process]:
     """uvicorn's worker processes (multiprocessing spawn; not its resource tracker)."""
-    return [p for p in uvicorn.children() if "spawn_main" in " ".join(p.cmdline())]
+    return [p for p in uvicorn.children() if _alive(p) and "spawn_main" in " ".join(_cmdline(p))]
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:  # exited meanwhile (or a zombie)
+        return []
 
 
 def _sft(max_steps: int, save_steps: int) -> dict:
@@ -184,24 +191,24 @@ def test_kill_9_of_each_child_and_of_tp_up(tmp_path, demo_assets):
                  _api_processes(up.child("uvicorn")), ANSWER_WITHIN_S, what="uvicorn to replace its process")
         assert up.health()
 
-        # embedded Redis: back on the same port; workers and API reconnect; a new job runs.
+        # embedded Redis: back on the same port; workers and API reconnect. The eval worker too is killed: jobs of
+        # both kinds submitted afterwards complete (a training job and an evaluation, run side by side).
         t_kill = time.monotonic()
         _kill9(up, "redis", "redis-server")
         assert up.child("redis-server").cmdline()[0].endswith(f"127.0.0.1:{redis_url.group(2)}")
         wait_for(lambda: (up.health() or {}).get("broker") == "ok", ANSWER_WITHIN_S, what="the broker again")
         print(f"[redis kill] broker ok after {time.monotonic() - t_kill:.1f}s")
-        response = client.post("/jobs", json={"name": "after the redis kill", "config": _sft(4, 100)})
-        assert response.status_code == 201 and response.json()["warning"] is None, response.text
-        _finished(client, response.json()["id"], 120)
-        print(f"[redis kill] a new job finished {time.monotonic() - t_kill:.1f}s after the kill")
-
-        # eval worker: restarted, and an evaluation submitted afterwards completes.
         _kill9(up, "eval-worker", "-Q eval")
-        response = client.post("/evaluations", json={
+        training = client.post("/jobs", json={"name": "after the redis kill", "config": _sft(4, 100)})
+        assert training.status_code == 201 and training.json()["warning"] is None, training.text
+        evaluation = client.post("/evaluations", json={
             "model": "demo-tiny", "benchmarks": [{"name": "gsm8k", "data": "demo/data/gsm8k_eval.jsonl", "limit": 2}],
             "generation": {"max_new_tokens": 2}, "backend": {"num_threads": 1}})
-        assert response.status_code == 201, response.text
-        _finished(client, response.json()["id"], 120)
+        assert evaluation.status_code == 201, evaluation.text
+        _finished(client, training.json()["id"], 120)
+        _finished(client, evaluation.json()["id"], 120)
+        print(f"[redis + eval-worker kill] a new job and an evaluation finished {time.monotonic() - t_kill:.1f}s "
+              f"after the kills")
         client.close()
 
         # tp up itself: every child (the embedded Redis included) is gone within a few seconds.
