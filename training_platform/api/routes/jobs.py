@@ -238,9 +238,10 @@ def clone_job(job: VisibleJob, session: SessionDep, user: CurrentUser, settings:
 
 
 @router.delete("/{job_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
-               responses={204: {"description": "Deleted. Header `X-TP-Kept-Files`, when present: the job's files "
-                                               "kept under the retention rule (paths relative to the data "
-                                               "directory, `; `-separated, each with its reason)."}})
+               responses={204: {"description": "Deleted (see the retention rule above).", "headers": {
+                   "X-TP-Kept-Files": {"schema": {"type": "string"}, "description": (
+                       "Present when some of the job's files were kept under the retention rule: paths relative "
+                       "to the data directory, `; `-separated, each with its reason in parentheses.")}}}})
 def delete_job(job: VisibleJob, session: SessionDep, settings: SettingsDep, user: CurrentUser):
     """Finished jobs only. Removes the job, its events, metric points and checkpoint rows (an evaluation: its
     results and the pin it holds on its checkpoint), and its files: `runs/job-N/`, `runs/job-N.attempt-*/`,
