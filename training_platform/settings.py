@@ -40,6 +40,11 @@ class Settings(BaseSettings):
     min_free_disk_mb: int = Field(512, validation_alias="TP_MIN_FREE_DISK_MB", ge=0)
     # How often beat looks for due evaluation schedules (cron resolution; checkpoint triggers fire sooner).
     schedule_tick_s: float = Field(10.0, validation_alias="TP_SCHEDULE_TICK", gt=0)
+    # `tp up` restarts a child that exits (backoff 1 s, 2 s, 4 s, ... up to TP_UP_BACKOFF_MAX) and gives up, exit 1,
+    # when one child exited TP_UP_MAX_CRASHES times within TP_UP_CRASH_WINDOW seconds (docs/operations.md).
+    up_max_crashes: int = Field(5, validation_alias="TP_UP_MAX_CRASHES", ge=1)
+    up_crash_window_s: float = Field(300.0, validation_alias="TP_UP_CRASH_WINDOW", gt=0)
+    up_backoff_max_s: float = Field(30.0, validation_alias="TP_UP_BACKOFF_MAX", ge=0)
 
     @property
     def data_path(self) -> Path:

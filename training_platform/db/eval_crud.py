@@ -426,3 +426,20 @@ def leaderboard(session: Session, user: User, benchmark: str, metric: str, *, jo
     for rank, entry in enumerate(entries, 1):
         entry["rank"] = rank
     return entries
+
+
+def disable_schedules_of_job(session: Session, job_id: int, why: str) -> list[int]:
+    """Disable the evaluation schedules that watch (or evaluate the latest checkpoint of) job `job_id`, with `why`
+    in their `last_message` (the job was deleted: a schedule must not outlive it silently). Returns their ids."""
+    from training_platform.db.models import EvalSchedule, utcnow
+
+    now = utcnow()
+    schedules = session.exec(select(EvalSchedule).where(EvalSchedule.job_id == job_id)).all()
+    for schedule in schedules:
+        was = "enabled" if schedule.enabled else "already disabled"
+        schedule.enabled = False
+        schedule.next_fire_at = None
+        schedule.updated_at = now
+        schedule.last_message = f"{now.isoformat(timespec='seconds')}: {why}; schedule disabled (was {was})"
+        session.add(schedule)
+    return [s.id for s in schedules]
