@@ -207,7 +207,9 @@ def register(data_app: typer.Typer) -> None:
         heuristics: bool = typer.Option(True, "--heuristics/--no-heuristics", help="Heuristic scores."),
         perplexity_model: Path | None = typer.Option(None, "--perplexity-model", help="Local causal LM directory."),
         max_length: int = typer.Option(512, "--max-length", min=8, help="Tokens per row for perplexity."),
-        judge: Path | None = typer.Option(None, "--judge", help="Judge/reward endpoint config YAML/JSON."),
+        judge: Path | None = typer.Option(None, "--judge", help="Judge/reward config YAML/JSON: `endpoint` (a name "
+                                                                "from TP_ENDPOINTS / TP_ENDPOINTS_FILE), `model`, "
+                                                                "`mode`, ... (docs/endpoints.md)."),
         field: list[str] = typer.Option([], "--field", help="Text fields to score (default: the format's)."),
         by: str | None = typer.Option(None, "--by", help="Filter on this score (e.g. quality, perplexity, judge)."),
         min_value: float | None = typer.Option(None, "--min", help="Keep rows with score >= this."),

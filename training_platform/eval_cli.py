@@ -149,8 +149,9 @@ def run_cmd(
     output: Path | None = typer.Option(None, "--output", "-o", help="Output dir (default: "
                                                                      "$TP_DATA_DIR/evals/<time>-<model>)."),
     backend: str = typer.Option("transformers", "--backend", help="transformers | vllm | openai"),
-    base_url: str | None = typer.Option(None, "--base-url", help="openai: e.g. http://localhost:8000/v1"),
-    api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="openai: env var with the key."),
+    endpoint: str | None = typer.Option(None, "--endpoint", help="openai: the name of an endpoint defined in "
+                                                                 "TP_ENDPOINTS / TP_ENDPOINTS_FILE (its URL and "
+                                                                 "key variable live there; docs/endpoints.md)."),
     n_shot: int = typer.Option(0, "--n-shot", min=0, help="Few-shot examples (gsm8k, math, multiple_choice, "
                                                           "custom)."),
     fewshot_data: list[str] = typer.Option([], "--fewshot-data", help="BENCHMARK=FILE few-shot pool."),
@@ -219,8 +220,8 @@ def run_cmd(
             model = _model_path(model)
         config = EvalConfig.model_validate({
             "name": name,
-            "model": {"backend": backend, "path": model, "base_url": base_url, "api_key_env": api_key_env,
-                      "batch_size": batch_size, "device": device, "dtype": dtype, "num_threads": threads},
+            "model": {"backend": backend, "path": model, "endpoint": endpoint, "batch_size": batch_size,
+                      "device": device, "dtype": dtype, "num_threads": threads},
             "benchmarks": list(specs.values()),
             "seed": seed,
             "sandbox": {"allow_unsandboxed": allow_unsandboxed},

@@ -1,17 +1,145 @@
-"""The path policy shared by the API, the workers and the data/evaluation layers: every path a user names must
-resolve (relative paths against TP_DATA_DIR, `..` and symlinks resolved) inside one of `settings.allowed_roots`;
-a hub id `org/name` that names nothing local is not a path.
+"""The path policy shared by the API (at submission) and the workers (again, before opening anything): every path a
+user names must resolve (relative paths against TP_DATA_DIR, `..` and symlinks resolved) inside an area its caller
+may read. Deny by default. The areas (D = TP_DATA_DIR; each area root is itself resolved, so an operator's symlink
+such as `demo -> /srv/demo` is followed):
+
+- D/demo/, D/shared/, TP_MODEL_ROOTS: everyone (the demo assets, files the operator shares, the model roots).
+- D/users/<user name>/: that user.
+- D/runs/job-N[.attempt-K]/ and D/evals/job-N/ (and whatever run directory the workers recorded for job N): the
+  owner of job N.
+- D/datasets/<xx>/<sha256>.<ext> (the content store): owners of a dataset with a version of that content, and
+  everyone when such a dataset is shared.
+- a registered model's directory: its owner; everyone when it is shared or a platform model (no owner: the demo).
+
+Admins may read anything inside the allowed roots (TP_DATA_DIR and TP_MODEL_ROOTS) and the areas. A hub id
+`org/name` that names nothing local is not a path. Messages name the field and show paths relative to TP_DATA_DIR,
+never the server's absolute paths.
+
+Also here: which registered models and datasets a user may see (`model_visible`, `dataset_visible` and their SQL
+forms), so the listings and the path areas follow one rule.
 """
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import BaseModel
+from sqlalchemy import or_
+from sqlmodel import Session, select
+
+from training_platform.db.models import Dataset, DatasetVersionRecord, Job, RegisteredModel, User
 from training_platform.settings import Settings
 from training_platform.training.config import FieldError
+from training_platform.userpath import PathMarker, path_limit_problem, user_paths
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_JOB_DIR = re.compile(r"^job-(\d{1,18})(?:\.attempt-\d{1,9})?$")
+_EVAL_DIR = re.compile(r"^job-(\d{1,18})$")
+_STORE_FILE = re.compile(r"^([0-9a-f]{64})(?:\.[A-Za-z0-9.]{1,16})?$")
+_USER_AREA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
+EVERYONE_AREAS = ("demo", "shared")
+
+
+# ---------------------------------------------------------------------------------------------- visibility
+
+
+def model_visible(user: User, model: RegisteredModel) -> bool:
+    return user.is_admin or model.owner_id is None or model.owner_id == user.id or bool(model.shared)
+
+
+def model_visible_clause(user: User):
+    return or_(RegisteredModel.owner_id == user.id, RegisteredModel.owner_id.is_(None),
+               RegisteredModel.shared == True)  # noqa: E712 - SQL
+
+
+def dataset_visible(user: User, dataset: Dataset) -> bool:
+    return user.is_admin or dataset.owner_id == user.id or bool(dataset.shared)
+
+
+def dataset_visible_clause(user: User):
+    return or_(Dataset.owner_id == user.id, Dataset.shared == True)  # noqa: E712 - SQL
+
+
+def visible_model_by_name(session: Session, user: User, name: str) -> RegisteredModel | None:
+    model = session.exec(select(RegisteredModel).where(RegisteredModel.name == name)).first()
+    return model if model is not None and model_visible(user, model) else None
+
+
+# ---------------------------------------------------------------------------------------------- the reader
+
+
+@dataclass
+class Reader:
+    """Who reads: a user, with database lookups for the areas that depend on ownership (cached per instance)."""
+
+    user: User
+    session: Session
+    _jobs: dict[int, bool] = field(default_factory=dict)
+    _shas: dict[str, bool] = field(default_factory=dict)
+    _models: list[Path] | None = None
+    _run_dirs: list[Path] | None = None
+
+    @property
+    def is_admin(self) -> bool:
+        return bool(self.user.is_admin)
+
+    def owns_job(self, job_id: int) -> bool:
+        if job_id not in self._jobs:
+            job = self.session.get(Job, job_id) if job_id < 2**63 else None
+            self._jobs[job_id] = job is not None and job.owner_id == self.user.id
+        return self._jobs[job_id]
+
+    def can_read_content(self, sha256: str) -> bool:
+        if sha256 not in self._shas:
+            row = self.session.exec(
+                select(DatasetVersionRecord.id).join(Dataset, Dataset.id == DatasetVersionRecord.dataset_id)
+                .where(DatasetVersionRecord.sha256 == sha256, dataset_visible_clause(self.user)).limit(1)).first()
+            self._shas[sha256] = row is not None
+        return self._shas[sha256]
+
+    def model_dirs(self, settings: Settings) -> list[Path]:
+        if self._models is None:
+            rows = self.session.exec(select(RegisteredModel.path).where(model_visible_clause(self.user))).all()
+            self._models = []
+            for path in rows:
+                try:
+                    self._models.append(resolve_path(path, settings))
+                except (OSError, RuntimeError):
+                    continue
+        return self._models
+
+
+    def run_dirs(self, settings: Settings) -> list[Path]:
+        """The directories the workers recorded for this user's jobs (`runs/job-N`, `evals/job-N` normally)."""
+        if self._run_dirs is None:
+            rows = self.session.exec(select(Job.run_dir).where(Job.owner_id == self.user.id,
+                                                               Job.run_dir.is_not(None))).all()
+            self._run_dirs = []
+            for path in rows:
+                try:
+                    resolved = resolve_path(path, settings)
+                except (OSError, RuntimeError):
+                    continue
+                if inside_allowed_roots(resolved, settings) and resolved != settings.data_path:
+                    self._run_dirs.append(resolved)
+        return self._run_dirs
+
+
+def reader_for(session: Session, user: User) -> Reader:
+    return Reader(user=user, session=session)
+
+
+def reader_for_owner(session: Session, owner_id: int) -> Reader | None:
+    """The reader for a job's owner (the workers' re-check); None when the user no longer exists."""
+    user = session.get(User, owner_id)
+    return None if user is None else Reader(user=user, session=session)
+
+
+# ---------------------------------------------------------------------------------------------- paths
 
 
 def resolve_path(value: str, settings: Settings) -> Path:
@@ -22,21 +150,81 @@ def resolve_path(value: str, settings: Settings) -> Path:
     return p.resolve()
 
 
+def shown(value: str | Path, settings: Settings) -> str:
+    """A path as messages show it: relative to TP_DATA_DIR when inside it, else as the user wrote it."""
+    p = Path(value)
+    if p.is_absolute():
+        try:
+            return str(p.relative_to(settings.data_path)) or "."
+        except ValueError:
+            return str(value)
+    return str(value)
+
+
+def _under(path: Path, root: Path) -> bool:
+    return path == root or path.is_relative_to(root)
+
+
+def _model_roots(settings: Settings) -> list[Path]:
+    return list(settings.allowed_roots[1:])
+
+
 def inside_allowed_roots(path: Path, settings: Settings) -> bool:
-    return any(path == root or path.is_relative_to(root) for root in settings.allowed_roots)
+    return any(_under(path, root) for root in settings.allowed_roots)
 
 
-def check_path(field: str, value: str, settings: Settings) -> FieldError | None:
-    if "\x00" in value:
-        return FieldError(field, "must not contain NUL bytes")
+def _area_root(settings: Settings, *parts: str) -> Path:
+    return (settings.data_path.joinpath(*parts)).resolve()
+
+
+def readable(path: Path, reader: Reader, settings: Settings) -> bool:
+    """Is the resolved `path` inside an area `reader` may read?"""
+    roots = [_area_root(settings, name) for name in EVERYONE_AREAS] + _model_roots(settings)
+    if _USER_AREA.match(reader.user.name or ""):  # one plain component (never "..": that would be D itself)
+        roots.append(_area_root(settings, "users", reader.user.name))
+    if any(_under(path, root) for root in roots):
+        return True
+    if reader.is_admin:
+        return inside_allowed_roots(path, settings)
+    for area, pattern in (("runs", _JOB_DIR), ("evals", _EVAL_DIR)):
+        root = _area_root(settings, area)
+        if path != root and path.is_relative_to(root):
+            match = pattern.match(path.relative_to(root).parts[0])
+            if match and reader.owns_job(int(match.group(1))):
+                return True
+    store = _area_root(settings, "datasets")
+    if path.is_relative_to(store):
+        parts = path.relative_to(store).parts
+        if len(parts) == 2:
+            match = _STORE_FILE.match(parts[1])
+            if match and match.group(1)[:2] == parts[0] and reader.can_read_content(match.group(1)):
+                return True
+    return any(_under(path, root) for root in reader.model_dirs(settings)) \
+        or any(_under(path, root) for root in reader.run_dirs(settings))
+
+
+def check_path(loc: str, value: str, settings: Settings, reader: Reader) -> FieldError | None:
+    """None if `reader` may read `value`; else the problem, naming `loc`. The same answer whether or not the
+    path exists (so another user's files cannot be probed)."""
+    problem = path_limit_problem(value)
+    if problem is not None:
+        return FieldError(loc, problem)
     try:
         resolved = resolve_path(value, settings)
-    except (OSError, RuntimeError) as exc:  # symlink loops
-        return FieldError(field, f"cannot resolve {value!r}: {exc}")
-    if not inside_allowed_roots(resolved, settings):
-        roots = ", ".join(str(r) for r in settings.allowed_roots)
-        return FieldError(field, f"{value!r} resolves to {resolved}, outside the allowed directories ({roots})")
-    return None
+    except (OSError, RuntimeError) as exc:  # symlink loops, names too long for the file system
+        return FieldError(loc, f"cannot resolve {shown(value, settings)!r}: {type(exc).__name__}")
+    if readable(resolved, reader, settings):
+        return None
+    lexical = Path(os.path.normpath(settings.data_path / Path(value).expanduser()))
+    name = shown(value, settings)
+    if not inside_allowed_roots(lexical, settings):
+        where = "the data directory" + (" and TP_MODEL_ROOTS" if _model_roots(settings) else "")
+        return FieldError(loc, f"{name!r} is outside the allowed directories ({where})")
+    # One message whatever lies behind the name (a symlink out, another user's file, nothing): nothing to probe.
+    areas = ("anything in the allowed directories" if reader.is_admin else
+             f"runs/job-N and evals/job-N of your jobs, users/{reader.user.name}/, the files of your datasets and of "
+             "shared ones, demo/, shared/, the model roots, registered models you may use")
+    return FieldError(loc, f"{name!r} resolves outside the allowed directories or the areas you may read ({areas})")
 
 
 def is_hub_id(value: str, settings: Settings) -> bool:
@@ -48,3 +236,36 @@ def is_hub_id(value: str, settings: Settings) -> bool:
     local = settings.data_path / value
     return not (settings.data_path / org).exists() and not (settings.data_path / org).is_symlink() \
         and not local.exists()
+
+
+def check_marked(paths: Iterable[tuple[str, str, PathMarker]], settings: Settings, reader: Reader,
+                 prefix: str = "") -> list[FieldError]:
+    """The policy over marked fields (see `training_platform.userpath`); a `model` field that is a hub id passes
+    (registered model names must have been substituted by the caller)."""
+    errors = []
+    for loc, value, marker in paths:
+        if marker.kind == "model" and is_hub_id(value, settings):
+            continue
+        error = check_path(prefix + loc, value, settings, reader)
+        if error is not None:
+            errors.append(error)
+    return errors
+
+
+def check_model_paths(model: BaseModel, settings: Settings, reader: Reader, prefix: str = "") -> list[FieldError]:
+    """Every marked path field of a validated model."""
+    return check_marked(user_paths(model), settings, reader, prefix)
+
+
+def training_config_paths(cfg) -> list[tuple[str, str, PathMarker]]:
+    """The marked paths of a validated JobConfig, reward params included (they are validated per reward)."""
+    from training_platform.training.rewards import get_reward
+
+    found = list(user_paths(cfg))
+    for i, reward in enumerate(cfg.rewards):
+        try:
+            params = get_reward(reward.name).params_model.model_validate(reward.params)
+        except Exception:  # noqa: BLE001 - reported by the config rules; nothing to check here
+            continue
+        found += list(user_paths(params, f"rewards[{i}].params"))
+    return found

@@ -22,3 +22,12 @@ def resolve_data_path(path: str | os.PathLike[str]) -> Path:
 
 def runs_dir() -> Path:
     return data_dir() / "runs"
+
+
+def display_path(path: str | os.PathLike[str]) -> str:
+    """A path as messages show it: relative to `TP_DATA_DIR` when inside it (never the server's absolute path)."""
+    p = Path(path)
+    try:
+        return str(p.relative_to(data_dir())) or "."
+    except ValueError:
+        return str(path)

@@ -79,30 +79,38 @@ def beat_cmd(loglevel: str = typer.Option("INFO", "--loglevel", "-l")):
     _exec(launcher.beat_argv(data_dir / "celerybeat-schedule", loglevel=loglevel))
 
 
+WORKERS_HELP = "API processes serving one socket (default: the number of cores)."
+
+
 def api_cmd(
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8000, "--port"),
+    workers: int | None = typer.Option(None, "--workers", "-w", min=1, help=WORKERS_HELP),
     app: str = typer.Option(launcher.DEFAULT_API_APP, "--app", hidden=True, help="ASGI application to serve."),
 ):
-    """Serve the HTTP API (uvicorn)."""
+    """Serve the HTTP API (uvicorn; several processes with --workers, restarted by uvicorn if one dies)."""
     if not launcher.api_app_exists(app):
         _err(f"error: the API application {app!r} cannot be imported")
         raise typer.Exit(2)
-    _exec(launcher.api_argv(host=host, port=port, app=app))
+    _exec(launcher.api_argv(host=host, port=port, app=app, workers=workers or launcher.default_api_workers()))
 
 
 def up_cmd(
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8000, "--port"),
     grace: float = typer.Option(60.0, "--grace", min=0, help="Seconds to let a running job checkpoint on stop."),
+    api_workers: int | None = typer.Option(None, "--api-workers", min=1, help=WORKERS_HELP),
     app: str = typer.Option(launcher.DEFAULT_API_APP, "--app", hidden=True, help="ASGI application to serve."),
 ):
-    """Run the whole platform on this machine (api + worker + beat) until Ctrl-C.
+    """Run the whole platform on this machine (api + worker + beat) until Ctrl-C, as their supervisor.
 
     Migrates the database, starts an embedded Redis if REDIS_URL is unset, prepares the demo models on first
-    start, creates an admin user if there is none (its token is printed once), then runs api, worker and beat as
-    child processes. Ctrl-C / SIGTERM stops them (a running job checkpoints and is requeued)."""
+    start, creates an admin user if there is none (its token is printed once), then runs api, worker, eval worker
+    and beat as child processes. A child that dies is restarted (with backoff; after TP_UP_MAX_CRASHES exits within
+    TP_UP_CRASH_WINDOW s `tp up` gives up and exits 1). Ctrl-C / SIGTERM stops them all (a running job
+    checkpoints and is requeued). See docs/operations.md."""
     code = launcher.run_platform(host=host, port=port, app=app, grace_s=grace,
+                                 api_workers=api_workers or launcher.default_api_workers(),
                                  echo=lambda message: typer.echo(message))
     raise typer.Exit(code)
 

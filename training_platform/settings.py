@@ -7,6 +7,9 @@
 | REDIS_URL        | unset: `tp up` starts an embedded Redis   |
 | TP_MODEL_ROOTS   | extra directories jobs may read models from (`:`-separated) |
 | TP_AUTH_MODE     | token (bearer API tokens); `open` = single-user, no tokens (local only) |
+| TP_ENDPOINTS     | named outbound endpoints (docs/endpoints.md), JSON: `{"judge": {"base_url": "https://...",` |
+|                  | `"api_key_env": "JUDGE_KEY", "models": ["m1"]}}`; requests name one, never a URL or a key |
+| TP_ENDPOINTS_FILE | the same JSON in a file (read at each lookup; a name may not also be in TP_ENDPOINTS) |
 
 Input caps (docs/limits.md):
 
@@ -37,6 +40,9 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(None, validation_alias="REDIS_URL")
     model_roots: str = Field("", validation_alias="TP_MODEL_ROOTS")
     auth_mode: Literal["token", "open"] = Field("token", validation_alias="TP_AUTH_MODE")
+    # Named outbound endpoints (training_platform/endpoints.py): requests name one, never a URL or a key's variable.
+    endpoints_json: str | None = Field(None, validation_alias="TP_ENDPOINTS")
+    endpoints_file: str | None = Field(None, validation_alias="TP_ENDPOINTS_FILE")
     heartbeat_interval_s: float = Field(5.0, validation_alias="TP_HEARTBEAT_INTERVAL", gt=0)
     heartbeat_timeout_s: float = Field(60.0, validation_alias="TP_HEARTBEAT_TIMEOUT", gt=0)
     recovery_interval_s: float = Field(15.0, validation_alias="TP_RECOVERY_INTERVAL", gt=0)
@@ -44,6 +50,11 @@ class Settings(BaseSettings):
     min_free_disk_mb: int = Field(512, validation_alias="TP_MIN_FREE_DISK_MB", ge=0)
     # How often beat looks for due evaluation schedules (cron resolution; checkpoint triggers fire sooner).
     schedule_tick_s: float = Field(10.0, validation_alias="TP_SCHEDULE_TICK", gt=0)
+    # `tp up` restarts a child that exits (backoff 1 s, 2 s, 4 s, ... up to TP_UP_BACKOFF_MAX) and gives up, exit 1,
+    # when one child exited TP_UP_MAX_CRASHES times within TP_UP_CRASH_WINDOW seconds (docs/operations.md).
+    up_max_crashes: int = Field(5, validation_alias="TP_UP_MAX_CRASHES", ge=1)
+    up_crash_window_s: float = Field(300.0, validation_alias="TP_UP_CRASH_WINDOW", gt=0)
+    up_backoff_max_s: float = Field(30.0, validation_alias="TP_UP_BACKOFF_MAX", ge=0)
     # Input caps (docs/limits.md). Bodies are refused before they are parsed; dataset files by the ingest data job.
     max_body_mb: float = Field(8.0, validation_alias="TP_MAX_BODY_MB", gt=0)
     max_upload_mb: float = Field(512.0, validation_alias="TP_MAX_UPLOAD_MB", gt=0)

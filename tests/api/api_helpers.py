@@ -205,3 +205,53 @@ def valid_config(**sections) -> dict:
     }
     config.update(sections)
     return config
+
+
+def run_data_job(job_id: int, timeout: float = 60) -> None:
+    """Run the queued data job `job_id` here, as a worker would (claimed by id); if a real worker took it first,
+    wait for it to end."""
+    import time
+
+    from sqlalchemy import update
+    from sqlmodel import select
+
+    from training_platform.db.models import Job, JobEvent, utcnow
+    from training_platform.db.session import session_scope
+    from training_platform.workers.data_tasks import DataJobSupervisor
+
+    worker = "in-test@local"
+    with session_scope() as session:
+        claimed = session.exec(update(Job).where(Job.id == job_id, Job.status == "queued").values(
+            status="preflight", worker=worker, heartbeat_at=utcnow(), attempts=Job.attempts + 1, updated_at=utcnow())
+            .execution_options(synchronize_session=False)).rowcount
+        if claimed:
+            session.add(JobEvent(job_id=job_id, from_status="queued", to_status="preflight",
+                                 reason=f"claimed by {worker}"))
+    if claimed:
+        DataJobSupervisor(job_id, worker).run()
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with session_scope() as session:
+            if session.exec(select(Job.status).where(Job.id == job_id)).one() in _TERMINAL_STATUSES:
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"data job {job_id} did not finish in {timeout}s")
+
+
+_TERMINAL_STATUSES = {"succeeded", "failed", "cancelled"}
+
+
+def ingested(api, accepted, user: str = "alice") -> dict:
+    """An upload or registration (202) followed to its stored version: its ingest data job run here, as a worker
+    would. Returns {"dataset": ..., "version": ..., "created": ..., "job": ...} (the version's detail)."""
+    assert accepted.status_code == 202, accepted.text
+    job_id = accepted.json()["job"]["id"]
+    run_data_job(job_id)
+    job = api.get(f"/jobs/{job_id}", user=user).json()
+    assert job["status"] == "succeeded", job
+    result = job["config"]["result"]
+    dataset_id, version_id = result["dataset_id"], result["version_id"]
+    return {"dataset": api.get(f"/datasets/{dataset_id}", user=user).json(),
+            "version": api.get(f"/datasets/{dataset_id}/versions/{version_id}", user=user).json(),
+            "created": result["created"], "job": job}

@@ -636,12 +636,16 @@ def test_monitoring_dashboard(api, jobs):
     d = r.json()
     assert set(d["jobs_by_status"]) == {"queued", "preflight", "running", "succeeded", "failed", "cancelled"}
     assert d["jobs_by_status"]["running"] >= 1 and d["jobs_by_status"]["queued"] >= 1
-    assert d["queue_depth"]["train"] == d["jobs_by_status"]["queued"]
+    # A plain user's counts are their own jobs; the queue depth is the aggregate (an admin's counts are everyone's).
+    everyone = api.get("/monitoring/dashboard", user="root").json()
+    assert d["scope"] == "own" and everyone["scope"] == "all"
+    assert d["queue_depth"]["train"] == everyone["jobs_by_status"]["queued"] >= d["jobs_by_status"]["queued"]
     assert isinstance(d["queue_depth"]["broker"], dict) and d["queue_depth"]["broker"]["train"] >= 1
     workers = {w["name"]: w for w in d["workers"]}
     assert workers["worker-live"]["alive"] is True and workers["worker-live"]["job_id"] == live
     assert workers["worker-dead"]["alive"] is False
-    assert {"cpu_percent", "memory", "disk"} <= set(d["system"]) and d["system"]["disk"]["path"] == str(api.data_dir)
+    assert {"cpu_percent", "memory", "disk"} <= set(d["system"]) and d["system"]["disk"]["path"] == "TP_DATA_DIR"
+    assert api.get("/monitoring/dashboard", user="root").json()["system"]["disk"]["path"] == str(api.data_dir)
     assert isinstance(d["gpus"], list)
 
 
@@ -686,5 +690,6 @@ def test_docs_openapi_and_config_schema(api):
                  "/api/v1/jobs/{job_id}/best_checkpoint"):
         assert path in spec["paths"], path
     assert "HTTPBearer" in spec["components"]["securitySchemes"]
-    schema = api.client.get(f"{API}/config/schema").json()
+    assert api.client.get(f"{API}/config/schema").status_code == 401  # like every /api/v1 route but health/openapi
+    schema = api.get("/config/schema").json()
     assert {"model", "data", "algorithm", "training"} <= set(schema["properties"])

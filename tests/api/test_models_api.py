@@ -13,7 +13,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def broken_models(sqlite_api):
-    root = sqlite_api.data_dir / "broken_models"
+    root = sqlite_api.data_dir / "users" / "alice" / "broken_models"  # alice's own area
     if root.exists():
         shutil.rmtree(root)
     garbage = root / "garbage"
@@ -36,19 +36,28 @@ def test_register_use_and_delete_a_model(sqlite_api):
     assert r.status_code == 201, r.text
     model = r.json()
     assert model["name"] == "tiny-qwen" and model["owner"] == "alice"
-    assert model["path"] == str(api.data_dir / "demo" / "model")
+    assert model["path"] == "demo/model" and not model["shared"]  # shown relative to TP_DATA_DIR
     info = model["info"]
     assert info["model_type"] == "qwen2" and info["vocab_size"] > 0 and info["max_position_embeddings"] > 0
     assert isinstance(info["has_chat_template"], bool) and info["num_parameters"] > 1000
 
+    # Unshared: another user neither sees it nor can use it by name; shared: both.
+    assert api.get(f"/models/{model['id']}", user="bob").status_code == 404
+    assert "tiny-qwen" not in {m["name"] for m in api.get("/models?limit=200", user="bob").json()["items"]}
+    assert api.client.patch(f"/api/v1/models/{model['id']}", json={"shared": True}, headers=api.h("bob")) \
+        .status_code == 404
+    r = api.client.patch(f"/api/v1/models/{model['id']}", json={"shared": True}, headers=api.h("alice"))
+    assert r.status_code == 200 and r.json()["shared"] is True, r.text
     assert api.get(f"/models/{model['id']}", user="bob").json()["name"] == "tiny-qwen"
     listing = api.get("/models?limit=10", user="bob").json()
     assert listing["total"] >= 1 and "tiny-qwen" in {m["name"] for m in listing["items"]}
+    assert api.client.patch(f"/api/v1/models/{model['id']}", json={"shared": False}, headers=api.h("bob")) \
+        .status_code == 403
 
     # A registered name works as model.path; the stored config carries its path.
     r = api.post("/jobs", json={"name": "on tiny", "config": valid_config(model={"path": "tiny-qwen"})})
     assert r.status_code == 201, r.text
-    assert r.json()["config"]["model"]["path"] == model["path"]
+    assert r.json()["config"]["model"]["path"] == str(api.data_dir / "demo" / "model")
 
     assert api.delete(f"/models/{model['id']}", user="bob").status_code == 403
     assert api.delete(f"/models/{model['id']}").status_code == 204
@@ -74,6 +83,8 @@ def test_register_use_and_delete_a_model(sqlite_api):
 ])
 def test_bad_model_registrations(sqlite_api, broken_models, case, body, status, fragment):
     api = sqlite_api
+    if body.get("path", "").startswith("broken_models/"):
+        body = {**body, "path": "users/alice/" + body["path"]}
     if case == "duplicate":
         assert api.post("/models", json=body).status_code == 201
     before = row_counts()

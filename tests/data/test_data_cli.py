@@ -189,9 +189,15 @@ def test_score_heuristics_and_top_k(cli, tmp_path):
     assert json.loads((tmp_path / "r.json").read_text())["filter"]["output_rows"] == 1
     assert cli("score", src, "--output", tmp_path / "o.jsonl", "--min", "0.5").exit_code == 2  # --by missing
     judge = tmp_path / "judge.yaml"
-    judge.write_text(yaml.safe_dump({"base_url": "http://localhost:9/v1", "model": "m", "colour": 1}))
+    judge.write_text(yaml.safe_dump({"endpoint": "judge", "model": "m", "colour": 1}))
     bad = cli("score", src, "--output", tmp_path / "o.jsonl", "--judge", judge)
     assert bad.exit_code == 2 and "colour: Extra inputs are not permitted" in bad.stderr
+    judge.write_text(yaml.safe_dump({"base_url": "http://localhost:9/v1", "model": "m"}))
+    bad = cli("score", src, "--output", tmp_path / "o.jsonl", "--judge", judge)
+    assert bad.exit_code == 2 and "`base_url` is not accepted" in bad.stderr
+    judge.write_text(yaml.safe_dump({"endpoint": "judge", "model": "m"}))  # TP_ENDPOINTS does not define it
+    bad = cli("score", src, "--output", tmp_path / "o.jsonl", "--judge", judge)
+    assert bad.exit_code == 2 and "unknown endpoint 'judge'" in bad.stderr
 
 
 def test_report_contract_with_eval_sets(cli, tmp_path):

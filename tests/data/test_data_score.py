@@ -18,6 +18,11 @@ from training_platform.data.score import (
     heuristic_scores,
     score_file,
 )
+from training_platform.endpoints import Endpoint, Endpoints, UnknownEndpoint
+
+# The operator's endpoints these tests name (the judge's key variable is JUDGE_KEY; "plain" has none).
+ENDPOINTS = Endpoints([Endpoint("judge", "http://judge.test/v1", "JUDGE_KEY", ("judge-1",)),
+                       Endpoint("plain", "http://judge.test/v1"), Endpoint("rm", "http://rm.test/v1")])
 
 GOOD = "Paris is the capital of France. It lies on the Seine and is known for the Louvre and the Eiffel Tower."
 
@@ -58,21 +63,22 @@ class FakeJudge:
 def test_judge_client_counts_calls_cache_hits_and_latency(monkeypatch, tmp_path):
     monkeypatch.setenv("JUDGE_KEY", "secret-123")
     server = FakeJudge()
-    config = JudgeConfig(base_url="http://judge.test/v1", model="judge-1", api_key_env="JUDGE_KEY",
-                         cache_path=str(tmp_path / "cache.jsonl"))
-    client = JudgeClient(config, transport=httpx.MockTransport(server))
+    config = JudgeConfig(endpoint="judge", model="judge-1", cache_path=str(tmp_path / "cache.jsonl"))
+    client = JudgeClient(config, endpoints=ENDPOINTS, transport=httpx.MockTransport(server))
     assert client.score("one two three") == 0.3
     assert client.score("one two three") == 0.3  # cached
     assert client.score("one two three four five") == 0.5
     report = client.report()
     client.close()
     assert (report["rows"], report["requests"], report["cache_hits"], report["errors"]) == (3, 2, 1, 0)
-    assert report["authenticated"] is True
+    assert report["authenticated"] is True and report["endpoint"] == "judge"
+    assert "secret-123" not in json.dumps(report) and "JUDGE_KEY" not in json.dumps(report)
+    assert "judge.test" not in json.dumps(report)  # users see reports: the endpoint's name, not its URL
     assert report["latency_total_s"] >= 0 and report["latency_mean_s"] >= 0
     assert server.requests[0].headers["authorization"] == "Bearer secret-123"
     assert json.loads(server.requests[0].content)["model"] == "judge-1"
     # a new client reuses the persisted cache: no request at all
-    again = JudgeClient(config, transport=httpx.MockTransport(server))
+    again = JudgeClient(config, endpoints=ENDPOINTS, transport=httpx.MockTransport(server))
     assert again.score("one two three") == 0.3
     assert (again.report()["requests"], again.report()["cache_hits"]) == (0, 1)
     again.close()
@@ -81,11 +87,11 @@ def test_judge_client_counts_calls_cache_hits_and_latency(monkeypatch, tmp_path)
 @pytest.mark.unit
 def test_judge_retries_server_errors_then_gives_up():
     server = FakeJudge(fail_first=2)
-    client = JudgeClient({"base_url": "http://judge.test/v1", "model": "m", "api_key_env": None, "max_retries": 2},
+    client = JudgeClient({"endpoint": "plain", "model": "m", "max_retries": 2}, endpoints=ENDPOINTS,
                          transport=httpx.MockTransport(server))
     assert client.score("a b") == 0.2
     assert client.report()["requests"] == 3 and client.report()["errors"] == 0
-    failing = JudgeClient({"base_url": "http://judge.test/v1", "model": "m", "max_retries": 1},
+    failing = JudgeClient({"endpoint": "plain", "model": "m", "max_retries": 1}, endpoints=ENDPOINTS,
                           transport=httpx.MockTransport(FakeJudge(fail_first=99)))
     assert failing.score("a b") is None
     assert failing.report()["errors"] == 1 and "503" in failing.report()["last_error"]
@@ -94,7 +100,7 @@ def test_judge_retries_server_errors_then_gives_up():
 
 @pytest.mark.unit
 def test_reward_mode():
-    client = JudgeClient({"base_url": "http://rm.test/v1", "model": "rm", "mode": "reward"},
+    client = JudgeClient({"endpoint": "rm", "model": "rm", "mode": "reward"}, endpoints=ENDPOINTS,
                          transport=httpx.MockTransport(FakeJudge()))
     assert client.score_name == "reward"
     assert client.score("abcdefghij") == 1.0
@@ -105,7 +111,20 @@ def test_judge_config_rejects_unknown_keys():
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
-        JudgeConfig.model_validate({"base_url": "x", "model": "m", "temprature": 0})
+        JudgeConfig.model_validate({"endpoint": "x", "model": "m", "temprature": 0})
+    for field in ("base_url", "api_key_env"):  # where a keyed call goes is the operator's, not the config's
+        with pytest.raises(ValidationError, match=f"`{field}` is not accepted: name an endpoint"):
+            JudgeConfig.model_validate({"endpoint": "x", "model": "m", field: "http://evil.test"})
+
+
+@pytest.mark.unit
+def test_judge_endpoint_must_be_known_and_serve_the_model():
+    with pytest.raises(UnknownEndpoint, match="unknown endpoint 'nope'") as info:
+        JudgeClient({"endpoint": "nope", "model": "m"}, endpoints=ENDPOINTS)
+    assert info.value.field == "judge.endpoint"
+    with pytest.raises(ValueError, match="endpoint 'judge' serves 'judge-1'; not 'other'") as info:
+        JudgeClient({"endpoint": "judge", "model": "other"}, endpoints=ENDPOINTS)
+    assert info.value.field == "judge.model"
 
 
 @pytest.mark.unit
@@ -114,8 +133,9 @@ def test_score_file_with_simulated_judge_and_filters(tmp_path):
             {"prompt": "Spam?", "completion": " ".join(["buy now"] * 30)},
             {"prompt": "Short?", "completion": "Yes."}]
     src = write_jsonl(tmp_path / "in.jsonl", rows)
-    report = score_file(src, tmp_path / "scored.jsonl", judge={"base_url": "http://j.test/v1", "model": "j"},
-                        judge_transport=httpx.MockTransport(FakeJudge()), report_path=tmp_path / "r.json")
+    report = score_file(src, tmp_path / "scored.jsonl", judge={"endpoint": "plain", "model": "j"},
+                        judge_transport=httpx.MockTransport(FakeJudge()), endpoints=ENDPOINTS,
+                        report_path=tmp_path / "r.json")
     scored = read_jsonl(tmp_path / "scored.jsonl")
     assert [{k: v for k, v in r.items() if k != SCORES_KEY} for r in scored] == rows
     assert all({"quality", "judge"} <= set(r[SCORES_KEY]) for r in scored)

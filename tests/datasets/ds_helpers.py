@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from api_helpers import run_data_job  # noqa: F401 - shared with the API tests (tests/api is on sys.path)
+
 REDIS_URL = os.environ.get("TP_TEST_DATASETS_REDIS_URL", "redis://127.0.0.1:6379/12")
 TERMINAL = {"succeeded", "failed", "cancelled"}
 
@@ -48,38 +50,6 @@ class Ingest:
 
     def json(self):
         return self.body
-
-
-def run_data_job(job_id: int, timeout: float = 60) -> None:
-    """Run the queued data job `job_id` here, as a worker would (claimed by id); if a real worker took it first,
-    wait for it to end."""
-    import time
-
-    from sqlalchemy import update
-    from sqlmodel import select
-
-    from training_platform.db.models import Job, JobEvent, utcnow
-    from training_platform.db.session import session_scope
-    from training_platform.workers.data_tasks import DataJobSupervisor
-
-    worker = "in-test@local"
-    with session_scope() as session:
-        claimed = session.exec(update(Job).where(Job.id == job_id, Job.status == "queued").values(
-            status="preflight", worker=worker, heartbeat_at=utcnow(), attempts=Job.attempts + 1, updated_at=utcnow())
-            .execution_options(synchronize_session=False)).rowcount
-        if claimed:
-            session.add(JobEvent(job_id=job_id, from_status="queued", to_status="preflight",
-                                 reason=f"claimed by {worker}"))
-    if claimed:
-        DataJobSupervisor(job_id, worker).run()
-        return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with session_scope() as session:
-            if session.exec(select(Job.status).where(Job.id == job_id)).one() in TERMINAL:
-                return
-        time.sleep(0.2)
-    raise AssertionError(f"data job {job_id} did not finish in {timeout}s")
 
 
 def follow(api, accepted, user: str = "alice"):

@@ -230,15 +230,16 @@ def test_format_given_and_other_file_types(api):
 
 
 def test_register_a_server_side_file(api, outside_dir):
-    src = api.data_dir / "incoming" / "set.jsonl"
-    src.parent.mkdir(exist_ok=True)
+    src = api.data_dir / "users" / "alice" / "incoming" / "set.jsonl"  # alice's own area
+    src.parent.mkdir(parents=True, exist_ok=True)
     content = jsonl(GOOD[:4])
     src.write_bytes(content)
-    r = follow(api, api.post("/datasets/register", json={"name": "registered", "path": "incoming/set.jsonl"}))
+    r = follow(api, api.post("/datasets/register", json={"name": "registered",
+                                                         "path": "users/alice/incoming/set.jsonl"}))
     assert r.accepted.status_code == 202 and r.status_code == 201, r.text
     v = r.json()["version"]
     assert v["operation"] == "register" and v["sha256"] == sha256(content) and v["rows"] == 4
-    assert v["recipe"]["source"] == "incoming/set.jsonl" and v["recipe"]["resolved"] == str(src)
+    assert v["recipe"]["source"] == v["recipe"]["resolved"] == "users/alice/incoming/set.jsonl"
     stored = api.data_dir / v["path"]
     assert stored != src and stored.read_bytes() == content  # copied into the store
     src.write_bytes(jsonl(GOOD[:1]))  # the original changes; the version does not
@@ -253,9 +254,10 @@ def test_register_a_server_side_file(api, outside_dir):
         assert r.status_code == 422, (path, r.text)
         assert r.json()["detail"][0]["loc"] == "path" and "outside the allowed directories" in r.json()["detail"][0][
             "msg"]
-    r = api.post("/datasets/register", json={"name": "nope", "path": "incoming/missing.jsonl"})
+    r = api.post("/datasets/register", json={"name": "nope", "path": "users/alice/incoming/missing.jsonl"})
     assert r.status_code == 422 and "no such file" in r.json()["detail"][0]["msg"]
-    r = api.post("/datasets/register", json={"name": "nope", "path": "incoming/set.jsonl", "policy": "maybe"})
+    r = api.post("/datasets/register", json={"name": "nope", "path": "users/alice/incoming/set.jsonl",
+                                             "policy": "maybe"})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == "policy"
     assert api.get("/datasets", params={"q": "nope"}).json()["total"] == 0
 

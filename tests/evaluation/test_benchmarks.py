@@ -162,8 +162,13 @@ def test_config_validation():
         BenchmarkSpec(name="humaneval", k=[1, 10], n_samples=5, temperature=0.8)
     with pytest.raises(ValueError, match="needs sampling"):
         BenchmarkSpec(name="gsm8k", n_samples=4)
-    with pytest.raises(ValueError, match="base_url"):
+    with pytest.raises(ValueError, match="backend 'openai' needs `endpoint`"):
         EvalConfig(model={"backend": "openai", "path": "m"}, benchmarks=[{"name": "gsm8k"}])
+    with pytest.raises(ValueError, match="only with backend 'openai'"):
+        EvalConfig(model={"path": "m", "endpoint": "judge"}, benchmarks=[{"name": "gsm8k"}])
+    with pytest.raises(ValueError, match="Extra inputs"):
+        EvalConfig(model={"backend": "openai", "path": "m", "endpoint": "e", "base_url": "http://x"},
+                   benchmarks=[{"name": "gsm8k"}])
     with pytest.raises(ValueError, match="listed twice"):
         EvalConfig(model={"path": "m"}, benchmarks=[{"name": "gsm8k"}, {"name": "gsm8k"}])
     with pytest.raises(ValueError, match="Extra inputs"):

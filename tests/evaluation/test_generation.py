@@ -140,8 +140,10 @@ def fake_openai():
 
 @pytest.mark.integration
 def test_openai_backend(fake_openai, monkeypatch):
+    from training_platform.endpoints import Endpoint
+
     monkeypatch.setenv("MY_EVAL_KEY", "sk-test-123")
-    backend = OpenAIBackend(fake_openai, "served-model", api_key_env="MY_EVAL_KEY", max_concurrency=2)
+    backend = OpenAIBackend(Endpoint("local", fake_openai, "MY_EVAL_KEY"), "served-model", max_concurrency=2)
     stops = ("Question:", "a", "b", "c", "STOP")
     chat = backend.generate([GenerationRequest(messages=[{"role": "user", "content": "2+2?"}])],
                             SamplingParams(max_new_tokens=20, stop=("Question:",), n=2, temperature=0.7))
@@ -153,22 +155,32 @@ def test_openai_backend(fake_openai, monkeypatch):
     assert first["body"]["model"] == "served-model" and first["body"]["n"] == 2
     assert first["body"]["temperature"] == 0.7 and first["body"]["max_tokens"] == 20
     assert second["path"] == "/v1/completions" and second["body"]["stop"] == list(stops[:4])
-    assert "sk-test-123" not in json.dumps(backend.describe())
+    assert backend.describe() == {"backend": "openai", "model": "served-model", "endpoint": "local",
+                                  "authenticated": True}
     backend.close()
 
 
 @pytest.mark.integration
 def test_openai_backend_end_to_end_run_never_records_the_key(fake_openai, monkeypatch, tmp_path):
+    from training_platform.endpoints import Endpoints
     from training_platform.evaluation.config import EvalConfig
     from training_platform.evaluation.runner import run_evaluation
+    from training_platform.settings import Settings
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-456")
+    # The operator's TP_ENDPOINTS names the server; the config names only the endpoint.
+    endpoints = Endpoints.from_env(Settings(TP_ENDPOINTS=json.dumps(
+        {"local": {"base_url": fake_openai, "api_key_env": "OPENAI_API_KEY", "models": ["served-model"]}})))
     data = write_jsonl(tmp_path / "gsm.jsonl", [{"question": "2+2?", "answer": "#### 4"},
                                                 {"question": "3+3?", "answer": "#### 6"}])
-    config = EvalConfig(model={"backend": "openai", "path": "served-model", "base_url": fake_openai},
+    config = EvalConfig(model={"backend": "openai", "path": "served-model", "endpoint": "local"},
                         benchmarks=[{"name": "gsm8k", "data": str(data)}])
     events = []
-    summary = run_evaluation(config, tmp_path / "out", progress=False, on_progress=events.append)
+    summary = run_evaluation(config, tmp_path / "out", progress=False, on_progress=events.append,
+                             endpoints=endpoints)
+    assert summary["model"] == {"backend": "openai", "model": "served-model", "endpoint": "local",
+                                "authenticated": True}
+    assert {c["auth"] for c in _FakeOpenAI.calls} == {"Bearer sk-secret-456"}
     assert {"benchmark": "gsm8k", "stage": "generate", "done": 2, "total": 2} in events
     assert events[-1] == {"benchmark": "gsm8k", "stage": "score", "done": 2, "total": 2}
     metrics = summary["benchmarks"]["gsm8k"]["metrics"]
@@ -177,7 +189,36 @@ def test_openai_backend_end_to_end_run_never_records_the_key(fake_openai, monkey
     assert json.loads(records[0]["prompt"])[0]["role"] == "user"  # chat prompt recorded as messages
     for path in (tmp_path / "out").rglob("*"):
         if path.is_file():
-            assert "sk-secret-456" not in path.read_text(errors="replace"), path
+            text = path.read_text(errors="replace")
+            assert "sk-secret-456" not in text and "OPENAI_API_KEY" not in text and fake_openai not in text, path
+
+
+@pytest.mark.integration
+def test_eval_cli_names_an_endpoint_from_tp_endpoints(fake_openai, monkeypatch, tmp_path):
+    from eval_helpers import last_json_line, run_eval_cli
+
+    from training_platform.settings import get_settings
+
+    monkeypatch.setenv("CLI_EVAL_KEY", "sk-" + "cli-key-0123456789")
+    monkeypatch.setenv("TP_ENDPOINTS", json.dumps({"local": {"base_url": fake_openai, "api_key_env": "CLI_EVAL_KEY",
+                                                             "models": ["served-model"]}}))
+    get_settings.cache_clear()
+    try:
+        data = write_jsonl(tmp_path / "gsm.jsonl", [{"question": "2+2?", "answer": "#### 4"}])
+        common = ["--backend", "openai", "--benchmarks", "gsm8k", "--data", f"gsm8k={data}", "--no-progress"]
+        result = run_eval_cli("run", "--model", "served-model", "--endpoint", "local", *common,
+                              "--output", tmp_path / "out")
+        assert result.exit_code == 0, result.stderr
+        assert last_json_line(result.stdout)["gsm8k"]["accuracy"] == 1.0
+        assert {c["auth"] for c in _FakeOpenAI.calls} == {"Bearer sk-cli-key-0123456789"}
+        unknown = run_eval_cli("run", "--model", "served-model", "--endpoint", "elsewhere", *common,
+                               "--output", tmp_path / "o2")
+        assert unknown.exit_code == 2 and "unknown endpoint 'elsewhere' (known: 'local')" in unknown.stderr
+        missing = run_eval_cli("run", "--model", "served-model", *common, "--output", tmp_path / "o3")
+        assert missing.exit_code == 2 and "needs `endpoint`" in missing.stderr
+        assert run_eval_cli("run", "--model", "m", "--base-url", fake_openai, *common).exit_code == 2  # gone
+    finally:
+        get_settings.cache_clear()
 
 
 @pytest.mark.unit

@@ -147,6 +147,12 @@ def test_api_listens_on_all_interfaces_on_the_published_port(services):
     assert any(p.split(":")[-1] == port for p in published), published
 
 
+def test_api_runs_several_processes(services):
+    argv = argv_of(services["api"]["command"])
+    workers = option_value(argv, "--workers", "-w")
+    assert workers is not None and int(workers) >= 2, argv
+
+
 def test_workers_consume_the_work_queues(services):
     from training_platform.workers.celery_app import QUEUES
 

@@ -70,7 +70,8 @@ def test_cancel_stops_a_running_evaluation(platform, eval_worker):
 
 
 def test_a_bad_row_fails_the_preflight_with_its_line(platform, eval_worker):
-    bad = platform.data_dir / "bad_gsm8k.jsonl"
+    bad = platform.data_dir / "users" / "alice" / "bad_gsm8k.jsonl"  # the submitter's own area
+    bad.parent.mkdir(parents=True, exist_ok=True)
     bad.write_text(json.dumps({"question": "1+1?", "answer": "#### 2"}) + "\n"
                    + json.dumps({"question": "2+2?", "answer": "four"}) + "\n")
     job_id = _submit(platform, [{"name": "gsm8k", "data": str(bad)}])
@@ -78,15 +79,16 @@ def test_a_bad_row_fails_the_preflight_with_its_line(platform, eval_worker):
     assert job.status == "failed"
     assert job.error.startswith("preflight failed: benchmarks:")
     assert "bad_gsm8k.jsonl:2" in job.error and "no final answer" in job.error
-    assert job.preflight["ok"] is False and [c["name"] for c in job.preflight["checks"]] == ["config", "model", "data"]
+    checks = [c["name"] for c in job.preflight["checks"]]
+    assert job.preflight["ok"] is False and checks == ["config", "paths", "model", "data"]
     assert [e[1] for e in platform.events(job_id)] == ["queued", "preflight", "failed"]
 
 
 def test_a_crash_during_the_evaluation_is_recorded_with_its_traceback(platform, eval_worker):
     # A model directory whose weights cannot be loaded: config.json is there (the preflight passes), the
     # safetensors file is garbage (loading fails in the run).
-    broken = platform.data_dir / "broken_model"
-    broken.mkdir()
+    broken = platform.data_dir / "users" / "alice" / "broken_model"  # the submitter's own area
+    broken.mkdir(parents=True)
     src = platform.data_dir / "demo" / "model"
     for f in src.iterdir():
         (broken / f.name).write_bytes(f.read_bytes())

@@ -21,6 +21,7 @@ from training_platform.api.routes import (
     checkpoints,
     config,
     datasets,
+    endpoints,
     evaluations,
     health,
     jobs,
@@ -37,7 +38,8 @@ API_PREFIX = "/api/v1"
 DESCRIPTION = """
 Submit, watch and manage post-training jobs (SFT, DPO, KTO, ORPO, SimPO, GRPO, RLOO, PPO, reward models);
 prepare datasets; evaluate models and checkpoints (GSM8K, MATH, HumanEval, multiple choice, custom sets), by hand,
-on a cron schedule or on every new checkpoint, with a leaderboard per benchmark.
+on a cron schedule or on every new checkpoint, with a leaderboard per benchmark. Served models and judges are
+reached through endpoints the operator named (`GET /endpoints`); requests name one, never a URL or a key.
 
 Authenticate with `Authorization: Bearer <token>`. Errors are `{"detail": "..."}`; validation errors list every
 problem as `{"detail": [{"loc": "algorithm.num_generations", "msg": "must be >= 2, got 1"}, ...]}`.
@@ -82,8 +84,8 @@ def create_app() -> FastAPI:
     errors.install(app)
 
     api = APIRouter(prefix=API_PREFIX)
-    for module in (jobs, metrics, logs, checkpoints, models, datasets, evaluations, schedules, users, monitoring,
-                   health, config):
+    for module in (jobs, metrics, logs, checkpoints, models, datasets, evaluations, schedules, endpoints, users,
+                   monitoring, health, config):
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(health.router, include_in_schema=False)  # /health, /metrics

@@ -23,7 +23,9 @@ _BODY_FIELDS = {name for model in _BODY_MODELS for name in model.model_fields} |
     # POST /evaluations and /schedules (their models live with their routers)
     "benchmarks", "generation", "backend", "sandbox", "seed", "model", "job_id", "checkpoint", "keep_best_by",
     "trigger", "cron", "every_n", "include_existing", "enabled", "max_new_tokens", "temperature", "top_p",
-    "n_samples", "k", "stop", "chat", "n_shot", "system_prompt", "limit"}
+    "n_samples", "k", "stop", "chat", "n_shot", "system_prompt", "limit",
+    # named endpoints (POST /endpoints; `endpoint` in evaluations, schedules and judge configs)
+    "endpoint", "base_url", "api_key_env", "models"}
 
 
 class ValidationFailed(HTTPException):

@@ -2,9 +2,11 @@
 
 Layer 3 (files exist, rows valid, the model loads) needs the disk and runs in the worker's preflight gate.
 
-Path policy (`training_platform/path_policy.py`): every path a config names must resolve inside one of
-`settings.allowed_roots`. `model.path` may instead be the name of a registered model (its path is substituted) or a
-hub id `org/name` that is not a local path.
+Path policy (`training_platform/path_policy.py`): every field of the validated config marked as a path (typed
+`UserFile`, `UserDir`, `ModelRef`, ... from `training_platform/userpath.py`) must resolve inside an area the
+submitting user may read; the worker checks the same fields again before it opens anything. `model.path` (a
+`ModelRef`) may instead be the name of a registered model the user may use (its path is substituted) or a hub id
+`org/name` that is not a local path.
 """
 
 from __future__ import annotations
@@ -12,32 +14,31 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from sqlmodel import Session, select
+from sqlmodel import Session
 
-from training_platform.db.models import RegisteredModel
-from training_platform.path_policy import check_path, is_hub_id
+from training_platform.db.models import User
+from training_platform.path_policy import (
+    check_marked,
+    check_path,
+    reader_for,
+    training_config_paths,
+    visible_model_by_name,
+)
 from training_platform.settings import Settings
-from training_platform.training.config import ConfigError, FieldError, check_rules, parse_config
-
-# (field path, keys into the raw config); model.path is handled separately.
-PATH_FIELDS: list[tuple[str, tuple[str, ...]]] = [
-    ("data.train_file", ("data", "train_file")),
-    ("data.eval_file", ("data", "eval_file")),
-    ("algorithm.reward_model_path", ("algorithm", "reward_model_path")),
-    ("algorithm.value_model_path", ("algorithm", "value_model_path")),
-]
+from training_platform.training.config import ConfigError, FieldError, JobConfig, check_rules, parse_config
+from training_platform.userpath import raw_user_paths
 
 
-def _get(raw: dict, keys: tuple[str, ...]) -> Any:
-    node: Any = raw
-    for key in keys:
-        if not isinstance(node, dict):
-            return None
-        node = node.get(key)
-    return node
+def _set(config: dict, loc: str, value: str) -> None:
+    """Set a plain dotted field path (`model.path`) in the raw config."""
+    node: Any = config
+    *parents, last = loc.split(".")
+    for key in parents:
+        node = node[key]
+    node[last] = value
 
 
-def check_job_config(session: Session, raw: Any, settings: Settings) -> dict:
+def check_job_config(session: Session, raw: Any, settings: Settings, user: User) -> dict:
     """Validate a submitted config; returns the config to store (registered model names substituted).
     Raises ConfigError listing every problem found by the schema, the cross-field rules and the path policy."""
     errors: list[FieldError] = []
@@ -49,28 +50,25 @@ def check_job_config(session: Session, raw: Any, settings: Settings) -> dict:
         errors.extend(exc.errors)
     if cfg is not None:
         errors.extend(check_rules(cfg))
-    if not isinstance(config, dict):
+        paths = training_config_paths(cfg)
+    elif isinstance(config, dict):  # the path fields are still checked, so every problem is reported at once
+        paths = list(raw_user_paths(JobConfig, config))
+    else:
         raise ConfigError(errors)
 
-    # The path policy looks at the raw values, so it reports even when other fields are invalid.
-    model_path = _get(config, ("model", "path"))
-    if isinstance(model_path, str) and model_path:
-        registered = session.exec(select(RegisteredModel).where(RegisteredModel.name == model_path)).first()
-        if registered is not None:
-            config["model"]["path"] = registered.path
-            error = check_path("model.path", registered.path, settings)
-            if error is not None:
-                errors.append(FieldError("model.path", f"registered model {model_path!r}: {error.reason}"))
-        elif not is_hub_id(model_path, settings):
-            error = check_path("model.path", model_path, settings)
-            if error is not None:
-                errors.append(error)
-    for field, keys in PATH_FIELDS:
-        value = _get(config, keys)
-        if isinstance(value, str) and value:
-            error = check_path(field, value, settings)
-            if error is not None:
-                errors.append(error)
+    reader = reader_for(session, user)
+    others = []
+    for loc, value, marker in paths:
+        if marker.kind == "model" and "[" not in loc:
+            registered = visible_model_by_name(session, user, value)
+            if registered is not None:
+                _set(config, loc, registered.path)
+                error = check_path(loc, registered.path, settings, reader)
+                if error is not None:
+                    errors.append(FieldError(loc, f"registered model {value!r}: {error.reason}"))
+                continue
+        others.append((loc, value, marker))
+    errors.extend(check_marked(others, settings, reader))
 
     if errors:
         seen: set[tuple[str, str]] = set()

@@ -165,8 +165,9 @@ class ModelCreate(RequestBody):
 class ModelRead(BaseModel):
     id: int
     name: str
-    path: str
-    owner: str | None
+    path: str = Field(description="Relative to TP_DATA_DIR when inside it.")
+    owner: str | None = Field(description="None: a platform model (the demo), usable by everyone.")
+    shared: bool = Field(False, description="Usable by every user (set by the owner or an admin with PATCH).")
     info: dict[str, Any]
     created_at: UtcDatetime
 

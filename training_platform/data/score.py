@@ -15,7 +15,9 @@ chat rows), truncated to `max_length` tokens, batched on CPU.
 Judge: `mode: judge` sends the row's text in `prompt_template` to `/chat/completions` and reads the first number of
 the reply as a score out of `max_score` (stored normalised to [0, 1] as `judge`); `mode: reward` posts
 {"model", "input": text} to `reward_path` (vLLM's `/pooling` by default) and stores the first number of
-`data[0]` as `reward`. The API key comes from the environment variable named by `api_key_env`. Answers are cached
+`data[0]` as `reward`. The server is a named endpoint the operator defined (`endpoint`; see
+training_platform/endpoints.py: TP_ENDPOINTS, or admin-defined ones the data worker looks up): its URL and key are
+looked up when scoring starts, never carried in the config or the report. Answers are cached
 (in memory, and in `cache_path` as JSONL when set) by model + prompt; the report counts requests, cache hits, errors
 and latency, so a simulated or cached judge is visible.
 """
@@ -33,7 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from training_platform.data.formats import DatasetError, RowError, detect_format, validate_row
 from training_platform.data.io import RowWriter, iter_records, read_json_or_yaml, write_json
@@ -123,14 +125,16 @@ DEFAULT_JUDGE_PROMPT = (
 )
 
 
+RELATIVE_PATH = re.compile(r"^/(?!/)[A-Za-z0-9._~/\-]{0,200}$")
+
+
 class JudgeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    base_url: str = Field(description="OpenAI-compatible API root, e.g. http://localhost:8000/v1")
-    model: str
+    endpoint: str = Field(max_length=64, description="The name of an endpoint the operator defined (TP_ENDPOINTS; "
+                                                     "GET /api/v1/endpoints lists them).")
+    model: str = Field(min_length=1, max_length=256)
     mode: Literal["judge", "reward"] = "judge"
-    api_key_env: str | None = Field("OPENAI_API_KEY", description="Environment variable holding the API key "
-                                                                   "(no Authorization header if it is unset).")
     prompt_template: str = DEFAULT_JUDGE_PROMPT
     max_score: float = Field(10.0, gt=0)
     max_tokens: int = Field(8, ge=1)
@@ -140,6 +144,33 @@ class JudgeConfig(BaseModel):
     max_retries: int = Field(2, ge=0)
     max_text_chars: int = Field(8000, ge=100)
     cache_path: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_urls(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for field in ("base_url", "api_key_env", "api_key"):
+                if field in data:
+                    raise ValueError(f"`{field}` is not accepted: name an endpoint the operator defined in "
+                                     f"`endpoint` (TP_ENDPOINTS; GET /api/v1/endpoints lists them)")
+        return data
+
+    @field_validator("reward_path")
+    @classmethod
+    def _relative_path(cls, path: str) -> str:
+        if not RELATIVE_PATH.fullmatch(path) or ".." in path.split("/"):
+            raise ValueError("a path under the endpoint's base URL, such as /pooling (no scheme, host or '..')")
+        return path
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_name(cls, name: str) -> str:
+        from training_platform.endpoints import EndpointError, check_name
+
+        try:
+            return check_name(name)
+        except EndpointError as exc:
+            raise ValueError(str(exc)) from None
 
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -168,20 +199,19 @@ def _first_number(value: Any) -> float | None:
 
 
 class JudgeClient:
-    """Scores texts through an OpenAI-compatible endpoint, with a cache and counters. `transport` (an httpx
-    transport) lets tests simulate the server."""
+    """Scores texts through a named OpenAI-compatible endpoint, with a cache and counters. `endpoints` resolves the
+    name (default: the operator's TP_ENDPOINTS / TP_ENDPOINTS_FILE); `transport` (an httpx transport) lets tests
+    simulate the server. EndpointError when the endpoint is unknown or does not serve the model."""
 
-    def __init__(self, config: JudgeConfig | dict, *, transport=None):
-        import httpx
+    def __init__(self, config: JudgeConfig | dict, *, endpoints=None, transport=None):
+        from training_platform.endpoints import Endpoints, has_key, keyed_client
 
         self.config = config if isinstance(config, JudgeConfig) else JudgeConfig.model_validate(config)
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(self.config.api_key_env) if self.config.api_key_env else None
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        self.authenticated = bool(key)
-        self._client = httpx.Client(base_url=self.config.base_url.rstrip("/"), headers=headers,
-                                    timeout=self.config.timeout_s, transport=transport)
+        resolver = endpoints if endpoints is not None else Endpoints.from_env()
+        self.endpoint = resolver.resolve(self.config.endpoint, self.config.model, field="judge.endpoint",
+                                         model_field="judge.model")
+        self.authenticated = has_key(self.endpoint)
+        self._client = keyed_client(self.endpoint, timeout=self.config.timeout_s, transport=transport)
         self.cache: dict[str, float | None] = {}
         self.stats = {"rows": 0, "requests": 0, "cache_hits": 0, "errors": 0, "latency_total_s": 0.0,
                       "latency_max_s": 0.0}
@@ -244,7 +274,7 @@ class JudgeClient:
                 response.raise_for_status()
                 value = self._parse(response.json())
             except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
-                self.last_error = f"{type(exc).__name__}: {exc}"
+                self.last_error = _error_text(exc)
                 retryable = not isinstance(exc, httpx.HTTPStatusError) or exc.response.status_code >= 429
                 if attempt < self.config.max_retries and retryable:
                     time.sleep(min(2.0, 0.1 * 2 ** attempt))
@@ -260,7 +290,7 @@ class JudgeClient:
 
     def report(self) -> dict[str, Any]:
         calls = self.stats["requests"]
-        return {"mode": self.config.mode, "model": self.config.model, "base_url": self.config.base_url,
+        return {"mode": self.config.mode, "model": self.config.model, "endpoint": self.endpoint.name,
                 "authenticated": self.authenticated, **self.stats,
                 "latency_total_s": round(self.stats["latency_total_s"], 4),
                 "latency_max_s": round(self.stats["latency_max_s"], 4),
@@ -271,6 +301,19 @@ class JudgeClient:
         self._client.close()
         if self._cache_file is not None:
             self._cache_file.close()
+
+
+def _error_text(exc: Exception) -> str:
+    """A judge error for the report: the status or the failure, without the endpoint's URL (users see reports)."""
+    import httpx
+
+    if isinstance(exc, httpx.HTTPStatusError):
+        status = exc.response.status_code
+        extra = ": redirects are not followed" if 300 <= status < 400 else ""
+        return f"HTTPStatusError: HTTP {status}{extra}"
+    if isinstance(exc, httpx.HTTPError):
+        return f"{type(exc).__name__}: the request to the endpoint failed"
+    return f"{type(exc).__name__}: {exc}"[:500]
 
 
 def load_judge_config(source: str | Path | dict | JudgeConfig) -> JudgeConfig:
@@ -294,14 +337,15 @@ def _stats(values: list[float]) -> dict[str, float]:
 
 def score_file(path: str | Path, output: str | Path, *, heuristics: bool = True,
                perplexity_model: str | Path | None = None, perplexity_max_length: int = 512,
-               judge: JudgeConfig | dict | str | Path | None = None, judge_transport=None,
+               judge: JudgeConfig | dict | str | Path | None = None, judge_transport=None, endpoints=None,
                fmt: str | None = None, fields: list[str] | None = None, batch_size: int = 16,
                report_path: str | Path | None = None) -> dict[str, Any]:
     """Score every row; write the rows with `_scores` added (atomic) and return the report (per-score
-    distributions, judge counters)."""
+    distributions, judge counters). `endpoints` resolves the judge's endpoint name (default: TP_ENDPOINTS)."""
     t0 = time.perf_counter()
     scorer = PerplexityScorer(perplexity_model, max_length=perplexity_max_length) if perplexity_model else None
-    client = JudgeClient(load_judge_config(judge), transport=judge_transport) if judge is not None else None
+    client = (JudgeClient(load_judge_config(judge), endpoints=endpoints, transport=judge_transport)
+              if judge is not None else None)
     values: dict[str, list[float]] = {}
     rows = 0
     try:

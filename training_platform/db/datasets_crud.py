@@ -44,8 +44,9 @@ from training_platform.db.models import (
     User,
     utcnow,
 )
-from training_platform.path_policy import check_path, is_hub_id, resolve_path
+from training_platform.path_policy import Reader, check_marked, check_path, is_hub_id, resolve_path, shown
 from training_platform.settings import Settings
+from training_platform.userpath import UserDir, UserFile, user_paths
 
 log = logging.getLogger("training_platform.datasets")
 
@@ -560,20 +561,41 @@ class ConvertParams(_Params):
     ability: str | None = None
 
 
+class JudgeParams(_Params):
+    """An LLM judge or reward model behind a named endpoint (see data/score.py JudgeConfig; no cache file here)."""
+
+    endpoint: str = Field(min_length=1, max_length=64, description="The name of an endpoint the operator defined "
+                                                                   "(GET /api/v1/endpoints).")
+    model: str = Field(min_length=1, max_length=256, description="A model the endpoint serves.")
+    mode: Literal["judge", "reward"] = "judge"
+    prompt_template: str | None = Field(None, max_length=20_000, description="With {text}; default: a 0-10 "
+                                                                             "quality grade.")
+    max_score: float = Field(10.0, gt=0, le=1e6)
+    max_tokens: int = Field(8, ge=1, le=4096)
+    temperature: float = Field(0.0, ge=0, le=5)
+    reward_path: str = Field("/pooling", max_length=200, description="reward mode: the path under the endpoint.")
+    timeout_s: float = Field(30.0, gt=0, le=600)
+    max_retries: int = Field(2, ge=0, le=10)
+    max_text_chars: int = Field(8000, ge=100, le=1_000_000)
+
+
 class ScoreParams(_Params):
     heuristics: bool = True
     fields: list[str] | None = None
-    perplexity_model: str | None = Field(None, description="Local causal LM directory (path policy applies).")
+    perplexity_model: UserDir | None = Field(None, description="Local causal LM directory (path policy applies).")
     max_length: int = Field(512, ge=8, le=8192)
     by: str | None = Field(None, description="Keep rows by this score (with min/max/top_k).")
     min: float | None = None
     max: float | None = None
     top_k: int | None = Field(None, ge=1)
     lowest: bool = False
+    judge: JudgeParams | None = Field(None, description="Also score with an LLM judge / reward model (stored as "
+                                                        "`judge` / `reward`).")
 
 
 class DecontaminateParams(_Params):
-    eval_sets: list[str] = Field(min_length=1, max_length=50, description="Eval set files (path policy applies).")
+    eval_sets: list[UserFile] = Field(min_length=1, max_length=50,
+                                      description="Eval set files (path policy applies).")
     ngram: int = Field(13, ge=1, le=64)
     min_tokens: int = Field(8, ge=1)
     min_matches: int = Field(1, ge=1)
@@ -594,22 +616,65 @@ def _pydantic_errors(exc: ValidationError, model: type[BaseModel]) -> list[tuple
     return out
 
 
-def _local_path(loc: str, value: str, settings: Settings, *, kind: str = "file") -> tuple[str, str] | None:
-    error = check_path(loc, value, settings)
+def _local_path(loc: str, value: str, settings: Settings, reader: Reader, *,
+                kind: str = "file") -> tuple[str, str] | None:
+    error = check_path(loc, value, settings, reader)
     if error is not None:
         return loc, error.reason
     path = resolve_path(value, settings)
     if kind == "file" and not path.is_file():
-        return loc, f"no such file: {value}"
+        return loc, f"no such file: {shown(value, settings)}"
     if kind == "dir" and not path.is_dir():
-        return loc, f"no such directory: {value}"
+        return loc, f"no such directory: {shown(value, settings)}"
     return None
 
 
-def validate_operation(operation: str, params: Any, settings: Settings, *,
+def _judge_config(params: dict[str, Any]):
+    from training_platform.data.score import JudgeConfig
+
+    return JudgeConfig.model_validate({k: v for k, v in params.items() if v is not None})
+
+
+def _judge_errors(judge: JudgeParams, settings: Settings) -> list[tuple[str, str]]:
+    """The judge's endpoint known (operator's or admin-defined) and serving its model; checked at submission and
+    again by the data worker (validate_operation runs in both)."""
+    from training_platform.db.endpoints_crud import worker_resolver
+    from training_platform.endpoints import EndpointConfigError, EndpointError
+
+    try:
+        config = _judge_config(judge.model_dump())
+    except ValidationError as exc:
+        return [(".".join(["params.judge", *map(str, e["loc"])]), e["msg"].removeprefix("Value error, "))
+                for e in exc.errors()]
+    try:
+        worker_resolver(settings).resolve(config.endpoint, config.model, field="endpoint", model_field="model")
+    except EndpointConfigError as exc:
+        log.error("endpoint configuration: %s", exc)
+        return [("params.judge.endpoint", "the operator's endpoint configuration is invalid; ask them to fix it")]
+    except EndpointError as exc:
+        return [(f"params.judge.{exc.field or 'endpoint'}", str(exc))]
+    return []
+
+
+def operation_paths(operation: str, params: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    """Every path field (marked in the params models, the clean recipe's operators included) of validated,
+    normalised operation params, as (loc, value, marker)."""
+    parsed = PARAMS[operation].model_validate(params)
+    found = [(f"params.{loc}", value, marker) for loc, value, marker in user_paths(parsed)]
+    if isinstance(parsed, CleanParams):
+        from training_platform.data.clean import parse_recipe
+
+        for i, step in enumerate(parse_recipe(parsed.recipe).steps):
+            found += [(f"params.recipe.operators[{i}].{loc}", value, marker)
+                      for loc, value, marker in user_paths(step.params)]
+    return found
+
+
+def validate_operation(operation: str, params: Any, settings: Settings, *, reader: Reader,
                        input_format: str | None = None) -> dict[str, Any]:
-    """Check an operation's parameters before a job is queued. Returns them normalised (defaults filled in; a
-    clean recipe in its full form), which is what the job runs and what the version's lineage records. Raises
+    """Check an operation's parameters before a job is queued (and again in the worker, for the job's owner).
+    Returns them normalised (defaults filled in; a clean recipe in its full form), which is what the job runs and
+    what the version's lineage records. Every path (see `operation_paths`) must be readable by `reader`. Raises
     OperationInvalid listing every problem as (loc, msg)."""
     if operation not in PARAMS:
         raise OperationInvalid([("operation", f"unknown operation {operation!r}; use one of {', '.join(OPERATIONS)}")])
@@ -635,7 +700,8 @@ def validate_operation(operation: str, params: Any, settings: Settings, *,
             for i, step in enumerate(recipe.steps):
                 tokenizer = getattr(step.params, "tokenizer", None)
                 if isinstance(tokenizer, str) and tokenizer and not is_hub_id(tokenizer, settings):
-                    problem = _local_path(f"params.recipe.operators[{i}].tokenizer", tokenizer, settings, kind="dir")
+                    problem = _local_path(f"params.recipe.operators[{i}].tokenizer", tokenizer, settings, reader,
+                                          kind="dir")
                     if problem:
                         errors.append(problem)
             out["recipe"] = recipe.to_dict()
@@ -671,19 +737,24 @@ def validate_operation(operation: str, params: Any, settings: Settings, *,
         if parsed.by is not None and parsed.min is None and parsed.max is None and parsed.top_k is None:
             errors.append(("params.by", "give min, max or top_k to filter by a score"))
         if parsed.perplexity_model:
-            problem = _local_path("params.perplexity_model", parsed.perplexity_model, settings, kind="dir")
+            problem = _local_path("params.perplexity_model", parsed.perplexity_model, settings, reader,
+                                  kind="dir")
             if problem:
                 errors.append(problem)
+        if parsed.judge is not None:
+            errors += _judge_errors(parsed.judge, settings)
     elif isinstance(parsed, DecontaminateParams):
         from training_platform.data.formats import SUPPORTED_SUFFIXES
 
         for i, value in enumerate(parsed.eval_sets):
             loc = f"params.eval_sets[{i}]"
-            problem = _local_path(loc, value, settings)
+            problem = _local_path(loc, value, settings, reader)
             if problem:
                 errors.append(problem)
             elif Path(value).suffix.lower() not in (*SUPPORTED_SUFFIXES, ".ndjson"):
                 errors.append((loc, f"unsupported file type; use one of {', '.join(SUPPORTED_SUFFIXES)}"))
+    if not errors:  # every marked field, whatever the checks above covered (a new field cannot slip past)
+        errors += [tuple(e) for e in check_marked(operation_paths(operation, out), settings, reader)]
     if errors:
         raise OperationInvalid(errors)
     return out
@@ -738,6 +809,10 @@ def run_operation(operation: str, params: dict[str, Any], source: Path, workdir:
         kwargs = {"heuristics": params["heuristics"], "fields": params.get("fields"),
                   "perplexity_model": resolve_path(params["perplexity_model"], settings)
                   if params.get("perplexity_model") else None, "perplexity_max_length": params["max_length"]}
+        if params.get("judge"):
+            from training_platform.db.endpoints_crud import worker_resolver
+
+            kwargs.update(judge=_judge_config(params["judge"]), endpoints=worker_resolver(settings))
         if params.get("by"):
             report = score_then_filter(source, output, by=params["by"], min_value=params.get("min"),
                                        max_value=params.get("max"), top_k=params.get("top_k"),

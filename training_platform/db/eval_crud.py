@@ -30,12 +30,21 @@ from training_platform.db.models import (
     Evaluation,
     Job,
     JobStatus,
-    RegisteredModel,
     User,
 )
+from training_platform.endpoints import EndpointConfigError, EndpointError, Endpoints
 from training_platform.evaluation.config import EvalConfig
 from training_platform.evaluation.request import EvalRequest, RequestError, parse_metric_key
-from training_platform.path_policy import check_path, is_hub_id, resolve_path
+from training_platform.path_policy import (
+    Reader,
+    check_model_paths,
+    check_path,
+    is_hub_id,
+    reader_for,
+    resolve_path,
+    shown,
+    visible_model_by_name,
+)
 from training_platform.settings import Settings
 
 log = logging.getLogger("training_platform.evaluation")
@@ -71,28 +80,29 @@ def resolve_target(session: Session, user: User, *, model: str | None, job_id: i
     if model is not None:
         if checkpoint is not None:
             raise RequestError([(f"{loc}checkpoint", "`checkpoint` goes with `job_id`, not with `model`")])
-        return _model_target(session, model, backend, settings, loc)
+        return _model_target(session, user, model, backend, settings, loc)
     return _checkpoint_target(session, user, job_id, "latest" if checkpoint is None else checkpoint, loc)
 
 
-def _model_target(session: Session, model: str, backend: str, settings: Settings, loc: str) -> Target:
+def _model_target(session: Session, user: User, model: str, backend: str, settings: Settings, loc: str) -> Target:
     if not model.strip():
         raise RequestError([(f"{loc}model", "must not be empty")])
     if backend == "openai":  # the name the endpoint serves; nothing local
         return Target(model_path=model, label=model)
-    registered = session.exec(select(RegisteredModel).where(RegisteredModel.name == model)).first()
+    registered = visible_model_by_name(session, user, model)
     if registered is not None:
         path, label = registered.path, model
     elif is_hub_id(model, settings):
         return Target(model_path=model, label=model)
     else:
         path, label = model, model
-    error = check_path(f"{loc}model", path, settings)
+    error = check_path(f"{loc}model", path, settings, reader_for(session, user))
     if error is not None:
-        raise RequestError([(error.path, error.reason)])
+        reason = f"registered model {model!r}: {error.reason}" if registered is not None else error.reason
+        raise RequestError([(error.path, reason)])
     resolved = resolve_path(path, settings)
     if not resolved.is_dir():
-        raise RequestError([(f"{loc}model", f"no model directory at {resolved}")])
+        raise RequestError([(f"{loc}model", f"no model directory at {shown(resolved, settings)}")])
     return Target(model_path=str(resolved), label=label)
 
 
@@ -127,37 +137,57 @@ def _checkpoint_target(session: Session, user: User, job_id: int, checkpoint: in
                                                  f"{checkpoint!r}")])
     if not Path(chosen.path).is_dir():
         raise RequestError([(f"{loc}checkpoint", f"checkpoint step {chosen.step} of job {job.id} is missing on "
-                                                 f"disk: {chosen.path}")])
+                                                 f"disk")])
     return Target(model_path=chosen.path, label=f"{label_base} step {chosen.step}", source_job_id=job.id,
                   checkpoint_step=chosen.step, run_dir=job.run_dir)
 
 
-def check_data_paths(config: EvalConfig, settings: Settings) -> list[tuple[str, str]]:
-    """Benchmark data files named in a request: inside the allowed roots and present (rows are checked by the
-    worker's preflight)."""
+def check_data_paths(config: EvalConfig, settings: Settings, reader: Reader) -> list[tuple[str, str]]:
+    """Benchmark data files named in a request (every field marked as a path in BenchmarkSpec): in an area the
+    user may read and present (rows are checked by the worker's preflight)."""
     from training_platform.evaluation.benchmarks import get_benchmark
 
     errors = []
     for i, spec in enumerate(config.benchmarks):
         if not spec.data and get_benchmark(spec).default_data() is None:
             errors.append((f"benchmarks.{i}.data", f"{spec.name} needs a local data file (nothing is downloaded)"))
+        problems = check_model_paths(spec, settings, reader, prefix=f"benchmarks.{i}.")
+        errors += [(e.path, e.reason) for e in problems]
         for field in ("data", "fewshot_data"):
             value = getattr(spec, field)
-            if not value:
-                continue
-            error = check_path(f"benchmarks.{i}.{field}", value, settings)
-            if error is not None:
-                errors.append((error.path, error.reason))
-            elif not resolve_path(value, settings).is_file():
-                errors.append((f"benchmarks.{i}.{field}", f"no such file: {value}"))
+            if value and f"benchmarks.{i}.{field}" not in {e.path for e in problems} \
+                    and not resolve_path(value, settings).is_file():
+                errors.append((f"benchmarks.{i}.{field}", f"no such file: {shown(value, settings)}"))
     return errors
 
 
+def check_endpoint(config: EvalConfig, endpoints: Endpoints, *, job_id: int | None = None,
+                   loc: str = "") -> list[tuple[str, str]]:
+    """An openai backend's endpoint: one the operator (or an admin) defined, serving the model asked for. Checked
+    at submission, when a schedule fires and again by the worker."""
+    if config.model.backend != "openai":
+        return []
+    if job_id is not None:
+        return [(f"{loc}job_id", "an endpoint evaluates a model it serves: give `model` (the served model's name), "
+                                 "not a training job's checkpoint")]
+    try:
+        endpoints.resolve(config.model.endpoint, config.model.path)
+    except EndpointConfigError as exc:
+        log.error("endpoint configuration: %s", exc)
+        return [(f"{loc}backend.endpoint", "the operator's endpoint configuration is invalid; ask them to fix it")]
+    except EndpointError as exc:
+        field = {"endpoint": "backend.endpoint", "model": "model"}.get(exc.field or "", "backend.endpoint")
+        return [(f"{loc}{field}", str(exc))]
+    return []
+
+
 def check_request(request: EvalRequest, model_path: str, settings: Settings, *, keep_best_by: str | None,
-                  job_id: int | None, name: str | None = None) -> tuple[EvalConfig | None, list[tuple[str, str]]]:
+                  job_id: int | None, reader: Reader, name: str | None = None,
+                  session: Session | None = None) -> tuple[EvalConfig | None, list[tuple[str, str]]]:
     """What POST /evaluations and POST /schedules both check about the evaluation asked for: operator-only
-    settings, the EvalConfig it makes (with data paths inside the allowed roots and present) and `keep_best_by`.
-    Returns (the config or None, every problem as (field path, reason))."""
+    settings, the EvalConfig it makes (with data paths inside the allowed roots and present, the endpoint known
+    and serving the model) and `keep_best_by`. Returns (the config or None, every problem as (field path,
+    reason))."""
     errors = request.operator_only_errors()
     config = None
     try:
@@ -165,7 +195,11 @@ def check_request(request: EvalRequest, model_path: str, settings: Settings, *, 
     except RequestError as exc:
         errors += exc.errors
     if config is not None:
-        errors += check_data_paths(config, settings)
+        if session is not None:
+            from training_platform.db.endpoints_crud import resolver
+
+            errors += check_endpoint(config, resolver(session, settings), job_id=job_id)
+        errors += check_data_paths(config, settings, reader)
         if keep_best_by is not None:
             try:
                 parse_metric_key(keep_best_by, config)
@@ -392,3 +426,20 @@ def leaderboard(session: Session, user: User, benchmark: str, metric: str, *, jo
     for rank, entry in enumerate(entries, 1):
         entry["rank"] = rank
     return entries
+
+
+def disable_schedules_of_job(session: Session, job_id: int, why: str) -> list[int]:
+    """Disable the evaluation schedules that watch (or evaluate the latest checkpoint of) job `job_id`, with `why`
+    in their `last_message` (the job was deleted: a schedule must not outlive it silently). Returns their ids."""
+    from training_platform.db.models import EvalSchedule, utcnow
+
+    now = utcnow()
+    schedules = session.exec(select(EvalSchedule).where(EvalSchedule.job_id == job_id)).all()
+    for schedule in schedules:
+        was = "enabled" if schedule.enabled else "already disabled"
+        schedule.enabled = False
+        schedule.next_fire_at = None
+        schedule.updated_at = now
+        schedule.last_message = f"{now.isoformat(timespec='seconds')}: {why}; schedule disabled (was {was})"
+        session.add(schedule)
+    return [s.id for s in schedules]

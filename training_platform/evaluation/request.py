@@ -21,7 +21,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from training_platform.evaluation.config import BenchmarkSpec, EvalConfig, ModelSpec, SandboxSpec
 
-__all__ = ["EvalRequest", "GenerationDefaults", "RequestError", "next_fire_time", "parse_cron", "parse_metric_key"]
+__all__ = ["OUTBOUND_FIELDS", "EvalRequest", "GenerationDefaults", "RequestError", "next_fire_time", "parse_cron",
+           "parse_metric_key"]
+
+# What a request may no longer say: where a keyed call goes, and which variable's value it carries.
+OUTBOUND_FIELDS = ("base_url", "api_key_env", "api_key", "url")
+
 
 class RequestError(ValueError):
     """Every problem found, as (field path, reason) pairs."""
@@ -55,7 +60,11 @@ class EvalRequest(BaseModel):
     generation: GenerationDefaults = Field(default_factory=GenerationDefaults,
                                            description="Defaults for every benchmark (a benchmark's own field wins).")
     backend: dict[str, Any] = Field(default_factory=dict, description="ModelSpec fields except `path`: backend, "
-                                                                      "batch_size, device, dtype, num_threads, ...")
+                                                                      "batch_size, device, dtype, num_threads, ... "
+                                                                      "With backend 'openai': `endpoint`, the name "
+                                                                      "of an endpoint the operator defined (GET "
+                                                                      "/api/v1/endpoints); `model` is then a model "
+                                                                      "it serves.")
     sandbox: dict[str, Any] = Field(default_factory=dict, description="Code sandbox limits (humaneval).")
     seed: int = 0
 
@@ -83,6 +92,11 @@ class EvalRequest(BaseModel):
             injected.append(added)
         if "path" in self.backend:
             errors.append(("backend.path", "the model is chosen by `model` or `job_id`/`checkpoint`, not here"))
+        for field in OUTBOUND_FIELDS:
+            if field in self.backend:
+                errors.append((f"backend.{field}", "not accepted: the operator defines where requests go; name one "
+                                                   "of their endpoints in `backend.endpoint` (GET /api/v1/endpoints "
+                                                   "lists them) and the model it serves in `model`"))
         if errors:
             raise RequestError(errors)
 
@@ -95,7 +109,7 @@ class EvalRequest(BaseModel):
         try:
             model = ModelSpec(path=model_path, **self.backend)
         except ValidationError as exc:
-            errors += [(_join("backend", e["loc"]), e["msg"]) for e in exc.errors()]
+            errors += [(_join("backend", e["loc"]), e["msg"].removeprefix("Value error, ")) for e in exc.errors()]
             model = None
         specs = []
         from_defaults: dict[tuple[str, str], list[str]] = {}  # one error per default, naming the benchmarks

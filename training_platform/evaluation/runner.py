@@ -24,12 +24,15 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from training_platform.evaluation.benchmarks import Benchmark, EvalDataError, Item, get_benchmark
 from training_platform.evaluation.config import BenchmarkSpec, EvalConfig, SandboxSpec
 from training_platform.evaluation.generation import Backend, SamplingParams, load_backend
 from training_platform.evaluation.metrics import Metric
+
+if TYPE_CHECKING:
+    from training_platform.endpoints import Endpoints
 
 __all__ = ["SUMMARY_FILE", "SAMPLES_DIR", "run_evaluation", "score_predictions", "write_jsonl", "read_jsonl"]
 
@@ -138,13 +141,15 @@ def prepare_benchmarks(config: EvalConfig) -> list[tuple[BenchmarkSpec, Benchmar
 
 def run_evaluation(config: EvalConfig, output_dir: str | Path, *, backend: Backend | None = None,
                    progress: bool = True, log: Callable[[str], None] | None = None,
-                   on_progress: ProgressCallback | None = None) -> dict[str, Any]:
+                   on_progress: ProgressCallback | None = None,
+                   endpoints: Endpoints | None = None) -> dict[str, Any]:
     """Evaluate `config.model` on `config.benchmarks`; writes the output directory and returns the summary.
 
     `backend`: an already loaded backend (else one is loaded from `config.model` and closed at the end).
     `progress`: tqdm bars on stderr. `on_progress(event)`: called with {"benchmark", "stage" (generate |
     loglikelihood | score), "done", "total"} as work completes (e.g. to update a job row; may come from threads).
-    `log(message)`: one-line status messages.
+    `log(message)`: one-line status messages. `endpoints`: resolves an openai backend's endpoint name (default:
+    the operator's TP_ENDPOINTS / TP_ENDPOINTS_FILE).
     """
     log = log or (lambda message: None)
     out = Path(output_dir).expanduser()
@@ -156,8 +161,9 @@ def run_evaluation(config: EvalConfig, output_dir: str | Path, *, backend: Backe
     own_backend = backend is None
     load_start = time.perf_counter()
     if backend is None:
-        log(f"loading {config.model.backend} model {config.model.path}")
-        backend = load_backend(config.model, seed=config.seed)
+        where = f" on endpoint {config.model.endpoint!r}" if config.model.endpoint else ""
+        log(f"loading {config.model.backend} model {config.model.path}{where}")
+        backend = load_backend(config.model, seed=config.seed, endpoints=endpoints)
     load_s = time.perf_counter() - load_start
     summary: dict[str, Any] = {
         "format_version": FORMAT_VERSION,

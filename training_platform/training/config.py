@@ -21,6 +21,7 @@ from pydantic import Field, ValidationError
 from training_platform.training.algorithms import ALGORITHMS
 from training_platform.training.algorithms.base import StrictModel
 from training_platform.training.rewards import REWARDS
+from training_platform.userpath import ModelRef, UserFile
 
 
 class FieldError(tuple):
@@ -64,7 +65,7 @@ class LoraSection(StrictModel):
 
 
 class ModelSection(StrictModel):
-    path: str = Field(min_length=1, description="Local HF model directory (relative to TP_DATA_DIR) or hub id.")
+    path: ModelRef = Field(min_length=1, description="Local HF model directory (relative to TP_DATA_DIR) or hub id.")
     dtype: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     trust_remote_code: bool = False
     lora: LoraSection | None = None
@@ -77,8 +78,8 @@ DataFormat = Literal[
 
 
 class DataSection(StrictModel):
-    train_file: str = Field(min_length=1, description="JSONL/JSON/Parquet/CSV; relative to TP_DATA_DIR.")
-    eval_file: str | None = None
+    train_file: UserFile = Field(min_length=1, description="JSONL/JSON/Parquet/CSV; relative to TP_DATA_DIR.")
+    eval_file: UserFile | None = None
     format: DataFormat = Field("auto", description="Row format; 'auto' detects it from the columns.")
     field_map: dict[str, str] = Field(
         default_factory=dict, description="canonical field -> column in the file, e.g. {answer: solution}."

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from training_platform.data.formats import DatasetError, load_examples
-from training_platform.paths import resolve_data_path
+from training_platform.paths import display_path, resolve_data_path
 from training_platform.training.config import FieldError, JobConfig
 
 
@@ -32,17 +32,19 @@ def _load_model_config(ref: str, trust_remote_code: bool):
 def _check_model(path_field: str, ref: str, trust_remote_code: bool) -> tuple[Any, list[FieldError]]:
     resolved, is_local = resolve_model_ref(ref)
     if is_local and not (Path(resolved) / "config.json").is_file():
-        return None, [FieldError(path_field, f"{resolved} is not a Hugging Face model directory (no config.json)")]
+        return None, [FieldError(path_field, f"{display_path(resolved)} is not a Hugging Face model directory "
+                                             "(no config.json)")]
     looks_like_hub_id = not is_local and "/" in ref and not ref.startswith((".", "/", "~"))
     if not is_local and not looks_like_hub_id:
-        return None, [FieldError(path_field, f"no such model directory: {resolve_data_path(ref)}")]
+        return None, [FieldError(path_field, f"no such model directory: {display_path(resolve_data_path(ref))}")]
     if not is_local:
         # `org/name` could be a hub id or a mistyped local path: say both.
         try:
             return _load_model_config(resolved, trust_remote_code), []
         except Exception as exc:  # noqa: BLE001
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            return None, [FieldError(path_field, f"no such model directory: {resolve_data_path(ref)}, and not "
+            shown = display_path(resolve_data_path(ref))
+            return None, [FieldError(path_field, f"no such model directory: {shown}, and not "
                                                  f"loadable as a hub id (not cached, or the hub is unreachable): "
                                                  f"{first_line}")]
     try:
@@ -50,8 +52,8 @@ def _check_model(path_field: str, ref: str, trust_remote_code: bool) -> tuple[An
     except Exception as exc:  # noqa: BLE001 - any loading failure is a config error for the user
         where = "local directory" if is_local else "hub id (not in the local cache, or the hub is unreachable)"
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return None, [FieldError(path_field, f"cannot load the model config from {resolved} as a {where}: "
-                                             f"{first_line}")]
+        return None, [FieldError(path_field, f"cannot load the model config from {display_path(resolved)} as a "
+                                             f"{where}: {first_line}")]
 
 
 def _linear_module_names(model_config) -> set[str]:
@@ -66,7 +68,7 @@ def _linear_module_names(model_config) -> set[str]:
 def _check_dataset(cfg: JobConfig, field: str, file: str, cache: dict | None) -> list[FieldError]:
     path = resolve_data_path(file)
     if not path.is_file():
-        return [FieldError(field, f"no such file: {path}")]
+        return [FieldError(field, f"no such file: {display_path(path)}")]
     try:
         rows, fmt = load_examples(path, kind=cfg.spec.data_kind, fmt=cfg.data.format, field_map=cfg.data.field_map,
                                   limit=cfg.data.max_train_samples if field == "data.train_file" else None)
@@ -76,7 +78,7 @@ def _check_dataset(cfg: JobConfig, field: str, file: str, cache: dict | None) ->
             errors.append(FieldError(field, f"{path.name}: {exc.total_bad} bad rows in all"))
         return errors
     except (OSError, UnicodeDecodeError) as exc:
-        return [FieldError(field, f"cannot read {path}: {exc}")]
+        return [FieldError(field, f"cannot read {display_path(path)}: {exc}")]
     if cache is not None:
         cache[field] = (rows, fmt, path)
     errors = []

@@ -115,7 +115,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         if isinstance(job.config, dict) and job.config.get("operation") == dcrud.AUDIT:
             return self._run_audit(job.id, job.config)
         try:
-            dataset_id, source, params, checks = self._preflight(job.config)
+            dataset_id, source, params, checks = self._preflight(job.config, job.owner_id)
         except DataJobFailed as exc:
             report = {"ok": False, "checks": [{"name": "input", "ok": False, "detail": exc.error}],
                       "errors": [{"loc": exc.reason, "msg": exc.error}]}
@@ -298,9 +298,11 @@ class DataJobSupervisor(supervisor.JobSupervisor):
 
     # -- steps
 
-    def _preflight(self, config: dict) -> tuple[int, DatasetVersionRecord, dict, dict]:
-        """The input version exists and its file is intact; the parameters are still valid."""
+    def _preflight(self, config: dict, owner_id: int) -> tuple[int, DatasetVersionRecord, dict, dict]:
+        """The input version exists and its file is intact; the parameters are still valid, their paths still
+        readable by the job's owner (the path policy again, right before the files are opened)."""
         from training_platform.data.versions import file_sha256
+        from training_platform.path_policy import reader_for_owner
 
         if not isinstance(config, dict) or config.get("operation") not in dcrud.OPERATIONS:
             raise DataJobFailed("operation", f"not a dataset operation job config: {config!r:.200}")
@@ -320,11 +322,15 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         if actual != version.sha256:
             raise DataJobFailed("version_id", f"the file of version {version.id} was modified: sha256 {actual} "
                                               f"!= {version.sha256}")
-        try:
-            params = dcrud.validate_operation(config["operation"], config.get("params") or {}, self.settings,
-                                              input_format=version.format)
-        except dcrud.OperationInvalid as exc:
-            raise DataJobFailed("params", str(exc)) from None
+        with session_scope() as session:
+            reader = reader_for_owner(session, owner_id)
+            if reader is None:
+                raise DataJobFailed("owner", f"the job's owner (user {owner_id}) no longer exists")
+            try:
+                params = dcrud.validate_operation(config["operation"], config.get("params") or {}, self.settings,
+                                                  reader=reader, input_format=version.format)
+            except dcrud.OperationInvalid as exc:
+                raise DataJobFailed("params", str(exc)) from None
         checks = {"ok": True, "checks": [{"name": "input", "ok": True, "detail": f"version {version.id} sha256 "
                                                                                  f"verified"},
                                          {"name": "params", "ok": True}]}

@@ -130,6 +130,12 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
                                       [{"loc": "config", "msg": f"not a valid evaluation config: {exc}"}]) from None
         checks.append({"name": "config", "ok": True})
 
+        problems = self._path_problems(job, config)
+        if problems:
+            raise EvalPreflightFailed([*checks, {"name": "paths", "ok": False}],
+                                      [{"loc": loc, "msg": msg} for loc, msg in problems])
+        checks.append({"name": "paths", "ok": True})
+
         target = cfg.get("target") or {}
         problem = self._model_problem(config, target)
         if problem:
@@ -155,8 +161,34 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
         self._benchmark_index = {spec.name: i for i, spec in enumerate(config.benchmarks)}
         return config, checks
 
+    def _path_problems(self, job: Job, config) -> list[tuple[str, str]]:
+        """The path policy again, for the job's owner, right before anything is opened: the model directory and
+        every path field of the benchmarks (a symlink swapped in after submission is refused here)."""
+        from training_platform.path_policy import check_model_paths, check_path, is_hub_id, reader_for_owner
+
+        with session_scope() as session:
+            reader = reader_for_owner(session, job.owner_id)
+            if reader is None:
+                return [("owner", f"the job's owner (user {job.owner_id}) no longer exists")]
+            errors = []
+            model = config.model.path
+            if config.model.backend != "openai" and not is_hub_id(model, self.settings):
+                error = check_path("model", model, self.settings, reader)
+                if error is not None:
+                    errors.append(error)
+            for i, spec in enumerate(config.benchmarks):
+                errors += check_model_paths(spec, self.settings, reader, prefix=f"benchmarks.{i}.")
+        return [tuple(e) for e in errors]
+
     def _model_problem(self, config, target: dict) -> str | None:
-        if config.model.backend == "openai":
+        if config.model.backend == "openai":  # the endpoint again: an admin may have removed it since
+            from training_platform.db.endpoints_crud import worker_resolver
+            from training_platform.endpoints import EndpointError
+
+            try:
+                worker_resolver(self.settings).resolve(config.model.endpoint, config.model.path)
+            except EndpointError as exc:
+                return str(exc)
             return None
         step, source = target.get("checkpoint_step"), target.get("source_job_id")
         if source is not None and step is not None:
@@ -198,11 +230,12 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
                     raise EvalCancelled()
 
     def _run_and_store(self, job: Job, config) -> str:
+        from training_platform.db.endpoints_crud import worker_resolver
         from training_platform.evaluation.runner import run_evaluation
 
         try:
             summary = run_evaluation(config, self.out_dir, progress=False, log=self._log,
-                                     on_progress=self._on_progress)
+                                     on_progress=self._on_progress, endpoints=worker_resolver(self.settings))
         except BaseException:
             self._release(job)  # before the job ends: whoever sees it finished sees the checkpoint released
             raise

@@ -92,6 +92,12 @@ def run_preflight(raw_config: dict, *, data_dir: Path, min_free_disk_mb: int) ->
     if not ok:
         errors.append({"loc": "TP_DATA_DIR", "msg": detail})
 
+    # What a check quotes (an exception's text) shows paths relative to the data dir, never the server's.
+    prefix = str(data_dir).rstrip("/") + "/"
+    for item in (*checks, *errors):
+        for key in ("detail", "msg"):
+            if isinstance(item.get(key), str):
+                item[key] = item[key].replace(prefix, "").replace(str(data_dir), "TP_DATA_DIR")
     return {"ok": not errors and all(c["ok"] for c in checks), "checks": checks, "errors": errors,
             "seconds": round(time.perf_counter() - started, 3)}
 

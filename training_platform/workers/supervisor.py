@@ -356,6 +356,14 @@ class JobSupervisor:
             self._finish(JobStatus.cancelled.value, "cancelled by user before it started")
             return JobStatus.cancelled.value
 
+        problems = self._path_problems(job)
+        if problems:
+            report = {"ok": False, "checks": [{"name": "paths", "ok": False,
+                                               "detail": f"{len(problems)} path(s) refused"}],
+                      "errors": [{"loc": e.path, "msg": e.reason} for e in problems]}
+            self._finish(JobStatus.failed.value, "preflight failed",
+                         error=f"preflight failed: {gate.summarize(report)}", preflight=report)
+            return JobStatus.failed.value
         try:
             report = gate.run_preflight(job.config, data_dir=self.settings.data_path,
                                         min_free_disk_mb=self.settings.min_free_disk_mb)
@@ -400,6 +408,22 @@ class JobSupervisor:
             self._finish(JobStatus.queued.value, "worker shutting down before training started: requeued")
             return JobStatus.queued.value
         return self._train(job, resume_step)
+
+    def _path_problems(self, job: Job) -> list:
+        """The path policy again, for the job's owner, before preflight opens anything: every path field of the
+        config (a symlink swapped in after submission, a dataset unshared since, is refused here)."""
+        from training_platform.path_policy import check_marked, reader_for_owner, training_config_paths
+        from training_platform.training.config import ConfigError, FieldError, parse_config
+
+        try:
+            cfg = parse_config(job.config)
+        except ConfigError:
+            return []  # the preflight reports the config's problems
+        with session_scope() as session:
+            reader = reader_for_owner(session, job.owner_id)
+            if reader is None:
+                return [FieldError("owner", f"the job's owner (user {job.owner_id}) no longer exists")]
+            return check_marked(training_config_paths(cfg), self.settings, reader)
 
     # -- run directory
 

@@ -6,6 +6,7 @@ from functools import lru_cache
 
 from fastapi import APIRouter
 
+from training_platform.api.deps import CurrentUser
 from training_platform.training.config import json_schema
 
 router = APIRouter(prefix="/config", tags=["config"])
@@ -17,5 +18,5 @@ def _schema() -> dict:
 
 
 @router.get("/schema")
-def config_schema() -> dict:
+def config_schema(user: CurrentUser) -> dict:
     return _schema()

@@ -33,12 +33,19 @@ from starlette.requests import ClientDisconnect
 
 from training_platform.api import schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
-from training_platform.api.errors import ValidationFailed, conflict, not_found
+from training_platform.api.errors import ValidationFailed, conflict, forbidden, not_found
 from training_platform.api.limits import drain
 from training_platform.db import crud
 from training_platform.db import datasets_crud as dcrud
 from training_platform.db.models import TERMINAL, Dataset, DatasetVersionRecord, Job, User
-from training_platform.path_policy import check_path, resolve_path
+from training_platform.path_policy import (
+    check_path,
+    dataset_visible,
+    dataset_visible_clause,
+    reader_for,
+    resolve_path,
+    shown,
+)
 from training_platform.settings import Settings
 
 log = logging.getLogger("training_platform.api.datasets")
@@ -72,6 +79,8 @@ class DatasetRead(BaseModel):
     name: str
     owner: str
     description: str
+    shared: bool = Field(False, description="Readable (and usable in jobs) by every user; set by the owner or an "
+                                            "admin with PATCH.")
     current_version_id: int | None
     current_version: CurrentVersion | None = Field(None, description="The latest version at a glance.")
     version_count: int
@@ -131,11 +140,18 @@ class RegisterBody(schemas.RequestBody):
     description: Annotated[str, StringConstraints(max_length=2000)] = ""
 
 
+class DatasetUpdate(schemas.RequestBody):
+    shared: bool | None = Field(None, description="Share the dataset with every user (read and use; only the owner "
+                                                  "and admins change or delete it).")
+    description: Annotated[str, StringConstraints(max_length=2000)] | None = None
+
+
 class OperationCreate(schemas.RequestBody):
     operation: Literal["clean", "dedup", "convert", "score", "decontaminate"]
     params: dict[str, Any] = Field(default_factory=dict, description=(
         'clean: {"recipe": {...}}; dedup: {"threshold", "num_perm", "ngram", ...}; convert: {"to": FORMAT}; '
-        'score: {"heuristics", "by", "min", "max", "top_k", ...}; decontaminate: {"eval_sets": [paths], "ngram"}'))
+        'score: {"heuristics", "by", "min", "max", "top_k", "judge": {"endpoint": NAME, "model"}, ...}; '
+        'decontaminate: {"eval_sets": [paths], "ngram"}'))
     name: schemas.JobName | None = None
     priority: schemas.Priority = 0
 
@@ -159,14 +175,19 @@ class RowsPage(BaseModel):
 # ---------------------------------------------------------------------------------------------- helpers
 
 
-def _can_see(user: User, dataset: Dataset) -> bool:
-    return user.is_admin or dataset.owner_id == user.id
-
-
 def _visible_dataset(session: Session, user: User, dataset_id: int) -> Dataset:
+    """The dataset if this user may see it (own, shared, or admin); another user's unshared dataset is 404."""
     dataset = session.get(Dataset, dataset_id)
-    if dataset is None or not _can_see(user, dataset):
+    if dataset is None or not dataset_visible(user, dataset):
         raise not_found(f"dataset {dataset_id}")
+    return dataset
+
+
+def _owned_dataset(session: Session, user: User, dataset_id: int, action: str) -> Dataset:
+    """The dataset if this user may change it (owner or admin): 404 when invisible, 403 when only shared."""
+    dataset = _visible_dataset(session, user, dataset_id)
+    if not user.is_admin and dataset.owner_id != user.id:
+        raise forbidden(f"only the owner of dataset {dataset_id} or an admin can {action} it")
     return dataset
 
 
@@ -530,7 +551,7 @@ def register_dataset(body: RegisterBody, session: SessionDep, user: CurrentUser,
     from training_platform.data.formats import DATA_FORMATS
 
     errors: list[tuple[str, str]] = []
-    problem = check_path("path", body.path, settings)
+    problem = check_path("path", body.path, settings, reader_for(session, user))
     if problem is not None:
         errors.append(tuple(problem))
     fmt = None if body.format in (None, "", "auto") else body.format
@@ -552,10 +573,11 @@ def register_dataset(body: RegisterBody, session: SessionDep, user: CurrentUser,
     staged = dcrud.new_staging_path(settings, suffix)
     try:
         shutil.copyfile(source, staged)  # a snapshot: the original may change after this
-        recipe = {"source": body.path, "resolved": str(source), "policy": body.policy, "format": fmt or "auto"}
+        recipe = {"source": body.path, "resolved": shown(source, settings), "policy": body.policy,
+                  "format": fmt or "auto"}
         return _queue_ingest(session, user, staged, settings, name=body.name, suffix=suffix, fmt=fmt,
                              policy=body.policy, description=body.description, kind="register", recipe=recipe,
-                             source=str(source))
+                             source=shown(source, settings))
     except BaseException:
         staged.unlink(missing_ok=True)
         raise
@@ -573,7 +595,7 @@ def list_datasets(
 ):
     conditions = []
     if not user.is_admin:
-        conditions.append(Dataset.owner_id == user.id)
+        conditions.append(dataset_visible_clause(user))
     if q:
         conditions.append(func.lower(Dataset.name).contains(q.lower(), autoescape=True))
     if owner:
@@ -603,17 +625,39 @@ def get_dataset(dataset_id: int, session: SessionDep, user: CurrentUser):
     return _dataset_out(session, _visible_dataset(session, user, dataset_id))
 
 
+@router.patch("/{dataset_id}", response_model=DatasetRead, dependencies=[JsonBody],
+              responses={403: {"model": schemas.ErrorOut, "description": "A shared dataset of another user"},
+                         404: {"model": schemas.ErrorOut, "description": "No such dataset, or another user's"}})
+def update_dataset(dataset_id: int, body: DatasetUpdate, session: SessionDep, user: CurrentUser):
+    """Owner or admin: share the dataset with every user (`{"shared": true}`), or change its description."""
+    dataset = _owned_dataset(session, user, dataset_id, "change")
+    changes = body.model_dump(exclude_unset=True, exclude_none=True)
+    for key, value in changes.items():
+        setattr(dataset, key, value)
+    if changes:
+        dataset.updated_at = crud.utcnow()
+        session.add(dataset)
+        session.commit()
+        log.info("dataset %s (%s) updated by %s: %s", dataset.id, dataset.name, user.name, changes)
+    return _dataset_out(session, dataset)
+
+
 @router.delete("/{dataset_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
                responses={409: {"model": schemas.ErrorOut, "description": "A job still references a version"}})
 def delete_dataset(dataset_id: int, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """Delete a dataset that no job references: its versions' rows and content files (content another dataset
     shares is kept), its quarantine files and reports. 409 while any job config names one of its version files
     (e.g. a training job's `data.train_file`; delete that job first) or a data job is still working on it."""
-    dataset = _visible_dataset(session, user, dataset_id)
+    dataset = _owned_dataset(session, user, dataset_id, "delete")
     refs = dcrud.referencing_jobs(session, dataset, settings)
     if refs:
-        shown = "; ".join(why for _, why in refs[:10])
-        raise conflict(f"dataset {dataset_id} is in use by {len(refs)} job(s): {shown}")
+        from training_platform.db.models import Job
+
+        owners = dict(session.exec(select(Job.id, Job.owner_id).where(Job.id.in_([j for j, _ in refs]))).all())
+        mine = [why for job_id, why in refs if user.is_admin or owners.get(job_id) == user.id]
+        others = len(refs) - len(mine)  # a shared dataset: other users' jobs are counted, never named
+        listed = "; ".join(mine[:10] + ([f"{others} job(s) of other users"] if others else []))
+        raise conflict(f"dataset {dataset_id} is in use by {len(refs)} job(s): {listed}")
     files = dcrud.delete_dataset(session, dataset, settings)
     session.commit()
     dcrud.remove_files(files, settings)
@@ -754,10 +798,11 @@ def create_operation(dataset_id: int, version_id: int, body: OperationCreate, se
     whose parent is this one (`GET /datasets/{id}/versions?job_id=<job>` finds it)."""
     from training_platform.api.routes.jobs import job_read, wake
 
-    dataset = _visible_dataset(session, user, dataset_id)
+    dataset = _owned_dataset(session, user, dataset_id, "add versions to")
     version = _version_of(session, dataset, version_id)
     try:
-        params = dcrud.validate_operation(body.operation, body.params, settings, input_format=version.format)
+        params = dcrud.validate_operation(body.operation, body.params, settings, reader=reader_for(session, user),
+                                          input_format=version.format)
     except dcrud.OperationInvalid as exc:
         raise ValidationFailed(exc.errors) from None
     config = {"dataset_id": dataset.id, "version_id": version.id, "operation": body.operation, "params": params}

@@ -24,6 +24,7 @@ from training_platform.api.errors import ValidationFailed, not_found
 from training_platform.db import eval_crud
 from training_platform.db.models import EvalSample, Evaluation, Job, JobStatus, User
 from training_platform.evaluation.request import EvalRequest, RequestError
+from training_platform.path_policy import reader_for
 from training_platform.settings import Settings
 
 log = logging.getLogger("training_platform.api.evaluations")
@@ -36,8 +37,9 @@ router = APIRouter(prefix="/evaluations", tags=["evaluations"])
 
 class EvaluationCreate(EvalRequest):
     """The model is one of: `model` (a registered model's name, a path under the allowed roots, a hub id, or, with
-    `backend.backend: "openai"`, the name the endpoint serves) or `job_id` + `checkpoint` (a step, "latest" or
-    "final") of a training job."""
+    `backend: {"backend": "openai", "endpoint": NAME}`, a model that named endpoint serves: GET /endpoints lists
+    them) or `job_id` + `checkpoint` (a step, "latest" or "final") of a training job. Requests never give a URL or
+    a key's variable (`backend.base_url`, `backend.api_key_env` are refused)."""
 
     name: schemas.JobName | None = None
     model: str | None = Field(None, max_length=4096)
@@ -169,7 +171,8 @@ def build_evaluation(session: Session, user: User, body: EvaluationCreate, setti
     except RequestError as exc:
         errors += exc.errors
     config, problems = eval_crud.check_request(body, target.model_path if target else "<unresolved>", settings,
-                                               keep_best_by=body.keep_best_by, job_id=body.job_id, name=body.name)
+                                               keep_best_by=body.keep_best_by, job_id=body.job_id, name=body.name,
+                                               session=session, reader=reader_for(session, user))
     errors += problems
     if errors:
         raise RequestError(errors)

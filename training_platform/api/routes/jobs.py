@@ -8,7 +8,6 @@ the wake-up later.
 from __future__ import annotations
 
 import logging
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -30,7 +29,17 @@ from training_platform.api.deps import (
 from training_platform.api.errors import ValidationFailed, config_error, conflict
 from training_platform.api.jobspec import OverrideError, apply_overrides, check_job_config
 from training_platform.db import crud
-from training_platform.db.models import TERMINAL, Checkpoint, Job, JobEvent, JobStatus, MetricPoint, User
+from training_platform.db.models import (
+    TERMINAL,
+    Checkpoint,
+    Job,
+    JobEvent,
+    JobStatus,
+    MetricPoint,
+    RegisteredModel,
+    User,
+)
+from training_platform.job_files import remove_job_files
 from training_platform.settings import Settings
 from training_platform.training.config import ConfigError
 from training_platform.training.rundir import RunDir
@@ -72,9 +81,9 @@ def wake(kind: str, priority: int, job_id: int) -> str | None:
     return f"broker unreachable ({reason}): the job is queued and will start when the recovery sweep wakes a worker"
 
 
-def _validated_config(session: Session, raw, settings: Settings) -> dict:
+def _validated_config(session: Session, raw, settings: Settings, user: User) -> dict:
     try:
-        return check_job_config(session, raw, settings)
+        return check_job_config(session, raw, settings, user)
     except ConfigError as exc:
         raise config_error(exc) from None
 
@@ -97,7 +106,7 @@ def _submit(session: Session, user: User, *, name: str, config: dict, priority: 
 def create_job(body: schemas.JobCreate, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """Submit a training job. The config is validated (schema, cross-field rules, path policy) before anything
     is stored; disk checks (files, rows, the model) run in the worker's preflight."""
-    config = _validated_config(session, body.config, settings)
+    config = _validated_config(session, body.config, settings, user)
     return _submit(session, user, name=body.name, config=config, priority=body.priority)
 
 
@@ -222,43 +231,58 @@ def clone_job(job: VisibleJob, session: SessionDep, user: CurrentUser, settings:
         raw = apply_overrides(job.config, body.overrides)
     except OverrideError as exc:
         raise ValidationFailed([(f"overrides.{exc.key}", exc.reason)]) from None
-    config = _validated_config(session, raw, settings)
+    config = _validated_config(session, raw, settings, user)
     name = body.name or f"{job.name} (clone)"[:200]
     priority = job.priority if body.priority is None else body.priority
     return _submit(session, user, name=name, config=config, priority=priority, cloned_from=job.id)
 
 
-@router.delete("/{job_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response)
+@router.delete("/{job_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
+               responses={204: {"description": "Deleted (see the retention rule above).", "headers": {
+                   "X-TP-Kept-Files": {"schema": {"type": "string"}, "description": (
+                       "Present when some of the job's files were kept under the retention rule: paths relative "
+                       "to the data directory, `; `-separated, each with its reason in parentheses.")}}}})
 def delete_job(job: VisibleJob, session: SessionDep, settings: SettingsDep, user: CurrentUser):
-    """Finished jobs only: removes the job, its events, metric points and checkpoint rows (an evaluation: its
-    results), and its run directory (when it lies inside TP_DATA_DIR)."""
+    """Finished jobs only. Removes the job, its events, metric points and checkpoint rows (an evaluation: its
+    results and the pin it holds on its checkpoint), and its files: `runs/job-N/`, `runs/job-N.attempt-*/`,
+    `runs/job-N.{config.yaml,console.log,lock}`, an evaluation's `evals/job-N/`. Evaluation schedules on the job
+    are disabled (their `last_message` says why). Job ids are never reused.
+
+    Retention rule: a directory a registered model points into (e.g. a model registered from the job's
+    `final/` or one of its checkpoints) is kept so the model keeps working; files outside the data directory or
+    behind a symlink are never touched. What was kept is listed in the `X-TP-Kept-Files` response header."""
     if JobStatus(job.status) not in TERMINAL:
         raise conflict(f"job {job.id} is {job.status}; cancel it first (only finished jobs can be deleted)")
     if not lock_job(session, job):
         raise conflict(f"job {job.id} changed state meanwhile (now {job.status}); try again")
-    run_dir = job.run_dir
-    if job.kind == "eval":  # its results go with it (leaderboard entries included); its checkpoint pin too
-        from training_platform.db import eval_crud
+    from training_platform.db import eval_crud
 
+    job_id, run_dir = job.id, job.run_dir
+    if job.kind == "eval":  # its results go with it (leaderboard entries included); its checkpoint pin too
         eval_crud.delete_evaluation_rows(session, job.id)
         eval_crud.release_pin(job)
+    eval_crud.disable_schedules_of_job(session, job.id, f"job {job.id} was deleted by {user.name}")
     for model in (JobEvent, MetricPoint, Checkpoint):
         session.exec(delete(model).where(model.job_id == job.id))
     session.delete(job)
+    keep = _registered_model_dirs(session)
     session.commit()
-    if run_dir:
-        _remove_run_dir(job.id, Path(run_dir), settings)
-    log.info("job %s deleted by %s", job.id, user.name)
-    return Response(status_code=status.HTTP_204_NO_CONTENT)
+    removal = remove_job_files(job_id, settings.data_path, run_dir=run_dir, keep=keep)
+    log.info("job %s deleted by %s; removed %s%s", job_id, user.name, ", ".join(removal.removed) or "no files",
+             f"; kept {removal.kept}" if removal.kept else "")
+    response = Response(status_code=status.HTTP_204_NO_CONTENT)
+    if removal.kept:
+        kept = "; ".join(f"{path} ({why})" for path, why in removal.kept)
+        response.headers["X-TP-Kept-Files"] = kept.encode("ascii", "backslashreplace").decode()[:4000]
+    return response
 
 
-def _remove_run_dir(job_id: int, run_dir: Path, settings: Settings) -> None:
-    try:
-        resolved = run_dir.resolve()
-    except OSError:
-        return
-    root = settings.data_path
-    if resolved == root or not resolved.is_relative_to(root) or run_dir.is_symlink():
-        log.warning("job %s: run directory %s is outside %s; left in place", job_id, run_dir, root)
-        return
-    shutil.rmtree(resolved, ignore_errors=True)
+def _registered_model_dirs(session: Session) -> dict[Path, str]:
+    """{resolved directory: why it is kept} for every registered model (the retention rule of DELETE)."""
+    out: dict[Path, str] = {}
+    for name, path in session.exec(select(RegisteredModel.name, RegisteredModel.path)).all():
+        try:
+            out[Path(path).resolve()] = f"registered model {name!r} points here"
+        except (OSError, ValueError):
+            continue
+    return out

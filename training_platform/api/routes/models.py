@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response, status
+from pydantic import Field
 from sqlalchemy import func
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
@@ -18,7 +19,15 @@ from training_platform.api import schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, conflict, forbidden, not_found
 from training_platform.db.models import RegisteredModel, User
-from training_platform.path_policy import check_path, resolve_path
+from training_platform.path_policy import (
+    check_path,
+    model_visible,
+    model_visible_clause,
+    reader_for,
+    resolve_path,
+    shown,
+)
+from training_platform.settings import Settings
 
 log = logging.getLogger("training_platform.api.models")
 
@@ -86,9 +95,18 @@ def inspect_model(path: Path) -> dict[str, Any]:
     }
 
 
-def _model_read(session: Session, model: RegisteredModel) -> dict:
+class ModelUpdate(schemas.RequestBody):
+    shared: bool | None = Field(None, description="Let every user see and use the model (only the owner and admins "
+                                                  "change or delete it).")
+
+
+def _model_read(session: Session, model: RegisteredModel, settings: Settings) -> dict:
     owner = session.get(User, model.owner_id) if model.owner_id is not None else None
-    return {**model.model_dump(), "owner": owner.name if owner else None}
+    info = dict(model.info or {})
+    if isinstance(info.get("demo_data"), str):
+        info["demo_data"] = shown(info["demo_data"], settings)
+    return {**model.model_dump(), "path": shown(model.path, settings), "info": info,
+            "owner": owner.name if owner else None}
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.ModelRead, dependencies=[JsonBody],
@@ -97,14 +115,14 @@ def register_model(body: schemas.ModelCreate, session: SessionDep, user: Current
     """The path must lie inside the allowed roots and load as a Hugging Face model (config + tokenizer)."""
     if session.exec(select(RegisteredModel).where(RegisteredModel.name == body.name)).first() is not None:
         raise conflict(f"a model named {body.name!r} already exists")
-    error = check_path("path", body.path, settings)
+    error = check_path("path", body.path, settings, reader_for(session, user))
     if error is not None:
         raise ValidationFailed([error])
     path = resolve_path(body.path, settings)
     try:
         info = inspect_model(path)
     except ValueError as exc:
-        raise ValidationFailed([("path", str(exc))]) from None
+        raise ValidationFailed([("path", str(exc).replace(str(path), shown(path, settings)))]) from None
     model = RegisteredModel(name=body.name, path=str(path), owner_id=user.id, info=info)
     session.add(model)
     try:
@@ -113,35 +131,60 @@ def register_model(body: schemas.ModelCreate, session: SessionDep, user: Current
         session.rollback()
         raise conflict(f"a model named {body.name!r} already exists") from None
     log.info("model %r registered by %s: %s", model.name, user.name, path)
-    return _model_read(session, model)
+    return _model_read(session, model, settings)
 
 
 @router.get("", response_model=schemas.Page[schemas.ModelRead])
-def list_models(session: SessionDep, user: CurrentUser,
+def list_models(session: SessionDep, user: CurrentUser, settings: SettingsDep,
                 limit: Annotated[int, Query(ge=1, le=200)] = 50, offset: Annotated[int, Query(ge=0)] = 0):
-    total = session.exec(select(func.count()).select_from(RegisteredModel)).one()
-    rows = session.exec(select(RegisteredModel).order_by(RegisteredModel.name).limit(limit).offset(offset)).all()
-    return {"items": [_model_read(session, m) for m in rows], "total": total, "limit": limit, "offset": offset}
+    """Your models, shared ones and the platform's (the demo); admins see all."""
+    conditions = [] if user.is_admin else [model_visible_clause(user)]
+    total = session.exec(select(func.count()).select_from(RegisteredModel).where(*conditions)).one()
+    rows = session.exec(select(RegisteredModel).where(*conditions).order_by(RegisteredModel.name)
+                        .limit(limit).offset(offset)).all()
+    return {"items": [_model_read(session, m, settings) for m in rows], "total": total, "limit": limit,
+            "offset": offset}
 
 
-def _get_model(session: Session, model_id: int) -> RegisteredModel:
+def _get_model(session: Session, user, model_id: int) -> RegisteredModel:
+    """The model if this user may see it; another user's unshared model is 404."""
     model = session.get(RegisteredModel, model_id)
-    if model is None:
+    if model is None or not model_visible(user, model):
         raise not_found(f"model {model_id}")
     return model
 
 
+def _owned_model(session: Session, user, model_id: int, action: str) -> RegisteredModel:
+    model = _get_model(session, user, model_id)
+    if not user.is_admin and model.owner_id != user.id:
+        raise forbidden(f"only the owner of model {model_id} or an admin can {action} it")
+    return model
+
+
 @router.get("/{model_id}", response_model=schemas.ModelRead)
-def get_model(model_id: int, session: SessionDep, user: CurrentUser):
-    return _model_read(session, _get_model(session, model_id))
+def get_model(model_id: int, session: SessionDep, user: CurrentUser, settings: SettingsDep):
+    return _model_read(session, _get_model(session, user, model_id), settings)
+
+
+@router.patch("/{model_id}", response_model=schemas.ModelRead, dependencies=[JsonBody],
+              responses={403: {"model": schemas.ErrorOut, "description": "A shared or platform model"},
+                         404: {"model": schemas.ErrorOut, "description": "No such model, or another user's"}})
+def update_model(model_id: int, body: ModelUpdate, session: SessionDep, user: CurrentUser, settings: SettingsDep):
+    """Owner or admin: `{"shared": true}` lets every user see the model and use it (its directory becomes
+    readable to their jobs)."""
+    model = _owned_model(session, user, model_id, "change")
+    if body.shared is not None and body.shared != model.shared:
+        model.shared = body.shared
+        session.add(model)
+        session.commit()
+        log.info("model %r %s by %s", model.name, "shared" if model.shared else "unshared", user.name)
+    return _model_read(session, model, settings)
 
 
 @router.delete("/{model_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response)
 def delete_model(model_id: int, session: SessionDep, user: CurrentUser):
     """Admins or the owner. Removes the registration only, never the files."""
-    model = _get_model(session, model_id)
-    if not user.is_admin and model.owner_id != user.id:
-        raise forbidden("only the owner or an admin can delete a model")
+    model = _owned_model(session, user, model_id, "delete")
     session.delete(model)
     session.commit()
     log.info("model %r unregistered by %s", model.name, user.name)

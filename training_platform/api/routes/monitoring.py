@@ -1,4 +1,8 @@
-"""The operations dashboard: jobs by status, queue depth, workers (from their heartbeats), host and GPUs."""
+"""The operations dashboard: jobs by status, queue depth, workers (from their heartbeats), host and GPUs.
+
+Admins see everything. A plain user sees their own jobs by status, the queue depths and worker counts (aggregate
+figures), the workers busy with their own jobs, and the host without server paths: other users' job ids, worker
+names and paths only for admins."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from training_platform.db.models import Job, JobStatus, utcnow
 router = APIRouter(prefix="/monitoring", tags=["monitoring"])
 
 
-def system_info(data_path) -> dict[str, Any]:
+def system_info(data_path, show_path: bool = True) -> dict[str, Any]:
     import psutil
 
     mem = psutil.virtual_memory()
@@ -28,12 +32,13 @@ def system_info(data_path) -> dict[str, Any]:
         "memory": {"total_mb": mem.total // 2**20, "available_mb": mem.available // 2**20,
                    "used_mb": (mem.total - mem.available) // 2**20, "percent": mem.percent},
     }
+    shown = str(data_path) if show_path else "TP_DATA_DIR"
     try:
         disk = psutil.disk_usage(str(data_path))
-        info["disk"] = {"path": str(data_path), "total_mb": disk.total // 2**20, "free_mb": disk.free // 2**20,
+        info["disk"] = {"path": shown, "total_mb": disk.total // 2**20, "free_mb": disk.free // 2**20,
                         "used_mb": disk.used // 2**20, "percent": disk.percent}
     except OSError as exc:
-        info["disk"] = {"path": str(data_path), "error": str(exc)}
+        info["disk"] = {"path": shown, "error": type(exc).__name__ if not show_path else str(exc)}
     return info
 
 
@@ -59,8 +64,9 @@ def gpu_info() -> list[dict[str, Any]]:
 
 @router.get("/dashboard")
 def dashboard(session: SessionDep, user: CurrentUser, settings: SettingsDep) -> dict[str, Any]:
+    mine = [] if user.is_admin else [Job.owner_id == user.id]
     by_status = {s.value: 0 for s in JobStatus}
-    for status, count in session.exec(select(Job.status, func.count()).group_by(Job.status)).all():
+    for status, count in session.exec(select(Job.status, func.count()).where(*mine).group_by(Job.status)).all():
         by_status[status] = count
     queued = {kind: 0 for kind in broker.JOB_KINDS}
     rows = session.exec(select(Job.kind, func.count()).where(Job.status == JobStatus.queued.value)
@@ -72,14 +78,22 @@ def dashboard(session: SessionDep, user: CurrentUser, settings: SettingsDep) -> 
                           .order_by(Job.worker)).all()
     cutoff = utcnow() - timedelta(seconds=settings.heartbeat_timeout_s)
     workers = []
+    busy, alive = set(), set()
     for job in active:
         beat = as_utc(job.heartbeat_at)
-        workers.append({"name": job.worker, "job_id": job.id, "status": job.status, "heartbeat_at": beat,
-                        "alive": beat is not None and beat >= cutoff})
+        is_alive = beat is not None and beat >= cutoff
+        busy.add(job.worker)
+        if is_alive:
+            alive.add(job.worker)
+        if user.is_admin or job.owner_id == user.id:
+            workers.append({"name": job.worker, "job_id": job.id, "status": job.status, "heartbeat_at": beat,
+                            "alive": is_alive})
     return {
         "jobs_by_status": by_status,
+        "scope": "all" if user.is_admin else "own",
         "queue_depth": {**queued, "broker": broker.queue_depths()},
         "workers": workers,
-        "system": system_info(settings.data_path),
+        "worker_counts": {"busy": len(busy), "alive": len(alive)},
+        "system": system_info(settings.data_path, show_path=user.is_admin),
         "gpus": gpu_info(),
     }

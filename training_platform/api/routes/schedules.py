@@ -24,6 +24,7 @@ from training_platform.evaluation.request import (
     parse_cron,
     parse_metric_key,
 )
+from training_platform.path_policy import reader_for
 from training_platform.settings import Settings
 
 log = logging.getLogger("training_platform.api.schedules")
@@ -140,7 +141,8 @@ def _validate(session: Session, user: User, body: ScheduleCreate, settings: Sett
         except RequestError as exc:
             errors += exc.errors
     errors += eval_crud.check_request(body, body.model or "<checkpoint>", settings, keep_best_by=body.keep_best_by,
-                                      job_id=body.job_id, name=body.name)[1]
+                                      job_id=body.job_id, name=body.name, session=session,
+                                      reader=reader_for(session, user))[1]
     if errors:
         raise ValidationFailed(errors)
     return cron

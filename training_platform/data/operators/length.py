@@ -8,13 +8,14 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from training_platform.data.operators.base import Filter, OpParams, register_operator
+from training_platform.userpath import ModelRef
 
 
 class LengthParams(OpParams):
     unit: Literal["chars", "words", "tokens"] = Field("words", description="What to count.")
     min: int | None = Field(None, ge=0, description="Remove rows shorter than this.")
     max: int | None = Field(None, ge=1, description="Remove rows longer than this.")
-    tokenizer: str | None = Field(None, description="Tokenizer directory (or hub id) for unit: tokens.")
+    tokenizer: ModelRef | None = Field(None, description="Tokenizer directory (or hub id) for unit: tokens.")
 
     @model_validator(mode="after")
     def _check(self) -> LengthParams:

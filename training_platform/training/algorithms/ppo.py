@@ -11,12 +11,14 @@ from typing import Literal
 from pydantic import Field
 
 from training_platform.training.algorithms.base import AlgorithmParams, AlgorithmSpec
+from training_platform.userpath import UserDir
 
 
 class Params(AlgorithmParams):
     name: Literal["ppo"]
-    reward_model_path: str = Field(min_length=1, description="Sequence-classification reward model (num_labels=1).")
-    value_model_path: str | None = Field(None, description="Initial value model; defaults to reward_model_path.")
+    reward_model_path: UserDir = Field(min_length=1, description=
+        "Sequence-classification reward model (num_labels=1).")
+    value_model_path: UserDir | None = Field(None, description="Initial value model; defaults to reward_model_path.")
     total_episodes: int | None = Field(None, ge=1, description="Prompts to roll out; default from steps/epochs.")
     response_length: int = Field(32, ge=1, le=32768, description="Max new tokens per response.")
     temperature: float = Field(0.7, gt=0, le=10)
