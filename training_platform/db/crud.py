@@ -10,9 +10,10 @@ import secrets
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, delete, func, or_
+from sqlalchemy import and_, delete, func, or_, text
 from sqlmodel import Session, select
 
+from training_platform.db import rollups
 from training_platform.db.models import (
     TERMINAL,
     TRANSITIONS,
@@ -140,17 +141,33 @@ def add_metric_points(session: Session, job_id: int, points: Iterable[tuple[int,
     # executemany (batched by the driver) rather than one VALUES list: no bind-parameter limit, and faster.
     for start in range(0, len(rows), METRIC_INSERT_CHUNK):
         session.execute(stmt, rows[start : start + METRIC_INSERT_CHUNK])
+    steps = [r["step"] for r in rows]
+    rollups.refresh(session, job_id, {r["name"] for r in rows}, min(steps), max(steps))
     return count_metric_points(session, job_id) - before
 
 
 def delete_metrics_after(session: Session, job_id: int, step: int) -> int:
     """On resume from a checkpoint at `step`, later points will be produced again."""
     result = session.exec(delete(MetricPoint).where(MetricPoint.job_id == job_id, MetricPoint.step > step))
+    rollups.truncate(session, job_id, step)
     return result.rowcount or 0
 
 
+# The distinct names of a job's series by a loose index scan (one index probe per name) of
+# uq_metric_job_name_step: SELECT DISTINCT would read every point of the job.
+_METRIC_NAMES = text("""
+WITH RECURSIVE names(name) AS (
+    SELECT MIN(name) FROM metric_points WHERE job_id = :job_id
+    UNION ALL
+    SELECT (SELECT MIN(m.name) FROM metric_points AS m WHERE m.job_id = :job_id AND m.name > names.name)
+    FROM names WHERE names.name IS NOT NULL
+)
+SELECT name FROM names WHERE name IS NOT NULL
+""")
+
+
 def metric_names(session: Session, job_id: int) -> list[str]:
-    return list(session.exec(select(MetricPoint.name).where(MetricPoint.job_id == job_id).distinct()).all())
+    return [r[0] for r in session.execute(_METRIC_NAMES, {"job_id": job_id}).all()]
 
 
 def count_metric_points(session: Session, job_id: int) -> int:
