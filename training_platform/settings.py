@@ -7,6 +7,7 @@
 | REDIS_URL        | unset: `tp up` starts an embedded Redis   |
 | TP_MODEL_ROOTS   | extra directories jobs may read models from (`:`-separated) |
 | TP_AUTH_MODE     | token (bearer API tokens); `open` = single-user, no tokens (local only) |
+| TP_METRICS_TOKEN | unset: /metrics is open; set: it requires `Authorization: Bearer <token>` |
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class Settings(BaseSettings):
     min_free_disk_mb: int = Field(512, validation_alias="TP_MIN_FREE_DISK_MB", ge=0)
     # How often beat looks for due evaluation schedules (cron resolution; checkpoint triggers fire sooner).
     schedule_tick_s: float = Field(10.0, validation_alias="TP_SCHEDULE_TICK", gt=0)
+    # /metrics requires `Authorization: Bearer <this>` when set (open when unset).
+    metrics_token: str | None = Field(None, validation_alias="TP_METRICS_TOKEN")
 
     @property
     def data_path(self) -> Path:

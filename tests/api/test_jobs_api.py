@@ -662,7 +662,7 @@ def test_health_and_prometheus_metrics(api):
     text = r.text
     for status in ("queued", "preflight", "running", "succeeded", "failed", "cancelled"):
         assert f'tp_jobs{{status="{status}"}} ' in text
-    assert "\ntp_metric_points_total " in text
+    assert "\ntp_metric_points " in text
     assert 'tp_http_requests_total{method="GET",route="/api/v1/health",status="200"} ' in text
     assert 'tp_http_requests_total{method="GET",route="/api/v1/jobs",status="200"} ' in text
     assert 'tp_http_request_duration_seconds_count{method="GET",route="/api/v1/jobs"} ' in text

@@ -15,7 +15,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
 from training_platform.api import errors
-from training_platform.api.observability import ObservabilityMiddleware, RequestMetrics
+from training_platform.api.observability import ObservabilityMiddleware
 from training_platform.api.routes import (
     checkpoints,
     config,
@@ -89,8 +89,7 @@ def create_app() -> FastAPI:
 
     _mount_ui(app)
 
-    app.state.request_metrics = RequestMetrics()
-    app.add_middleware(ObservabilityMiddleware, metrics=app.state.request_metrics)
+    app.add_middleware(ObservabilityMiddleware)
     return app
 
 

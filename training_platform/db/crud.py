@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import and_, delete, func, or_, text
 from sqlmodel import Session, select
 
+from training_platform import telemetry
 from training_platform.db import rollups
 from training_platform.db.models import (
     TERMINAL,
@@ -79,6 +80,11 @@ def transition(session: Session, job: Job, to: JobStatus | str, reason: str = ""
         job.started_at = now
     if target in TERMINAL:
         job.finished_at = now
+        started = job.started_at
+        if started is not None and started.tzinfo is None:
+            started = started.replace(tzinfo=now.tzinfo)
+        telemetry.job_finished_on_commit(session, job.kind, job.algorithm, target.value,
+                                         (now - started).total_seconds() if started is not None else None)
     if target == JobStatus.queued:
         job.finished_at = None
         job.worker = None

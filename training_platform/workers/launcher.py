@@ -226,6 +226,8 @@ def run_platform(*, host: str, port: int, app: str, grace_s: float, echo=print) 
     echo(f"data directory: {data_dir}")
     echo(f"database: {_redact_url(settings.db_url)}")
     upgrade()
+    from training_platform.telemetry import reset_multiproc_dir  # /metrics' shared files: empty, exported to children
+    reset_multiproc_dir()
 
     env = {**os.environ, "TP_DATA_DIR": str(data_dir)}
     redis_server = None
