@@ -8,6 +8,7 @@
 | TP_MODEL_ROOTS   | extra directories jobs may read models from (`:`-separated) |
 | TP_AUTH_MODE     | token (bearer API tokens); `open` = single-user, no tokens (local only) |
 | TP_METRICS_TOKEN | unset: /metrics is open; set: it requires `Authorization: Bearer <token>` |
+| TP_API_CONCURRENCY | 4: reads handled at once per API process (more wait, first come first served); 0 = no limit |
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class Settings(BaseSettings):
     schedule_tick_s: float = Field(10.0, validation_alias="TP_SCHEDULE_TICK", gt=0)
     # /metrics requires `Authorization: Bearer <this>` when set (open when unset).
     metrics_token: str | None = Field(None, validation_alias="TP_METRICS_TOKEN")
+    # Reads (GET/HEAD) handled at once per API process; more wait their turn (0: no limit). api/observability.py
+    api_concurrency: int = Field(4, validation_alias="TP_API_CONCURRENCY", ge=0, le=1000)
 
     @property
     def data_path(self) -> Path:

@@ -66,6 +66,9 @@ class _Metrics:
                                      ["method", "route", "status"])
         self.http_duration = Histogram("tp_http_request_duration_seconds", "Time spent handling HTTP requests.",
                                        ["method", "route"], buckets=HTTP_BUCKETS)
+        self.http_queue = Histogram("tp_http_request_queue_seconds", "Time reads waited for admission "
+                                    "(TP_API_CONCURRENCY) before being handled.", ["method", "route"],
+                                    buckets=HTTP_BUCKETS)
         self.jobs_finished = Counter("tp_jobs_finished", "Jobs that reached an end state, by kind, algorithm "
                                      "(data jobs: the operation) and outcome.", ["kind", "algorithm", "outcome"])
         self.job_duration = Histogram("tp_job_duration_seconds", "From a job's start to its end state (jobs that "
@@ -102,10 +105,12 @@ def label(value: Any) -> str:
     return text if _LABEL_VALUE.fullmatch(text) else "other"
 
 
-def observe_request(method: str, route: str, status: int, seconds: float) -> None:
+def observe_request(method: str, route: str, status: int, seconds: float, queued: float | None = None) -> None:
     m = _metrics()
     m.http_requests.labels(method, route, str(status)).inc()
     m.http_duration.labels(method, route).observe(seconds)
+    if queued is not None:
+        m.http_queue.labels(method, route).observe(queued)
 
 
 def observe_job_finished(kind: str, algorithm: str, outcome: str, seconds: float | None) -> None:
