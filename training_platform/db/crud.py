@@ -10,7 +10,7 @@ import secrets
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, delete, func, or_, text
+from sqlalchemy import and_, bindparam, delete, func, or_, text
 from sqlmodel import Session, select
 
 from training_platform import telemetry
@@ -143,13 +143,21 @@ def add_metric_points(session: Session, job_id: int, points: Iterable[tuple[int,
     else:  # pragma: no cover
         raise RuntimeError(f"unsupported database {dialect}")
     stmt = insert(MetricPoint).on_conflict_do_nothing(index_elements=["job_id", "name", "step"])
-    before = count_metric_points(session, job_id)
+    names, steps = sorted({r["name"] for r in rows}), [r["step"] for r in rows]
+    # Counted over the batch's names and step range only (index range scans): the whole job would be read
+    # twice per batch otherwise, a cost growing with the run.
+    counted = {"job_id": job_id, "names": names, "lo": min(steps), "hi": max(steps)}
+    before = session.execute(_COUNT_RANGE, counted).scalar_one()
     # executemany (batched by the driver) rather than one VALUES list: no bind-parameter limit, and faster.
     for start in range(0, len(rows), METRIC_INSERT_CHUNK):
         session.execute(stmt, rows[start : start + METRIC_INSERT_CHUNK])
-    steps = [r["step"] for r in rows]
-    rollups.refresh(session, job_id, {r["name"] for r in rows}, min(steps), max(steps))
-    return count_metric_points(session, job_id) - before
+    rollups.refresh(session, job_id, names, min(steps), max(steps), grown=True)
+    return session.execute(_COUNT_RANGE, counted).scalar_one() - before
+
+
+_COUNT_RANGE = text("""
+SELECT COUNT(*) FROM metric_points WHERE job_id = :job_id AND name IN :names AND step >= :lo AND step <= :hi
+""").bindparams(bindparam("names", expanding=True))
 
 
 def delete_metrics_after(session: Session, job_id: int, step: int) -> int:

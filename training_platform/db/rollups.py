@@ -21,9 +21,15 @@ from sqlmodel import Session
 
 WIDTHS: tuple[int, ...] = tuple(4**k for k in range(3, 11))  # 64 .. 1,048,576 steps
 
+_UPSERT = """
+WHERE true
+ON CONFLICT (job_id, name, width, bucket) DO UPDATE SET min_value = excluded.min_value,
+    min_step = excluded.min_step, max_value = excluded.max_value, max_step = excluded.max_step
+"""
+
 # Tier 64 from the points. Pass 1: min/max per (name, bucket); pass 2: the first step holding each, by a range scan
 # of that bucket only (linear; CAST: step * width overflows 32-bit integers on PostgreSQL).
-_FROM_POINTS = text("""
+_FROM_POINTS_SQL = """
 INSERT INTO metric_rollups (job_id, name, width, bucket, min_value, min_step, max_value, max_step)
 SELECT :job_id, a.name, :width, a.b, a.mn,
        (SELECT MIN(m.step) FROM metric_points AS m
@@ -37,10 +43,10 @@ FROM (SELECT name, CAST(step AS BIGINT) / :width AS b, MIN(value) AS mn, MAX(val
       FROM metric_points
       WHERE job_id = :job_id AND name IN :names AND step >= :lo AND step < :hi
       GROUP BY name, CAST(step AS BIGINT) / :width) AS a
-""").bindparams(bindparam("names", expanding=True))
+"""
 
 # Tier W from tier W/4 (its child rows 4b .. 4b+3).
-_FROM_CHILDREN = text("""
+_FROM_CHILDREN_SQL = """
 INSERT INTO metric_rollups (job_id, name, width, bucket, min_value, min_step, max_value, max_step)
 SELECT :job_id, a.name, :width, a.b, a.mn,
        (SELECT MIN(r.min_step) FROM metric_rollups AS r
@@ -54,7 +60,14 @@ FROM (SELECT name, bucket / 4 AS b, MIN(min_value) AS mn, MAX(max_value) AS mx
       FROM metric_rollups
       WHERE job_id = :job_id AND width = :child AND name IN :names AND bucket >= :lo AND bucket < :hi
       GROUP BY name, bucket / 4) AS a
-""").bindparams(bindparam("names", expanding=True))
+"""
+
+_names = bindparam("names", expanding=True)
+_FROM_POINTS = text(_FROM_POINTS_SQL).bindparams(_names)
+_FROM_CHILDREN = text(_FROM_CHILDREN_SQL).bindparams(_names)
+# When points were only added, no bucket can have become empty: one upsert per tier (no DELETE round trip).
+_UPSERT_FROM_POINTS = text(_FROM_POINTS_SQL + _UPSERT).bindparams(_names)
+_UPSERT_FROM_CHILDREN = text(_FROM_CHILDREN_SQL + _UPSERT).bindparams(_names)
 
 _DELETE_RANGE = text("""
 DELETE FROM metric_rollups
@@ -62,8 +75,10 @@ WHERE job_id = :job_id AND width = :width AND name IN :names AND bucket >= :lo A
 """).bindparams(bindparam("names", expanding=True))
 
 
-def refresh(session: Session, job_id: int, names: Iterable[str], lo_step: int, hi_step: int) -> None:
-    """Recompute every tier's buckets overlapping steps [lo_step, hi_step] of these series from what is stored."""
+def refresh(session: Session, job_id: int, names: Iterable[str], lo_step: int, hi_step: int, *,
+            grown: bool = False) -> None:
+    """Recompute every tier's buckets overlapping steps [lo_step, hi_step] of these series from what is stored.
+    `grown`: points were only added there (none removed), so buckets are upserted instead of deleted and rebuilt."""
     names = sorted(set(names))
     lo_step, hi_step = max(0, int(lo_step)), int(hi_step)
     if not names or hi_step < lo_step:
@@ -71,11 +86,14 @@ def refresh(session: Session, job_id: int, names: Iterable[str], lo_step: int, h
     for i, width in enumerate(WIDTHS):
         lo, hi = lo_step // width, hi_step // width
         params = {"job_id": job_id, "width": width, "names": names, "lo": lo, "hi": hi}
-        session.execute(_DELETE_RANGE, params)
+        if not grown:
+            session.execute(_DELETE_RANGE, params)
         if i == 0:
-            session.execute(_FROM_POINTS, {**params, "lo": lo * width, "hi": (hi + 1) * width})
+            session.execute(_UPSERT_FROM_POINTS if grown else _FROM_POINTS,
+                            {**params, "lo": lo * width, "hi": (hi + 1) * width})
         else:
-            session.execute(_FROM_CHILDREN, {**params, "child": WIDTHS[i - 1], "lo": lo * 4, "hi": (hi + 1) * 4})
+            session.execute(_UPSERT_FROM_CHILDREN if grown else _FROM_CHILDREN,
+                            {**params, "child": WIDTHS[i - 1], "lo": lo * 4, "hi": (hi + 1) * 4})
 
 
 def truncate(session: Session, job_id: int, step: int) -> None:
