@@ -230,14 +230,19 @@ class Topology:
         self.services.clear()
 
 
-def api_argv(port: int, workers: int) -> list[str]:
-    """uvicorn itself (what `tp api` runs), with `--workers` API processes when more than one."""
-    argv = [sys.executable, "-m", "uvicorn", "training_platform.api.app:app", "--host", "127.0.0.1",
-            "--port", str(port)]
-    return argv + (["--workers", str(workers)] if workers > 1 else [])
+def api_argv(port: int, workers: int, plain_uvicorn: bool = False) -> list[str]:
+    """`workers` API processes: `python -m training_platform.api.serve` (uvicorn on a TCP_NODELAY socket), or the
+    plain `uvicorn --workers` command, whose own socket adds the client's 40 ms delayed ACK to every kept-alive
+    response when there is more than one worker (see training_platform/api/serve.py)."""
+    if plain_uvicorn:
+        argv = [sys.executable, "-m", "uvicorn", "training_platform.api.app:app", "--host", "127.0.0.1",
+                "--port", str(port)]
+        return argv + (["--workers", str(workers)] if workers > 1 else [])
+    return [sys.executable, "-m", "training_platform.api.serve", "--host", "127.0.0.1", "--port", str(port),
+            "--workers", str(workers)]
 
 
-def setup_topology(topo: Topology, api_workers: int = 1) -> dict[str, float]:
+def setup_topology(topo: Topology, api_workers: int = 1, plain_uvicorn: bool = False) -> dict[str, float]:
     """Migrate, demo assets, admin user, then api (`api_workers` processes) + worker + beat. Returns the set-up
     timings."""
     timings: dict[str, float] = {}
@@ -252,7 +257,7 @@ def setup_topology(topo: Topology, api_workers: int = 1) -> dict[str, float]:
     port = free_port()
     topo.base_url = f"http://127.0.0.1:{port}"
     t = time.perf_counter()
-    api = topo.start_argv("api", api_argv(port, api_workers))
+    api = topo.start_argv("api", api_argv(port, api_workers, plain_uvicorn))
     worker = topo.start("worker", "worker", "--queues", "train", "--name", "bench-train@%h")
     beat = topo.start("beat", "beat")
     deadline = time.monotonic() + 120
@@ -649,7 +654,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             topo = Topology(data_dir=data_dir, db_url=effective_url, env=env)
             info = machine_info(effective_url)
             try:
-                setup = setup_topology(topo, args.api_workers)
+                setup = setup_topology(topo, args.api_workers, args.plain_uvicorn)
                 print(f"  topology up: {json.dumps({k: round(v, 1) for k, v in setup.items()})}", flush=True)
                 headers = {"Authorization": f"Bearer {topo.token}"}
                 with httpx.Client(base_url=topo.base_url, headers=headers, timeout=60) as client:
@@ -679,6 +684,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             shutil.rmtree(base, ignore_errors=True)
     info["load_avg_start"], info["load_avg_end"] = load_start, loadavg()
     info["api_workers"] = args.api_workers
+    info["api_runner"] = "uvicorn --workers" if args.plain_uvicorn else "training_platform.api.serve"
     return {"bench": "api_bench", "db": args.db, "machine": info, "setup": {k: round(v, 2) for k, v in setup.items()},
             "submit_to_running": a, "metrics": b, "list_jobs": c}
 
@@ -691,7 +697,7 @@ def report(result: dict[str, Any]) -> None:
           + (f"PostgreSQL {m.get('postgresql')}" if result["db"] == "postgres" else f"SQLite {m.get('sqlite')}")
           + f", Redis {m.get('redis')}")
     print(f"load average (1/5/15 min): start {m['load_avg_start']}, end {m['load_avg_end']}; "
-          f"{m.get('api_workers', 1)} API process(es)")
+          f"{m.get('api_workers', 1)} API process(es), {m.get('api_runner', 'uvicorn')}")
     print()
 
     def row(what: str, n: str, s: dict[str, Any], extra: str = "") -> list[str]:
@@ -724,7 +730,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument("--jobs", type=int, default=20, help="a: jobs submitted one at a time (0: skip a)")
     parser.add_argument("--api-workers", type=int, default=os.cpu_count() or 1,
-                        help="API processes (uvicorn --workers; default: the number of cores)")
+                        help="API processes (default: the number of cores)")
+    parser.add_argument("--plain-uvicorn", action="store_true", help="run the API with `uvicorn --workers` instead "
+                                                                      "of training_platform.api.serve")
     parser.add_argument("--warmup-jobs", type=int, default=1, help="a: jobs run first and not counted (the worker's "
                                                                        "first job waits for its start-up imports)")
     parser.add_argument("--max-steps", type=int, default=20, help="a: training.max_steps of each job")
