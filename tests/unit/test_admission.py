@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from training_platform.api import observability
 from training_platform.api.observability import ObservabilityMiddleware
+
+
+@pytest.fixture(autouse=True)
+def _no_metrics(monkeypatch):
+    """The middleware's Prometheus calls would write under the default data dir: not what these tests are about."""
+    monkeypatch.setattr(observability.telemetry, "observe_request", lambda *a, **k: None)
 
 
 def _scope(method: str, path: str) -> dict:
