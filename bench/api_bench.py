@@ -211,7 +211,10 @@ class Topology:
         return proc
 
     def start(self, name: str, *args: str) -> Service:
-        service = Service(name, [*tp_command(), *args], self.env, self.data_dir)
+        return self.start_argv(name, [*tp_command(), *args])
+
+    def start_argv(self, name: str, argv: list[str]) -> Service:
+        service = Service(name, argv, self.env, self.data_dir)
         self.services.append(service)
         return service
 
@@ -227,8 +230,21 @@ class Topology:
         self.services.clear()
 
 
-def setup_topology(topo: Topology) -> dict[str, float]:
-    """Migrate, demo assets, admin user, then api + worker + beat. Returns the set-up timings."""
+def api_argv(port: int, workers: int, plain_uvicorn: bool = False) -> list[str]:
+    """`workers` API processes: `python -m training_platform.api.serve` (uvicorn on a TCP_NODELAY socket), or the
+    plain `uvicorn --workers` command, whose own socket adds the client's 40 ms delayed ACK to every kept-alive
+    response when there is more than one worker (see training_platform/api/serve.py)."""
+    if plain_uvicorn:
+        argv = [sys.executable, "-m", "uvicorn", "training_platform.api.app:app", "--host", "127.0.0.1",
+                "--port", str(port)]
+        return argv + (["--workers", str(workers)] if workers > 1 else [])
+    return [sys.executable, "-m", "training_platform.api.serve", "--host", "127.0.0.1", "--port", str(port),
+            "--workers", str(workers)]
+
+
+def setup_topology(topo: Topology, api_workers: int = 1, plain_uvicorn: bool = False) -> dict[str, float]:
+    """Migrate, demo assets, admin user, then api (`api_workers` processes) + worker + beat. Returns the set-up
+    timings."""
     timings: dict[str, float] = {}
     t = time.perf_counter()
     topo.tp("db", "upgrade")
@@ -241,7 +257,7 @@ def setup_topology(topo: Topology) -> dict[str, float]:
     port = free_port()
     topo.base_url = f"http://127.0.0.1:{port}"
     t = time.perf_counter()
-    api = topo.start("api", "api", "--port", str(port))
+    api = topo.start_argv("api", api_argv(port, api_workers, plain_uvicorn))
     worker = topo.start("worker", "worker", "--queues", "train", "--name", "bench-train@%h")
     beat = topo.start("beat", "beat")
     deadline = time.monotonic() + 120
@@ -399,7 +415,9 @@ def bench_metrics(topo: Topology, client: httpx.Client, n_points: int, n_request
     # A job that got to run has its own few real points: clear them so the series is exactly n_points long.
     _delete_points(topo, job_id)
     insert_s = insert_points(topo, job_id, n_points)
-    print(f"  job {job_id} ({end['status']}): {n_points:,} points inserted in {insert_s:.1f} s", flush=True)
+    rollup_s = rebuild_rollups(topo, job_id)
+    print(f"  job {job_id} ({end['status']}): {n_points:,} points inserted in {insert_s:.1f} s, rollups built in "
+          f"{rollup_s:.1f} s", flush=True)
 
     url = f"{API}/jobs/{job_id}/metrics"
     params = {"names": "loss", "max_points": 1000}
@@ -415,8 +433,31 @@ def bench_metrics(topo: Topology, client: httpx.Client, n_points: int, n_request
     loss = first["series"]["loss"]
     assert max(sizes) <= 1002, f"downsampled series too long: {max(sizes)}"
     assert loss[0][0] == 1 and loss[-1][0] == n_points, (loss[0], loss[-1])
-    return {"job_id": job_id, "points_stored": n_points, "insert_s": round(insert_s, 2), "requests": n_requests,
+    return {"job_id": job_id, "points_stored": n_points, "insert_s": round(insert_s, 2),
+            "rollup_rebuild_s": round(rollup_s, 2), "requests": n_requests,
             "points_returned": max(sizes), "downsampled": first["downsampled"]["loss"], "latency": summary_ms(times)}
+
+
+def rebuild_rollups(topo: Topology, job_id: int) -> float:
+    """The bulk load bypassed crud (which maintains the rollup tiers with the points): build them as a whole."""
+    from sqlalchemy import text
+    from sqlmodel import Session
+
+    from training_platform.db import rollups
+    from training_platform.db.session import make_engine
+
+    engine = make_engine(topo.db_url)
+    t = time.perf_counter()
+    try:
+        with Session(engine) as session:
+            rollups.rebuild(session, job_id)
+            session.commit()
+        elapsed = time.perf_counter() - t
+        with engine.begin() as conn:
+            conn.execute(text("ANALYZE"))
+    finally:
+        engine.dispose()
+    return elapsed
 
 
 def _delete_points(topo: Topology, job_id: int) -> None:
@@ -494,21 +535,47 @@ async def _load(base_url: str, token: str, concurrency: int, duration_s: float, 
     return {"latencies": latencies, "errors": errors, "page_sizes": sorted(page_sizes)}
 
 
-ACCESS_LINE = re.compile(r"access: GET /api/v1/jobs 200 ([0-9.]+)ms")
+# The API's access log: handling time, then (reads admitted through TP_API_CONCURRENCY) the admission wait.
+ACCESS_LINE = re.compile(r"access: GET /api/v1/jobs 200 ([0-9.]+)ms(?: \+([0-9.]+)ms queued)?")
 
 
 def _cpu_s(pid: int) -> float | None:
+    """CPU seconds of a process and its live children (uvicorn's worker processes)."""
     try:
         import psutil
 
-        times = psutil.Process(pid).cpu_times()
-        return times.user + times.system
+        proc = psutil.Process(pid)
+        total = 0.0
+        for p in (proc, *proc.children(recursive=True)):
+            with contextlib.suppress(psutil.Error):
+                times = p.cpu_times()
+                total += times.user + times.system
+        return total
     except Exception:  # noqa: BLE001 - reported as unknown
         return None
 
 
+def _jobs_histogram(topo: Topology) -> dict[float, float]:
+    """Cumulative bucket counts of tp_http_request_duration_seconds for GET /api/v1/jobs from /metrics (summed over
+    every API process by prometheus_client's multiprocess mode)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{topo.base_url}/metrics", timeout=30).raise_for_status().text
+    out: dict[float, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "tp_http_request_duration_seconds":
+            continue
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name.endswith("_bucket") and labels.get("route") == "/api/v1/jobs" \
+                    and labels.get("method") == "GET":
+                out[float(labels["le"])] = sample.value
+    return out
+
+
 def bench_list(topo: Topology, total_jobs: int, concurrency: int, duration_s: float) -> dict[str, Any]:
     n_jobs = fill_jobs(topo, total_jobs)
+    hist0 = _jobs_histogram(topo)
     api = next(s for s in topo.services if s.name == "api")
     log_offset = api.log_file.stat().st_size
     api_cpu0, client_cpu0, wall0 = _cpu_s(api.popen.pid), time.process_time(), time.perf_counter()
@@ -520,13 +587,22 @@ def bench_list(topo: Topology, total_jobs: int, concurrency: int, duration_s: fl
     time.sleep(0.5)
     with api.log_file.open(errors="replace") as f:
         f.seek(log_offset)
-        server_ms = [float(m[1]) / 1000.0 for m in ACCESS_LINE.finditer(f.read())]
+        matches = list(ACCESS_LINE.finditer(f.read()))
+    server_ms = [float(m[1]) / 1000.0 for m in matches]
+    hist1 = _jobs_histogram(topo)
+    counted = hist1.get(math.inf, 0) - hist0.get(math.inf, 0)
+    histogram: dict[str, Any] = {"requests": counted}
+    for le in (0.025, 0.05, 0.1):
+        if counted and le in hist1:
+            histogram[f"share_le_{int(le * 1000)}ms"] = round((hist1[le] - hist0.get(le, 0)) / counted, 4)
+    with_queue_ms = [(float(m[1]) + float(m[2] or 0)) / 1000.0 for m in matches]
     cpu = {"wall_s": round(wall, 2), "client_cpu_s": round(client_cpu1 - client_cpu0, 2),
            "api_cpu_s": round(api_cpu1 - api_cpu0, 2) if api_cpu0 is not None and api_cpu1 is not None else None}
     return {"jobs_in_db": n_jobs, "concurrency": concurrency, "duration_s": duration_s, "ok_requests": len(lat),
             "errors": result["errors"], "items_per_page": result["page_sizes"],
             "requests_per_s": round(len(lat) / duration_s, 2), "latency": summary_ms(lat),
-            "server_side_latency": summary_ms(server_ms), "cpu": cpu}
+            "server_side_latency": summary_ms(server_ms), "server_side_with_admission": summary_ms(with_queue_ms),
+            "prometheus_histogram": histogram, "cpu": cpu}
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -563,6 +639,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="tp_api_bench_"))
     data_dir = base / "data"
     data_dir.mkdir()
+    # Crud in this process (bulk loads, filler jobs) records Prometheus metrics too: into the services' directory.
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(data_dir / "prometheus")
     load_start = loadavg()
     print(f"api_bench: db={args.db}, data dir {data_dir}, load average at start {load_start}", flush=True)
     flush_redis(REDIS_URL)
@@ -576,13 +654,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             topo = Topology(data_dir=data_dir, db_url=effective_url, env=env)
             info = machine_info(effective_url)
             try:
-                setup = setup_topology(topo)
+                setup = setup_topology(topo, args.api_workers, args.plain_uvicorn)
                 print(f"  topology up: {json.dumps({k: round(v, 1) for k, v in setup.items()})}", flush=True)
                 headers = {"Authorization": f"Bearer {topo.token}"}
                 with httpx.Client(base_url=topo.base_url, headers=headers, timeout=60) as client:
-                    print(f"a. submit -> running, {args.warmup_jobs} warm-up + {args.jobs} jobs one at a time",
-                          flush=True)
-                    a = bench_submit_to_running(topo, client, args.jobs, args.max_steps, args.warmup_jobs)
+                    a = None
+                    if args.jobs:
+                        print(f"a. submit -> running, {args.warmup_jobs} warm-up + {args.jobs} jobs one at a time",
+                              flush=True)
+                        a = bench_submit_to_running(topo, client, args.jobs, args.max_steps, args.warmup_jobs)
                     print(f"b. metrics of a job with {args.points:,} points, {args.metric_requests} requests",
                           flush=True)
                     b = bench_metrics(topo, client, args.points, args.metric_requests)
@@ -603,6 +683,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         else:
             shutil.rmtree(base, ignore_errors=True)
     info["load_avg_start"], info["load_avg_end"] = load_start, loadavg()
+    info["api_workers"] = args.api_workers
+    info["api_runner"] = "uvicorn --workers" if args.plain_uvicorn else "training_platform.api.serve"
     return {"bench": "api_bench", "db": args.db, "machine": info, "setup": {k: round(v, 2) for k, v in setup.items()},
             "submit_to_running": a, "metrics": b, "list_jobs": c}
 
@@ -614,24 +696,31 @@ def report(result: dict[str, Any]) -> None:
           f"{m['platform']}, python {m['python']}, "
           + (f"PostgreSQL {m.get('postgresql')}" if result["db"] == "postgres" else f"SQLite {m.get('sqlite')}")
           + f", Redis {m.get('redis')}")
-    print(f"load average (1/5/15 min): start {m['load_avg_start']}, end {m['load_avg_end']}")
+    print(f"load average (1/5/15 min): start {m['load_avg_start']}, end {m['load_avg_end']}; "
+          f"{m.get('api_workers', 1)} API process(es), {m.get('api_runner', 'uvicorn')}")
     print()
 
     def row(what: str, n: str, s: dict[str, Any], extra: str = "") -> list[str]:
         return [what, n, fmt(s["p50_ms"], ".1f"), fmt(s["p95_ms"], ".1f"), fmt(s["p99_ms"], ".1f"),
                 fmt(s["max_ms"], ".1f"), extra]
 
-    rows = [
+    rows = [] if a is None else [
         row("a. POST /jobs -> running (client, 20 ms polls)", str(a["jobs"]), a["client_submit_to_running"],
             f"ends: {a['end_states']}; warm-up job(s): {', '.join(f'{x:.0f}' for x in a['warmup_jobs_client_ms'])} ms"),
         row("a. created_at -> started_at (server clock)", str(a["jobs"]), a["server_created_to_started"]),
+    ]
+    rows += [
         row(f"b. GET metrics, {b['points_stored']:,} pts, max_points=1000", str(b["requests"]), b["latency"],
             f"{b['points_returned']} points returned"),
         row(f"c. GET /jobs, {c['concurrency']} clients, {c['jobs_in_db']} jobs", str(c["ok_requests"]), c["latency"],
             f"{c['requests_per_s']:.1f} req/s, errors {c['errors'] or 0}"),
+        row("c. same, inside the API + admission wait", str(c["server_side_with_admission"]["n"]),
+            c["server_side_with_admission"]),
         row("c. same, time inside the API (access log)", str(c["server_side_latency"]["n"]),
             c["server_side_latency"], f"CPU s in {c['cpu']['wall_s']} s: api {fmt(c['cpu']['api_cpu_s'], '.1f')}, "
             f"client {fmt(c['cpu']['client_cpu_s'], '.1f')}"),
+        ["c. same, /metrics histogram: share <= 25 / 50 / 100 ms", str(c["prometheus_histogram"].get("requests")),
+         "", "", "", "", " / ".join(str(c["prometheus_histogram"].get(f"share_le_{ms}ms")) for ms in (25, 50, 100))],
     ]
     print_table(["measurement", "n", "p50 ms", "p95 ms", "p99 ms", "max ms", "notes"], rows)
 
@@ -639,7 +728,11 @@ def report(result: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", choices=("postgres", "sqlite"), default="postgres")
-    parser.add_argument("--jobs", type=int, default=20, help="a: jobs submitted one at a time")
+    parser.add_argument("--jobs", type=int, default=20, help="a: jobs submitted one at a time (0: skip a)")
+    parser.add_argument("--api-workers", type=int, default=os.cpu_count() or 1,
+                        help="API processes (default: the number of cores)")
+    parser.add_argument("--plain-uvicorn", action="store_true", help="run the API with `uvicorn --workers` instead "
+                                                                      "of training_platform.api.serve")
     parser.add_argument("--warmup-jobs", type=int, default=1, help="a: jobs run first and not counted (the worker's "
                                                                        "first job waits for its start-up imports)")
     parser.add_argument("--max-steps", type=int, default=20, help="a: training.max_steps of each job")

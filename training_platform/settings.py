@@ -10,6 +10,9 @@
 | TP_ENDPOINTS     | named outbound endpoints (docs/endpoints.md), JSON: `{"judge": {"base_url": "https://...",` |
 |                  | `"api_key_env": "JUDGE_KEY", "models": ["m1"]}}`; requests name one, never a URL or a key |
 | TP_ENDPOINTS_FILE | the same JSON in a file (read at each lookup; a name may not also be in TP_ENDPOINTS) |
+| TP_METRICS_TOKEN | unset: /metrics is open; set: it requires `Authorization: Bearer <token>` |
+| TP_API_CONCURRENCY | 4: reads handled at once per API process (more wait, first come first served); 0 = no limit |
+| TP_UP_MAX_CRASHES / TP_UP_CRASH_WINDOW / TP_UP_BACKOFF_MAX | 5 / 300 s / 30 s: `tp up`'s restart policy |
 
 Input caps (docs/limits.md):
 
@@ -61,6 +64,10 @@ class Settings(BaseSettings):
     max_dataset_rows: int = Field(2_000_000, validation_alias="TP_MAX_DATASET_ROWS", ge=1)
     max_dataset_expanded_mb: float = Field(2048.0, validation_alias="TP_MAX_DATASET_EXPANDED_MB", gt=0)
     max_row_mb: float = Field(8.0, validation_alias="TP_MAX_ROW_MB", gt=0)
+    # /metrics requires `Authorization: Bearer <this>` when set (open when unset).
+    metrics_token: str | None = Field(None, validation_alias="TP_METRICS_TOKEN")
+    # Reads (GET/HEAD) handled at once per API process; more wait their turn (0: no limit). api/observability.py
+    api_concurrency: int = Field(4, validation_alias="TP_API_CONCURRENCY", ge=0, le=1000)
 
     @property
     def data_path(self) -> Path:

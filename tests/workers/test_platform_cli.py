@@ -125,7 +125,7 @@ def _run_up(data_dir: Path, app: str | None, env_extra: dict[str, str], with_job
 
         family = psutil.Process(up.pid).children(recursive=True)
         names = " ".join(" ".join(_cmdline(p)) for p in family)
-        assert "uvicorn" in names and "worker -Q train" in names and "--beat" in names
+        assert "training_platform.api.serve" in names and "worker -Q train" in names and "--beat" in names
         redis = [p for p in psutil.process_iter(["cmdline"]) if f"127.0.0.1:{redis_port}" in
                  " ".join(p.info["cmdline"] or []) and "redis-server" in " ".join(p.info["cmdline"] or [])]
         assert len(redis) == 1

@@ -153,7 +153,7 @@ def test_kill_9_of_each_child_and_of_tp_up(tmp_path, demo_assets):
         assert redis_url and (data_dir / "redis.rdb.pid").read_text().strip() == str(up.child("redis-server").pid)
         token = (data_dir / "admin.token").read_text().strip()
         client = httpx.Client(base_url=f"{up.base}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=30)
-        assert len(_api_processes(up.child("uvicorn"))) == 2, "two API processes"
+        assert len(_api_processes(up.child("api.serve"))) == 2, "two API processes"
 
         # beat: restarted (the recovery sweep that the worker kill below needs runs in it).
         _kill9(up, "beat", "--beat")
@@ -178,17 +178,17 @@ def test_kill_9_of_each_child_and_of_tp_up(tmp_path, demo_assets):
         assert max(len(points) for points in series.values()) == 30, "0 steps lost (logging_steps: 1)"
 
         # api: the uvicorn supervisor dies; its worker processes go with their group, then a new api serves.
-        old_api = _api_processes(up.child("uvicorn"))
+        old_api = _api_processes(up.child("api.serve"))
         t_kill = time.monotonic()
-        _kill9(up, "api", "uvicorn")
+        _kill9(up, "api", "api.serve")
         wait_for(up.health, ANSWER_WITHIN_S, interval=0.2, what="/health after the api kill")
         print(f"[api kill] answering again after {time.monotonic() - t_kill:.1f}s")
         assert not [p for p in old_api if _alive(p)], "the killed api's processes are gone"
         # One of uvicorn's API processes: uvicorn replaces it itself.
-        victim = _api_processes(up.child("uvicorn"))[0]
+        victim = _api_processes(up.child("api.serve"))[0]
         victim.kill()
-        wait_for(lambda: len(_api_processes(up.child("uvicorn"))) == 2 and victim not in
-                 _api_processes(up.child("uvicorn")), ANSWER_WITHIN_S, what="uvicorn to replace its process")
+        wait_for(lambda: len(_api_processes(up.child("api.serve"))) == 2 and victim not in
+                 _api_processes(up.child("api.serve")), ANSWER_WITHIN_S, what="uvicorn to replace its process")
         assert up.health()
 
         # embedded Redis: back on the same port; workers and API reconnect. The eval worker too is killed: jobs of

@@ -16,7 +16,7 @@ from fastapi_offline import FastAPIOffline
 
 from training_platform.api import errors
 from training_platform.api.limits import BodyLimitMiddleware
-from training_platform.api.observability import ObservabilityMiddleware, RequestMetrics
+from training_platform.api.observability import ObservabilityMiddleware
 from training_platform.api.routes import (
     checkpoints,
     config,
@@ -94,8 +94,7 @@ def create_app() -> FastAPI:
 
     # Bodies over TP_MAX_BODY_MB -> 413 before any parsing; the dataset upload streams to disk under its own cap.
     app.add_middleware(BodyLimitMiddleware, exempt={("POST", f"{API_PREFIX}/datasets")})
-    app.state.request_metrics = RequestMetrics()
-    app.add_middleware(ObservabilityMiddleware, metrics=app.state.request_metrics)
+    app.add_middleware(ObservabilityMiddleware)
     return app
 
 

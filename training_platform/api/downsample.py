@@ -1,9 +1,15 @@
-"""Metric series for charts, downsampled in SQL.
+"""Metric series for charts, downsampled from rollup tiers.
 
-A series with more points than asked for is cut into equal step ranges (buckets); each bucket contributes its
-minimum and its maximum point (the first step where each occurs), and the series' first and last points are always
-kept. Spikes therefore survive, and the database does the work: one aggregate query per series, never a million rows
-through Python. The SQL is plain (CTE, GROUP BY, CASE) and runs on SQLite and PostgreSQL alike.
+A series with more points than asked for (max_points) is cut into B = max(1, (max_points - 2) // 2) or fewer
+aligned step buckets `[b * W, (b + 1) * W)`, W the smallest power of two giving at most B buckets between the
+series' first and last step; each bucket contributes its minimum and its maximum point (the first step where each
+occurs), and the series' first and last points are always kept. Spikes therefore survive, and aligned buckets stay
+put while a run grows (the chart does not shimmer on refresh).
+
+The extremes come from `metric_rollups` (db/rollups.py: tiers of width 64, 256, ..., 4**10 written with the
+points): the tier just below W, a few rows merged per bucket, so a million-point series costs a few hundred rows
+read. Buckets that the rollups cannot answer are aggregated from the points in SQL: W < 64 (at most 32 * B points),
+the edge buckets cut by min_step/max_step, and series with negative steps.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ import math
 
 from sqlalchemy import text
 from sqlmodel import Session
+
+from training_platform.db import rollups
 
 _RANGE = "job_id = :job_id AND name = :name AND step >= :lo AND step <= :hi"
 
@@ -23,11 +31,11 @@ _LAST = text(f"SELECT step, value FROM metric_points WHERE {_RANGE} ORDER BY ste
 
 _ALL = text(f"SELECT step, value FROM metric_points WHERE {_RANGE} ORDER BY step")  # noqa: S608
 
-# Bucket b of a point: (step - first) * buckets / span, integer division (CAST: steps are 32-bit on PostgreSQL).
-# Pass 1 aggregates min/max per bucket in one scan. Pass 2 finds, per bucket, the first step holding each extreme
-# with a correlated range scan of that bucket only (the steps of bucket b are [first + ceil(b*span/buckets),
-# first + ceil((b+1)*span/buckets)) ), so the whole query stays linear in the number of points; a plain JOIN of
-# points to buckets is quadratic on SQLite.
+# Equal buckets between first and last (negative steps, which have no rollups). Bucket b of a point:
+# (step - first) * buckets / span, integer division (CAST: steps are 32-bit on PostgreSQL). Pass 1 aggregates
+# min/max per bucket in one scan. Pass 2 finds, per bucket, the first step holding each extreme with a correlated
+# range scan of that bucket only (the steps of bucket b are [first + ceil(b*span/buckets),
+# first + ceil((b+1)*span/buckets)) ), so the whole query stays linear in the number of points.
 _BUCKETED = text(f"""
 WITH agg AS (
     SELECT b, MIN(value) AS mn, MAX(value) AS mx
@@ -50,6 +58,83 @@ SELECT b, mn, mx,
 FROM ranges
 ORDER BY b
 """)  # noqa: S608
+
+# Aligned buckets of width :width from the points in [lo, hi] (steps >= 0): the same two passes.
+_ALIGNED = text(f"""
+SELECT a.b, a.mn,
+       (SELECT MIN(m.step) FROM metric_points AS m
+        WHERE m.job_id = :job_id AND m.name = :name AND m.step >= :lo AND m.step <= :hi
+          AND m.step >= a.b * :width AND m.step < (a.b + 1) * :width AND m.value = a.mn),
+       a.mx,
+       (SELECT MIN(m.step) FROM metric_points AS m
+        WHERE m.job_id = :job_id AND m.name = :name AND m.step >= :lo AND m.step <= :hi
+          AND m.step >= a.b * :width AND m.step < (a.b + 1) * :width AND m.value = a.mx)
+FROM (SELECT CAST(step AS BIGINT) / :width AS b, MIN(value) AS mn, MAX(value) AS mx
+      FROM metric_points WHERE {_RANGE}
+      GROUP BY CAST(step AS BIGINT) / :width) AS a
+""")  # noqa: S608
+
+_TIER = text("""
+SELECT bucket, min_value, min_step, max_value, max_step FROM metric_rollups
+WHERE job_id = :job_id AND name = :name AND width = :width AND bucket >= :lo AND bucket <= :hi
+ORDER BY bucket
+""")
+
+Bucket = tuple[float, int, float, int]  # min value, its step, max value, its step
+
+
+def _merge(buckets: dict[int, Bucket], b: int, mn: float, smn: int, mx: float, smx: int) -> None:
+    have = buckets.get(b)
+    if have is None:
+        buckets[b] = (mn, smn, mx, smx)
+        return
+    hmn, hsmn, hmx, hsmx = have
+    if mn < hmn or (mn == hmn and smn < hsmn):
+        hmn, hsmn = mn, smn
+    if mx > hmx or (mx == hmx and smx < hsmx):
+        hmx, hsmx = mx, smx
+    buckets[b] = (hmn, hsmn, hmx, hsmx)
+
+
+def bucket_width(first: int, last: int, buckets: int) -> int:
+    """The smallest power of two W with at most `buckets` aligned buckets between steps first and last (>= 0)."""
+    width = 1
+    while last // width - first // width + 1 > buckets:
+        width *= 2
+    return width
+
+
+def _aligned_from_points(session: Session, params: dict, width: int, lo: int, hi: int,
+                         out: dict[int, Bucket]) -> None:
+    rows = session.exec(_ALIGNED, params={**params, "lo": lo, "hi": hi, "width": width}).all()
+    for b, mn, smn, mx, smx in rows:
+        if smn is not None and smx is not None:
+            _merge(out, int(b), mn, int(smn), mx, int(smx))
+
+
+def _aligned_buckets(session: Session, params: dict, first: int, last: int, width: int) -> dict[int, Bucket]:
+    """Min/max per aligned bucket of `width` over the stored points in [first, last] of the requested range."""
+    out: dict[int, Bucket] = {}
+    tiers = [w for w in rollups.WIDTHS if w <= width]
+    if not tiers:
+        _aligned_from_points(session, params, width, first, last, out)
+        return out
+    tier = tiers[-1]
+    lo_b, hi_b = first // width, last // width
+    # Edge buckets reaching outside the requested range [lo, hi] hold points the answer must not include.
+    if lo_b * width < params["lo"]:
+        _aligned_from_points(session, params, width, first, min(last, (lo_b + 1) * width - 1), out)
+        lo_b += 1
+    if hi_b >= lo_b and (hi_b + 1) * width - 1 > params["hi"]:
+        _aligned_from_points(session, params, width, max(first, hi_b * width), last, out)
+        hi_b -= 1
+    if hi_b >= lo_b:
+        per = width // tier
+        rows = session.exec(_TIER, params={"job_id": params["job_id"], "name": params["name"], "width": tier,
+                                           "lo": lo_b * per, "hi": (hi_b + 1) * per - 1}).all()
+        for b, mn, smn, mx, smx in rows:
+            _merge(out, int(b) // per, mn, int(smn), mx, int(smx))
+    return out
 
 
 def _clean(value: float | None) -> float | None:
@@ -77,6 +162,13 @@ def series(session: Session, job_id: int, name: str, *, max_points: int, min_ste
     first, last = int(first_row[0]), int(last_row[0])
     points: dict[int, float | None] = {first: _clean(first_row[1]), last: _clean(last_row[1])}
     buckets = max(1, (max_points - 2) // 2)
+    if first >= 0:
+        width = bucket_width(first, last, buckets)
+        for mn, smn, mx, smx in _aligned_buckets(session, params, first, last, width).values():
+            points[smn] = _clean(mn)
+            points[smx] = _clean(mx)
+        return sorted(points.items()), True
+
     span = last - first + 1
     if session.get_bind().dialect.name == "postgresql":
         # The planner cannot know there are only `buckets` groups: without these it sorts the series on disk

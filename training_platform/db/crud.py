@@ -10,9 +10,11 @@ import secrets
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, delete, func, or_
+from sqlalchemy import and_, bindparam, delete, func, or_, text
 from sqlmodel import Session, select
 
+from training_platform import telemetry
+from training_platform.db import rollups
 from training_platform.db.models import (
     TERMINAL,
     TRANSITIONS,
@@ -78,6 +80,11 @@ def transition(session: Session, job: Job, to: JobStatus | str, reason: str = ""
         job.started_at = now
     if target in TERMINAL:
         job.finished_at = now
+        started = job.started_at
+        if started is not None and started.tzinfo is None:
+            started = started.replace(tzinfo=now.tzinfo)
+        telemetry.job_finished_on_commit(session, job.kind, job.algorithm, target.value,
+                                         (now - started).total_seconds() if started is not None else None)
     if target == JobStatus.queued:
         job.finished_at = None
         job.worker = None
@@ -136,21 +143,45 @@ def add_metric_points(session: Session, job_id: int, points: Iterable[tuple[int,
     else:  # pragma: no cover
         raise RuntimeError(f"unsupported database {dialect}")
     stmt = insert(MetricPoint).on_conflict_do_nothing(index_elements=["job_id", "name", "step"])
-    before = count_metric_points(session, job_id)
+    names, steps = sorted({r["name"] for r in rows}), [r["step"] for r in rows]
+    # Counted over the batch's names and step range only (index range scans): the whole job would be read
+    # twice per batch otherwise, a cost growing with the run.
+    counted = {"job_id": job_id, "names": names, "lo": min(steps), "hi": max(steps)}
+    before = session.execute(_COUNT_RANGE, counted).scalar_one()
     # executemany (batched by the driver) rather than one VALUES list: no bind-parameter limit, and faster.
     for start in range(0, len(rows), METRIC_INSERT_CHUNK):
         session.execute(stmt, rows[start : start + METRIC_INSERT_CHUNK])
-    return count_metric_points(session, job_id) - before
+    rollups.refresh(session, job_id, names, min(steps), max(steps), grown=True)
+    return session.execute(_COUNT_RANGE, counted).scalar_one() - before
+
+
+_COUNT_RANGE = text("""
+SELECT COUNT(*) FROM metric_points WHERE job_id = :job_id AND name IN :names AND step >= :lo AND step <= :hi
+""").bindparams(bindparam("names", expanding=True))
 
 
 def delete_metrics_after(session: Session, job_id: int, step: int) -> int:
     """On resume from a checkpoint at `step`, later points will be produced again."""
     result = session.exec(delete(MetricPoint).where(MetricPoint.job_id == job_id, MetricPoint.step > step))
+    rollups.truncate(session, job_id, step)
     return result.rowcount or 0
 
 
+# The distinct names of a job's series by a loose index scan (one index probe per name) of
+# uq_metric_job_name_step: SELECT DISTINCT would read every point of the job.
+_METRIC_NAMES = text("""
+WITH RECURSIVE names(name) AS (
+    SELECT MIN(name) FROM metric_points WHERE job_id = :job_id
+    UNION ALL
+    SELECT (SELECT MIN(m.name) FROM metric_points AS m WHERE m.job_id = :job_id AND m.name > names.name)
+    FROM names WHERE names.name IS NOT NULL
+)
+SELECT name FROM names WHERE name IS NOT NULL
+""")
+
+
 def metric_names(session: Session, job_id: int) -> list[str]:
-    return list(session.exec(select(MetricPoint.name).where(MetricPoint.job_id == job_id).distinct()).all())
+    return [r[0] for r in session.execute(_METRIC_NAMES, {"job_id": job_id}).all()]
 
 
 def count_metric_points(session: Session, job_id: int) -> int:

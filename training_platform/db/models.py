@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Column, Index, Integer, Text, UniqueConstraint, false
+from sqlalchemy import JSON, BigInteger, Boolean, Column, ForeignKey, Index, Integer, Text, UniqueConstraint, false
 from sqlmodel import Field, SQLModel
 
 
@@ -126,6 +126,22 @@ class MetricPoint(SQLModel, table=True):
     step: int
     value: float
     ts: datetime = Field(default_factory=utcnow)
+
+
+class MetricRollup(SQLModel, table=True):
+    """Min/max of a metric series per aligned step bucket `[bucket * width, (bucket + 1) * width)`, for widths
+    64, 256, ..., 4**10 (`training_platform.db.rollups`): a chart of a long run reads a few hundred of these rows
+    instead of scanning every point. Written with the points (crud), never by hand; steps < 0 are not rolled up."""
+
+    __tablename__ = "metric_rollups"
+    job_id: int = Field(sa_column=Column(Integer, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True))
+    name: str = Field(max_length=128, primary_key=True)
+    width: int = Field(primary_key=True)
+    bucket: int = Field(primary_key=True)
+    min_value: float
+    min_step: int  # the first step holding min_value
+    max_value: float
+    max_step: int  # the first step holding max_value
 
 
 class Checkpoint(SQLModel, table=True):

@@ -1,7 +1,11 @@
-"""Liveness/readiness and Prometheus metrics (no auth: for load balancers and scrapers; no user data)."""
+"""Liveness/readiness and Prometheus metrics (for load balancers and scrapers: no user data; /metrics requires
+TP_METRICS_TOKEN when it is set)."""
 
 from __future__ import annotations
 
+import hmac
+import os
+from datetime import timedelta
 from importlib import metadata
 
 from fastapi import APIRouter, Request, Response
@@ -9,8 +13,11 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import func, text
 from sqlmodel import Session, select
 
+from training_platform import telemetry
 from training_platform.api import broker, schemas
-from training_platform.db.models import Job, JobStatus, MetricPoint
+from training_platform.api.deps import SettingsDep
+from training_platform.api.schemas import as_utc
+from training_platform.db.models import Job, JobStatus, MetricPoint, utcnow
 from training_platform.db.session import get_engine
 
 router = APIRouter(tags=["health"])
@@ -45,22 +52,81 @@ def health():
     return JSONResponse(body, status_code=200 if database == "ok" else 503)
 
 
-@router.get("/metrics", response_class=Response,
-            responses={200: {"content": {PROMETHEUS_CONTENT_TYPE: {}}, "description": "Prometheus text 0.0.4"}})
-def prometheus_metrics(request: Request):
-    lines: list[str] = []
-    try:
-        with Session(get_engine()) as session:
-            counts = dict(session.exec(select(Job.status, func.count()).group_by(Job.status)).all())
-            points = session.exec(select(func.count()).select_from(MetricPoint)).one()
-        lines += ["# HELP tp_jobs Jobs by status.", "# TYPE tp_jobs gauge"]
-        lines += [f'tp_jobs{{status="{s.value}"}} {counts.get(s.value, 0)}' for s in JobStatus]
-        lines += ["# HELP tp_metric_points_total Training metric points stored.",
-                  "# TYPE tp_metric_points_total gauge", f"tp_metric_points_total {points}"]
+class PlatformCollector:
+    """Figures read at scrape time (the database is the queue of record; the broker for its list lengths). Aggregates
+    only: no user or job names, no per-user counts."""
+
+    def __init__(self, heartbeat_timeout_s: float, ray_address: str | None) -> None:
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.ray_address = ray_address
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
         up = 1
-    except Exception:  # noqa: BLE001 - the HTTP metrics are still worth scraping
-        up = 0
-    lines += ["# HELP tp_database_up Whether the database answered this scrape.", "# TYPE tp_database_up gauge",
-              f"tp_database_up {up}"]
-    lines += request.app.state.request_metrics.render()
-    return Response("\n".join(lines) + "\n", media_type=PROMETHEUS_CONTENT_TYPE)
+        try:
+            with Session(get_engine()) as session:
+                by_status = dict(session.exec(select(Job.status, func.count()).group_by(Job.status)).all())
+                queued = dict(session.exec(select(Job.kind, func.count())
+                                           .where(Job.status == JobStatus.queued.value).group_by(Job.kind)).all())
+                cutoff = utcnow() - timedelta(seconds=self.heartbeat_timeout_s)
+                active = session.exec(select(Job.worker, Job.heartbeat_at).where(
+                    Job.worker.is_not(None),
+                    Job.status.in_([JobStatus.preflight.value, JobStatus.running.value]))).all()
+                points = session.exec(select(func.count()).select_from(MetricPoint)).one()
+        except Exception:  # noqa: BLE001 - the request and job metrics are still worth scraping
+            up = 0
+        if up:
+            jobs = GaugeMetricFamily("tp_jobs", "Jobs by status.", labels=["status"])
+            for status in JobStatus:
+                jobs.add_metric([status.value], by_status.get(status.value, 0))
+            yield jobs
+            depth = GaugeMetricFamily("tp_queue_depth", "Queued jobs per queue (the database is the queue of "
+                                      "record; maintenance holds no jobs).", labels=["queue"])
+            for queue in broker.queues():
+                depth.add_metric([queue], queued.get(queue, 0))
+            yield depth
+            busy = {w for w, beat in active if beat is not None and as_utc(beat) >= cutoff}
+            silent = {w for w, _ in active} - busy
+            workers = GaugeMetricFamily("tp_workers", "Workers holding a job: `busy` (heartbeat within "
+                                        "TP_HEARTBEAT_TIMEOUT) or `unresponsive` (recovery will requeue).",
+                                        labels=["state"])
+            workers.add_metric(["busy"], len(busy))
+            workers.add_metric(["unresponsive"], len(silent))
+            yield workers
+            yield GaugeMetricFamily("tp_metric_points", "Training metric points stored.", value=points)
+        yield GaugeMetricFamily("tp_database_up", "Whether the database answered this scrape.", value=up)
+        lengths = broker.queue_depths()
+        yield GaugeMetricFamily("tp_broker_up", "Whether the broker answered this scrape.",
+                                value=0 if lengths is None else 1)
+        if lengths is not None:
+            messages = GaugeMetricFamily("tp_broker_queue_messages", "Messages waiting in each broker queue "
+                                         "(wake-ups: a job can be queued with none).", labels=["queue"])
+            for queue, count in lengths.items():
+                messages.add_metric([queue], count)
+            yield messages
+        if not self.ray_address:
+            yield GaugeMetricFamily("tp_ray_nodes", "Ray nodes (0: no Ray cluster configured, TP_RAY_ADDRESS "
+                                    "unset).", value=0)
+
+
+def _authorized(request: Request, token: str | None) -> bool:
+    if not token:
+        return True
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+
+
+@router.get("/metrics", response_class=Response,
+            responses={200: {"content": {PROMETHEUS_CONTENT_TYPE: {}}, "description": "Prometheus text 0.0.4"},
+                       401: {"model": schemas.ErrorOut,
+                             "description": "TP_METRICS_TOKEN is set and the request does not carry it."}})
+def prometheus_metrics(request: Request, settings: SettingsDep):
+    """Prometheus metrics of every API and worker process (multiprocess mode) plus platform gauges. Open unless
+    TP_METRICS_TOKEN is set, then `Authorization: Bearer <TP_METRICS_TOKEN>` is required."""
+    if not _authorized(request, settings.metrics_token):
+        return JSONResponse({"detail": "a valid metrics token is required (Authorization: Bearer ...)"},
+                            status_code=401, headers={"WWW-Authenticate": "Bearer"})
+    collector = PlatformCollector(settings.heartbeat_timeout_s, os.environ.get("TP_RAY_ADDRESS"))
+    body, content_type = telemetry.render((collector,))
+    return Response(body, media_type=content_type)
