@@ -9,12 +9,12 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, Depends, FastAPI
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
-from training_platform.api import errors
+from training_platform.api import deps, errors
 from training_platform.api.observability import ObservabilityMiddleware, RequestMetrics
 from training_platform.api.routes import (
     checkpoints,
@@ -38,8 +38,9 @@ Submit, watch and manage post-training jobs (SFT, DPO, KTO, ORPO, SimPO, GRPO, R
 prepare datasets; evaluate models and checkpoints (GSM8K, MATH, HumanEval, multiple choice, custom sets), by hand,
 on a cron schedule or on every new checkpoint, with a leaderboard per benchmark.
 
-Authenticate with `Authorization: Bearer <token>`. Errors are `{"detail": "..."}`; validation errors list every
-problem as `{"detail": [{"loc": "algorithm.num_generations", "msg": "must be >= 2, got 1"}, ...]}`.
+Authenticate with `Authorization: Bearer <token>`. Errors are `{"detail": "..."}`; validation errors (422) list every
+problem as `{"detail": [{"loc": "algorithm.num_generations", "msg": "must be >= 2, got 1"}, ...]}` (`loc` is a
+dotted string). Every operation documents the status codes it answers; see docs/api-errors.md.
 """
 
 
@@ -80,7 +81,7 @@ def create_app() -> FastAPI:
     app.add_api_route("/openapi.json", lambda: app.openapi(), include_in_schema=False)
     errors.install(app)
 
-    api = APIRouter(prefix=API_PREFIX)
+    api = APIRouter(prefix=API_PREFIX, dependencies=[Depends(deps.no_nul_in_params)])
     for module in (jobs, metrics, logs, checkpoints, models, datasets, evaluations, schedules, users, monitoring,
                    health, config):
         api.include_router(module.router)

@@ -28,7 +28,7 @@ from sqlalchemy import func
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from training_platform.api import schemas
+from training_platform.api import errors, schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, conflict, not_found
 from training_platform.db import crud
@@ -464,7 +464,8 @@ def _form_values(form: UploadForm) -> tuple[dict[str, Any], list[tuple[str, str]
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=DatasetIngested, openapi_extra=UPLOAD_OPENAPI,
-             responses={200: {"model": DatasetIngested, "description": "Same content as an existing version"},
+             responses={**errors.responses(400, 409, 415),
+                        200: {"model": DatasetIngested, "description": "Same content as an existing version"},
                         413: {"model": schemas.ErrorOut, "description": "Larger than TP_MAX_UPLOAD_MB"},
                         422: {"model": schemas.ErrorOut, "description": "Bad rows (policy reject) or fields"}})
 async def upload_dataset(request: Request, response: Response, session: SessionDep, user: CurrentUser,
@@ -513,7 +514,8 @@ async def upload_dataset(request: Request, response: Response, session: SessionD
 
 @router.post("/register", status_code=status.HTTP_201_CREATED, response_model=DatasetIngested,
              dependencies=[JsonBody],
-             responses={200: {"model": DatasetIngested, "description": "Same content as an existing version"},
+             responses={**errors.responses(409),
+                        200: {"model": DatasetIngested, "description": "Same content as an existing version"},
                         422: {"model": schemas.ErrorOut, "description": "Path policy, bad rows or fields"}})
 def register_dataset(body: RegisterBody, response: Response, session: SessionDep, user: CurrentUser,
                      settings: SettingsDep):
@@ -560,7 +562,7 @@ def list_datasets(
     owner: Annotated[str | None, Query(max_length=64, description="Owner name (admins; others see only theirs).")]
     = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: schemas.Offset = 0,
 ):
     conditions = []
     if not user.is_admin:
@@ -590,13 +592,13 @@ def list_operations(user: CurrentUser) -> dict[str, Any]:
 
 
 @router.get("/{dataset_id}", response_model=DatasetRead)
-def get_dataset(dataset_id: int, session: SessionDep, user: CurrentUser):
+def get_dataset(dataset_id: schemas.DbId, session: SessionDep, user: CurrentUser):
     return _dataset_out(session, _visible_dataset(session, user, dataset_id))
 
 
 @router.delete("/{dataset_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
                responses={409: {"model": schemas.ErrorOut, "description": "A job still references a version"}})
-def delete_dataset(dataset_id: int, session: SessionDep, user: CurrentUser, settings: SettingsDep):
+def delete_dataset(dataset_id: schemas.DbId, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """Delete a dataset that no job references: its versions' rows and content files (content another dataset
     shares is kept), its quarantine files and reports. 409 while any job config names one of its version files
     (e.g. a training job's `data.train_file`; delete that job first) or a data job is still working on it."""
@@ -614,13 +616,13 @@ def delete_dataset(dataset_id: int, session: SessionDep, user: CurrentUser, sett
 
 @router.get("/{dataset_id}/versions", response_model=schemas.Page[VersionRead])
 def list_versions(
-    dataset_id: int,
+    dataset_id: schemas.DbId,
     session: SessionDep,
     user: CurrentUser,
-    job_id: Annotated[int | None, Query(description="Only the version this data job produced.")] = None,
+    job_id: Annotated[int | None, schemas.id_query("Only the version this data job produced.")] = None,
     operation: Annotated[str | None, Query(max_length=32)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: schemas.Offset = 0,
 ):
     dataset = _visible_dataset(session, user, dataset_id)
     conditions = [DatasetVersionRecord.dataset_id == dataset.id]
@@ -634,8 +636,8 @@ def list_versions(
     return {"items": [_version_out(v) for v in rows], "total": total, "limit": limit, "offset": offset}
 
 
-@router.get("/{dataset_id}/versions/{version_id}", response_model=VersionDetail)
-def get_version(dataset_id: int, version_id: int, session: SessionDep, user: CurrentUser):
+@router.get("/{dataset_id}/versions/{version_id}", responses=errors.responses(410), response_model=VersionDetail)
+def get_version(dataset_id: schemas.DbId, version_id: schemas.DbId, session: SessionDep, user: CurrentUser):
     """The version with its report and its lineage (ancestors up to the root, each with operation + recipe)."""
     dataset = _visible_dataset(session, user, dataset_id)
     return _version_detail(session, _version_of(session, dataset, version_id))
@@ -657,14 +659,14 @@ def _plain(row: Any) -> Any:
         return json.loads(json.dumps(row, default=str))
 
 
-@router.get("/{dataset_id}/versions/{version_id}/rows", response_model=RowsPage)
+@router.get("/{dataset_id}/versions/{version_id}/rows", responses=errors.responses(410), response_model=RowsPage)
 def version_rows(
-    dataset_id: int,
-    version_id: int,
+    dataset_id: schemas.DbId,
+    version_id: schemas.DbId,
     session: SessionDep,
     user: CurrentUser,
     settings: SettingsDep,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: schemas.Offset = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     q: Annotated[str | None, Query(max_length=200, description="Case-insensitive substring of the row's JSON.")]
     = None,
@@ -694,8 +696,9 @@ def version_rows(
     return {"items": items, "total": total, "limit": limit, "offset": offset, "q": q}
 
 
-@router.get("/{dataset_id}/versions/{version_id}/stats")
-def version_stats(dataset_id: int, version_id: int, session: SessionDep, user: CurrentUser, settings: SettingsDep,
+@router.get("/{dataset_id}/versions/{version_id}/stats", responses=errors.responses(410))
+def version_stats(dataset_id: schemas.DbId, version_id: schemas.DbId, session: SessionDep, user: CurrentUser,
+                  settings: SettingsDep,
                   refresh: Annotated[bool, Query(description="Recompute instead of the cached report.")] = False
                   ) -> dict[str, Any]:
     """The audit report of the version (length/turn distributions, distinct-n, difficulty buckets, duplicates),
@@ -710,8 +713,8 @@ def version_stats(dataset_id: int, version_id: int, session: SessionDep, user: C
     try:
         audit = dcrud.jsonable(audit_file(path, fmt=version.format))
     except Exception as exc:  # noqa: BLE001 - the data layer's own errors, reported as such
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                            detail=f"cannot audit version {version.id}: {type(exc).__name__}: {exc}") from None
+        raise ValidationFailed([("<file>", f"cannot audit version {version.id}: {type(exc).__name__}: {exc}")]) \
+            from None
     version.audit = dcrud.compact(audit)
     session.add(version)
     session.commit()
@@ -721,7 +724,7 @@ def version_stats(dataset_id: int, version_id: int, session: SessionDep, user: C
 @router.post("/{dataset_id}/versions/{version_id}/operations", status_code=status.HTTP_202_ACCEPTED,
              response_model=schemas.JobSubmitted, dependencies=[JsonBody],
              responses={422: {"model": schemas.ErrorOut, "description": "Every problem with the parameters"}})
-def create_operation(dataset_id: int, version_id: int, body: OperationCreate, session: SessionDep,
+def create_operation(dataset_id: schemas.DbId, version_id: schemas.DbId, body: OperationCreate, session: SessionDep,
                      user: CurrentUser, settings: SettingsDep):
     """Queue an operation on a version as a `data` job (listed, cancelled and retried under /jobs like training
     jobs). The parameters are checked now (422 with field paths); the worker stores the result as a new version

@@ -14,7 +14,7 @@ from sqlalchemy import func
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from training_platform.api import schemas
+from training_platform.api import errors, schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, conflict, forbidden, not_found
 from training_platform.db.models import RegisteredModel, User
@@ -92,7 +92,7 @@ def _model_read(session: Session, model: RegisteredModel) -> dict:
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.ModelRead, dependencies=[JsonBody],
-             responses={409: {"model": schemas.ErrorOut}, 422: {"model": schemas.ErrorOut}})
+             responses=errors.responses(409))
 def register_model(body: schemas.ModelCreate, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """The path must lie inside the allowed roots and load as a Hugging Face model (config + tokenizer)."""
     if session.exec(select(RegisteredModel).where(RegisteredModel.name == body.name)).first() is not None:
@@ -118,7 +118,7 @@ def register_model(body: schemas.ModelCreate, session: SessionDep, user: Current
 
 @router.get("", response_model=schemas.Page[schemas.ModelRead])
 def list_models(session: SessionDep, user: CurrentUser,
-                limit: Annotated[int, Query(ge=1, le=200)] = 50, offset: Annotated[int, Query(ge=0)] = 0):
+                limit: Annotated[int, Query(ge=1, le=200)] = 50, offset: schemas.Offset = 0):
     total = session.exec(select(func.count()).select_from(RegisteredModel)).one()
     rows = session.exec(select(RegisteredModel).order_by(RegisteredModel.name).limit(limit).offset(offset)).all()
     return {"items": [_model_read(session, m) for m in rows], "total": total, "limit": limit, "offset": offset}
@@ -132,12 +132,13 @@ def _get_model(session: Session, model_id: int) -> RegisteredModel:
 
 
 @router.get("/{model_id}", response_model=schemas.ModelRead)
-def get_model(model_id: int, session: SessionDep, user: CurrentUser):
+def get_model(model_id: schemas.DbId, session: SessionDep, user: CurrentUser):
     return _model_read(session, _get_model(session, model_id))
 
 
-@router.delete("/{model_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response)
-def delete_model(model_id: int, session: SessionDep, user: CurrentUser):
+@router.delete("/{model_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
+                responses=errors.responses(403))
+def delete_model(model_id: schemas.DbId, session: SessionDep, user: CurrentUser):
     """Admins or the owner. Removes the registration only, never the files."""
     model = _get_model(session, model_id)
     if not user.is_admin and model.owner_id != user.id:
