@@ -12,6 +12,7 @@ code is documented for its route, every response body matches its documented sch
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -32,6 +33,7 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
 pytestmark = [pytest.mark.fuzz]
 
 EXAMPLES = int(os.environ.get("TP_FUZZ_EXAMPLES", "12"))  # per operation and generation mode
+TIMINGS: dict[str, float] = {}
 CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance]
 
 
@@ -88,17 +90,21 @@ def run_fuzz(api: Api, examples: int) -> dict[str, list[str]]:
                     key, details = _describe(case, exc)
                     problems.setdefault(key, []).append(details)
 
+            started = time.monotonic()
             try:
                 one()
             except Unsatisfiable:  # nothing to negate (an operation without parameters or body)
                 if mode is GenerationMode.POSITIVE:
                     raise
+            TIMINGS[f"{operation.label} {mode.value}"] = time.monotonic() - started
     return problems
 
 
 @pytest.mark.slow
 def test_openapi_fuzz(fuzz_api: Api):
     problems = run_fuzz(fuzz_api, EXAMPLES)
+    if os.environ.get("TP_FUZZ_TIMING"):
+        print("\n".join(f"{t:6.2f}s {k}" for k, t in sorted(TIMINGS.items(), key=lambda kv: -kv[1])[:25]))
     report = [f"{len(found)}x {key}\n      {found[0]}" for key, found in sorted(problems.items())]
     assert not problems, (f"{sum(map(len, problems.values()))} failing requests, {len(problems)} kinds:\n"
                           + "\n".join(report))

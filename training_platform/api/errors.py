@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import re
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request, status
@@ -33,6 +35,32 @@ _BODY_FIELDS = {name for model in _BODY_MODELS for name in model.model_fields} |
     "benchmarks", "generation", "backend", "sandbox", "seed", "model", "job_id", "checkpoint", "keep_best_by",
     "trigger", "cron", "every_n", "include_existing", "enabled", "max_new_tokens", "temperature", "top_p",
     "n_samples", "k", "stop", "chat", "n_shot", "system_prompt", "limit"}
+
+
+def scrub(text: str) -> str:
+    """An error message as a client may see it: paths inside the data dir relative to it (a temporary upload
+    file named as such), and never this process's pid."""
+    from training_platform.settings import get_settings
+
+    try:
+        root = str(get_settings().data_path)
+    except Exception:  # noqa: BLE001 - settings that do not load: nothing to rewrite
+        root = ""
+    if root and root != "/":
+        text = re.sub(re.escape(root) + r"/(?:[^\s'\"]*/)?tmp/[a-z]+-[0-9a-f]{32}[^\s'\":]*", "<the uploaded file>",
+                      text)
+        text = text.replace(root + os.sep, "").replace(root, ".")
+    pid = str(os.getpid())
+    return re.sub(rf"(?<=[/._-]){pid}(?=[/._-]|\b)|(?<=pid[ =:]){pid}\b", "<pid>", text)
+
+
+def _scrub_detail(detail: Any) -> Any:
+    if isinstance(detail, str):
+        return scrub(detail)
+    if isinstance(detail, list):
+        return [{**item, "msg": scrub(str(item.get("msg", "")))} if isinstance(item, dict) else item
+                for item in detail]
+    return detail
 
 
 class ValidationFailed(HTTPException):
@@ -174,6 +202,8 @@ def _request_error(err: dict) -> dict[str, str]:
     loc = tuple(err.get("loc") or ())
     source, rest = (loc[0], loc[1:]) if loc else ("body", ())
     if err.get("type") == BODY_VALUE_ERROR:
+        if source == "body" and len(rest) > 1 and rest[0] == "config":
+            rest = rest[1:]  # a job config's fields are named as in the YAML, like its other errors
         return {"loc": _dotted(source, rest), "msg": err["msg"]}
     if err.get("type") == "json_invalid":
         ctx = err.get("ctx") or {}
@@ -211,6 +241,8 @@ async def _on_http_exception(request: Request, exc: StarletteHTTPException) -> J
                   else "not UTF-8 text" if isinstance(cause, UnicodeDecodeError) else "cannot decode")
         return JSONResponse({"detail": [{"loc": "<body>", "msg": f"malformed JSON: {reason}"}]},
                             status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+    if 400 <= exc.status_code < 500:
+        exc.detail = _scrub_detail(exc.detail)
     return await http_exception_handler(request, exc)
 
 
@@ -224,7 +256,7 @@ async def _on_request_validation(request: Request, exc: RequestValidationError) 
 
 
 async def _on_config_error(request: Request, exc: ConfigError) -> JSONResponse:
-    return JSONResponse({"detail": [{"loc": e.path, "msg": e.reason} for e in exc.errors]},
+    return JSONResponse({"detail": [{"loc": e.path, "msg": scrub(e.reason)} for e in exc.errors]},
                         status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
 
 

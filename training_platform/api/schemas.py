@@ -103,8 +103,10 @@ class JobCreate(RequestBody):
 
 class JobClone(RequestBody):
     name: JobName | None = None
-    overrides: dict[str, Any] = Field(
-        default_factory=dict, description='Dotted keys, e.g. {"training.max_steps": 50, "rewards.0.weight": 1}.')
+    overrides: dict[Annotated[str, StringConstraints(max_length=512)], Any] = Field(
+        default_factory=dict, max_length=100,
+        description='Dotted keys, e.g. {"training.max_steps": 50, "rewards.0.weight": 1}; at most 100 keys of at most '
+                    '16 parts.')
     priority: Priority | None = None
 
 

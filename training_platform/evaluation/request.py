@@ -15,7 +15,7 @@ Also here: cron expressions (`next_fire_time`) and metric keys such as "gsm8k/ac
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -32,32 +32,35 @@ class RequestError(ValueError):
 
 
 class GenerationDefaults(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    max_new_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    n_samples: int | None = None
-    k: list[int] | None = None
-    stop: list[str] | None = None
+    """Bounds as in BenchmarkSpec (which checks the merged values again)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    max_new_tokens: int | None = Field(None, ge=1, le=32768)
+    temperature: float | None = Field(None, ge=0.0, le=5.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    n_samples: int | None = Field(None, ge=1, le=1000)
+    k: list[Annotated[int, Field(ge=1, le=1000)]] | None = Field(None, max_length=32)
+    stop: list[Annotated[str, Field(max_length=1000)]] | None = Field(None, max_length=64)
     chat: bool | None = None
-    n_shot: int | None = None
-    system_prompt: str | None = None
-    limit: int | None = None
+    n_shot: int | None = Field(None, ge=0, le=64)
+    system_prompt: str | None = Field(None, max_length=100_000)
+    limit: int | None = Field(None, ge=1, le=100_000_000)
 
 
 class EvalRequest(BaseModel):
     """The evaluation part of POST /evaluations and of a schedule (the model is chosen elsewhere)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     benchmarks: list[str | dict[str, Any]] = Field(
-        ..., min_length=1, description='Names or BenchmarkSpec objects, e.g. ["gsm8k", {"name": "humaneval", '
-                                       '"n_samples": 5, "temperature": 0.8, "k": [1, 5]}].')
+        ..., min_length=1, max_length=64,
+        description='Names or BenchmarkSpec objects, e.g. ["gsm8k", {"name": "humaneval", "n_samples": 5, '
+                    '"temperature": 0.8, "k": [1, 5]}].')
     generation: GenerationDefaults = Field(default_factory=GenerationDefaults,
                                            description="Defaults for every benchmark (a benchmark's own field wins).")
     backend: dict[str, Any] = Field(default_factory=dict, description="ModelSpec fields except `path`: backend, "
                                                                       "batch_size, device, dtype, num_threads, ...")
     sandbox: dict[str, Any] = Field(default_factory=dict, description="Code sandbox limits (humaneval).")
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**32 - 1)
 
     def operator_only_errors(self) -> list[tuple[str, str]]:
         """Settings an API user may not choose: running generated code without isolation is the operator's call

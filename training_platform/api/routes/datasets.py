@@ -201,7 +201,7 @@ def _version_detail(session: Session, version: DatasetVersionRecord) -> dict:
 
 
 def _refused(exc: dcrud.IngestRefused) -> JSONResponse:
-    detail = [{"loc": loc, "msg": msg} for loc, msg in exc.errors]
+    detail = [{"loc": loc, "msg": errors.scrub(msg)} for loc, msg in exc.errors]
     shown_rows = {loc.split(":", 1)[0] for loc, _ in exc.errors if loc.startswith("line ")}
     if exc.bad_rows > len(shown_rows):
         detail.append({"loc": "<file>", "msg": f"{exc.bad_rows} bad rows in all (the first are listed)"})

@@ -221,7 +221,7 @@ def clone_job(job: VisibleJob, session: SessionDep, user: CurrentUser, settings:
     try:
         raw = apply_overrides(job.config, body.overrides)
     except OverrideError as exc:
-        raise ValidationFailed([(f"overrides.{exc.key}", exc.reason)]) from None
+        raise ValidationFailed([(f"overrides.{exc.key}" if exc.key else "overrides", exc.reason)]) from None
     config = _validated_config(session, raw, settings)
     name = body.name or f"{job.name} (clone)"[:200]
     priority = job.priority if body.priority is None else body.priority
