@@ -157,7 +157,9 @@ JobSort = Literal["created_at", "-created_at", "priority", "-priority", "status"
 
 
 class MetricsOut(BaseModel):
-    series: dict[str, list[tuple[int, float | None]]] = Field(description="name -> [[step, value], ...] by step.")
+    # A [step, value] pair as a 2-item array (not a tuple: its `prefixItems` trips some OpenAPI tools).
+    series: dict[str, list[Annotated[list[int | float | None], Field(min_length=2, max_length=2)]]] = Field(
+        description="name -> [[step, value], ...] by step.")
     names_available: list[str]
     downsampled: dict[str, bool] = Field(default_factory=dict, description="Which series were bucketed.")
 

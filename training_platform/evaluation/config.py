@@ -12,7 +12,7 @@ at None here means "the benchmark's default".
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -64,7 +64,8 @@ class BenchmarkSpec(_Strict):
     temperature: float = Field(0.0, ge=0.0, le=5.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     n_samples: int = Field(1, ge=1, le=1000, description="Samples per item (pass@k needs k <= n_samples).")
-    k: list[int] = Field(default_factory=lambda: [1], description="pass@k values to report.")
+    k: list[Annotated[int, Field(ge=1, le=1000)]] = Field(default_factory=lambda: [1], max_length=32,
+                                                          description="pass@k values to report.")
     stop: list[str] | None = Field(None, description="Stop sequences (default: the benchmark's).")
     mode: Literal["completion", "instruct"] | None = Field(None, description="humaneval prompting (default: "
                                                                             "instruct for chat models).")

@@ -15,7 +15,7 @@ Also here: cron expressions (`next_fire_time`) and metric keys such as "gsm8k/ac
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -32,19 +32,19 @@ class RequestError(ValueError):
 
 
 class GenerationDefaults(BaseModel):
-    """Bounds as in BenchmarkSpec (which checks the merged values again)."""
+    """Merged into every BenchmarkSpec, whose bounds check the values (so all problems are listed together)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    max_new_tokens: int | None = Field(None, ge=1, le=32768)
-    temperature: float | None = Field(None, ge=0.0, le=5.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
-    n_samples: int | None = Field(None, ge=1, le=1000)
-    k: list[Annotated[int, Field(ge=1, le=1000)]] | None = Field(None, max_length=32)
-    stop: list[Annotated[str, Field(max_length=1000)]] | None = Field(None, max_length=64)
+    max_new_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    n_samples: int | None = None
+    k: list[int] | None = Field(None, max_length=32)
+    stop: list[str] | None = Field(None, max_length=64)
     chat: bool | None = None
-    n_shot: int | None = Field(None, ge=0, le=64)
-    system_prompt: str | None = Field(None, max_length=100_000)
-    limit: int | None = Field(None, ge=1, le=100_000_000)
+    n_shot: int | None = None
+    system_prompt: str | None = None
+    limit: int | None = None
 
 
 class EvalRequest(BaseModel):
