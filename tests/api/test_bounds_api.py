@@ -74,6 +74,9 @@ def test_nul_characters_are_422(api):
     config["data"]["field_map"] = {"prompt\x00": "x"}
     assert _locs(api.post("/jobs", json={"name": "n", "config": config})) == ["data.field_map"]
     assert _locs(api.post("/models", json={"name": "m", "path": "demo/\x00model"})) == ["path"]
+    r = api.post("/jobs", content='{"name": "lone \\ud800 surrogate", "config": {}}',
+                 headers={"Content-Type": "application/json"})
+    assert _locs(r) == ["name"] and "surrogate" in r.text
 
 
 def test_deep_nesting_and_many_overrides_are_422(api):

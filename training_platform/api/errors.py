@@ -168,11 +168,13 @@ MAX_JSON_DEPTH = 32  # nesting of objects and arrays in any JSON body (a trainin
 
 
 BODY_VALUE_ERROR = "tp_body_value"  # the `type` of check_json_value's errors
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def check_json_value(value: Any, loc: tuple = ()) -> list[dict[str, Any]]:
     """Problems PostgreSQL or the recursion limit would otherwise meet later: non-finite numbers (Python's json
-    module accepts `NaN` and `Infinity`), NUL characters, nesting deeper than MAX_JSON_DEPTH. Pydantic-style
+    module accepts `NaN` and `Infinity`), NUL characters and lone surrogates (PostgreSQL stores neither), nesting
+    deeper than MAX_JSON_DEPTH. Pydantic-style
     errors (`loc` from the body root) so they are reported like any validation error."""
     problems: list[dict[str, Any]] = []
 
@@ -186,14 +188,16 @@ def check_json_value(value: Any, loc: tuple = ()) -> list[dict[str, Any]]:
             problem(where, f"must be a finite number, got {node}")
         elif isinstance(node, str) and "\x00" in node:
             problem(where, "must not contain NUL (\\u0000) characters")
+        elif isinstance(node, str) and _SURROGATE.search(node):
+            problem(where, "must be valid Unicode (a lone surrogate such as \\ud800 cannot be stored)")
         elif isinstance(node, dict | list):
             if len(where) - len(loc) >= MAX_JSON_DEPTH:
                 problem(where, f"nested too deeply (at most {MAX_JSON_DEPTH} levels)")
                 continue
             items = node.items() if isinstance(node, dict) else enumerate(node)
             for key, item in items:
-                if isinstance(key, str) and "\x00" in key:
-                    problem(where, "keys must not contain NUL (\\u0000) characters")
+                if isinstance(key, str) and ("\x00" in key or _SURROGATE.search(key)):
+                    problem(where, "keys must not contain NUL (\\u0000) characters or lone surrogates")
                 stack.append((item, (*where, key)))
     return problems
 

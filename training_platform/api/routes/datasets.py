@@ -457,6 +457,8 @@ def _form_values(form: UploadForm) -> tuple[dict[str, Any], list[tuple[str, str]
     description = fields.get("description", "")
     if len(description) > 2000:
         errors.append(("description", "must be at most 2000 characters"))
+    errors += [(key, "must not contain NUL (\\u0000) characters")  # PostgreSQL stores none
+               for key, value in (*fields.items(), ("file", form.filename or "")) if "\x00" in value]
     return {"name": name, "policy": policy, "fmt": fmt, "description": description}, errors
 
 
