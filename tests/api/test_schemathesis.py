@@ -6,7 +6,7 @@ real tokens (a plain user and an admin, alternating). Checks: no 5xx (and no unh
 code is documented for its route, every response body matches its documented schema.
 
     pytest -m fuzz tests/api/test_schemathesis.py            # both databases (PostgreSQL skipped if unreachable)
-    TP_FUZZ_EXAMPLES=200 pytest -m fuzz tests/api/...        # a longer run
+    TP_FUZZ_EXAMPLES=200 TP_FUZZ_SEED=7 pytest -m fuzz ...  # a longer run over other requests
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 schemathesis = pytest.importorskip("schemathesis")
 
 from api_helpers import Api, database, running_api  # noqa: E402
-from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
+from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from hypothesis.errors import Unsatisfiable  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
 from schemathesis.core.failures import FailureGroup  # noqa: E402
@@ -33,6 +33,7 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
 pytestmark = [pytest.mark.fuzz]
 
 EXAMPLES = int(os.environ.get("TP_FUZZ_EXAMPLES", "10"))  # per operation and generation mode
+SEED = os.environ.get("TP_FUZZ_SEED")  # another fixed seed explores other requests (default: derandomized)
 TIMINGS: dict[str, float] = {}
 CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance]
 
@@ -93,7 +94,8 @@ def run_fuzz(api: Api, examples: int) -> dict[str, list[str]]:
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
 
             @given(case=operation.as_strategy(generation_mode=mode))
-            @settings(max_examples=examples, derandomize=True, database=None, deadline=None,
+            @seed(int(SEED or 0))
+            @settings(max_examples=examples, derandomize=SEED is None, database=None, deadline=None,
                       phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
                       print_blob=False)
             def one(case):
