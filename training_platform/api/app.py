@@ -9,12 +9,12 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, Depends, FastAPI
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
-from training_platform.api import errors
+from training_platform.api import deps, errors
 from training_platform.api.limits import BodyLimitMiddleware
 from training_platform.api.observability import ObservabilityMiddleware
 from training_platform.api.routes import (
@@ -41,8 +41,9 @@ prepare datasets; evaluate models and checkpoints (GSM8K, MATH, HumanEval, multi
 on a cron schedule or on every new checkpoint, with a leaderboard per benchmark. Served models and judges are
 reached through endpoints the operator named (`GET /endpoints`); requests name one, never a URL or a key.
 
-Authenticate with `Authorization: Bearer <token>`. Errors are `{"detail": "..."}`; validation errors list every
-problem as `{"detail": [{"loc": "algorithm.num_generations", "msg": "must be >= 2, got 1"}, ...]}`.
+Authenticate with `Authorization: Bearer <token>`. Errors are `{"detail": "..."}`; validation errors (422) list every
+problem as `{"detail": [{"loc": "algorithm.num_generations", "msg": "must be >= 2, got 1"}, ...]}` (`loc` is a
+dotted string). Every operation documents the status codes it answers; see docs/api-errors.md.
 """
 
 
@@ -83,7 +84,7 @@ def create_app() -> FastAPI:
     app.add_api_route("/openapi.json", lambda: app.openapi(), include_in_schema=False)
     errors.install(app)
 
-    api = APIRouter(prefix=API_PREFIX)
+    api = APIRouter(prefix=API_PREFIX, dependencies=[Depends(deps.no_nul_in_params)])
     for module in (jobs, metrics, logs, checkpoints, models, datasets, evaluations, schedules, endpoints, users,
                    monitoring, health, config):
         api.include_router(module.router)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Path, Request, status
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from training_platform.api.errors import forbidden, not_found
+from training_platform.api.errors import BODY_VALUE_ERROR, check_json_value, forbidden, not_found
+from training_platform.api.schemas import id_path
 from training_platform.db import crud
 from training_platform.db.models import Job, User
 from training_platform.db.session import get_session
@@ -82,7 +84,7 @@ def get_visible_job(session: Session, user: User, job_id: int) -> Job:
 
 
 def _visible_job(session: SessionDep, user: CurrentUser,
-                 job_id: Annotated[int, Path(description="Job id.")]) -> Job:
+                 job_id: Annotated[int, id_path("Job id.")]) -> Job:
     return get_visible_job(session, user, job_id)
 
 
@@ -101,9 +103,10 @@ def lock_job(session: Session, job: Job) -> bool:
     return (result.rowcount or 0) == 1
 
 
-def require_json(request: Request) -> None:
+async def require_json(request: Request) -> None:
     """415 for a request body that is not declared as JSON (FastAPI would otherwise report a confusing type error:
-    it parses a body as JSON only when the Content-Type says so)."""
+    it parses a body as JSON only when the Content-Type says so). 422 for values the JSON parser accepts but the
+    platform cannot store: NaN/Infinity, NUL characters, nesting deeper than errors.MAX_JSON_DEPTH."""
     has_body = request.headers.get("content-length", "0") not in ("", "0") or "transfer-encoding" in request.headers
     if not has_body:
         return
@@ -112,6 +115,26 @@ def require_json(request: Request) -> None:
         raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
                             detail="the request body must be sent with Content-Type: application/json, got "
                                    + (repr(mime) if mime else "no Content-Type"))
+    if not await request.body():
+        return
+    try:
+        data = await request.json()  # parsed (and cached) by FastAPI already; a decode error was reported there
+    except ValueError:
+        return
+    problems = check_json_value(data, ("body",))
+    if problems:
+        raise RequestValidationError(problems)
+
+
+def no_nul_in_params(request: Request) -> None:
+    """Query and path strings with a NUL character (PostgreSQL refuses them in any text): 422 naming each."""
+    problems = [{"type": BODY_VALUE_ERROR, "loc": (source, name), "msg": "must not contain NUL (\\u0000) characters",
+                 "input": None}
+                for source, items in (("query", request.query_params.multi_items()),
+                                      ("path", request.path_params.items()))
+                for name, value in items if "\x00" in str(value) or "\x00" in name]
+    if problems:
+        raise RequestValidationError(problems)
 
 
 JsonBody = Depends(require_json)

@@ -2,15 +2,26 @@
 
 Request validation errors (FastAPI's RequestValidationError) and job config errors (the training config's own
 `ConfigError`) are both turned into the list form, listing every problem with a readable field path.
+
+The OpenAPI spec says so too (`document`): the 422 body is the real `{"detail": [{"loc": "a.b", "msg"}]}` (a
+string `loc`, not FastAPI's list), and every operation lists the status codes it can answer: 401 when it needs a
+token, 404 when its path names an object, 413/415/422 when it takes a body or parameters, plus the codes a route
+declares with `responses(...)` (403, 409, ...). See docs/api-errors.md.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import os
+import re
+from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request, status
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from training_platform.api import schemas
 from training_platform.db.models import IllegalTransition
@@ -26,6 +37,32 @@ _BODY_FIELDS = {name for model in _BODY_MODELS for name in model.model_fields} |
     "n_samples", "k", "stop", "chat", "n_shot", "system_prompt", "limit",
     # named endpoints (POST /endpoints; `endpoint` in evaluations, schedules and judge configs)
     "endpoint", "base_url", "api_key_env", "models"}
+
+
+def scrub(text: str) -> str:
+    """An error message as a client may see it: paths inside the data dir relative to it (a temporary upload
+    file named as such), and never this process's pid."""
+    from training_platform.settings import get_settings
+
+    try:
+        root = str(get_settings().data_path)
+    except Exception:  # noqa: BLE001 - settings that do not load: nothing to rewrite
+        root = ""
+    if root and root != "/":
+        text = re.sub(re.escape(root) + r"/(?:[^\s'\"]*/)?tmp/[a-z]+-[0-9a-f]{32}[^\s'\":]*", "<the uploaded file>",
+                      text)
+        text = text.replace(root + os.sep, "").replace(root, ".")
+    pid = str(os.getpid())
+    return re.sub(rf"(?<=[/._-]){pid}(?=[/._-]|\b)|(?<=pid[ =:]){pid}\b", "<pid>", text)
+
+
+def _scrub_detail(detail: Any) -> Any:
+    if isinstance(detail, str):
+        return scrub(detail)
+    if isinstance(detail, list):
+        return [{**item, "msg": scrub(str(item.get("msg", "")))} if isinstance(item, dict) else item
+                for item in detail]
+    return detail
 
 
 class ValidationFailed(HTTPException):
@@ -52,9 +89,128 @@ def forbidden(message: str) -> HTTPException:
     return HTTPException(status.HTTP_403_FORBIDDEN, detail=message)
 
 
+# ---------------------------------------------------------------------------------------------- the spec
+
+DESCRIPTIONS = {
+    400: "Malformed request (e.g. a multipart body without a boundary)",
+    401: "Missing, invalid or revoked token",
+    403: "Not allowed for this user (e.g. admin only)",
+    404: "No such object, or not visible to this user",
+    409: "Conflicts with the object's current state",
+    410: "The object's file is gone",
+    413: "The body or upload is too large",
+    415: "The body is not sent as JSON (or, for uploads, as multipart/form-data)",
+    422: "Validation failed: every problem, each with the field path (`loc`) and the reason (`msg`)",
+    503: "A service the request needs (database, broker) is unavailable",
+}
+
+
+def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """`responses=` for a route: the error codes it answers besides the ones `document` adds by itself."""
+    return {code: {"model": schemas.ValidationErrorOut if code == 422 else schemas.ErrorOut,
+                   "description": DESCRIPTIONS[code]} for code in codes}
+
+
+def _error_response(code: int, ref: str) -> dict[str, Any]:
+    return {"description": DESCRIPTIONS[code],
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}}}
+
+
+def _document_operation(operation: dict[str, Any]) -> None:
+    answers = operation.setdefault("responses", {})
+    params = operation.get("parameters") or []
+    body = operation.get("requestBody")
+    added: list[tuple[int, str]] = []
+    if operation.get("security"):
+        added.append((401, "ErrorOut"))
+    if any(p.get("in") == "path" for p in params):
+        added.append((404, "ErrorOut"))
+    if body is not None:
+        added.append((413, "ErrorOut"))
+        if "application/json" in (body.get("content") or {}):
+            added.append((415, "ErrorOut"))
+    if params or body is not None:
+        added.append((422, "ValidationErrorOut"))
+    for code, ref in added:
+        answers.setdefault(str(code), _error_response(code, ref))
+    if "422" in answers:  # FastAPI's HTTPValidationError (a list `loc`) is not what this API returns
+        answers["422"] = _error_response(422, "ValidationErrorOut")
+
+
+def document(app: FastAPI) -> None:
+    """Post-process the generated spec once (see the module docstring)."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if getattr(app.state, "openapi_documented", False):
+            return app.openapi_schema
+        spec = generate()
+        components = spec.setdefault("components", {}).setdefault("schemas", {})
+        for model in (schemas.ErrorItem, schemas.ErrorOut, schemas.ValidationErrorOut):
+            definition = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            for name, sub in definition.pop("$defs", {}).items():
+                components.setdefault(name, sub)
+            components[model.__name__] = definition
+        for name in ("HTTPValidationError", "ValidationError"):
+            components.pop(name, None)
+        for path_item in spec.get("paths", {}).values():
+            for method, operation in path_item.items():
+                if method in ("get", "post", "put", "patch", "delete"):
+                    _document_operation(operation)
+        app.openapi_schema = spec
+        app.state.openapi_documented = True
+        return spec
+
+    app.openapi = openapi
+
+
+# ---------------------------------------------------------------------------------------------- JSON bodies
+
+MAX_JSON_DEPTH = 32  # nesting of objects and arrays in any JSON body (a training config needs 4)
+
+
+BODY_VALUE_ERROR = "tp_body_value"  # the `type` of check_json_value's errors
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_json_value(value: Any, loc: tuple = ()) -> list[dict[str, Any]]:
+    """Problems PostgreSQL or the recursion limit would otherwise meet later: non-finite numbers (Python's json
+    module accepts `NaN` and `Infinity`), NUL characters and lone surrogates (PostgreSQL stores neither), nesting
+    deeper than MAX_JSON_DEPTH. Pydantic-style
+    errors (`loc` from the body root) so they are reported like any validation error."""
+    problems: list[dict[str, Any]] = []
+
+    def problem(where: tuple, msg: str) -> None:
+        problems.append({"type": BODY_VALUE_ERROR, "loc": where, "msg": msg, "input": None})
+
+    stack: list[tuple[Any, tuple]] = [(value, loc)]
+    while stack and len(problems) < 20:
+        node, where = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            problem(where, f"must be a finite number, got {node}")
+        elif isinstance(node, str) and "\x00" in node:
+            problem(where, "must not contain NUL (\\u0000) characters")
+        elif isinstance(node, str) and _SURROGATE.search(node):
+            problem(where, "must be valid Unicode (a lone surrogate such as \\ud800 cannot be stored)")
+        elif isinstance(node, dict | list):
+            if len(where) - len(loc) >= MAX_JSON_DEPTH:
+                problem(where, f"nested too deeply (at most {MAX_JSON_DEPTH} levels)")
+                continue
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            for key, item in items:
+                if isinstance(key, str) and ("\x00" in key or _SURROGATE.search(key)):
+                    problem(where, "keys must not contain NUL (\\u0000) characters or lone surrogates")
+                stack.append((item, (*where, key)))
+    return problems
+
+
 def _request_error(err: dict) -> dict[str, str]:
     loc = tuple(err.get("loc") or ())
     source, rest = (loc[0], loc[1:]) if loc else ("body", ())
+    if err.get("type") == BODY_VALUE_ERROR:
+        if source == "body" and len(rest) > 1 and rest[0] == "config":
+            rest = rest[1:]  # a job config's fields are named as in the YAML, like its other errors
+        return {"loc": _dotted(source, rest), "msg": err["msg"]}
     if err.get("type") == "json_invalid":
         ctx = err.get("ctx") or {}
         where = f" at position {rest[0]}" if rest and isinstance(rest[0], int) else ""
@@ -75,6 +231,27 @@ def _request_error(err: dict) -> dict[str, str]:
     return {"loc": f"{source}.{path}" if path != "<root>" else str(source), "msg": reason}
 
 
+def _dotted(source: Any, rest: tuple) -> str:
+    path, _ = translate_pydantic_error({"type": "missing", "loc": rest, "msg": ""})
+    if source == "body":
+        return "<body>" if path == "<root>" else path
+    return str(source) if path == "<root>" else f"{source}.{path}"
+
+
+async def _on_http_exception(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    # FastAPI answers 400 "There was an error parsing the body" for a JSON body it cannot decode at all (not
+    # UTF-8, nested past the recursion limit): a body problem like any other malformed JSON.
+    if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
+        cause = exc.__cause__
+        reason = ("nested too deeply" if isinstance(cause, RecursionError)
+                  else "not UTF-8 text" if isinstance(cause, UnicodeDecodeError) else "cannot decode")
+        return JSONResponse({"detail": [{"loc": "<body>", "msg": f"malformed JSON: {reason}"}]},
+                            status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+    if 400 <= exc.status_code < 500:
+        exc.detail = _scrub_detail(exc.detail)
+    return await http_exception_handler(request, exc)
+
+
 async def _on_request_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
     seen: list[dict[str, str]] = []
     for err in exc.errors():
@@ -85,7 +262,7 @@ async def _on_request_validation(request: Request, exc: RequestValidationError) 
 
 
 async def _on_config_error(request: Request, exc: ConfigError) -> JSONResponse:
-    return JSONResponse({"detail": [{"loc": e.path, "msg": e.reason} for e in exc.errors]},
+    return JSONResponse({"detail": [{"loc": e.path, "msg": scrub(e.reason)} for e in exc.errors]},
                         status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
 
 
@@ -100,7 +277,9 @@ async def _on_unhandled(request: Request, exc: Exception) -> JSONResponse:
 
 
 def install(app: FastAPI) -> None:
+    app.add_exception_handler(StarletteHTTPException, _on_http_exception)
     app.add_exception_handler(RequestValidationError, _on_request_validation)
     app.add_exception_handler(ConfigError, _on_config_error)
     app.add_exception_handler(IllegalTransition, _on_illegal_transition)
     app.add_exception_handler(Exception, _on_unhandled)
+    document(app)

@@ -77,6 +77,10 @@ def check_job_config(session: Session, raw: Any, settings: Settings, user: User)
     return config
 
 
+MAX_OVERRIDES = 100  # keys per clone request
+MAX_OVERRIDE_DEPTH = 16  # dotted parts per key (a config is 4 deep)
+
+
 class OverrideError(ValueError):
     def __init__(self, key: str, reason: str):
         self.key, self.reason = key, reason
@@ -86,12 +90,17 @@ class OverrideError(ValueError):
 def apply_overrides(config: dict, overrides: dict[str, Any]) -> dict:
     """`{"training.max_steps": 50, "rewards.0.weight": 0.5}` -> a changed copy. Values are JSON values (a
     mapping value replaces the whole section). Missing intermediate mappings are created; descending into a
-    scalar is an error."""
+    scalar is an error. At most MAX_OVERRIDES keys of at most MAX_OVERRIDE_DEPTH parts (the values' own nesting
+    is bounded where the request body is read)."""
+    if len(overrides) > MAX_OVERRIDES:
+        raise OverrideError("", f"at most {MAX_OVERRIDES} keys, got {len(overrides)}")
     result = copy.deepcopy(config)
     for key, value in overrides.items():
         parts = key.split(".")
         if not key or any(not p for p in parts):
             raise OverrideError(key, "expected a dotted key such as 'training.max_steps'")
+        if len(parts) > MAX_OVERRIDE_DEPTH:
+            raise OverrideError(key[:100], f"at most {MAX_OVERRIDE_DEPTH} dotted parts, got {len(parts)}")
         node: Any = result
         for depth, part in enumerate(parts):
             last = depth == len(parts) - 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
+from fastapi import Path, Query
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 T = TypeVar("T")
@@ -24,6 +25,23 @@ def as_utc(value: datetime | None) -> datetime | None:
 UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+# Ids, offsets and counts fit PostgreSQL's INTEGER (SQLite's is wider): a larger value is a 422 naming the
+# parameter, never an overflow in the driver.
+DB_INT_MAX = 2**31 - 1
+
+
+def id_path(description: str | None = None) -> Any:
+    return Path(ge=1, le=DB_INT_MAX, description=description)
+
+
+def id_query(description: str | None = None) -> Any:
+    return Query(ge=1, le=DB_INT_MAX, description=description)
+
+
+DbId = Annotated[int, id_path()]
+Offset = Annotated[int, Query(ge=0, le=DB_INT_MAX, description="Items to skip.")]
+BodyId = Annotated[int, Field(ge=1, le=DB_INT_MAX, strict=True)]
 Priority = Annotated[int, Field(ge=-1000, le=1000, strict=True, description="Higher runs sooner.")]
 JobName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 
@@ -39,6 +57,12 @@ class ErrorItem(BaseModel):
 
 class ErrorOut(BaseModel):
     detail: str | list[ErrorItem]
+
+
+class ValidationErrorOut(BaseModel):
+    """The 422 body: every problem found, each naming its field."""
+
+    detail: list[ErrorItem]
 
 
 class Page(BaseModel, Generic[T]):
@@ -79,8 +103,10 @@ class JobCreate(RequestBody):
 
 class JobClone(RequestBody):
     name: JobName | None = None
-    overrides: dict[str, Any] = Field(
-        default_factory=dict, description='Dotted keys, e.g. {"training.max_steps": 50, "rewards.0.weight": 1}.')
+    overrides: dict[Annotated[str, StringConstraints(max_length=512)], Any] = Field(
+        default_factory=dict, max_length=100,
+        description='Dotted keys, e.g. {"training.max_steps": 50, "rewards.0.weight": 1}; at most 100 keys of at most '
+                    '16 parts.')
     priority: Priority | None = None
 
 
@@ -131,7 +157,9 @@ JobSort = Literal["created_at", "-created_at", "priority", "-priority", "status"
 
 
 class MetricsOut(BaseModel):
-    series: dict[str, list[tuple[int, float | None]]] = Field(description="name -> [[step, value], ...] by step.")
+    # A [step, value] pair as a 2-item array (not a tuple: its `prefixItems` trips some OpenAPI tools).
+    series: dict[str, list[Annotated[list[int | float | None], Field(min_length=2, max_length=2)]]] = Field(
+        description="name -> [[step, value], ...] by step.")
     names_available: list[str]
     downsampled: dict[str, bool] = Field(default_factory=dict, description="Which series were bucketed.")
 

@@ -136,13 +136,13 @@ class JudgeConfig(BaseModel):
     model: str = Field(min_length=1, max_length=256)
     mode: Literal["judge", "reward"] = "judge"
     prompt_template: str = DEFAULT_JUDGE_PROMPT
-    max_score: float = Field(10.0, gt=0)
-    max_tokens: int = Field(8, ge=1)
-    temperature: float = Field(0.0, ge=0)
+    max_score: float = Field(10.0, gt=0, le=1e6)
+    max_tokens: int = Field(8, ge=1, le=32768)
+    temperature: float = Field(0.0, ge=0, le=5)
     reward_path: str = "/pooling"
-    timeout_s: float = Field(30.0, gt=0)
-    max_retries: int = Field(2, ge=0)
-    max_text_chars: int = Field(8000, ge=100)
+    timeout_s: float = Field(30.0, gt=0, le=3600)
+    max_retries: int = Field(2, ge=0, le=20)
+    max_text_chars: int = Field(8000, ge=100, le=10_000_000)
     cache_path: str | None = None
 
     @model_validator(mode="before")

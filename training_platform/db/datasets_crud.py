@@ -532,7 +532,7 @@ def remove_files(paths: list[Path], settings: Settings) -> None:
 
 
 class _Params(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class CleanParams(_Params):
@@ -545,13 +545,13 @@ class DedupParams(_Params):
     threshold: float = Field(0.8, gt=0, le=1)
     num_perm: int = Field(128, ge=2, le=1024)
     ngram: int = Field(5, ge=1, le=64)
-    bands: int | None = Field(None, ge=1)
-    rows: int | None = Field(None, ge=1)
+    bands: int | None = Field(None, ge=1, le=1024)
+    rows: int | None = Field(None, ge=1, le=1024)
     margin: float | None = Field(None, ge=0, lt=1)
     keep: Literal["first", "best"] = "first"
     exact: bool = True
     near: bool = True
-    seed: int = 1
+    seed: int = Field(1, ge=0, le=2**32 - 1)
     fields: list[str] | None = None
 
 
@@ -587,7 +587,7 @@ class ScoreParams(_Params):
     by: str | None = Field(None, description="Keep rows by this score (with min/max/top_k).")
     min: float | None = None
     max: float | None = None
-    top_k: int | None = Field(None, ge=1)
+    top_k: int | None = Field(None, ge=1, le=100_000_000)
     lowest: bool = False
     judge: JudgeParams | None = Field(None, description="Also score with an LLM judge / reward model (stored as "
                                                         "`judge` / `reward`).")
@@ -597,8 +597,8 @@ class DecontaminateParams(_Params):
     eval_sets: list[UserFile] = Field(min_length=1, max_length=50,
                                       description="Eval set files (path policy applies).")
     ngram: int = Field(13, ge=1, le=64)
-    min_tokens: int = Field(8, ge=1)
-    min_matches: int = Field(1, ge=1)
+    min_tokens: int = Field(8, ge=1, le=1_000_000)
+    min_matches: int = Field(1, ge=1, le=1_000_000)
 
 
 PARAMS: dict[str, type[_Params]] = {"clean": CleanParams, "dedup": DedupParams, "convert": ConvertParams,

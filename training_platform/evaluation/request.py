@@ -37,13 +37,15 @@ class RequestError(ValueError):
 
 
 class GenerationDefaults(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Merged into every BenchmarkSpec, whose bounds check the values (so all problems are listed together)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     max_new_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
     n_samples: int | None = None
-    k: list[int] | None = None
-    stop: list[str] | None = None
+    k: list[int] | None = Field(None, max_length=32)
+    stop: list[str] | None = Field(None, max_length=64)
     chat: bool | None = None
     n_shot: int | None = None
     system_prompt: str | None = None
@@ -53,10 +55,11 @@ class GenerationDefaults(BaseModel):
 class EvalRequest(BaseModel):
     """The evaluation part of POST /evaluations and of a schedule (the model is chosen elsewhere)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     benchmarks: list[str | dict[str, Any]] = Field(
-        ..., min_length=1, description='Names or BenchmarkSpec objects, e.g. ["gsm8k", {"name": "humaneval", '
-                                       '"n_samples": 5, "temperature": 0.8, "k": [1, 5]}].')
+        ..., min_length=1, max_length=64,
+        description='Names or BenchmarkSpec objects, e.g. ["gsm8k", {"name": "humaneval", "n_samples": 5, '
+                    '"temperature": 0.8, "k": [1, 5]}].')
     generation: GenerationDefaults = Field(default_factory=GenerationDefaults,
                                            description="Defaults for every benchmark (a benchmark's own field wins).")
     backend: dict[str, Any] = Field(default_factory=dict, description="ModelSpec fields except `path`: backend, "
@@ -66,7 +69,7 @@ class EvalRequest(BaseModel):
                                                                       "/api/v1/endpoints); `model` is then a model "
                                                                       "it serves.")
     sandbox: dict[str, Any] = Field(default_factory=dict, description="Code sandbox limits (humaneval).")
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**32 - 1)
 
     def operator_only_errors(self) -> list[tuple[str, str]]:
         """Settings an API user may not choose: running generated code without isolation is the operator's call

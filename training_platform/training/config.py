@@ -50,6 +50,10 @@ class ConfigError(Exception):
 
 # ---------------------------------------------------------------------------------------------- sections
 
+# Realistic maxima for counts (far above any real run, far below the database's INTEGER): a typo such as
+# `max_steps: 10**30` is a 422 naming the field, not an overflow in the job row.
+MAX_STEPS = 10_000_000
+
 
 class LoraSection(StrictModel):
     r: int = Field(8, ge=1, le=1024, description="LoRA rank.")
@@ -86,8 +90,8 @@ class DataSection(StrictModel):
     )
     max_length: int = Field(512, ge=8, le=1_048_576, description="Max tokens per training sequence.")
     eval_split: float = Field(0.0, ge=0, lt=1, description="Fraction of train held out when no eval_file.")
-    max_train_samples: int | None = Field(None, ge=1)
-    shuffle_seed: int = Field(0, ge=0)
+    max_train_samples: int | None = Field(None, ge=1, le=100_000_000)
+    shuffle_seed: int = Field(0, ge=0, le=2**32 - 1)
 
 
 class TrainingSection(StrictModel):
@@ -97,26 +101,26 @@ class TrainingSection(StrictModel):
         "inverse_sqrt", "cosine_with_min_lr", "warmup_stable_decay",
     ] = "linear"
     warmup_ratio: float = Field(0.0, ge=0, lt=1)
-    warmup_steps: int = Field(0, ge=0)
+    warmup_steps: int = Field(0, ge=0, le=MAX_STEPS)
     num_epochs: float = Field(1.0, gt=0, le=10_000)
-    max_steps: int | None = Field(None, ge=1, description="Overrides num_epochs when set.")
+    max_steps: int | None = Field(None, ge=1, le=MAX_STEPS, description="Overrides num_epochs when set.")
     per_device_batch_size: int = Field(8, ge=1, le=65_536)
     per_device_eval_batch_size: int = Field(8, ge=1, le=65_536)
     gradient_accumulation_steps: int = Field(1, ge=1, le=65_536)
-    max_grad_norm: float = Field(1.0, ge=0)
+    max_grad_norm: float = Field(1.0, ge=0, le=1e6)
     weight_decay: float = Field(0.0, ge=0, le=10)
     optimizer: Literal["adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "adamw_8bit"] = "adamw_torch"
     seed: int = Field(42, ge=0, le=2**32 - 1)
-    logging_steps: int = Field(10, ge=1)
-    save_steps: int = Field(100, ge=1)
-    eval_steps: int | None = Field(None, ge=1, description="Evaluate every N steps (needs eval data).")
+    logging_steps: int = Field(10, ge=1, le=MAX_STEPS)
+    save_steps: int = Field(100, ge=1, le=MAX_STEPS)
+    eval_steps: int | None = Field(None, ge=1, le=MAX_STEPS, description="Evaluate every N steps (needs eval data).")
     keep_last_checkpoints: int = Field(3, ge=1, le=1000)
     dataloader_num_workers: int = Field(0, ge=0, le=64)
 
 
 class RewardSection(StrictModel):
     name: str = Field(description="A registered reward function (see `tp rewards list`).")
-    weight: float = Field(1.0, ge=0)
+    weight: float = Field(1.0, ge=0, le=1e6)
     params: dict[str, Any] = Field(default_factory=dict)
 
 

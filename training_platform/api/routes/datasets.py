@@ -31,7 +31,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 from starlette.requests import ClientDisconnect
 
-from training_platform.api import schemas
+from training_platform.api import errors, schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, conflict, forbidden, not_found
 from training_platform.api.limits import drain
@@ -480,6 +480,8 @@ def _form_values(form: UploadForm) -> tuple[dict[str, Any], list[tuple[str, str]
     description = fields.get("description", "")
     if len(description) > 2000:
         errors.append(("description", "must be at most 2000 characters"))
+    errors += [(key, "must not contain NUL (\\u0000) characters")  # PostgreSQL stores none
+               for key, value in (*fields.items(), ("file", form.filename or "")) if "\x00" in value]
     return {"name": name, "policy": policy, "fmt": fmt, "description": description}, errors
 
 
@@ -487,7 +489,8 @@ def _form_values(form: UploadForm) -> tuple[dict[str, Any], list[tuple[str, str]
 
 
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=IngestQueued, openapi_extra=UPLOAD_OPENAPI,
-             responses={413: {"model": schemas.ErrorOut, "description": "Larger than TP_MAX_UPLOAD_MB"},
+             responses={**errors.responses(400, 409, 415),
+                        413: {"model": schemas.ErrorOut, "description": "Larger than TP_MAX_UPLOAD_MB"},
                         422: {"model": schemas.ErrorOut, "description": "Bad form fields"}})
 async def upload_dataset(request: Request, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """Upload a dataset file (multipart: `file`, `name`, optional `format`, `policy` reject|quarantine,
@@ -543,7 +546,8 @@ async def upload_dataset(request: Request, session: SessionDep, user: CurrentUse
 
 @router.post("/register", status_code=status.HTTP_202_ACCEPTED, response_model=IngestQueued,
              dependencies=[JsonBody],
-             responses={422: {"model": schemas.ErrorOut, "description": "Path policy or fields"}})
+             responses={**errors.responses(409),
+                        422: {"model": schemas.ErrorOut, "description": "Path policy or fields"}})
 def register_dataset(body: RegisterBody, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """Register a file already on the server (inside the allowed directories). It is copied into the staging area
     (so the version stays immutable whatever happens to the original) and ingested like an upload by a data job:
@@ -591,7 +595,7 @@ def list_datasets(
     owner: Annotated[str | None, Query(max_length=64, description="Owner name (admins; others see only theirs).")]
     = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: schemas.Offset = 0,
 ):
     conditions = []
     if not user.is_admin:
@@ -621,14 +625,14 @@ def list_operations(user: CurrentUser) -> dict[str, Any]:
 
 
 @router.get("/{dataset_id}", response_model=DatasetRead)
-def get_dataset(dataset_id: int, session: SessionDep, user: CurrentUser):
+def get_dataset(dataset_id: schemas.DbId, session: SessionDep, user: CurrentUser):
     return _dataset_out(session, _visible_dataset(session, user, dataset_id))
 
 
 @router.patch("/{dataset_id}", response_model=DatasetRead, dependencies=[JsonBody],
               responses={403: {"model": schemas.ErrorOut, "description": "A shared dataset of another user"},
                          404: {"model": schemas.ErrorOut, "description": "No such dataset, or another user's"}})
-def update_dataset(dataset_id: int, body: DatasetUpdate, session: SessionDep, user: CurrentUser):
+def update_dataset(dataset_id: schemas.DbId, body: DatasetUpdate, session: SessionDep, user: CurrentUser):
     """Owner or admin: share the dataset with every user (`{"shared": true}`), or change its description."""
     dataset = _owned_dataset(session, user, dataset_id, "change")
     changes = body.model_dump(exclude_unset=True, exclude_none=True)
@@ -644,7 +648,7 @@ def update_dataset(dataset_id: int, body: DatasetUpdate, session: SessionDep, us
 
 @router.delete("/{dataset_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
                responses={409: {"model": schemas.ErrorOut, "description": "A job still references a version"}})
-def delete_dataset(dataset_id: int, session: SessionDep, user: CurrentUser, settings: SettingsDep):
+def delete_dataset(dataset_id: schemas.DbId, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """Delete a dataset that no job references: its versions' rows and content files (content another dataset
     shares is kept), its quarantine files and reports. 409 while any job config names one of its version files
     (e.g. a training job's `data.train_file`; delete that job first) or a data job is still working on it."""
@@ -667,13 +671,13 @@ def delete_dataset(dataset_id: int, session: SessionDep, user: CurrentUser, sett
 
 @router.get("/{dataset_id}/versions", response_model=schemas.Page[VersionRead])
 def list_versions(
-    dataset_id: int,
+    dataset_id: schemas.DbId,
     session: SessionDep,
     user: CurrentUser,
-    job_id: Annotated[int | None, Query(description="Only the version this data job produced.")] = None,
+    job_id: Annotated[int | None, schemas.id_query("Only the version this data job produced.")] = None,
     operation: Annotated[str | None, Query(max_length=32)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: schemas.Offset = 0,
 ):
     dataset = _visible_dataset(session, user, dataset_id)
     conditions = [DatasetVersionRecord.dataset_id == dataset.id]
@@ -687,8 +691,8 @@ def list_versions(
     return {"items": [_version_out(v) for v in rows], "total": total, "limit": limit, "offset": offset}
 
 
-@router.get("/{dataset_id}/versions/{version_id}", response_model=VersionDetail)
-def get_version(dataset_id: int, version_id: int, session: SessionDep, user: CurrentUser):
+@router.get("/{dataset_id}/versions/{version_id}", responses=errors.responses(410), response_model=VersionDetail)
+def get_version(dataset_id: schemas.DbId, version_id: schemas.DbId, session: SessionDep, user: CurrentUser):
     """The version with its report and its lineage (ancestors up to the root, each with operation + recipe)."""
     dataset = _visible_dataset(session, user, dataset_id)
     return _version_detail(session, _version_of(session, dataset, version_id))
@@ -710,14 +714,14 @@ def _plain(row: Any) -> Any:
         return json.loads(json.dumps(row, default=str))
 
 
-@router.get("/{dataset_id}/versions/{version_id}/rows", response_model=RowsPage)
+@router.get("/{dataset_id}/versions/{version_id}/rows", responses=errors.responses(410), response_model=RowsPage)
 def version_rows(
-    dataset_id: int,
-    version_id: int,
+    dataset_id: schemas.DbId,
+    version_id: schemas.DbId,
     session: SessionDep,
     user: CurrentUser,
     settings: SettingsDep,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: schemas.Offset = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     q: Annotated[str | None, Query(max_length=200, description="Case-insensitive substring of the row's JSON.")]
     = None,
@@ -756,7 +760,7 @@ def version_rows(
             responses={202: {"model": schemas.JobSubmitted,
                              "description": "Not computed yet (or `refresh`): the `audit` data job computing it"},
                        422: {"model": schemas.ErrorOut, "description": "The audit of this version failed"}})
-def version_stats(dataset_id: int, version_id: int, session: SessionDep, user: CurrentUser,
+def version_stats(dataset_id: schemas.DbId, version_id: schemas.DbId, session: SessionDep, user: CurrentUser,
                   refresh: Annotated[bool, Query(description="Recompute (queues an audit data job).")] = False
                   ) -> dict[str, Any]:
     """The audit report of the version (length/turn distributions, distinct-n, difficulty buckets, duplicates).
@@ -791,7 +795,7 @@ def version_stats(dataset_id: int, version_id: int, session: SessionDep, user: C
 @router.post("/{dataset_id}/versions/{version_id}/operations", status_code=status.HTTP_202_ACCEPTED,
              response_model=schemas.JobSubmitted, dependencies=[JsonBody],
              responses={422: {"model": schemas.ErrorOut, "description": "Every problem with the parameters"}})
-def create_operation(dataset_id: int, version_id: int, body: OperationCreate, session: SessionDep,
+def create_operation(dataset_id: schemas.DbId, version_id: schemas.DbId, body: OperationCreate, session: SessionDep,
                      user: CurrentUser, settings: SettingsDep):
     """Queue an operation on a version as a `data` job (listed, cancelled and retried under /jobs like training
     jobs). The parameters are checked now (422 with field paths); the worker stores the result as a new version

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import func
 from sqlmodel import Session, select
 
-from training_platform.api import schemas
+from training_platform.api import errors, schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, not_found
 from training_platform.db import eval_crud
@@ -43,9 +43,9 @@ class EvaluationCreate(EvalRequest):
 
     name: schemas.JobName | None = None
     model: str | None = Field(None, max_length=4096)
-    job_id: int | None = Field(None, strict=True)
-    checkpoint: int | Literal["latest", "final"] | None = Field(None, description='A step, "latest" (default with '
-                                                                                 'job_id) or "final".')
+    job_id: schemas.BodyId | None = None
+    checkpoint: Annotated[int, Field(ge=0, le=schemas.DB_INT_MAX)] | Literal["latest", "final"] | None = Field(
+        None, description='A step, "latest" (default with job_id) or "final".')
     keep_best_by: str | None = Field(None, max_length=130, description='With job_id: update the job\'s best '
                                                                        'checkpoint by this metric, e.g. '
                                                                        '"gsm8k/accuracy".')
@@ -209,11 +209,11 @@ def list_evaluations(
     session: SessionDep,
     user: CurrentUser,
     status_: Annotated[list[JobStatus] | None, Query(alias="status", description="Repeatable.")] = None,
-    job_id: Annotated[int | None, Query(description="Evaluations of this training job's checkpoints.")] = None,
-    schedule_id: Annotated[int | None, Query()] = None,
+    job_id: Annotated[int | None, schemas.id_query("Evaluations of this training job's checkpoints.")] = None,
+    schedule_id: Annotated[int | None, schemas.id_query()] = None,
     benchmark: Annotated[str | None, Query(max_length=64)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: schemas.Offset = 0,
 ):
     conditions = []
     if not user.is_admin:
@@ -244,9 +244,9 @@ def leaderboard(
     benchmark: Annotated[str, Query(max_length=64, description="e.g. gsm8k")],
     metric: Annotated[str | None, Query(max_length=64, description="Default: the benchmark's primary metric "
                                                                     "(accuracy; humaneval: pass@1).")] = None,
-    job_id: Annotated[int | None, Query(description="Only this training job's checkpoints.")] = None,
+    job_id: Annotated[int | None, schemas.id_query("Only this training job's checkpoints.")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: schemas.Offset = 0,
 ):
     """Models and checkpoints ranked by their latest succeeded evaluation on `benchmark` (higher is better)."""
     from training_platform.evaluation.benchmarks import BENCHMARKS
@@ -260,12 +260,12 @@ def leaderboard(
             "benchmark": benchmark, "metric": metric}
 
 
-@router.get("/compare")
+@router.get("/compare", responses=errors.responses(404, 409))
 def compare(
     session: SessionDep,
     user: CurrentUser,
-    a: Annotated[int, Query(description="Evaluation A (the baseline).")],
-    b: Annotated[int, Query(description="Evaluation B.")],
+    a: Annotated[int, schemas.id_query("Evaluation A (the baseline).")],
+    b: Annotated[int, schemas.id_query("Evaluation B.")],
     max_items: Annotated[int, Query(ge=0, le=1000, description="Flipped items listed per direction.")] = 50,
 ):
     """Sample by sample: per benchmark both have, the paired difference (stderr), McNemar p-value and the items
@@ -291,21 +291,21 @@ def compare(
 
 
 @router.get("/{evaluation_id}", response_model=EvaluationDetail)
-def get_evaluation(evaluation_id: int, session: SessionDep, user: CurrentUser):
+def get_evaluation(evaluation_id: schemas.DbId, session: SessionDep, user: CurrentUser):
     evaluation, job = _visible(session, user, evaluation_id)
     return _read(session, evaluation, job, detail=True)
 
 
 @router.get("/{evaluation_id}/samples", response_model=schemas.Page[SampleRead])
 def evaluation_samples(
-    evaluation_id: int,
+    evaluation_id: schemas.DbId,
     session: SessionDep,
     user: CurrentUser,
     benchmark: Annotated[str | None, Query(max_length=64)] = None,
     correct: Annotated[bool | None, Query(description="Only right (true) or wrong (false) samples.")] = None,
     item_id: Annotated[str | None, Query(max_length=300)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: schemas.Offset = 0,
 ):
     """Per-sample records: prompt, raw output, extracted answer, reference, correct, latency (+ benchmark
     fields such as the strict/flexible extractions or the sandbox result), in benchmark file order."""
@@ -325,7 +325,7 @@ def evaluation_samples(
 
 @router.get("/{evaluation_id}/report", response_class=FileResponse,
             responses={200: {"content": {"text/html": {}, "text/markdown": {}}}})
-def evaluation_report(evaluation_id: int, session: SessionDep, user: CurrentUser,
+def evaluation_report(evaluation_id: schemas.DbId, session: SessionDep, user: CurrentUser,
                       format: Annotated[Literal["html", "md"], Query()] = "html"):  # noqa: A002 - the query name
     """The static report with per-sample drill-down (written when the evaluation finished)."""
     evaluation, job = _visible(session, user, evaluation_id)

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Body, Query, Response, status
 from sqlalchemy import delete, func
 from sqlmodel import Session, select
 
-from training_platform.api import schemas
+from training_platform.api import errors, schemas
 from training_platform.api.deps import (
     CurrentUser,
     JsonBody,
@@ -121,7 +121,7 @@ def list_jobs(
     = None,
     sort: Annotated[schemas.JobSort, Query()] = "-created_at",
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: schemas.Offset = 0,
 ):
     conditions = []
     if not user.is_admin:
@@ -159,7 +159,7 @@ def job_events(job: VisibleJob, session: SessionDep):
     return session.exec(select(JobEvent).where(JobEvent.job_id == job.id).order_by(JobEvent.id)).all()
 
 
-@router.post("/{job_id}/cancel", response_model=schemas.JobRead)
+@router.post("/{job_id}/cancel", responses=errors.responses(409), response_model=schemas.JobRead)
 def cancel_job(job: VisibleJob, session: SessionDep, user: CurrentUser):
     """queued: cancelled at once. preflight/running: the worker is asked to stop (a checkpoint is saved after
     the current step) and marks the job cancelled. Finished jobs: 409."""
@@ -194,7 +194,7 @@ def _touch_stop(job: Job) -> None:
         log.warning("job %s: cannot write the STOP file: %s (the worker still sees cancel_requested)", job.id, exc)
 
 
-@router.post("/{job_id}/retry", response_model=schemas.JobSubmitted)
+@router.post("/{job_id}/retry", responses=errors.responses(409), response_model=schemas.JobSubmitted)
 def retry_job(job: VisibleJob, session: SessionDep, user: CurrentUser):
     """failed/cancelled -> queued. Attempts are kept; the worker resumes from the latest checkpoint."""
     current = JobStatus(job.status)
@@ -217,7 +217,7 @@ def retry_job(job: VisibleJob, session: SessionDep, user: CurrentUser):
 
 
 @router.post("/{job_id}/clone", status_code=status.HTTP_201_CREATED, response_model=schemas.JobSubmitted,
-             dependencies=[JsonBody])
+             dependencies=[JsonBody], responses=errors.responses(409))
 def clone_job(job: VisibleJob, session: SessionDep, user: CurrentUser, settings: SettingsDep,
               body: Annotated[schemas.JobClone | None, Body()] = None):
     """A new job from this job's config with `overrides` applied; validated like POST /jobs. The body is
@@ -230,7 +230,7 @@ def clone_job(job: VisibleJob, session: SessionDep, user: CurrentUser, settings:
     try:
         raw = apply_overrides(job.config, body.overrides)
     except OverrideError as exc:
-        raise ValidationFailed([(f"overrides.{exc.key}", exc.reason)]) from None
+        raise ValidationFailed([(f"overrides.{exc.key}" if exc.key else "overrides", exc.reason)]) from None
     config = _validated_config(session, raw, settings, user)
     name = body.name or f"{job.name} (clone)"[:200]
     priority = job.priority if body.priority is None else body.priority
@@ -241,7 +241,8 @@ def clone_job(job: VisibleJob, session: SessionDep, user: CurrentUser, settings:
                responses={204: {"description": "Deleted (see the retention rule above).", "headers": {
                    "X-TP-Kept-Files": {"schema": {"type": "string"}, "description": (
                        "Present when some of the job's files were kept under the retention rule: paths relative "
-                       "to the data directory, `; `-separated, each with its reason in parentheses.")}}}})
+                       "to the data directory, `; `-separated, each with its reason in parentheses.")}}},
+                          **errors.responses(409)})
 def delete_job(job: VisibleJob, session: SessionDep, settings: SettingsDep, user: CurrentUser):
     """Finished jobs only. Removes the job, its events, metric points and checkpoint rows (an evaluation: its
     results and the pin it holds on its checkpoint), and its files: `runs/job-N/`, `runs/job-N.attempt-*/`,

@@ -23,8 +23,8 @@ def job_metrics(
                                        max_length=4000)] = None,
     max_points: Annotated[int, Query(ge=2, le=10_000, description="Per series; longer series are bucketed "
                                                                    "(min/max of each bucket + first/last).")] = 1000,
-    min_step: Annotated[int | None, Query(ge=0)] = None,
-    max_step: Annotated[int | None, Query(ge=0)] = None,
+    min_step: Annotated[int | None, Query(ge=0, le=schemas.DB_INT_MAX)] = None,
+    max_step: Annotated[int | None, Query(ge=0, le=schemas.DB_INT_MAX)] = None,
 ):
     if min_step is not None and max_step is not None and min_step > max_step:
         raise ValidationFailed([("query.min_step", f"must be <= max_step ({max_step}), got {min_step}")])

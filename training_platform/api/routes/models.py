@@ -15,7 +15,7 @@ from sqlalchemy import func
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from training_platform.api import schemas
+from training_platform.api import errors, schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, conflict, forbidden, not_found
 from training_platform.db.models import RegisteredModel, User
@@ -110,7 +110,7 @@ def _model_read(session: Session, model: RegisteredModel, settings: Settings) ->
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.ModelRead, dependencies=[JsonBody],
-             responses={409: {"model": schemas.ErrorOut}, 422: {"model": schemas.ErrorOut}})
+             responses=errors.responses(409))
 def register_model(body: schemas.ModelCreate, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """The path must lie inside the allowed roots and load as a Hugging Face model (config + tokenizer)."""
     if session.exec(select(RegisteredModel).where(RegisteredModel.name == body.name)).first() is not None:
@@ -136,7 +136,7 @@ def register_model(body: schemas.ModelCreate, session: SessionDep, user: Current
 
 @router.get("", response_model=schemas.Page[schemas.ModelRead])
 def list_models(session: SessionDep, user: CurrentUser, settings: SettingsDep,
-                limit: Annotated[int, Query(ge=1, le=200)] = 50, offset: Annotated[int, Query(ge=0)] = 0):
+                limit: Annotated[int, Query(ge=1, le=200)] = 50, offset: schemas.Offset = 0):
     """Your models, shared ones and the platform's (the demo); admins see all."""
     conditions = [] if user.is_admin else [model_visible_clause(user)]
     total = session.exec(select(func.count()).select_from(RegisteredModel).where(*conditions)).one()
@@ -162,14 +162,15 @@ def _owned_model(session: Session, user, model_id: int, action: str) -> Register
 
 
 @router.get("/{model_id}", response_model=schemas.ModelRead)
-def get_model(model_id: int, session: SessionDep, user: CurrentUser, settings: SettingsDep):
+def get_model(model_id: schemas.DbId, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     return _model_read(session, _get_model(session, user, model_id), settings)
 
 
 @router.patch("/{model_id}", response_model=schemas.ModelRead, dependencies=[JsonBody],
               responses={403: {"model": schemas.ErrorOut, "description": "A shared or platform model"},
                          404: {"model": schemas.ErrorOut, "description": "No such model, or another user's"}})
-def update_model(model_id: int, body: ModelUpdate, session: SessionDep, user: CurrentUser, settings: SettingsDep):
+def update_model(model_id: schemas.DbId, body: ModelUpdate, session: SessionDep, user: CurrentUser,
+                 settings: SettingsDep):
     """Owner or admin: `{"shared": true}` lets every user see the model and use it (its directory becomes
     readable to their jobs)."""
     model = _owned_model(session, user, model_id, "change")
@@ -181,8 +182,9 @@ def update_model(model_id: int, body: ModelUpdate, session: SessionDep, user: Cu
     return _model_read(session, model, settings)
 
 
-@router.delete("/{model_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response)
-def delete_model(model_id: int, session: SessionDep, user: CurrentUser):
+@router.delete("/{model_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
+                responses=errors.responses(403))
+def delete_model(model_id: schemas.DbId, session: SessionDep, user: CurrentUser):
     """Admins or the owner. Removes the registration only, never the files."""
     model = _owned_model(session, user, model_id, "delete")
     session.delete(model)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import func
 from sqlmodel import Session, select
 
-from training_platform.api import schemas
+from training_platform.api import errors, schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, conflict, not_found
 from training_platform.db import eval_crud
@@ -43,7 +43,7 @@ class ScheduleCreate(EvalRequest):
     trigger: Trigger
     cron: str | None = Field(None, max_length=120, description='e.g. "0 3 * * *" (03:00 UTC daily); a 6th field '
                                                                'is seconds.')
-    job_id: int | None = Field(None, strict=True)
+    job_id: schemas.BodyId | None = None
     model: str | None = Field(None, max_length=4096)
     every_n: int = Field(1, ge=1, le=100_000, strict=True)
     include_existing: bool = Field(False, description="on_new_checkpoint: also evaluate the checkpoints the job "
@@ -173,11 +173,11 @@ def create_schedule(body: ScheduleCreate, session: SessionDep, user: CurrentUser
 def list_schedules(
     session: SessionDep,
     user: CurrentUser,
-    job_id: Annotated[int | None, Query()] = None,
+    job_id: Annotated[int | None, schemas.id_query()] = None,
     trigger: Annotated[Trigger | None, Query()] = None,
     enabled: Annotated[bool | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: schemas.Offset = 0,
 ):
     conditions = []
     if not user.is_admin:
@@ -195,12 +195,12 @@ def list_schedules(
 
 
 @router.get("/{schedule_id}", response_model=ScheduleRead)
-def get_schedule(schedule_id: int, session: SessionDep, user: CurrentUser):
+def get_schedule(schedule_id: schemas.DbId, session: SessionDep, user: CurrentUser):
     return _read(session, _visible(session, user, schedule_id))
 
 
 @router.patch("/{schedule_id}", response_model=ScheduleRead, dependencies=[JsonBody])
-def update_schedule(schedule_id: int, body: ScheduleUpdate, session: SessionDep, user: CurrentUser):
+def update_schedule(schedule_id: schemas.DbId, body: ScheduleUpdate, session: SessionDep, user: CurrentUser):
     """Enable/disable, rename, change the cron expression (next time recomputed), every_n, keep_best_by."""
     schedule = _visible(session, user, schedule_id)
     errors: list[tuple[str, str]] = []
@@ -243,7 +243,7 @@ def update_schedule(schedule_id: int, body: ScheduleUpdate, session: SessionDep,
 
 
 @router.delete("/{schedule_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response)
-def delete_schedule(schedule_id: int, session: SessionDep, user: CurrentUser):
+def delete_schedule(schedule_id: schemas.DbId, session: SessionDep, user: CurrentUser):
     """The schedule stops; the evaluations it created stay."""
     schedule = _visible(session, user, schedule_id)
     session.delete(schedule)
@@ -251,8 +251,8 @@ def delete_schedule(schedule_id: int, session: SessionDep, user: CurrentUser):
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.post("/{schedule_id}/run", status_code=status.HTTP_201_CREATED)
-def run_schedule_now(schedule_id: int, session: SessionDep, user: CurrentUser):
+@router.post("/{schedule_id}/run", responses=errors.responses(409), status_code=status.HTTP_201_CREATED)
+def run_schedule_now(schedule_id: schemas.DbId, session: SessionDep, user: CurrentUser):
     """Fire once now (cron: its model or the job's latest checkpoint; on_new_checkpoint: the latest checkpoint).
     Returns the evaluation's id."""
     from training_platform.api.routes.jobs import wake

@@ -10,7 +10,7 @@ from sqlalchemy import func
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import select
 
-from training_platform.api import schemas
+from training_platform.api import errors, schemas
 from training_platform.api.deps import AdminUser, CurrentUser, JsonBody, SessionDep
 from training_platform.api.errors import conflict
 from training_platform.db import crud
@@ -27,7 +27,7 @@ def me(user: CurrentUser):
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.UserCreated, dependencies=[JsonBody],
-             responses={409: {"model": schemas.ErrorOut}})
+             responses=errors.responses(403, 409))
 def create_user(body: schemas.UserCreate, session: SessionDep, admin: AdminUser):
     """Admins only. The response carries the new user's API token; it is not stored and cannot be shown again."""
     try:
@@ -40,9 +40,9 @@ def create_user(body: schemas.UserCreate, session: SessionDep, admin: AdminUser)
     return {"user": user, "token": token}
 
 
-@router.get("", response_model=schemas.Page[schemas.UserRead])
+@router.get("", responses=errors.responses(403), response_model=schemas.Page[schemas.UserRead])
 def list_users(session: SessionDep, admin: AdminUser,
-               limit: Annotated[int, Query(ge=1, le=200)] = 50, offset: Annotated[int, Query(ge=0)] = 0):
+               limit: Annotated[int, Query(ge=1, le=200)] = 50, offset: schemas.Offset = 0):
     total = session.exec(select(func.count()).select_from(User)).one()
     rows = session.exec(select(User).order_by(User.id).limit(limit).offset(offset)).all()
     return {"items": rows, "total": total, "limit": limit, "offset": offset}

@@ -13,8 +13,8 @@ from training_platform.userpath import ModelRef
 
 class LengthParams(OpParams):
     unit: Literal["chars", "words", "tokens"] = Field("words", description="What to count.")
-    min: int | None = Field(None, ge=0, description="Remove rows shorter than this.")
-    max: int | None = Field(None, ge=1, description="Remove rows longer than this.")
+    min: int | None = Field(None, ge=0, le=100_000_000, description="Remove rows shorter than this.")
+    max: int | None = Field(None, ge=1, le=100_000_000, description="Remove rows longer than this.")
     tokenizer: ModelRef | None = Field(None, description="Tokenizer directory (or hub id) for unit: tokens.")
 
     @model_validator(mode="after")

@@ -24,8 +24,8 @@ class PunctuationParams(OpParams):
     dashes: bool = Field(True, description="En/em dashes, minus sign, hyphen variants to '-'.")
     ellipsis: bool = Field(True, description="The ellipsis character to '...'.")
     fullwidth: bool = Field(True, description="Fullwidth/CJK punctuation to ASCII.")
-    max_repeat: int | None = Field(3, ge=1, description="Runs of one punctuation mark longer than this are cut "
-                                                        "to this length (null: keep).")
+    max_repeat: int | None = Field(3, ge=1, le=1000, description="Runs of one punctuation mark longer than this are "
+                                                                 "cut to this length (null: keep).")
 
 
 @register_operator("normalize_punctuation", PunctuationParams)

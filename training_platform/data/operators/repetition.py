@@ -28,7 +28,7 @@ class RepetitionParams(OpParams):
     top_ngram_char_frac: dict[int, float] = Field(default_factory=lambda: {2: 0.20, 3: 0.18, 4: 0.16})
     dup_ngram_char_frac: dict[int, float] = Field(
         default_factory=lambda: {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10})
-    min_words: int = Field(20, ge=0, description="Skip the n-gram checks below this many words.")
+    min_words: int = Field(20, ge=0, le=1_000_000, description="Skip the n-gram checks below this many words.")
 
 
 def _duplicates(items: list[str]) -> tuple[int, int]:

@@ -18,8 +18,8 @@ class TurnParams(OpParams):
     drop_empty: bool = Field(True, description="Remove rows with an empty turn or text field.")
     require_alternation: bool = Field(True, description="Chats: user/assistant turns alternate, system only first.")
     require_final_assistant: bool = Field(True, description="SFT chats (messages/sharegpt) end with the assistant.")
-    min_turns: int | None = Field(None, ge=1)
-    max_turns: int | None = Field(None, ge=1)
+    min_turns: int | None = Field(None, ge=1, le=100_000)
+    max_turns: int | None = Field(None, ge=1, le=100_000)
 
 
 def alternation_problem(roles: list[str | None]) -> str | None:

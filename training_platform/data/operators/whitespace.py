@@ -19,7 +19,7 @@ _TRAILING = re.compile(r"[ \t]+(?=\n|$)")
 class WhitespaceParams(OpParams):
     collapse_spaces: bool = Field(True, description="Runs of spaces/tabs inside a line become one space.")
     keep_indentation: bool = Field(True, description="Leave leading spaces of a line alone (code).")
-    max_blank_lines: int = Field(1, ge=0, description="At most this many consecutive blank lines.")
+    max_blank_lines: int = Field(1, ge=0, le=1_000_000, description="At most this many consecutive blank lines.")
     strip: bool = Field(True, description="Strip each text and the trailing spaces of each line.")
     unicode_spaces: bool = Field(True, description="No-break and other unicode spaces become plain spaces.")
     remove_zero_width: bool = Field(True, description="Drop zero-width spaces/joiners and BOMs.")

@@ -23,9 +23,9 @@ DataKind = Literal["sft", "preference", "kto", "rl"]
 
 
 class StrictModel(BaseModel):
-    """Config section: unknown keys are errors, types are not coerced ("5" is not an int)."""
+    """Config section: unknown keys are errors, types are not coerced ("5" is not an int), floats are finite."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", strict=True, validate_default=True, allow_inf_nan=False)
 
 
 class AlgorithmParams(StrictModel):
@@ -39,16 +39,16 @@ class AlgorithmParams(StrictModel):
 class GenerationParams(AlgorithmParams):
     """Shared by the online RL algorithms that sample completions (GRPO, RLOO)."""
 
-    num_generations: int = Field(8, ge=2, description="Completions sampled per prompt (group size).")
+    num_generations: int = Field(8, ge=2, le=1024, description="Completions sampled per prompt (group size).")
     max_completion_length: int = Field(32, ge=1, le=32768, description="Max new tokens per completion.")
     temperature: float = Field(1.0, gt=0, le=10)
     top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = Field(0, ge=0, description="0 disables top-k.")
-    beta: float = Field(0.0, ge=0, description="KL coefficient; 0 means no reference model.")
+    top_k: int = Field(0, ge=0, le=1_000_000, description="0 disables top-k.")
+    beta: float = Field(0.0, ge=0, le=1000, description="KL coefficient; 0 means no reference model.")
     num_iterations: int = Field(1, ge=1, le=64, description="Policy updates per generation batch (mu).")
     epsilon: float = Field(0.2, gt=0, lt=1, description="Lower clip range.")
     epsilon_high: float | None = Field(None, gt=0, lt=10, description="Upper clip range (DAPO clip-higher).")
-    steps_per_generation: int | None = Field(None, ge=1)
+    steps_per_generation: int | None = Field(None, ge=1, le=65_536)
     mask_truncated_completions: bool = False
     log_completions: bool = False
 

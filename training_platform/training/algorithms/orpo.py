@@ -12,7 +12,7 @@ from training_platform.training.algorithms.base import AlgorithmParams, Algorith
 class Params(AlgorithmParams):
     name: Literal["orpo"]
     beta: float = Field(0.1, gt=0, le=100, description="Weight of the odds-ratio term (lambda in the paper).")
-    max_completion_length: int | None = Field(None, ge=1)
+    max_completion_length: int | None = Field(None, ge=1, le=1_048_576)
 
 
 def build_trainer(ctx):

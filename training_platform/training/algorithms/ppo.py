@@ -19,18 +19,19 @@ class Params(AlgorithmParams):
     reward_model_path: UserDir = Field(min_length=1, description=
         "Sequence-classification reward model (num_labels=1).")
     value_model_path: UserDir | None = Field(None, description="Initial value model; defaults to reward_model_path.")
-    total_episodes: int | None = Field(None, ge=1, description="Prompts to roll out; default from steps/epochs.")
+    total_episodes: int | None = Field(None, ge=1, le=1_000_000_000,
+                                       description="Prompts to roll out; default from steps/epochs.")
     response_length: int = Field(32, ge=1, le=32768, description="Max new tokens per response.")
     temperature: float = Field(0.7, gt=0, le=10)
-    kl_coef: float = Field(0.05, ge=0)
+    kl_coef: float = Field(0.05, ge=0, le=1000)
     kl_estimator: Literal["k1", "k3"] = "k1"
     cliprange: float = Field(0.2, gt=0, lt=1)
-    cliprange_value: float = Field(0.2, gt=0)
-    vf_coef: float = Field(0.1, ge=0)
+    cliprange_value: float = Field(0.2, gt=0, le=1000)
+    vf_coef: float = Field(0.1, ge=0, le=1000)
     gamma: float = Field(1.0, ge=0, le=1)
     lam: float = Field(0.95, ge=0, le=1)
     num_ppo_epochs: int = Field(4, ge=1, le=100)
-    num_mini_batches: int = Field(1, ge=1)
+    num_mini_batches: int = Field(1, ge=1, le=65_536)
     whiten_rewards: bool = False
     missing_eos_penalty: float | None = Field(None, ge=0, description="Subtracted from the score without EOS.")
 

@@ -11,8 +11,8 @@ from training_platform.training.algorithms.base import AlgorithmSpec, Generation
 
 class Params(GenerationParams):
     name: Literal["rloo"]
-    num_generations: int = Field(4, ge=2, description="Completions per prompt; the baseline leaves one out.")
-    beta: float = Field(0.05, ge=0, description="KL coefficient (in the reward).")
+    num_generations: int = Field(4, ge=2, le=1024, description="Completions per prompt; the baseline leaves one out.")
+    beta: float = Field(0.05, ge=0, le=1000, description="KL coefficient (in the reward).")
     normalize_advantages: bool = False
     reward_clip_range: list[float] | None = Field(None, min_length=2, max_length=2, description="[min, max]")
 

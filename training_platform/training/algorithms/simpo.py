@@ -15,7 +15,7 @@ class Params(AlgorithmParams):
     simpo_gamma: float = Field(0.5, ge=0, le=10, description="Target reward margin.")
     cpo_alpha: float = Field(0.0, ge=0, le=10, description="Weight of the NLL term; 0 = pure SimPO, >0 = CPO-SimPO.")
     label_smoothing: float = Field(0.0, ge=0, lt=0.5)
-    max_completion_length: int | None = Field(None, ge=1)
+    max_completion_length: int | None = Field(None, ge=1, le=1_048_576)
 
 
 def build_trainer(ctx):

@@ -46,7 +46,7 @@ __all__ = [
 class RewardParams(BaseModel):
     """Base class of every reward's params model: unknown keys are errors."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", strict=True, validate_default=True, allow_inf_nan=False)
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from training_platform.training.rewards import RewardFn, RewardParams, completio
 
 
 class LengthPenaltyParams(RewardParams):
-    max_length: int = Field(512, ge=1, description="Length from which the penalty is -1 (L_max).")
-    buffer: int = Field(128, ge=0, description="Soft-penalty window below max_length (L_cache).")
+    max_length: int = Field(512, ge=1, le=1_048_576, description="Length from which the penalty is -1 (L_max).")
+    buffer: int = Field(128, ge=0, le=1_048_576, description="Soft-penalty window below max_length (L_cache).")
     unit: Literal["tokens", "chars"] = Field(
         "tokens",
         description="Count completion tokens (falls back to characters when ids are absent) or chars.",

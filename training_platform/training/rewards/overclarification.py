@@ -24,7 +24,7 @@ _THINK_TAG = re.compile(r"</?think>")
 
 class OverclarificationParams(RewardParams):
     alpha: float = Field(0.07, ge=0, description="Penalty per clarifying question.")
-    cap: int = Field(3, ge=0, description="Questions beyond this many are not penalised further.")
+    cap: int = Field(3, ge=0, le=10_000, description="Questions beyond this many are not penalised further.")
     patterns: list[str] | None = Field(
         None,
         min_length=1,
