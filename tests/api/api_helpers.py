@@ -176,6 +176,9 @@ class Api:
     def delete(self, path: str, user: str = "alice", **kw):
         return self.client.delete(API + path, headers={**self.h(user), **kw.pop("headers", {})}, **kw)
 
+    def patch(self, path: str, user: str = "alice", **kw):
+        return self.client.patch(API + path, headers={**self.h(user), **kw.pop("headers", {})}, **kw)
+
 
 @contextmanager
 def running_api(data_dir: Path, db_url: str, **env: str) -> Iterator[Api]:

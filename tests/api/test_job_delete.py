@@ -139,3 +139,8 @@ def test_a_schedule_of_a_deleted_job_is_disabled_with_a_message(api):
     assert f"job {job_id} was deleted by alice; schedule disabled" in schedule["last_message"]
     # A later job never gets the deleted job's id, so the schedule cannot fire on someone else's job.
     assert _submit(api, "next") > job_id
+    # ...and it cannot be switched back on: its job is gone.
+    r = api.patch(f"/schedules/{schedule_id}", json={"enabled": True})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"] == "enabled" and f"job {job_id} was deleted" in r.json()["detail"][0]["msg"]
+    assert api.get(f"/schedules/{schedule_id}").json()["enabled"] is False

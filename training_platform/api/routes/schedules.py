@@ -224,6 +224,10 @@ def update_schedule(schedule_id: schemas.DbId, body: ScheduleUpdate, session: Se
                 parse_metric_key(changes["keep_best_by"], request.to_config("<checkpoint>"))
             except (ValueError, RequestError) as exc:
                 errors.append(("keep_best_by", str(exc)))
+    if changes.get("enabled") is True and not schedule.enabled and schedule.job_id is not None \
+            and session.get(Job, schedule.job_id) is None:
+        errors.append(("enabled", f"job {schedule.job_id} was deleted: this schedule cannot run again (create a new "
+                                  "one for another job)"))
     if errors:
         raise ValidationFailed(errors)
     re_enabled = changes.get("enabled") is True and not schedule.enabled
