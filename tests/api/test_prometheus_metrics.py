@@ -77,3 +77,25 @@ def test_metrics_token(data_dir, redis_client, tmp_path):
             r = api.client.get(path, headers={"Authorization": "Bearer s3cr3t-scrape"})
             assert r.status_code == 200 and "tp_jobs" in _families(r.text)
             assert "s3cr3t-scrape" not in r.text
+
+
+def test_metric_point_count_is_exact_and_uses_the_estimate_on_large_postgresql_tables(api, monkeypatch):
+    """SQLite and small tables: COUNT(*). PostgreSQL past the threshold: pg_class.reltuples (after ANALYZE it is
+    exact for a table this small, so the two paths must agree)."""
+    from sqlalchemy import text
+    from sqlmodel import select
+
+    from training_platform.api.routes import health
+    from training_platform.db.models import MetricPoint
+
+    with session_scope() as s:
+        job = crud.create_job(s, owner=crud.create_user(s, "zqx-counter")[0], name="count", config=valid_config())
+        crud.add_metric_points(s, job.id, [(step, "loss", 1.0 / step) for step in range(1, 41)])
+    with session_scope() as s:
+        exact = s.exec(select(health.func.count()).select_from(MetricPoint)).one()
+        assert exact >= 40
+        assert health._metric_point_count(s) == exact
+        if s.get_bind().dialect.name == "postgresql":
+            s.exec(text("ANALYZE metric_points"))
+            monkeypatch.setattr(health, "ESTIMATE_ABOVE_ROWS", 10)
+            assert health._metric_point_count(s) == exact

@@ -4,6 +4,7 @@ TP_METRICS_TOKEN when it is set)."""
 from __future__ import annotations
 
 import hmac
+import logging
 import os
 from datetime import timedelta
 from importlib import metadata
@@ -19,6 +20,8 @@ from training_platform.api.deps import SettingsDep
 from training_platform.api.schemas import as_utc
 from training_platform.db.models import Job, JobStatus, MetricPoint, utcnow
 from training_platform.db.session import get_engine
+
+log = logging.getLogger("training_platform.api.metrics")
 
 router = APIRouter(tags=["health"])
 
@@ -52,6 +55,20 @@ def health():
     return JSONResponse(body, status_code=200 if database == "ok" else 503)
 
 
+ESTIMATE_ABOVE_ROWS = 1_000_000
+
+
+def _metric_point_count(session: Session) -> int:
+    """Exact on SQLite and for small tables; on PostgreSQL past a million rows the planner's estimate (an exact
+    COUNT(*) over tens of millions of points at every scrape would be a load of its own)."""
+    if session.get_bind().dialect.name == "postgresql":
+        estimate = session.exec(text("SELECT reltuples::bigint FROM pg_class "
+                                     "WHERE oid = to_regclass('metric_points')")).first()
+        if estimate is not None and estimate[0] is not None and estimate[0] > ESTIMATE_ABOVE_ROWS:
+            return int(estimate[0])
+    return session.exec(select(func.count()).select_from(MetricPoint)).one()
+
+
 class PlatformCollector:
     """Figures read at scrape time (the database is the queue of record; the broker for its list lengths). Aggregates
     only: no user or job names, no per-user counts."""
@@ -73,8 +90,10 @@ class PlatformCollector:
                 active = session.exec(select(Job.worker, Job.heartbeat_at).where(
                     Job.worker.is_not(None),
                     Job.status.in_([JobStatus.preflight.value, JobStatus.running.value]))).all()
-                points = session.exec(select(func.count()).select_from(MetricPoint)).one()
-        except Exception:  # noqa: BLE001 - the request and job metrics are still worth scraping
+                points = _metric_point_count(session)
+        except Exception as exc:  # noqa: BLE001 - the request and job metrics are still worth scraping
+            log.warning("/metrics: the database did not answer: %s", str(exc).splitlines()[0][:300] if str(exc)
+                        else type(exc).__name__)
             up = 0
         if up:
             jobs = GaugeMetricFamily("tp_jobs", "Jobs by status.", labels=["status"])
