@@ -11,7 +11,7 @@
 |                  | `"api_key_env": "JUDGE_KEY", "models": ["m1"]}}`; requests name one, never a URL or a key |
 | TP_ENDPOINTS_FILE | the same JSON in a file (read at each lookup; a name may not also be in TP_ENDPOINTS) |
 | TP_METRICS_TOKEN | unset: /metrics is open; set: it requires `Authorization: Bearer <token>` |
-| TP_API_CONCURRENCY | 4: reads handled at once per API process (more wait, first come first served); 0 = no limit |
+| TP_API_CONCURRENCY | 2: reads handled at once per API process (more wait, first come first served); 0 = no limit |
 | TP_UP_MAX_CRASHES / TP_UP_CRASH_WINDOW / TP_UP_BACKOFF_MAX | 5 / 300 s / 30 s: `tp up`'s restart policy |
 
 Input caps (docs/limits.md):
@@ -67,7 +67,7 @@ class Settings(BaseSettings):
     # /metrics requires `Authorization: Bearer <this>` when set (open when unset).
     metrics_token: str | None = Field(None, validation_alias="TP_METRICS_TOKEN")
     # Reads (GET/HEAD) handled at once per API process; more wait their turn (0: no limit). api/observability.py
-    api_concurrency: int = Field(4, validation_alias="TP_API_CONCURRENCY", ge=0, le=1000)
+    api_concurrency: int = Field(2, validation_alias="TP_API_CONCURRENCY", ge=0, le=1000)
 
     @property
     def data_path(self) -> Path:

@@ -317,6 +317,26 @@ def test_listing_filters_sorting_and_pagination(api, jobs):
     by_status = [j["status"] for j in api.get("/jobs?sort=status&limit=200").json()["items"]]
     assert by_status == sorted(by_status)
 
+    past_end = api.get("/jobs?q=sweep&offset=10").json()
+    assert past_end["items"] == [] and past_end["total"] == 3
+
+
+def test_listing_items_equal_the_job_detail(api, jobs):
+    """The listing reads columns and passes JSON columns through as stored text (no JobRead validation); every
+    field must still come out exactly as GET /jobs/{id} (which goes through JobRead) shows it."""
+    job = submitted(api, name="fully populated")
+    update_job(job["id"], preflight={"checks": [{"name": "rows", "ok": True, "value": 1.5, "text": "é \"q\""}]},
+               best_checkpoint={"metric": "accuracy", "step": 20, "value": 0.25, "evaluation_id": None},
+               error="Traceback: é\nline 2", worker="w-1", current_step=7, cloned_from=jobs["queued"])
+    set_status(job["id"], "failed")
+    listed = {j["id"]: j for j in api.get("/jobs?limit=200", user="root").json()["items"]}
+    assert job["id"] in listed and len(listed) >= 5
+    for job_id, item in listed.items():
+        assert item == api.get(f"/jobs/{job_id}", user="root").json(), job_id
+    item = listed[job["id"]]
+    assert item["preflight"]["checks"][0]["text"] == "é \"q\"" and item["best_checkpoint"]["step"] == 20
+    assert item["finished_at"].endswith("Z") and item["owner"] == "alice"
+
 
 # ---------------------------------------------------------------------------------------------- lifecycle
 
