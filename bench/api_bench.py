@@ -535,6 +535,28 @@ async def _load(base_url: str, token: str, concurrency: int, duration_s: float, 
     return {"latencies": latencies, "errors": errors, "page_sizes": sorted(page_sizes)}
 
 
+# wrk prints its own percentiles (microseconds) as one JSON line from this script's `done` hook.
+WRK_SCRIPT = """
+wrk.headers["Authorization"] = "Bearer " .. os.getenv("TP_BENCH_TOKEN")
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format('WRK_JSON {"requests": %d, "duration_us": %d, "p50": %d, "p95": %d, "p99": %d, ' ..
+    '"max": %d, "connect": %d, "read": %d, "write": %d, "status": %d, "timeout": %d}\\n', summary.requests,
+    summary.duration, latency:percentile(50), latency:percentile(95), latency:percentile(99), latency.max,
+    e.connect, e.read, e.write, e.status, e.timeout))
+end
+"""
+
+
+def _wrk_load(base_url: str, token: str, concurrency: int, duration_s: float, script: Path) -> dict[str, Any]:
+    """One wrk run (one thread: the client's CPU stays small next to the API's): its own latency percentiles."""
+    proc = subprocess.run(["wrk", "-t1", f"-c{concurrency}", f"-d{duration_s:g}s", "--timeout", "60s", "-s",
+                           str(script), f"{base_url}{API}/jobs"], capture_output=True, text=True,
+                          env={**os.environ, "TP_BENCH_TOKEN": token}, timeout=duration_s + 120, check=True)
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("WRK_JSON "))
+    return json.loads(line[len("WRK_JSON "):])
+
+
 # The API's access log: handling time, then (reads admitted through TP_API_CONCURRENCY) the admission wait.
 ACCESS_LINE = re.compile(r"access: GET /api/v1/jobs 200 ([0-9.]+)ms(?: \+([0-9.]+)ms queued)?")
 
@@ -555,6 +577,12 @@ def _cpu_s(pid: int) -> float | None:
         return None
 
 
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's finished children (wrk)."""
+    usage = os.times()
+    return usage.children_user + usage.children_system
+
+
 def _jobs_histogram(topo: Topology) -> dict[float, float]:
     """Cumulative bucket counts of tp_http_request_duration_seconds for GET /api/v1/jobs from /metrics (summed over
     every API process by prometheus_client's multiprocess mode)."""
@@ -573,15 +601,33 @@ def _jobs_histogram(topo: Topology) -> dict[float, float]:
     return out
 
 
-def bench_list(topo: Topology, total_jobs: int, concurrency: int, duration_s: float) -> dict[str, Any]:
+def bench_list(topo: Topology, total_jobs: int, concurrency: int, duration_s: float,
+               client: str = "httpx") -> dict[str, Any]:
     n_jobs = fill_jobs(topo, total_jobs)
-    hist0 = _jobs_histogram(topo)
     api = next(s for s in topo.services if s.name == "api")
+    if client == "wrk":
+        script = topo.data_dir / "bench_wrk.lua"
+        script.write_text(WRK_SCRIPT)
+        _wrk_load(topo.base_url, topo.token, concurrency, 2.0, script)  # warm-up, not counted
+    hist0 = _jobs_histogram(topo)
     log_offset = api.log_file.stat().st_size
-    api_cpu0, client_cpu0, wall0 = _cpu_s(api.popen.pid), time.process_time(), time.perf_counter()
-    result = asyncio.run(_load(topo.base_url, topo.token, concurrency, duration_s, warmup_s=2.0))
-    api_cpu1, client_cpu1, wall = _cpu_s(api.popen.pid), time.process_time(), time.perf_counter() - wall0
-    lat = result["latencies"]
+    api_cpu0, wall0 = _cpu_s(api.popen.pid), time.perf_counter()
+    if client == "wrk":
+        wrk_cpu0 = _children_cpu_s()
+        w = _wrk_load(topo.base_url, topo.token, concurrency, duration_s, script)
+        client_cpu = _children_cpu_s() - wrk_cpu0
+        result = {"errors": {k: w[k] for k in ("connect", "read", "write", "status", "timeout") if w[k]},
+                  "page_sizes": None, "n": w["requests"]}
+        client_latency = {"n": w["requests"], **{f"{q}_ms": round(w[q] / 1000, 1) for q in ("p50", "p95", "p99")},
+                          "max_ms": round(w["max"] / 1000, 1)}
+        duration_s = w["duration_us"] / 1e6
+    else:
+        client_cpu0 = time.process_time()
+        result = asyncio.run(_load(topo.base_url, topo.token, concurrency, duration_s, warmup_s=2.0))
+        client_cpu = time.process_time() - client_cpu0
+        result["n"] = len(result["latencies"])
+        client_latency = summary_ms(result["latencies"])
+    api_cpu1, wall = _cpu_s(api.popen.pid), time.perf_counter() - wall0
     # The API's own view (its access log: time inside the app, from the request to the response), over the whole
     # load including the warm-up: the gap to the client's latency is queueing (event loop, thread pool, CPU).
     time.sleep(0.5)
@@ -596,11 +642,11 @@ def bench_list(topo: Topology, total_jobs: int, concurrency: int, duration_s: fl
         if counted and le in hist1:
             histogram[f"share_le_{int(le * 1000)}ms"] = round((hist1[le] - hist0.get(le, 0)) / counted, 4)
     with_queue_ms = [(float(m[1]) + float(m[2] or 0)) / 1000.0 for m in matches]
-    cpu = {"wall_s": round(wall, 2), "client_cpu_s": round(client_cpu1 - client_cpu0, 2),
+    cpu = {"wall_s": round(wall, 2), "client_cpu_s": round(client_cpu, 2),
            "api_cpu_s": round(api_cpu1 - api_cpu0, 2) if api_cpu0 is not None and api_cpu1 is not None else None}
-    return {"jobs_in_db": n_jobs, "concurrency": concurrency, "duration_s": duration_s, "ok_requests": len(lat),
-            "errors": result["errors"], "items_per_page": result["page_sizes"],
-            "requests_per_s": round(len(lat) / duration_s, 2), "latency": summary_ms(lat),
+    return {"client": client, "jobs_in_db": n_jobs, "concurrency": concurrency, "duration_s": round(duration_s, 2),
+            "ok_requests": result["n"], "errors": result["errors"], "items_per_page": result["page_sizes"],
+            "requests_per_s": round(result["n"] / duration_s, 2), "latency": client_latency,
             "server_side_latency": summary_ms(server_ms), "server_side_with_admission": summary_ms(with_queue_ms),
             "prometheus_histogram": histogram, "cpu": cpu}
 
@@ -667,7 +713,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                           flush=True)
                     b = bench_metrics(topo, client, args.points, args.metric_requests)
                 print(f"c. GET /jobs with {args.concurrency} concurrent clients for {args.duration:.0f} s", flush=True)
-                c = bench_list(topo, args.list_jobs, args.concurrency, args.duration)
+                c = bench_list(topo, args.list_jobs, args.concurrency, args.duration, args.client)
                 topo.check_alive()
             except BaseException:
                 for service in topo.services:
@@ -712,7 +758,8 @@ def report(result: dict[str, Any]) -> None:
     rows += [
         row(f"b. GET metrics, {b['points_stored']:,} pts, max_points=1000", str(b["requests"]), b["latency"],
             f"{b['points_returned']} points returned"),
-        row(f"c. GET /jobs, {c['concurrency']} clients, {c['jobs_in_db']} jobs", str(c["ok_requests"]), c["latency"],
+        row(f"c. GET /jobs, {c['concurrency']} clients ({c.get('client', 'httpx')}), {c['jobs_in_db']} jobs",
+            str(c["ok_requests"]), c["latency"],
             f"{c['requests_per_s']:.1f} req/s, errors {c['errors'] or 0}"),
         row("c. same, inside the API + admission wait", str(c["server_side_with_admission"]["n"]),
             c["server_side_with_admission"]),
@@ -741,6 +788,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list-jobs", type=int, default=200, help="c: jobs in the database")
     parser.add_argument("--concurrency", type=int, default=50, help="c: concurrent clients")
     parser.add_argument("--duration", type=float, default=15.0, help="c: seconds measured (after 2 s warm-up)")
+    parser.add_argument("--client", choices=("wrk", "httpx"), default="wrk" if shutil.which("wrk") else "httpx",
+                        help="c: the load generator (default wrk when installed: apt-get install wrk; the httpx "
+                             "client burns most of a core itself on this 2-core machine)")
     parser.add_argument("--output", type=Path, default=None, help="JSON result (default bench/results/api_bench"
                                                                    "[_sqlite].json)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary data dir (service logs)")
