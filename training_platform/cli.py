@@ -127,13 +127,32 @@ def verify_cmd(run_dir: Path = typer.Argument(..., help="A run directory.")):
     typer.echo(f"OK: {checked} files match the manifest")
 
 
-@app.command("algorithms")
-def algorithms_cmd():
-    """List the training algorithms."""
-    from training_platform.training.algorithms import ALGORITHMS
+algorithms_app = typer.Typer(help="Training algorithms and the engines that run them.")
+app.add_typer(algorithms_app, name="algorithms")
 
-    for name, spec in ALGORITHMS.items():
-        typer.echo(f"{name:8s} {spec.data_kind:10s} {spec.description}")
+
+@algorithms_app.callback(invoke_without_command=True)
+def algorithms_default(ctx: typer.Context):
+    """Without a subcommand: the same as `tp algorithms list`."""
+    if ctx.invoked_subcommand is None:
+        algorithms_list(as_json=False)
+
+
+@algorithms_app.command("list")
+def algorithms_list(as_json: bool = typer.Option(False, "--json", help="One JSON object per (engine, algorithm).")):
+    """The (engine, algorithm) capability table: data kind, resume, launchers, model kinds, reward functions."""
+    from training_platform.training.engines import capability_table
+
+    rows = capability_table()
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    header = f"{'ENGINE':7s} {'ALGORITHM':9s} {'DATA':10s} {'RESUME':6s} {'LAUNCHERS':22s} {'MODEL':23s} DESCRIPTION"
+    typer.echo(header)
+    for r in rows:
+        typer.echo(f"{r['engine']:7s} {r['algorithm']:9s} {r['data_kind']:10s} {'yes' if r['resume'] else 'no':6s} "
+                   f"{','.join(r['launchers']):22s} {','.join(r['model_kinds']):23s} {r['description']}"
+                   + (f" [{r['notes']}]" if r["notes"] else ""))
 
 
 @app.command("rewards")

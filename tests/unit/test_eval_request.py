@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -121,19 +120,20 @@ def test_cron_expressions():
 
 
 def test_rotation_keeps_pinned_checkpoints(tmp_path: Path):
-    from training_platform.training.callbacks import CheckpointCallback
+    from training_platform.training.run_writer import RunWriter
     from training_platform.training.rundir import RunDir, checkpoint_name
 
     run = RunDir(tmp_path / "run")
     run.create()
     out = tmp_path / "trainer_out"
     out.mkdir()
-    callback = CheckpointCallback(run, keep_last=1)
+    writer = RunWriter(run, keep_last=1)  # hashing and rotation on its background thread, as in training
 
     def save(step: int) -> None:
         (out / f"checkpoint-{step}").mkdir()
         (out / f"checkpoint-{step}" / "model.safetensors").write_bytes(b"w" * step)
-        callback.on_save(SimpleNamespace(output_dir=str(out)), SimpleNamespace(global_step=step), None)
+        writer.checkpoint_saved(step, out / f"checkpoint-{step}")
+        writer.flush()
 
     save(10)
     run.pin(run.checkpoints / checkpoint_name(10), "eval-7")

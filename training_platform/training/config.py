@@ -20,6 +20,7 @@ from pydantic import Field, ValidationError
 
 from training_platform.training.algorithms import ALGORITHMS
 from training_platform.training.algorithms.base import StrictModel
+from training_platform.training.engines import ENGINES, engines_for, get_builder
 from training_platform.training.rewards import REWARDS
 from training_platform.userpath import ModelRef, UserFile
 
@@ -142,7 +143,8 @@ AlgorithmUnion = Annotated[
 
 
 class JobConfig(StrictModel):
-    engine: Literal["trl"] = Field("trl", description="Training backend; 'verl' will join for Ray clusters.")
+    engine: Literal[tuple(ENGINES)] = Field(  # type: ignore[valid-type] - built from the engine registry
+        "trl", description="Training engine (`tp algorithms list` shows what each engine runs).")
     model: ModelSection
     data: DataSection
     algorithm: AlgorithmUnion
@@ -288,6 +290,11 @@ def check_rules(cfg: JobConfig) -> list[FieldError]:
     errors: list[FieldError] = []
     spec = cfg.spec
     t = cfg.training
+
+    if get_builder(cfg.engine, spec.name) is None:
+        others = engines_for(spec.name)
+        errors.append(FieldError("engine", f"engine {cfg.engine!r} cannot train {spec.name}"
+                                           + (f"; use {' or '.join(repr(e) for e in others)}" if others else "")))
 
     if t.warmup_ratio and t.warmup_steps:
         errors.append(FieldError("training.warmup_steps", "set warmup_steps or warmup_ratio, not both"))

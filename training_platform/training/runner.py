@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from training_platform.paths import runs_dir
-from training_platform.training.callbacks import StopCallback, TrainingStopped
 from training_platform.training.config import (
     ConfigError,
     FieldError,
@@ -28,8 +27,11 @@ from training_platform.training.config import (
     effective_config,
     validate_config,
 )
-from training_platform.training.engines import get_engine
+from training_platform.training.distributed import DistContext
+from training_platform.training.engines import get_builder, get_engine
+from training_platform.training.run_writer import RunWriter
 from training_platform.training.rundir import RunDir, environment_info, now_iso, redact
+from training_platform.training.stop_signal import StopSignal, TrainingStopped
 
 log = logging.getLogger("training_platform.train")
 
@@ -94,7 +96,7 @@ def _log_to(run: RunDir):
 
 
 @contextmanager
-def _stop_on_signals(stopper: StopCallback):
+def _stop_on_signals(stopper: StopSignal):
     """First Ctrl-C / SIGTERM: finish the step, checkpoint, stop. A second Ctrl-C interrupts at once."""
     previous = {}
 
@@ -132,9 +134,9 @@ def train(
         run = RunDir(resume)
         if not (run.path / "config_effective.yaml").is_file():
             raise ConfigError([FieldError("--resume", f"{run.path} is not a run directory")])
-        if not cfg.spec.supports_resume:
-            raise ConfigError([FieldError("--resume", f"{cfg.spec.name} runs cannot be resumed (TRL's trainer has "
-                                                      "no checkpoint resume); start a new run")])
+        if not get_builder(cfg.engine, cfg.spec.name).capabilities.resume:
+            raise ConfigError([FieldError("--resume", f"{cfg.spec.name} runs of engine {cfg.engine} cannot be "
+                                                      "resumed (no checkpoint resume); start a new run")])
         differences = _resume_differences(run.read_config(), effective)
         if differences:
             raise ConfigError(differences)
@@ -148,7 +150,9 @@ def train(
                                                       "--resume to continue it or choose another directory")])
     run.create()
 
-    stopper = StopCallback(run, stop_at_step=stop_at_step, raise_on_stop=not cfg.spec.supports_resume)
+    stopper = StopSignal(run.stop_file, stop_at_step=stop_at_step)
+    dist = DistContext()
+    writer = RunWriter(run, rank=dist.rank, keep_last=cfg.training.keep_last_checkpoints)
     if run.stop_file.exists():
         run.stop_file.unlink()  # a STOP left from the previous attempt must not stop the resumed one
     with _log_to(run):
@@ -177,10 +181,11 @@ def train(
             with _stop_on_signals(stopper):
                 try:
                     result = get_engine(cfg.engine).train(cfg, run, loaded=loaded, resume_from=resume_from,
-                                                          stopper=stopper)
+                                                          stop=stopper, writer=writer, dist=dist)
                     step, stopped, summary = result.step, result.stopped, result.summary
                 except TrainingStopped as stop:
                     step, stopped, summary = run.read_run_info().get("step"), str(stop), {}
+            writer.flush()  # every checkpoint and final file hashed before the run is recorded as ended
 
             status = "stopped" if stopped else "succeeded"
             run.update_run_info(status=status, step=step, stop_reason=stopped, finished_at=now_iso(),
@@ -190,6 +195,8 @@ def train(
         except BaseException as exc:  # noqa: BLE001 - every failure is recorded, then re-raised
             tb = traceback.format_exc()
             log.error("run failed: %s\n%s", exc, tb)
+            with suppress(Exception):  # what was queued is recorded (the failure bundle lists it); its error is logged
+                writer.flush()
             step = run.read_run_info().get("step", step)
             run.update_run_info(status="failed", finished_at=now_iso(),
                                 error=redact(f"{type(exc).__name__}: {exc}"))
@@ -198,4 +205,6 @@ def train(
                 raise
             raise TrainingFailed(redact(f"{type(exc).__name__}: {exc}"), run.path) from exc
         finally:
+            with suppress(Exception):
+                writer.close()
             sys.stdout.flush()

@@ -460,7 +460,7 @@ class JobSupervisor:
 
     def _prepare_run_dir(self, job: Job) -> tuple[int | None, str]:
         """Returns (checkpoint step to resume from, or None for a fresh run, or -1: already succeeded; reason)."""
-        from training_platform.training.algorithms import ALGORITHMS
+        from training_platform.training.engines import get_builder
         from training_platform.training.rundir import RunDir
 
         if not self.run_dir.exists() or not any(self.run_dir.iterdir()):
@@ -470,8 +470,8 @@ class JobSupervisor:
         if info.get("status") == "succeeded" and run.final.is_dir():
             return -1, ""
         latest = run.latest_checkpoint()
-        spec = ALGORITHMS.get(job.algorithm)
-        if latest is not None and spec is not None and spec.supports_resume:
+        builder = get_builder(str(job.config.get("engine", "trl")), job.algorithm)
+        if latest is not None and builder is not None and builder.capabilities.resume:
             return int(latest.name.rsplit("_", 1)[-1]), ""
         # Nothing to resume from (no checkpoint yet, or the algorithm cannot resume): keep the old attempt aside.
         n = 1

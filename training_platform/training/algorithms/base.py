@@ -1,22 +1,20 @@
 """What every algorithm module provides.
 
-An algorithm module is light to import (no TRL at module level: config validation imports every algorithm) and
-defines:
+An algorithm module says what is trained and imports no engine (config validation imports every algorithm); the
+engines register how (`training/engines/<engine>/builders.py`). It defines:
 - a `Params` pydantic model with `name: Literal["<name>"]` and that algorithm's own hyper-parameters, range-checked;
 - `ALGORITHM = AlgorithmSpec(...)`, registered with one line in `algorithms/__init__.py`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:  # pragma: no cover
     from training_platform.training.config import JobConfig
-    from training_platform.training.engines.trl_engine import TrainContext
 
 # The dataset shape an algorithm trains on; `training.datasets` turns every supported file format into it.
 DataKind = Literal["sft", "preference", "kto", "rl"]
@@ -52,13 +50,6 @@ class GenerationParams(AlgorithmParams):
     mask_truncated_completions: bool = False
     log_completions: bool = False
 
-    def trl_generation_kwargs(self) -> dict[str, Any]:
-        return self.model_dump(include={
-            "num_generations", "max_completion_length", "temperature", "top_p", "top_k", "beta",
-            "num_iterations", "epsilon", "epsilon_high", "steps_per_generation", "mask_truncated_completions",
-            "log_completions",
-        })
-
     def check(self, cfg: JobConfig) -> list[tuple[str, str]]:
         errors: list[tuple[str, str]] = []
         t = cfg.training
@@ -91,12 +82,14 @@ class GenerationParams(AlgorithmParams):
 
 @dataclass(frozen=True)
 class AlgorithmSpec:
+    """What is trained, never how: engines register builders for it (`training/engines`)."""
+
     name: str
     params: type[AlgorithmParams]
     data_kind: DataKind
-    build_trainer: Callable[[TrainContext], Any]
     description: str
     uses_reward_functions: bool = False
-    supports_resume: bool = True
     # Sequence-classification head instead of a causal LM (reward modelling).
     model_kind: Literal["causal_lm", "sequence_classification"] = "causal_lm"
+    # Metrics the algorithm logs beyond loss / lr / grad_norm (engines map their names onto these).
+    metrics: tuple[str, ...] = ()

@@ -1,4 +1,4 @@
-"""Direct Preference Optimization (TRL DPOTrainer), incl. IPO and the other pairwise losses."""
+"""Direct Preference Optimization, incl. IPO and the other pairwise losses."""
 
 from __future__ import annotations
 
@@ -32,22 +32,9 @@ class Params(AlgorithmParams):
         return errors
 
 
-def build_trainer(ctx):
-    from trl import DPOConfig, DPOTrainer
-
-    p: Params = ctx.cfg.algorithm
-    extra = {"loss_weights": p.loss_weights} if p.loss_weights else {}
-    args = DPOConfig(
-        **ctx.common_args, max_length=ctx.cfg.data.max_length, beta=p.beta, loss_type=list(p.loss_type),
-        label_smoothing=p.label_smoothing, **extra,
-    )
-    return DPOTrainer(
-        model=ctx.model, args=args, train_dataset=ctx.train_dataset, eval_dataset=ctx.eval_dataset,
-        processing_class=ctx.tokenizer, callbacks=ctx.callbacks, peft_config=ctx.peft_config,
-    )
-
-
 ALGORITHM = AlgorithmSpec(
-    name="dpo", params=Params, data_kind="preference", build_trainer=build_trainer,
+    name="dpo", params=Params, data_kind="preference",
     description="Direct Preference Optimization on chosen/rejected pairs (sigmoid, ipo, hinge, ...).",
+    metrics=("rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen",
+             "logps/rejected"),
 )

@@ -1,4 +1,4 @@
-"""Group Relative Policy Optimization (TRL GRPOTrainer); GSPO = importance_sampling_level 'sequence'."""
+"""Group Relative Policy Optimization; GSPO = importance_sampling_level 'sequence'."""
 
 from __future__ import annotations
 
@@ -20,23 +20,8 @@ class Params(GenerationParams):
     )
 
 
-def build_trainer(ctx):
-    from trl import GRPOConfig, GRPOTrainer
-
-    p: Params = ctx.cfg.algorithm
-    args = GRPOConfig(
-        **ctx.common_args, **p.trl_generation_kwargs(), loss_type=p.loss_type,
-        importance_sampling_level=p.importance_sampling_level, scale_rewards=p.scale_rewards,
-        reward_weights=ctx.reward_weights,
-    )
-    return GRPOTrainer(
-        model=ctx.model, reward_funcs=ctx.reward_funcs, args=args, train_dataset=ctx.train_dataset,
-        eval_dataset=ctx.eval_dataset, processing_class=ctx.tokenizer, callbacks=ctx.callbacks,
-        peft_config=ctx.peft_config,
-    )
-
-
 ALGORITHM = AlgorithmSpec(
-    name="grpo", params=Params, data_kind="rl", build_trainer=build_trainer, uses_reward_functions=True,
+    name="grpo", params=Params, data_kind="rl", uses_reward_functions=True,
     description="GRPO (and Dr. GRPO, DAPO, BNPO losses; GSPO via sequence-level importance sampling).",
+    metrics=("reward", "reward_std", "rewards/<function>/mean", "completions/mean_length", "kl"),
 )

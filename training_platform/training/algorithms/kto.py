@@ -1,4 +1,4 @@
-"""Kahneman-Tversky Optimization (TRL KTOTrainer): unpaired desirable/undesirable completions."""
+"""Kahneman-Tversky Optimization: unpaired desirable/undesirable completions."""
 
 from __future__ import annotations
 
@@ -17,21 +17,8 @@ class Params(AlgorithmParams):
     undesirable_weight: float = Field(1.0, gt=0, le=100)
 
 
-def build_trainer(ctx):
-    from trl import KTOConfig, KTOTrainer
-
-    p: Params = ctx.cfg.algorithm
-    args = KTOConfig(
-        **ctx.common_args, max_length=ctx.cfg.data.max_length, beta=p.beta, loss_type=p.loss_type,
-        desirable_weight=p.desirable_weight, undesirable_weight=p.undesirable_weight,
-    )
-    return KTOTrainer(
-        model=ctx.model, args=args, train_dataset=ctx.train_dataset, eval_dataset=ctx.eval_dataset,
-        processing_class=ctx.tokenizer, callbacks=ctx.callbacks, peft_config=ctx.peft_config,
-    )
-
-
 ALGORITHM = AlgorithmSpec(
-    name="kto", params=Params, data_kind="kto", build_trainer=build_trainer,
+    name="kto", params=Params, data_kind="kto",
     description="KTO on completions labelled desirable (true) or undesirable (false).",
+    metrics=("kl", "rewards/chosen", "rewards/rejected"),
 )

@@ -1,4 +1,4 @@
-"""Odds Ratio Preference Optimization (trl.experimental.orpo): SFT + preference in one step, no reference."""
+"""Odds Ratio Preference Optimization: SFT + preference in one step, no reference model."""
 
 from __future__ import annotations
 
@@ -15,21 +15,8 @@ class Params(AlgorithmParams):
     max_completion_length: int | None = Field(None, ge=1, le=1_048_576)
 
 
-def build_trainer(ctx):
-    from trl.experimental.orpo import ORPOConfig, ORPOTrainer
-
-    p: Params = ctx.cfg.algorithm
-    args = ORPOConfig(
-        **ctx.common_args, max_length=ctx.cfg.data.max_length, beta=p.beta,
-        max_completion_length=p.max_completion_length,
-    )
-    return ORPOTrainer(
-        model=ctx.model, args=args, train_dataset=ctx.train_dataset, eval_dataset=ctx.eval_dataset,
-        processing_class=ctx.tokenizer, callbacks=ctx.callbacks, peft_config=ctx.peft_config,
-    )
-
-
 ALGORITHM = AlgorithmSpec(
-    name="orpo", params=Params, data_kind="preference", build_trainer=build_trainer,
+    name="orpo", params=Params, data_kind="preference",
     description="ORPO: monolithic preference optimisation without a reference model.",
+    metrics=("log_odds_ratio", "log_odds_chosen", "nll_loss"),
 )

@@ -1,7 +1,7 @@
-"""PPO with a learned reward model and value model (trl 1.12 `trl.experimental.ppo`).
+"""PPO with a learned reward model and value model (GAE).
 
-TRL's PPO scores completions with sequence-classification models (no python reward functions) and trains on
-prompts tokenized to `input_ids`; both are prepared here from the configured paths and the RL prompt data.
+Completions are scored by a sequence-classification reward model (no python reward functions); the value model
+starts from `value_model_path` (default: the reward model).
 """
 
 from __future__ import annotations
@@ -49,40 +49,8 @@ class Params(AlgorithmParams):
         return errors
 
 
-def build_trainer(ctx):
-    from transformers import AutoModelForSequenceClassification
-    from trl.experimental.ppo import PPOConfig, PPOTrainer
-
-    p: Params = ctx.cfg.algorithm
-    t = ctx.cfg.training
-    total_episodes = p.total_episodes
-    if total_episodes is None and t.max_steps is not None:
-        total_episodes = t.max_steps * t.per_device_batch_size * t.gradient_accumulation_steps * ctx.world_size
-    reward_path = ctx.resolve(p.reward_model_path)
-    value_path = ctx.resolve(p.value_model_path or p.reward_model_path)
-    args = PPOConfig(
-        **ctx.common_args, total_episodes=total_episodes, response_length=p.response_length,
-        temperature=p.temperature, kl_coef=p.kl_coef, kl_estimator=p.kl_estimator, cliprange=p.cliprange,
-        cliprange_value=p.cliprange_value, vf_coef=p.vf_coef, gamma=p.gamma, lam=p.lam,
-        num_ppo_epochs=p.num_ppo_epochs, num_mini_batches=p.num_mini_batches, whiten_rewards=p.whiten_rewards,
-        missing_eos_penalty=p.missing_eos_penalty, stop_token="eos", num_sample_generations=0,
-        sft_model_path=str(ctx.model_path), reward_model_path=str(reward_path),
-    )
-    kwargs = ctx.model_load_kwargs()
-    reward_model = AutoModelForSequenceClassification.from_pretrained(reward_path, num_labels=1, **kwargs)
-    value_model = AutoModelForSequenceClassification.from_pretrained(value_path, num_labels=1, **kwargs)
-    for m in (reward_model, value_model):
-        if m.config.pad_token_id is None:
-            m.config.pad_token_id = ctx.tokenizer.pad_token_id
-    ctx.tokenizer.padding_side = "left"  # generation batches are left-padded
-    return PPOTrainer(
-        args=args, processing_class=ctx.tokenizer, model=ctx.model, ref_model=None, reward_model=reward_model,
-        train_dataset=ctx.train_dataset, value_model=value_model, eval_dataset=ctx.eval_dataset,
-        callbacks=ctx.callbacks, peft_config=ctx.peft_config,
-    )
-
-
 ALGORITHM = AlgorithmSpec(
-    name="ppo", params=Params, data_kind="rl", build_trainer=build_trainer, supports_resume=False,
-    description="PPO against a reward model, with a learned value model (TRL experimental PPO).",
+    name="ppo", params=Params, data_kind="rl",
+    description="PPO against a reward model, with a learned value model (GAE).",
+    metrics=("objective/kl", "objective/rlhf_reward", "loss/policy_avg", "loss/value_avg"),
 )

@@ -1,4 +1,4 @@
-"""REINFORCE Leave-One-Out (TRL RLOOTrainer)."""
+"""REINFORCE Leave-One-Out."""
 
 from __future__ import annotations
 
@@ -17,23 +17,8 @@ class Params(GenerationParams):
     reward_clip_range: list[float] | None = Field(None, min_length=2, max_length=2, description="[min, max]")
 
 
-def build_trainer(ctx):
-    from trl import RLOOConfig, RLOOTrainer
-
-    p: Params = ctx.cfg.algorithm
-    args = RLOOConfig(
-        **ctx.common_args, **p.trl_generation_kwargs(), normalize_advantages=p.normalize_advantages,
-        reward_clip_range=tuple(p.reward_clip_range) if p.reward_clip_range else None,
-        reward_weights=ctx.reward_weights,
-    )
-    return RLOOTrainer(
-        model=ctx.model, reward_funcs=ctx.reward_funcs, args=args, train_dataset=ctx.train_dataset,
-        eval_dataset=ctx.eval_dataset, processing_class=ctx.tokenizer, callbacks=ctx.callbacks,
-        peft_config=ctx.peft_config,
-    )
-
-
 ALGORITHM = AlgorithmSpec(
-    name="rloo", params=Params, data_kind="rl", build_trainer=build_trainer, uses_reward_functions=True,
+    name="rloo", params=Params, data_kind="rl", uses_reward_functions=True,
     description="RLOO: REINFORCE with a leave-one-out baseline over each prompt's completions.",
+    metrics=("reward", "reward_std", "rewards/<function>/mean", "completions/mean_length", "kl"),
 )

@@ -1,4 +1,4 @@
-"""Supervised fine-tuning (TRL SFTTrainer)."""
+"""Supervised fine-tuning."""
 
 from __future__ import annotations
 
@@ -28,24 +28,8 @@ class Params(AlgorithmParams):
         return errors
 
 
-def build_trainer(ctx):
-    from trl import SFTConfig, SFTTrainer
-
-    p: Params = ctx.cfg.algorithm
-    args = SFTConfig(
-        **ctx.common_args,
-        max_length=ctx.cfg.data.max_length,
-        packing=p.packing,
-        assistant_only_loss=p.assistant_only_loss,
-        completion_only_loss=p.completion_only_loss,
-    )
-    return SFTTrainer(
-        model=ctx.model, args=args, train_dataset=ctx.train_dataset, eval_dataset=ctx.eval_dataset,
-        processing_class=ctx.tokenizer, callbacks=ctx.callbacks, peft_config=ctx.peft_config,
-    )
-
-
 ALGORITHM = AlgorithmSpec(
-    name="sft", params=Params, data_kind="sft", build_trainer=build_trainer,
+    name="sft", params=Params, data_kind="sft",
     description="Supervised fine-tuning on messages, prompt/completion, alpaca or plain text.",
+    metrics=("mean_token_accuracy", "entropy", "num_tokens"),
 )

@@ -1,4 +1,4 @@
-"""SimPO (trl.experimental.cpo CPOTrainer with loss_type='simpo'): length-normalised, reference-free."""
+"""SimPO (CPO with the simpo loss): length-normalised, reference-free preference optimisation."""
 
 from __future__ import annotations
 
@@ -18,22 +18,8 @@ class Params(AlgorithmParams):
     max_completion_length: int | None = Field(None, ge=1, le=1_048_576)
 
 
-def build_trainer(ctx):
-    from trl.experimental.cpo import CPOConfig, CPOTrainer
-
-    p: Params = ctx.cfg.algorithm
-    args = CPOConfig(
-        **ctx.common_args, max_length=ctx.cfg.data.max_length, loss_type="simpo", beta=p.beta,
-        simpo_gamma=p.simpo_gamma, cpo_alpha=p.cpo_alpha, label_smoothing=p.label_smoothing,
-        max_completion_length=p.max_completion_length,
-    )
-    return CPOTrainer(
-        model=ctx.model, args=args, train_dataset=ctx.train_dataset, eval_dataset=ctx.eval_dataset,
-        processing_class=ctx.tokenizer, callbacks=ctx.callbacks, peft_config=ctx.peft_config,
-    )
-
-
 ALGORITHM = AlgorithmSpec(
-    name="simpo", params=Params, data_kind="preference", build_trainer=build_trainer,
+    name="simpo", params=Params, data_kind="preference",
     description="SimPO: reference-free preference optimisation with a length-normalised reward and margin.",
+    metrics=("rewards/margins", "rewards/accuracies"),
 )

@@ -1,16 +1,86 @@
-"""Engine registry: `engine: trl` in the job config picks the class here."""
+"""Engine registry: `(engine, algorithm)` -> a builder with its capabilities, and `engine` -> the Engine class.
+
+Adding an engine = a package under `engines/` whose builder module registers its builders with
+`@register_builder(...)`, plus one line in ENGINES (its Engine class) and one in BUILDER_MODULES. Builder modules
+must be light to import (no torch or engine at module level): config validation reads this table.
+"""
 
 from __future__ import annotations
 
-from training_platform.training.engines.base import Engine, EngineResult
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from training_platform.training.engines.base import LAUNCHERS, Builder, Capabilities, Engine, EngineResult
+
+# engine name -> "module:Class" of its Engine (imported only to train).
+ENGINES: dict[str, str] = {
+    "trl": "training_platform.training.engines.trl.engine:TRLEngine",
+}
+# engine name -> the module whose import registers its builders.
+BUILDER_MODULES: dict[str, str] = {
+    "trl": "training_platform.training.engines.trl.builders",
+}
+
+_BUILDERS: dict[tuple[str, str], Builder] = {}
+_loaded = False
+
+
+def register_builder(engine: str, algorithm: str, *, resume: bool = True, launchers: tuple[str, ...] = ("local",),
+                     model_kinds: tuple[str, ...] = ("causal_lm",), notes: str = "") -> Callable:
+    """Decorator: `@register_builder("trl", "sft", launchers=("local", "torchrun"))` over `build(ctx) -> trainer`."""
+    unknown = set(launchers) - set(LAUNCHERS)
+    if unknown:
+        raise ValueError(f"unknown launcher(s) {sorted(unknown)}; known: {LAUNCHERS}")
+
+    def wrap(build: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        key = (engine, algorithm)
+        if key in _BUILDERS:
+            raise ValueError(f"a builder for {key} is already registered")
+        _BUILDERS[key] = Builder(engine, algorithm, build, Capabilities(resume, tuple(launchers),
+                                                                        tuple(model_kinds), notes))
+        return build
+
+    return wrap
+
+
+def builders() -> dict[tuple[str, str], Builder]:
+    global _loaded
+    if not _loaded:
+        for module in BUILDER_MODULES.values():
+            importlib.import_module(module)
+        _loaded = True
+    return _BUILDERS
+
+
+def get_builder(engine: str, algorithm: str) -> Builder | None:
+    return builders().get((engine, algorithm))
+
+
+def engines_for(algorithm: str) -> list[str]:
+    return sorted(engine for engine, name in builders() if name == algorithm)
 
 
 def get_engine(name: str) -> Engine:
-    if name == "trl":
-        from training_platform.training.engines.trl_engine import TRLEngine
+    if name not in ENGINES:
+        raise ValueError(f"unknown engine {name!r}; known: {', '.join(ENGINES)}")
+    module, _, cls = ENGINES[name].partition(":")
+    return getattr(importlib.import_module(module), cls)()
 
-        return TRLEngine()
-    raise ValueError(f"unknown engine {name!r}")
+
+def capability_table() -> list[dict[str, Any]]:
+    """One row per (engine, algorithm), for `tp algorithms list` and the API."""
+    from training_platform.training.algorithms import ALGORITHMS
+
+    rows = []
+    for (engine, algorithm), builder in sorted(builders().items()):
+        spec = ALGORITHMS[algorithm]
+        caps = builder.capabilities
+        rows.append({"engine": engine, "algorithm": algorithm, "data_kind": spec.data_kind,
+                     "resume": caps.resume, "launchers": list(caps.launchers), "model_kinds": list(caps.model_kinds),
+                     "rewards": spec.uses_reward_functions, "description": spec.description, "notes": caps.notes})
+    return rows
 
 
-__all__ = ["Engine", "EngineResult", "get_engine"]
+__all__ = ["ENGINES", "LAUNCHERS", "Builder", "Capabilities", "Engine", "EngineResult", "builders",
+           "capability_table", "engines_for", "get_builder", "get_engine", "register_builder"]

@@ -1,29 +1,26 @@
-"""Trainer callbacks shared by every algorithm: metrics to metrics.jsonl, checkpoints into the run layout, and a
-clean stop (signal, STOP file or a step limit) that always leaves a checkpoint behind."""
+"""transformers callbacks that adapt the Trainer to the engine-neutral core: metric rows to the RunWriter, saved
+checkpoints into the run layout (fenced by a barrier so every rank has finished writing its files), and the
+StopSignal polled at every step end on every rank (it agrees the stop across ranks)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from transformers import TrainerCallback
 
-from training_platform.training.rundir import RunDir, checkpoint_name
+from training_platform.training.distributed import DistContext
+from training_platform.training.run_writer import RunWriter
+from training_platform.training.stop_signal import StopSignal, TrainingStopped
 
 log = logging.getLogger("training_platform.train")
 
 KEY_RENAMES = {"learning_rate": "lr"}
 # Logged once by Trainer at the end of training; they belong in run.json, not in the per-step series.
 SUMMARY_KEYS = {"train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss"}
-
-
-class TrainingStopped(Exception):
-    """Raised after the stop checkpoint is saved by trainers whose loop ignores `should_training_stop` (PPO)."""
 
 
 def _memory_used_mb() -> float:
@@ -43,8 +40,8 @@ class MetricsCallback(TrainerCallback):
     """One JSON object per logging step: step, epoch, ts, loss, lr, grad_norm, sec_per_step, tokens_per_sec,
     mem_used_mb, plus whatever the algorithm logs (kl, rewards/*, logps/*, clip ratios, ...)."""
 
-    def __init__(self, run: RunDir, *, loss_from: Callable[[dict], float | None] | None = None):
-        self.run = run
+    def __init__(self, writer: RunWriter, *, loss_from: Callable[[dict], float | None] | None = None):
+        self.writer = writer
         self.loss_from = loss_from
         self.summary: dict = {}
         self._last_time: float | None = None
@@ -57,6 +54,8 @@ class MetricsCallback(TrainerCallback):
         self._last_tokens = None
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        if not self.writer.is_main:  # every rank logs the same (already reduced) values: rank 0 writes them
+            return
         logs = dict(logs or {})
         if SUMMARY_KEYS & set(logs):  # the end-of-training summary, not a step's metrics
             self.summary.update({k: v for k, v in logs.items() if isinstance(v, int | float)})
@@ -94,61 +93,38 @@ class MetricsCallback(TrainerCallback):
         if nonfinite:
             record["nonfinite"] = nonfinite
             log.warning("non-finite metrics at step %d: %s", step, ", ".join(nonfinite))
-        with self.run.metrics_file.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-        log.info("metrics %s", json.dumps(record))
+        self.writer.log_metrics(record)
 
 
 class CheckpointCallback(TrainerCallback):
-    """Moves Trainer's `checkpoint-N` into `checkpoints/step_NNNNNN`, points `latest` at it, hashes its files into
-    the manifest and keeps the last N (plus pinned ones: see RunDir.pin)."""
+    """Trainer's `checkpoint-N` becomes `checkpoints/step_NNNNNN` (RunWriter: hashed into the manifest and rotated
+    in the background). Every rank waits at a barrier first: under DDP each rank writes its own RNG state into the
+    directory, and rank 0 must not move it before they are done; and again after, so no rank saves the next one
+    into a directory that is being moved."""
 
-    def __init__(self, run: RunDir, keep_last: int):
-        self.run = run
-        self.keep_last = keep_last
+    def __init__(self, writer: RunWriter, dist: DistContext):
+        self.writer = writer
+        self.dist = dist
 
     def on_save(self, args, state, control, **kwargs):
         step = state.global_step
-        src = Path(args.output_dir) / f"checkpoint-{step}"
-        if not src.is_dir():
-            return
-        dst = self.run.checkpoints / checkpoint_name(step)
-        if dst.exists():
-            shutil.rmtree(dst)
-        src.rename(dst)
-        (Path(args.output_dir) / "README.md").unlink(missing_ok=True)  # TRL's model card template, not ours
-        self.run.set_latest(dst)
-        self.run.record_tree("checkpoint", dst, step=step)
-        for old in self.run.checkpoint_dirs()[: -self.keep_last]:
-            if self.run.is_pinned(old):  # being evaluated, or the best so far: kept beyond keep_last
-                continue
-            shutil.rmtree(old)
-            self.run.record_removed(old)
-        self.run.update_run_info(last_checkpoint=dst.name, step=step)
-        log.info("checkpoint saved: %s", dst)
+        self.dist.barrier()
+        if self.writer.is_main:
+            (Path(args.output_dir) / "README.md").unlink(missing_ok=True)  # TRL's model card template, not ours
+            self.writer.checkpoint_saved(step, Path(args.output_dir) / f"checkpoint-{step}")
+        self.dist.barrier()
 
 
 class StopCallback(TrainerCallback):
-    """Stops cleanly after the current step when asked (signal, STOP file, `stop_at_step`), saving a checkpoint
-    first. Also makes sure the last step of a run is checkpointed."""
+    """Polls the StopSignal after every optimizer step on every rank; an agreed stop saves a checkpoint, then ends
+    the loop. Also makes sure the last step of a run is checkpointed."""
 
-    def __init__(self, run: RunDir, *, stop_at_step: int | None = None, raise_on_stop: bool = False):
-        self.run = run
-        self.stop_at_step = stop_at_step
+    def __init__(self, stop: StopSignal, *, raise_on_stop: bool = False):
+        self.stop = stop
         self.raise_on_stop = raise_on_stop
-        self.reason: str | None = None
-
-    def request_stop(self, reason: str) -> None:
-        if self.reason is None:
-            self.reason = reason
-            log.warning("stop requested (%s): stopping after this step with a checkpoint", reason)
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.run.stop_file.exists():
-            self.request_stop("STOP file")
-        if self.stop_at_step is not None and state.global_step >= self.stop_at_step:
-            self.request_stop(f"stop at step {self.stop_at_step}")
-        if self.reason is not None:
+        if self.stop.poll(state.global_step) is not None:
             control.should_save = True
             control.should_training_stop = True
         elif state.max_steps and state.global_step >= state.max_steps:
@@ -156,5 +132,5 @@ class StopCallback(TrainerCallback):
         return control
 
     def on_save(self, args, state, control, **kwargs):
-        if self.reason is not None and self.raise_on_stop:
-            raise TrainingStopped(self.reason)
+        if self.stop.stopped is not None and self.raise_on_stop:
+            raise TrainingStopped(self.stop.stopped)

@@ -1,7 +1,8 @@
-"""The TRL engine: one process, transformers/TRL trainers, CPU or CUDA.
+"""The TRL engine: transformers/TRL trainers in this process (one rank of several under torchrun or Ray).
 
 It loads the model, tokenizer and datasets, maps the shared config sections onto TrainingArguments, lets the
-algorithm module build its TRL trainer, trains (resuming from a checkpoint when asked) and saves the final model.
+algorithm's registered builder (`builders.py`) make its TRL trainer, trains (resuming from a checkpoint when asked)
+and saves the final model. Metric rows and checkpoints go through the RunWriter; stops through the StopSignal.
 """
 
 from __future__ import annotations
@@ -12,11 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from training_platform.training.callbacks import CheckpointCallback, MetricsCallback, StopCallback
 from training_platform.training.config import JobConfig
+from training_platform.training.distributed import DistContext
+from training_platform.training.engines import get_builder
 from training_platform.training.engines.base import EngineResult
+from training_platform.training.engines.trl.callbacks import CheckpointCallback, MetricsCallback, StopCallback
 from training_platform.training.preflight import resolve_model_ref
+from training_platform.training.run_writer import RunWriter
 from training_platform.training.rundir import RunDir
+from training_platform.training.stop_signal import StopSignal
 
 log = logging.getLogger("training_platform.train")
 
@@ -90,7 +95,7 @@ def common_training_args(cfg: JobConfig, run: RunDir, *, cuda: bool, dtype_name:
         logging_first_step=True,
         save_strategy="steps",
         save_steps=t.save_steps,
-        save_total_limit=None,  # rotation is ours (CheckpointCallback), over the step_NNNNNN layout
+        save_total_limit=None,  # rotation is ours (RunWriter), over the step_NNNNNN layout
         eval_strategy="steps" if t.eval_steps else "no",
         eval_steps=t.eval_steps,
         report_to=report_to,
@@ -154,8 +159,8 @@ def _tokenize_prompts(dataset, tokenizer, max_length: int):
 class TRLEngine:
     name = "trl"
 
-    def train(self, cfg: JobConfig, run: RunDir, *, loaded: dict, resume_from: Path | None,
-              stopper: StopCallback) -> EngineResult:
+    def train(self, cfg: JobConfig, run: RunDir, *, loaded: dict, resume_from: Path | None, stop: StopSignal,
+              writer: RunWriter, dist: DistContext) -> EngineResult:
         import torch
         import transformers
         from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
@@ -212,28 +217,32 @@ class TRLEngine:
             total = sum(r.weight for r in cfg.rewards)
             reward_weights = [r.weight / total for r in cfg.rewards]
 
-        metrics = MetricsCallback(run, loss_from=_ppo_loss(cfg) if spec.name == "ppo" else None)
-        callbacks = [metrics, CheckpointCallback(run, cfg.training.keep_last_checkpoints), stopper]
+        builder = get_builder(self.name, spec.name)
+        metrics = MetricsCallback(writer, loss_from=_ppo_loss(cfg) if spec.name == "ppo" else None)
+        callbacks = [metrics, CheckpointCallback(writer, dist),
+                     StopCallback(stop, raise_on_stop=not builder.capabilities.resume)]
         ctx = TrainContext(
             cfg=cfg, run=run, model_path=model_path, model=model, tokenizer=tokenizer,
             train_dataset=train_dataset, eval_dataset=eval_dataset,
             common_args=common_training_args(cfg, run, cuda=cuda, dtype_name=dtype_name), callbacks=callbacks,
             peft_config=_peft_config(cfg), reward_funcs=reward_funcs, reward_weights=reward_weights,
-            world_size=cfg.resources.num_devices, torch_dtype=dtype,
+            world_size=dist.world_size, torch_dtype=dtype,
         )
-        trainer = spec.build_trainer(ctx)
+        trainer = builder.build(ctx)
         if resume_from is not None:
             trainer.train(resume_from_checkpoint=str(resume_from))
         else:
             trainer.train()
 
         step = trainer.state.global_step
-        if stopper.reason is not None:
-            return EngineResult(step=step, stopped=stopper.reason, summary=metrics.summary)
-        self._save_final(cfg, run, trainer, tokenizer)
+        if stop.stopped is not None:
+            return EngineResult(step=step, stopped=stop.stopped, summary=metrics.summary)
+        if writer.is_main:
+            self._save_final(cfg, run, writer, trainer, tokenizer)
+        dist.barrier()  # no rank exits (tearing down the group) before the final model is written
         return EngineResult(step=step, stopped=None, summary=metrics.summary)
 
-    def _save_final(self, cfg: JobConfig, run: RunDir, trainer, tokenizer) -> None:
+    def _save_final(self, cfg: JobConfig, run: RunDir, writer: RunWriter, trainer, tokenizer) -> None:
         final = run.final
         tmp = run.path / ".final.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -245,7 +254,7 @@ class TRLEngine:
             shutil.rmtree(adapter_dir, ignore_errors=True)
             model.save_pretrained(adapter_dir)
             tokenizer.save_pretrained(adapter_dir)
-            run.record_tree("final_adapter", adapter_dir)
+            writer.record_tree("final_adapter", adapter_dir)
             model = model.merge_and_unload() if cfg.model.lora.merge_final else None
         if model is not None:
             model.save_pretrained(tmp)
@@ -253,7 +262,7 @@ class TRLEngine:
             if final.exists():
                 shutil.rmtree(final)
             tmp.rename(final)
-            run.record_tree("final", final)
+            writer.record_tree("final", final)
         log.info("final model saved: %s", final if model is not None else run.path / "final_adapter")
 
 

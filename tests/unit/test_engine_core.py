@@ -1,0 +1,192 @@
+"""The engine-neutral core: the (engine, algorithm) registry, RunWriter, StopSignal, and the import boundaries
+(algorithms and the runner import no engine)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from training_platform.training.config import ConfigError, parse_config, validate_config
+from training_platform.training.engines import capability_table, get_builder, register_builder
+from training_platform.training.run_writer import RunWriter
+from training_platform.training.rundir import RunDir, verify
+from training_platform.training.stop_signal import StopSignal
+
+pytestmark = pytest.mark.unit
+
+
+def test_every_algorithm_has_a_trl_builder_and_the_table_shows_its_capabilities():
+    from training_platform.training.algorithms import ALGORITHMS
+
+    rows = {(r["engine"], r["algorithm"]): r for r in capability_table()}
+    assert {("trl", name) for name in ALGORITHMS} <= set(rows)
+    assert rows[("trl", "ppo")]["resume"] is False and rows[("trl", "sft")]["resume"] is True
+    assert rows[("trl", "reward")]["model_kinds"] == ["sequence_classification"]
+    assert all(set(r["launchers"]) <= {"local", "torchrun", "ray"} for r in rows.values())
+
+
+def test_registering_twice_or_an_unknown_launcher_is_an_error():
+    with pytest.raises(ValueError, match="already registered"):
+        register_builder("trl", "sft")(lambda ctx: None)
+    with pytest.raises(ValueError, match="unknown launcher"):
+        register_builder("trl", "x", launchers=("mpi",))
+
+
+def test_an_engine_without_a_builder_for_the_algorithm_is_refused_naming_engine(monkeypatch):
+    from training_platform.training import engines
+
+    raw = {"model": {"path": "demo/model"}, "data": {"train_file": "demo/data/sft.jsonl"},
+           "algorithm": {"name": "sft"}}
+    monkeypatch.delitem(engines.builders(), ("trl", "sft"))
+    with pytest.raises(ConfigError) as err:
+        validate_config(raw, check_disk=False)
+    assert [e.path for e in err.value.errors] == ["engine"]
+    assert "cannot train sft" in err.value.errors[0].reason
+    with pytest.raises(ConfigError) as err:
+        parse_config({**raw, "engine": "megatron"})
+    assert err.value.errors[0].path == "engine"
+
+
+def test_algorithms_config_and_runner_import_no_engine():
+    code = ("import sys, training_platform.training.runner, training_platform.training.config; "
+            "from training_platform.training.engines import capability_table; capability_table(); "
+            "print([m for m in ('torch', 'transformers', 'trl', 'accelerate') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------------------------------------- RunWriter
+
+
+def _saved(tmp_path: Path, step: int, size: int = 1000) -> Path:
+    d = tmp_path / "engine_out" / f"checkpoint-{step}"
+    d.mkdir(parents=True)
+    (d / "model.safetensors").write_bytes(bytes([step % 256]) * size)
+    (d / "optimizer.pt").write_bytes(b"o" * size)
+    return d
+
+
+def test_run_writer_records_checkpoints_in_the_background_and_rotates(tmp_path):
+    run = RunDir(tmp_path / "run")
+    run.create()
+    writer = RunWriter(run, keep_last=2)
+    for step in (10, 20, 30):
+        target = writer.checkpoint_saved(step, _saved(tmp_path, step))
+        assert target == run.checkpoints / f"step_{step:06d}" and run.latest_checkpoint() == target
+        writer.log_metrics({"step": step, "loss": 1.0 / step})
+    writer.close()
+    assert [p.name for p in run.checkpoint_dirs()] == ["step_000020", "step_000030"]
+    manifest = run.manifest()
+    assert [e["path"] for e in manifest if e["kind"] == "removed"] == ["checkpoints/step_000010"]
+    assert {e["path"] for e in manifest if e["kind"] == "checkpoint"} == {
+        f"checkpoints/step_{s:06d}/{f}" for s in (10, 20, 30) for f in ("model.safetensors", "optimizer.pt")}
+    assert verify(run.path) == (4, [])
+    assert [r["step"] for r in run.read_metrics()] == [10, 20, 30]
+    assert run.read_run_info()["last_checkpoint"] == "step_000030"
+
+
+def test_only_rank_zero_writes(tmp_path):
+    run = RunDir(tmp_path / "run")
+    run.create()
+    other = RunWriter(run, rank=1)
+    saved = _saved(tmp_path, 5)
+    other.log_metrics({"step": 5, "loss": 1.0})
+    assert other.checkpoint_saved(5, saved) is None
+    other.update_run_info(step=5)
+    other.close()
+    assert saved.is_dir() and not run.metrics_file.exists() and not run.manifest_file.exists()
+    assert run.read_run_info() == {} and run.checkpoint_dirs() == []
+
+
+def test_a_failed_background_hash_is_raised_by_flush(tmp_path, monkeypatch):
+    run = RunDir(tmp_path / "run")
+    run.create()
+    writer = RunWriter(run)
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(run, "record_tree", broken)
+    writer.checkpoint_saved(1, _saved(tmp_path, 1))
+    with pytest.raises(RuntimeError, match="disk full"):
+        writer.flush()
+    writer.close()
+
+
+def test_hashing_does_not_block_the_caller(tmp_path, monkeypatch):
+    run = RunDir(tmp_path / "run")
+    run.create()
+    writer = RunWriter(run)
+    release = threading.Event()
+    original = run.record_tree
+
+    def slow(*args, **kwargs):
+        release.wait(10)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(run, "record_tree", slow)
+    writer.checkpoint_saved(1, _saved(tmp_path, 1))  # returns while the hash waits
+    assert not run.manifest_file.exists()
+    release.set()
+    writer.close()
+    assert [json.loads(line)["kind"] for line in run.manifest_file.read_text().splitlines()] == ["checkpoint"] * 2
+
+
+# ---------------------------------------------------------------------------------------------- StopSignal
+
+
+def test_stop_signal_sources(tmp_path):
+    stop_file = tmp_path / "STOP"
+    signal = StopSignal(stop_file, stop_at_step=5)
+    assert signal.poll(1) is None
+    stop_file.touch()
+    assert signal.poll(2) == "STOP file" and signal.stopped == "STOP file"
+    assert StopSignal(None, stop_at_step=5).poll(5) == "stop at step 5"
+    asked = StopSignal(None)
+    asked.request_stop("SIGTERM")
+    assert asked.poll(3) == "SIGTERM"
+
+
+def test_stop_is_agreed_by_every_rank(tmp_path):
+    """Two ranks sharing an `agree` (any over both flags, as the all-reduce does): a stop seen by one rank stops
+    both after the same step; a request that arrives during the agreement counts at the next step, on both."""
+    flags: dict[int, bool] = {}
+    barrier = threading.Barrier(2)
+
+    def agree_for(rank: int):
+        def agree(flag: bool) -> bool:
+            flags[rank] = flag
+            barrier.wait()
+            result = any(flags.values())
+            barrier.wait()
+            return result
+        return agree
+
+    signals = [StopSignal(None, agree=agree_for(r)) for r in (0, 1)]
+    stopped_at: dict[int, int] = {}
+
+    def run_rank(rank: int) -> None:
+        for step in range(1, 10):
+            if rank == 1 and step == 4:
+                signals[1].request_stop("SIGTERM")
+            if signals[rank].poll(step) is not None:
+                stopped_at[rank] = step
+                return
+
+    threads = [threading.Thread(target=run_rank, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert stopped_at == {0: 4, 1: 4}
+    assert signals[1].stopped == "SIGTERM" and signals[0].stopped == "stop requested on another rank"
+
+
+def test_get_builder_is_keyed_by_engine_and_algorithm():
+    assert get_builder("trl", "grpo").algorithm == "grpo"
+    assert get_builder("verl", "grpo") is None

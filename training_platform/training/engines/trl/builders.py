@@ -1,0 +1,189 @@
+"""TRL builders: one per algorithm, registered under the `trl` engine with what it can do.
+
+Each turns the engine's TrainContext (model, tokenizer, datasets, the shared TrainingArguments keywords, callbacks)
+into a TRL trainer configured from the algorithm's params. TRL is imported inside each builder: this module is
+read by config validation.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from training_platform.training.engines import register_builder
+
+if TYPE_CHECKING:  # pragma: no cover
+    from training_platform.training.engines.trl.engine import TrainContext
+
+# GenerationParams fields that TRL's GRPOConfig / RLOOConfig take under the same names.
+_GENERATION_FIELDS = {
+    "num_generations", "max_completion_length", "temperature", "top_p", "top_k", "beta", "num_iterations", "epsilon",
+    "epsilon_high", "steps_per_generation", "mask_truncated_completions", "log_completions",
+}
+
+
+def _generation_kwargs(params) -> dict:
+    return params.model_dump(include=_GENERATION_FIELDS)
+
+
+@register_builder("trl", "sft")
+def build_sft(ctx: TrainContext):
+    from trl import SFTConfig, SFTTrainer
+
+    p = ctx.cfg.algorithm
+    args = SFTConfig(
+        **ctx.common_args,
+        max_length=ctx.cfg.data.max_length,
+        packing=p.packing,
+        assistant_only_loss=p.assistant_only_loss,
+        completion_only_loss=p.completion_only_loss,
+    )
+    return SFTTrainer(
+        model=ctx.model, args=args, train_dataset=ctx.train_dataset, eval_dataset=ctx.eval_dataset,
+        processing_class=ctx.tokenizer, callbacks=ctx.callbacks, peft_config=ctx.peft_config,
+    )
+
+
+@register_builder("trl", "dpo")
+def build_dpo(ctx: TrainContext):
+    from trl import DPOConfig, DPOTrainer
+
+    p = ctx.cfg.algorithm
+    extra = {"loss_weights": p.loss_weights} if p.loss_weights else {}
+    args = DPOConfig(
+        **ctx.common_args, max_length=ctx.cfg.data.max_length, beta=p.beta, loss_type=list(p.loss_type),
+        label_smoothing=p.label_smoothing, **extra,
+    )
+    return DPOTrainer(
+        model=ctx.model, args=args, train_dataset=ctx.train_dataset, eval_dataset=ctx.eval_dataset,
+        processing_class=ctx.tokenizer, callbacks=ctx.callbacks, peft_config=ctx.peft_config,
+    )
+
+
+@register_builder("trl", "kto")
+def build_kto(ctx: TrainContext):
+    from trl import KTOConfig, KTOTrainer
+
+    p = ctx.cfg.algorithm
+    args = KTOConfig(
+        **ctx.common_args, max_length=ctx.cfg.data.max_length, beta=p.beta, loss_type=p.loss_type,
+        desirable_weight=p.desirable_weight, undesirable_weight=p.undesirable_weight,
+    )
+    return KTOTrainer(
+        model=ctx.model, args=args, train_dataset=ctx.train_dataset, eval_dataset=ctx.eval_dataset,
+        processing_class=ctx.tokenizer, callbacks=ctx.callbacks, peft_config=ctx.peft_config,
+    )
+
+
+@register_builder("trl", "orpo")
+def build_orpo(ctx: TrainContext):
+    from trl.experimental.orpo import ORPOConfig, ORPOTrainer
+
+    p = ctx.cfg.algorithm
+    args = ORPOConfig(
+        **ctx.common_args, max_length=ctx.cfg.data.max_length, beta=p.beta,
+        max_completion_length=p.max_completion_length,
+    )
+    return ORPOTrainer(
+        model=ctx.model, args=args, train_dataset=ctx.train_dataset, eval_dataset=ctx.eval_dataset,
+        processing_class=ctx.tokenizer, callbacks=ctx.callbacks, peft_config=ctx.peft_config,
+    )
+
+
+@register_builder("trl", "simpo")
+def build_simpo(ctx: TrainContext):
+    from trl.experimental.cpo import CPOConfig, CPOTrainer
+
+    p = ctx.cfg.algorithm
+    args = CPOConfig(
+        **ctx.common_args, max_length=ctx.cfg.data.max_length, loss_type="simpo", beta=p.beta,
+        simpo_gamma=p.simpo_gamma, cpo_alpha=p.cpo_alpha, label_smoothing=p.label_smoothing,
+        max_completion_length=p.max_completion_length,
+    )
+    return CPOTrainer(
+        model=ctx.model, args=args, train_dataset=ctx.train_dataset, eval_dataset=ctx.eval_dataset,
+        processing_class=ctx.tokenizer, callbacks=ctx.callbacks, peft_config=ctx.peft_config,
+    )
+
+
+@register_builder("trl", "grpo")
+def build_grpo(ctx: TrainContext):
+    from trl import GRPOConfig, GRPOTrainer
+
+    p = ctx.cfg.algorithm
+    args = GRPOConfig(
+        **ctx.common_args, **_generation_kwargs(p), loss_type=p.loss_type,
+        importance_sampling_level=p.importance_sampling_level, scale_rewards=p.scale_rewards,
+        reward_weights=ctx.reward_weights,
+    )
+    return GRPOTrainer(
+        model=ctx.model, reward_funcs=ctx.reward_funcs, args=args, train_dataset=ctx.train_dataset,
+        eval_dataset=ctx.eval_dataset, processing_class=ctx.tokenizer, callbacks=ctx.callbacks,
+        peft_config=ctx.peft_config,
+    )
+
+
+@register_builder("trl", "rloo")
+def build_rloo(ctx: TrainContext):
+    from trl import RLOOConfig, RLOOTrainer
+
+    p = ctx.cfg.algorithm
+    args = RLOOConfig(
+        **ctx.common_args, **_generation_kwargs(p), normalize_advantages=p.normalize_advantages,
+        reward_clip_range=tuple(p.reward_clip_range) if p.reward_clip_range else None,
+        reward_weights=ctx.reward_weights,
+    )
+    return RLOOTrainer(
+        model=ctx.model, reward_funcs=ctx.reward_funcs, args=args, train_dataset=ctx.train_dataset,
+        eval_dataset=ctx.eval_dataset, processing_class=ctx.tokenizer, callbacks=ctx.callbacks,
+        peft_config=ctx.peft_config,
+    )
+
+
+@register_builder("trl", "ppo", resume=False, notes="TRL's experimental PPO has no checkpoint resume; reward and "
+                                                   "value models are sequence classifiers")
+def build_ppo(ctx: TrainContext):
+    from transformers import AutoModelForSequenceClassification
+    from trl.experimental.ppo import PPOConfig, PPOTrainer
+
+    p = ctx.cfg.algorithm
+    t = ctx.cfg.training
+    total_episodes = p.total_episodes
+    if total_episodes is None and t.max_steps is not None:
+        total_episodes = t.max_steps * t.per_device_batch_size * t.gradient_accumulation_steps * ctx.world_size
+    reward_path = ctx.resolve(p.reward_model_path)
+    value_path = ctx.resolve(p.value_model_path or p.reward_model_path)
+    args = PPOConfig(
+        **ctx.common_args, total_episodes=total_episodes, response_length=p.response_length,
+        temperature=p.temperature, kl_coef=p.kl_coef, kl_estimator=p.kl_estimator, cliprange=p.cliprange,
+        cliprange_value=p.cliprange_value, vf_coef=p.vf_coef, gamma=p.gamma, lam=p.lam,
+        num_ppo_epochs=p.num_ppo_epochs, num_mini_batches=p.num_mini_batches, whiten_rewards=p.whiten_rewards,
+        missing_eos_penalty=p.missing_eos_penalty, stop_token="eos", num_sample_generations=0,
+        sft_model_path=str(ctx.model_path), reward_model_path=str(reward_path),
+    )
+    kwargs = ctx.model_load_kwargs()
+    reward_model = AutoModelForSequenceClassification.from_pretrained(reward_path, num_labels=1, **kwargs)
+    value_model = AutoModelForSequenceClassification.from_pretrained(value_path, num_labels=1, **kwargs)
+    for m in (reward_model, value_model):
+        if m.config.pad_token_id is None:
+            m.config.pad_token_id = ctx.tokenizer.pad_token_id
+    ctx.tokenizer.padding_side = "left"  # generation batches are left-padded
+    return PPOTrainer(
+        args=args, processing_class=ctx.tokenizer, model=ctx.model, ref_model=None, reward_model=reward_model,
+        train_dataset=ctx.train_dataset, value_model=value_model, eval_dataset=ctx.eval_dataset,
+        callbacks=ctx.callbacks, peft_config=ctx.peft_config,
+    )
+
+
+@register_builder("trl", "reward", model_kinds=("sequence_classification",))
+def build_reward(ctx: TrainContext):
+    from trl import RewardConfig, RewardTrainer
+
+    p = ctx.cfg.algorithm
+    args = RewardConfig(
+        **ctx.common_args, max_length=ctx.cfg.data.max_length,
+        center_rewards_coefficient=p.center_rewards_coefficient,
+    )
+    return RewardTrainer(
+        model=ctx.model, args=args, train_dataset=ctx.train_dataset, eval_dataset=ctx.eval_dataset,
+        processing_class=ctx.tokenizer, callbacks=ctx.callbacks, peft_config=ctx.peft_config,
+    )
