@@ -81,14 +81,19 @@ def train_cmd(
     set_: list[str] = typer.Option([], "--set", help="Override KEY=VALUE (YAML value), repeatable."),
     stop_at_step: int | None = typer.Option(None, "--stop-at-step", min=1,
                                             help="Stop cleanly (with a checkpoint) after this step."),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="Ray cluster for resources.launcher ray "
+                                                                        "(default: $TP_RAY_ADDRESS)."),
 ):
-    """Validate, then train. Prints the run directory as the last line."""
+    """Validate, then train (one process, or every rank through the config's launcher). Prints the run directory
+    as the last line."""
     from training_platform.training.config import ConfigError
     from training_platform.training.runner import TrainingFailed, train
 
     if output is not None and resume is not None:
         _err("--output: cannot be combined with --resume (a resumed run keeps its directory)")
         raise typer.Exit(2)
+    if ray_address:
+        os.environ["TP_RAY_ADDRESS"] = ray_address
     try:
         raw = _load_config(config, [])
         result = train(raw, overrides=set_, output=output, resume=resume, stop_at_step=stop_at_step)

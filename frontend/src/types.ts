@@ -43,6 +43,24 @@ export interface Job {
   cloned_from: number | null
   best_checkpoint: Record<string, unknown> | null
   warning?: string | null
+  distributed?: Distributed | null
+}
+
+export interface RankState {
+  rank: number
+  node: number
+  state: 'pending' | 'running' | 'finished' | 'failed' | 'cancelled' | string
+  error: string | null
+  log: string
+}
+
+export interface Distributed {
+  launcher: 'local' | 'torchrun' | 'ray' | string
+  num_nodes: number
+  processes_per_node: number
+  world_size: number
+  restarts: number
+  ranks: RankState[]
 }
 
 export interface JobEvent {

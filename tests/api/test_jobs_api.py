@@ -332,7 +332,9 @@ def test_listing_items_equal_the_job_detail(api, jobs):
     listed = {j["id"]: j for j in api.get("/jobs?limit=200", user="root").json()["items"]}
     assert job["id"] in listed and len(listed) >= 5
     for job_id, item in listed.items():
-        assert item == api.get(f"/jobs/{job_id}", user="root").json(), job_id
+        detail = api.get(f"/jobs/{job_id}", user="root").json()
+        detail.pop("distributed")  # the detail's own addition: the job's processes
+        assert item == detail, job_id
     item = listed[job["id"]]
     assert item["preflight"]["checks"][0]["text"] == "é \"q\"" and item["best_checkpoint"]["step"] == 20
     assert item["finished_at"].endswith("Z") and item["owner"] == "alice"
@@ -719,3 +721,26 @@ def test_docs_openapi_and_config_schema(api):
     assert api.client.get(f"{API}/config/schema").status_code == 401  # like every /api/v1 route but health/openapi
     schema = api.get("/config/schema").json()
     assert {"model", "data", "algorithm", "training"} <= set(schema["properties"])
+
+
+def test_job_detail_shows_launcher_world_size_and_each_rank(api):
+    config = valid_config(resources={"num_devices": 2, "device": "cpu"})
+    job = api.post("/jobs", json={"name": "two ranks", "config": config})
+    assert job.status_code == 201, job.text
+    job_id = job.json()["id"]
+    dist = api.get(f"/jobs/{job_id}").json()["distributed"]
+    assert (dist["launcher"], dist["num_nodes"], dist["processes_per_node"], dist["world_size"]) == \
+        ("torchrun", 1, 2, 2)
+    assert [(r["rank"], r["state"], r["log"]) for r in dist["ranks"]] == \
+        [(0, "pending", "train.log"), (1, "pending", "ranks/rank_1.log")]
+
+    run_dir = make_run_dir(api.data_dir, job_id, ["step 1"])
+    (run_dir / "ranks").mkdir()
+    (run_dir / "ranks" / "rank_1.error.json").write_text('{"rank": 1, "message": "rank 1 failed: boom"}')
+    set_status(job_id, "running", run_dir=str(run_dir))
+    ranks = api.get(f"/jobs/{job_id}").json()["distributed"]["ranks"]
+    assert [(r["state"], r["error"]) for r in ranks] == [("running", None), ("failed", "rank 1 failed: boom")]
+
+    one = api.post("/jobs", json={"name": "one", "config": valid_config()}).json()["id"]
+    single = api.get(f"/jobs/{one}").json()["distributed"]
+    assert (single["launcher"], single["world_size"], len(single["ranks"])) == ("local", 1, 1)

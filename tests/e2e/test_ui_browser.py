@@ -95,6 +95,7 @@ def test_submit_watch_and_evaluate_a_job_in_the_browser(page, platform, tmp_path
     logs = page.get_by_test_id("job-logs")
     page.wait_for_function("document.querySelector('[data-testid=job-logs]').innerText.includes('run succeeded')")
     assert "run succeeded" in logs.inner_text()
+    assert "local · 1 node × 1 = world size 1" in " ".join(page.get_by_test_id("job-processes").inner_text().split())
     page.screenshot(path=str(tmp_path / "job-page.png"))
 
     # Evaluate the final model from the UI.

@@ -190,3 +190,47 @@ def test_stop_is_agreed_by_every_rank(tmp_path):
 def test_get_builder_is_keyed_by_engine_and_algorithm():
     assert get_builder("trl", "grpo").algorithm == "grpo"
     assert get_builder("verl", "grpo") is None
+
+
+# ---------------------------------------------------------------------------------------------- resources
+
+
+def _sft(**resources) -> dict:
+    return {"model": {"path": "demo/model"}, "data": {"train_file": "demo/data/sft.jsonl"},
+            "algorithm": {"name": "sft"}, "resources": resources}
+
+
+def _rule_errors(raw: dict) -> dict[str, str]:
+    try:
+        validate_config(raw, check_disk=False)
+    except ConfigError as exc:
+        return {e.path: e.reason for e in exc.errors}
+    return {}
+
+
+def test_launcher_auto_resolves_and_the_effective_config_records_it():
+    from training_platform.training.config import effective_config
+
+    for resources, launcher, world in (({}, "local", 1), ({"num_devices": 2}, "torchrun", 2),
+                                       ({"num_devices": 2, "device": "cpu"}, "torchrun", 2)):
+        cfg = validate_config(_sft(**resources), check_disk=False)
+        effective = effective_config(cfg)["resources"]
+        assert (effective["launcher"], effective["world_size"], effective["num_nodes"]) == (launcher, world, 1)
+        assert validate_config(effective_config(cfg), check_disk=False).resources.processes == world
+
+
+def test_resource_rules_name_the_field(monkeypatch):
+    monkeypatch.delenv("TP_RAY_ADDRESS", raising=False)
+    assert "must equal num_nodes x num_devices (2)" in _rule_errors(_sft(num_devices=2, world_size=4))[
+        "resources.world_size"]
+    assert "one process" in _rule_errors(_sft(device="mps", num_devices=2))["resources.num_devices"]
+    assert "local runs one process" in _rule_errors(_sft(launcher="local", num_devices=2))["resources.launcher"]
+    assert "needs ray" in _rule_errors(_sft(launcher="torchrun", num_nodes=2))["resources.launcher"]
+    assert "set TP_RAY_ADDRESS" in _rule_errors(_sft(num_nodes=2))["resources.launcher"]
+    assert "set TP_RAY_ADDRESS" in _rule_errors(_sft(launcher="ray"))["resources.launcher"]
+    monkeypatch.setenv("TP_RAY_ADDRESS", "127.0.0.1:6379")
+    assert "not available in this version" in _rule_errors(_sft(launcher="ray"))["resources.launcher"]
+    kto = {"model": {"path": "demo/model"}, "data": {"train_file": "demo/data/kto.jsonl"},
+           "algorithm": {"name": "kto"}, "resources": {"num_devices": 2}}
+    assert _rule_errors(kto)["resources.launcher"] == "trl kto runs under local, not torchrun"
+    assert _rule_errors(_sft(num_devices=2, device="cpu")) == {}  # several CPU processes are allowed (gloo)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -66,3 +67,35 @@ def test_cancel_a_running_job_stops_it_with_a_checkpoint(platform, worker):
     assert (Path(checkpoints[0].path) / "model.safetensors").is_file()
     loss_steps = [step for _, step, _ in platform.metrics(job_id, "loss")]
     assert loss_steps == list(range(1, job.current_step + 1))
+
+
+def test_a_two_rank_job_runs_and_is_cancelled_through_the_worker(platform, worker):
+    """num_devices 2 on CPU: the worker's `tp train` starts two ranks under torchrun; metrics arrive once per step,
+    the checkpoints are registered, and a cancel stops both ranks (no rank process left behind)."""
+    import psutil
+
+    done = platform.submit(sft_config(6, eval_steps=None, per_device_batch_size=4) | {
+        "resources": {"num_devices": 2, "device": "cpu"}, "data": {**sft_config()["data"], "eval_file": None}},
+        name="two-ranks")
+    job = platform.wait_status(done, {"succeeded", "failed", "cancelled"}, timeout=240)
+    assert job.status == "succeeded", job.error
+    assert [step for _, step, _ in platform.metrics(done, "loss")] == list(range(1, 7))
+    assert [c.step for c in platform.checkpoints(done)] == [6]
+    run_info = json.loads((Path(job.run_dir) / "run.json").read_text())
+    assert (run_info["launcher"], run_info["world_size"]) == ("torchrun", 2)
+
+    job_id = platform.submit(sft_config(5000, eval_steps=None, save_steps=5000, per_device_batch_size=4) | {
+        "resources": {"num_devices": 2, "device": "cpu"}, "data": {**sft_config()["data"], "eval_file": None}},
+        name="two-ranks-cancel")
+    wait_for(lambda: len(platform.metrics(job_id, "loss")) >= 3, 180, what="3 logged steps")
+    ranks = [p for p in psutil.process_iter(["cmdline"])  # the ranks, not torchrun's agent (same arguments)
+             if "training_platform.training.rank_main" in (p.info["cmdline"] or [])
+             and "torch.distributed.run" not in p.info["cmdline"] and f"job-{job_id}" in " ".join(p.info["cmdline"])]
+    assert len(ranks) == 2
+    t_cancel = time.monotonic()
+    platform.set_cancel(job_id)
+    job = platform.wait_status(job_id, {"cancelled", "failed", "succeeded"}, timeout=120)
+    assert job.status == "cancelled", job.error
+    assert time.monotonic() - t_cancel < 60
+    assert [c.step for c in platform.checkpoints(job_id)] == [job.current_step]
+    assert not [p for p in ranks if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]

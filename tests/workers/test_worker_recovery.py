@@ -18,11 +18,25 @@ pytestmark = pytest.mark.integration
 MAX_STEPS = 40
 
 
-def test_kill_9_of_the_worker_resumes_the_job_from_its_checkpoint(platform):
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_kill_9_of_the_worker_resumes_the_job_from_its_checkpoint(platform, ranks):
+    """With 2 ranks the training process is the `tp train` driver of a torchrun group: it stops both ranks (a
+    checkpoint) when its worker dies, and the resumed job continues on 2 ranks with no step lost or repeated."""
     fast_recovery = {"TP_HEARTBEAT_TIMEOUT": "5", "TP_RECOVERY_INTERVAL": "1"}
+    try:
+        _kill_and_resume(platform, ranks, fast_recovery)
+    finally:
+        platform.stop_all()  # this run's beat and workers: the next parameter starts its own
+
+
+def _kill_and_resume(platform, ranks: int, fast_recovery: dict[str, str]) -> None:
     platform.start_beat(env=fast_recovery)
-    worker_a = platform.start_worker("wa")
-    job_id = platform.submit(sft_config(MAX_STEPS, eval_steps=1000), name="survivor")
+    worker_a = platform.start_worker(f"wa{ranks}")
+    config = sft_config(MAX_STEPS, eval_steps=1000)
+    if ranks > 1:
+        config["resources"] = {"num_devices": ranks, "device": "cpu"}
+        config["training"]["per_device_batch_size"] //= ranks
+    job_id = platform.submit(config, name=f"survivor-{ranks}")
 
     run_dir = platform.data_dir / "runs" / f"job-{job_id}"
     # Kill as soon as the first checkpoint is on disk (watching the file system, not the DB: no ingest delay).
@@ -43,7 +57,7 @@ def test_kill_9_of_the_worker_resumes_the_job_from_its_checkpoint(platform):
     stopped_at = json.loads((run_dir / "run.json").read_text())["step"]
 
     assert stopped_at < MAX_STEPS
-    platform.start_worker("wb")
+    platform.start_worker(f"wb{ranks}")
     job = platform.wait_status(job_id, {"succeeded", "failed", "cancelled"}, timeout=180)
     assert job.status == "succeeded", job.error
     assert job.attempts == 2 and job.current_step == MAX_STEPS
@@ -53,7 +67,7 @@ def test_kill_9_of_the_worker_resumes_the_job_from_its_checkpoint(platform):
         (None, "queued"), ("queued", "preflight"), ("preflight", "running"), ("running", "queued"),
         ("queued", "preflight"), ("preflight", "running"), ("running", "succeeded")]
     assert events[3][2].startswith("worker lost: heartbeat stale since")
-    assert "wb@" in events[4][2]
+    assert f"wb{ranks}@" in events[4][2]
     assert events[5][2].startswith(f"resuming from checkpoint step {stopped_at} (attempt 2;")
     requeued_after = events[3][3].timestamp() - t_kill
     resumed_after = events[5][3].timestamp() - t_kill

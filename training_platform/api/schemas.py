@@ -138,6 +138,28 @@ class JobRead(BaseModel):
                           '"path"}. That checkpoint is kept beyond keep_last_checkpoints.')
 
 
+class RankRead(BaseModel):
+    rank: int
+    node: int
+    state: Literal["pending", "running", "finished", "failed", "cancelled"]
+    error: str | None = Field(None, description="The rank's own error (it raised), from its error file.")
+    log: str = Field(description="Its log, relative to the run directory (rank 0: train.log).")
+
+
+class DistributedRead(BaseModel):
+    launcher: Literal["local", "torchrun", "ray"]
+    num_nodes: int
+    processes_per_node: int
+    world_size: int
+    restarts: int = Field(0, description="Restarts of every rank from the last checkpoint after a rank failed.")
+    ranks: list[RankRead]
+
+
+class JobDetail(JobRead):
+    distributed: DistributedRead | None = Field(
+        None, description="Training jobs: launcher, nodes, world size and the state of each rank.")
+
+
 class JobSubmitted(JobRead):
     warning: str | None = Field(None, description="Set when the job is stored but no worker could be woken now.")
 

@@ -21,6 +21,7 @@ from pydantic import Field, ValidationError
 from training_platform.training.algorithms import ALGORITHMS
 from training_platform.training.algorithms.base import StrictModel
 from training_platform.training.engines import ENGINES, engines_for, get_builder
+from training_platform.training.launchers import resolve as resolve_launcher
 from training_platform.training.rewards import REWARDS
 from training_platform.userpath import ModelRef, UserFile
 
@@ -126,8 +127,28 @@ class RewardSection(StrictModel):
 
 
 class ResourcesSection(StrictModel):
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    num_devices: int = Field(1, ge=1, le=1024)
+    device: Literal["auto", "cpu", "cuda", "mps"] = Field(
+        "auto", description="auto: cuda, then mps (Apple GPU, one process), then cpu; the run records what it used.")
+    num_devices: int = Field(1, ge=1, le=1024, description=(
+        "Processes per node: GPUs per node, or CPU processes (gloo). World size = num_nodes x num_devices; "
+        "training.per_device_batch_size is per process."))
+    num_nodes: int = Field(1, ge=1, le=1024, description="Machines; more than one runs on the Ray cluster "
+                                                          "(TP_RAY_ADDRESS).")
+    launcher: Literal["auto", "local", "torchrun", "ray"] = Field(
+        "auto", description="auto: local for one process, torchrun for several on one node, ray across nodes.")
+    max_restarts: int = Field(0, ge=0, le=100, description="After a rank fails: restart every rank from the last "
+                                                           "checkpoint, at most this many times (0: fail the run).")
+    world_size: int | None = Field(None, ge=1, le=1_048_576, description=(
+        "Derived: num_nodes x num_devices (recorded in config_effective.yaml); when given it must match."))
+
+    @property
+    def processes(self) -> int:
+        """The world size: every process of the run, on every node."""
+        return self.num_nodes * self.num_devices
+
+    @property
+    def resolved_launcher(self) -> str:
+        return resolve_launcher(self.launcher, num_nodes=self.num_nodes, num_devices=self.num_devices)
 
 
 class TrackingSection(StrictModel):
@@ -291,10 +312,12 @@ def check_rules(cfg: JobConfig) -> list[FieldError]:
     spec = cfg.spec
     t = cfg.training
 
-    if get_builder(cfg.engine, spec.name) is None:
+    builder = get_builder(cfg.engine, spec.name)
+    if builder is None:
         others = engines_for(spec.name)
         errors.append(FieldError("engine", f"engine {cfg.engine!r} cannot train {spec.name}"
                                            + (f"; use {' or '.join(repr(e) for e in others)}" if others else "")))
+    errors.extend(_resource_rules(cfg, builder))
 
     if t.warmup_ratio and t.warmup_steps:
         errors.append(FieldError("training.warmup_steps", "set warmup_steps or warmup_ratio, not both"))
@@ -332,12 +355,42 @@ def check_rules(cfg: JobConfig) -> list[FieldError]:
     lora = cfg.model.lora
     if lora is not None and lora.quantization != "none" and cfg.resources.device == "cpu":
         errors.append(FieldError("model.lora.quantization", "QLoRA (4bit/8bit) needs a CUDA device"))
-    if cfg.resources.num_devices > 1 and cfg.resources.device == "cpu":
-        errors.append(FieldError("resources.num_devices", "multi-device training needs CUDA devices"))
     if "none" in cfg.tracking.report_to and len(cfg.tracking.report_to) > 1:
         errors.append(FieldError("tracking.report_to", "'none' cannot be combined with other trackers"))
 
     errors.extend(FieldError(p, r) for p, r in cfg.algorithm.check(cfg))
+    return errors
+
+
+def _resource_rules(cfg: JobConfig, builder) -> list[FieldError]:
+    """Processes, nodes and launchers (the cluster itself is checked by preflight)."""
+    import os
+
+    r = cfg.resources
+    errors: list[FieldError] = []
+    launcher = r.resolved_launcher
+    if r.world_size is not None and r.world_size != r.processes:
+        errors.append(FieldError("resources.world_size", f"must equal num_nodes x num_devices ({r.processes}), got "
+                                                         f"{r.world_size}"))
+    if r.device == "mps" and r.processes > 1:
+        errors.append(FieldError("resources.num_devices", "mps trains in one process (one Apple GPU): num_devices "
+                                                          "and num_nodes must be 1"))
+    if launcher == "local" and r.processes > 1:
+        errors.append(FieldError("resources.launcher", f"local runs one process, but num_nodes x num_devices = "
+                                                       f"{r.processes}: use torchrun (one node) or ray"))
+    elif launcher == "torchrun" and r.num_nodes > 1:
+        errors.append(FieldError("resources.launcher", "torchrun starts the processes of one node; num_nodes > 1 "
+                                                       "needs ray"))
+    elif launcher == "ray":
+        if not os.environ.get("TP_RAY_ADDRESS"):
+            errors.append(FieldError("resources.launcher", "ray needs a cluster: set TP_RAY_ADDRESS (host:port or "
+                                                           "ray://host:port), or tp train --ray-address"))
+        else:
+            errors.append(FieldError("resources.launcher", "the ray launcher is not available in this version yet: "
+                                                           "use torchrun on one node"))
+    if builder is not None and launcher not in builder.capabilities.launchers and launcher != "ray":
+        errors.append(FieldError("resources.launcher", f"{cfg.engine} {cfg.spec.name} runs under "
+                                                       f"{', '.join(builder.capabilities.launchers)}, not {launcher}"))
     return errors
 
 
@@ -430,8 +483,11 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
 
 
 def effective_config(cfg: JobConfig) -> dict:
-    """Every default filled in, as plain YAML-able data."""
-    return cfg.model_dump(mode="json")
+    """Every default filled in, as plain YAML-able data; the launcher resolved and the world size recorded."""
+    data = cfg.model_dump(mode="json")
+    data["resources"]["launcher"] = cfg.resources.resolved_launcher
+    data["resources"]["world_size"] = cfg.resources.processes
+    return data
 
 
 def json_schema() -> dict:

@@ -161,8 +161,9 @@ def _check_tokenizer(cfg: JobConfig, cache: dict) -> list[FieldError]:
 
 
 def _check_devices(cfg: JobConfig) -> list[FieldError]:
+    """This node's devices. Several CPU processes are fine (gloo); CUDA needs one device per process."""
     device, wanted = cfg.resources.device, cfg.resources.num_devices
-    if device == "cpu" and wanted == 1:
+    if device == "cpu":  # any number of CPU processes; fp16 / QLoRA on cpu are config rules (check_rules)
         return []
     import torch
 
@@ -170,8 +171,13 @@ def _check_devices(cfg: JobConfig) -> list[FieldError]:
     errors = []
     if device == "cuda" and available == 0:
         errors.append(FieldError("resources.device", "cuda was requested but no CUDA device is available"))
-    if wanted > 1 and wanted > available:
-        errors.append(FieldError("resources.num_devices", f"{wanted} devices requested, {available} available"))
+    mps = getattr(torch.backends, "mps", None)
+    if device == "mps" and not (mps is not None and mps.is_available()):
+        errors.append(FieldError("resources.device", "mps was requested but no Apple GPU (MPS) is available"))
+    uses_cuda = device == "cuda" or (device == "auto" and available > 0)
+    if uses_cuda and 0 < available < wanted:
+        errors.append(FieldError("resources.num_devices", f"{wanted} processes per node need {wanted} CUDA devices; "
+                                                          f"{available} available on this node"))
     if cfg.model.dtype == "fp16" and available == 0:
         errors.append(FieldError("model.dtype", "fp16 training needs a CUDA device; use fp32 or bf16"))
     if cfg.model.lora is not None and cfg.model.lora.quantization != "none":

@@ -115,6 +115,46 @@ def _stop_on_signals(stopper: StopSignal):
             signal.signal(sig, old)
 
 
+class RankFailed(RuntimeError):
+    """A rank of a multi-process run failed (the message names it)."""
+
+
+def _train_ranks(cfg, submitted: dict, run: RunDir, launcher: str, resume_from: Path | None, stopper: StopSignal,
+                 stop_at_step: int | None) -> tuple[int | None, str | None, dict]:
+    """Hand the run to the launcher's ranks; restart them from the last checkpoint after a rank failure when
+    `resources.max_restarts` allows (metric rows after that checkpoint dropped first: no step appears twice)."""
+    import shutil
+
+    from training_platform.training.launchers import torchrun
+    from training_platform.training.rank_main import LAUNCH_FILE, RESULT_FILE, ranks_dir
+
+    restarts = 0
+    can_resume = get_builder(cfg.engine, cfg.spec.name).capabilities.resume
+    while True:
+        shutil.rmtree(ranks_dir(run), ignore_errors=True)  # the last attempt's errors and result
+        ranks_dir(run).mkdir()
+        (ranks_dir(run) / LAUNCH_FILE).write_text(json.dumps({
+            "config": submitted, "resume_from": str(resume_from) if resume_from else None,
+            "stop_at_step": stop_at_step}))
+        outcome = torchrun.launch(run, nproc=cfg.resources.num_devices, stop=stopper)
+        if outcome.ok:
+            result = json.loads((ranks_dir(run) / RESULT_FILE).read_text())
+            # The ranks saw the STOP file; the reason is what reached the driver (SIGTERM, Ctrl-C, ...).
+            stopped = (stopper.reason or result["stopped"]) if result["stopped"] else None
+            return result["step"], stopped, result["summary"]
+        latest = run.latest_checkpoint()
+        if stopper.reason is None and restarts < cfg.resources.max_restarts and can_resume and latest is not None:
+            restarts += 1
+            step = int(latest.name.rsplit("_", 1)[-1])
+            dropped = run.truncate_metrics_after(step)
+            log.warning("%s: restarting every rank from %s (restart %d of %d; %d metric lines after it dropped)",
+                        outcome.message, latest.name, restarts, cfg.resources.max_restarts, dropped)
+            run.update_run_info(restarts=restarts, last_restart_reason=redact(outcome.message))
+            resume_from = latest
+            continue
+        raise RankFailed(outcome.message)
+
+
 def train(
     raw_config: dict,
     *,
@@ -124,10 +164,15 @@ def train(
     stop_at_step: int | None = None,
 ) -> RunResult:
     """Validate and run one training job. Raises ConfigError (nothing started) or TrainingFailed (run recorded)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # started as one of several ranks by an outside torchrun
+        raise ConfigError([FieldError("resources.launcher", "tp train starts its own processes: run it once (not "
+                                                            "under torchrun) with resources.num_devices / num_nodes")])
     overrides = list(overrides or [])
     loaded: dict = {}
-    cfg = validate_config(apply_overrides(raw_config, overrides), loaded=loaded)
+    submitted = apply_overrides(raw_config, overrides)
+    cfg = validate_config(submitted, loaded=loaded)
     effective = effective_config(cfg)
+    launcher = cfg.resources.resolved_launcher
 
     resume_from: Path | None = None
     if resume is not None:
@@ -175,16 +220,22 @@ def train(
             for field in ("data.train_file", "data.eval_file"):
                 if field in loaded:
                     run.record("dataset", loaded[field][2], field=field, format=loaded[field][1])
-            run.update_run_info(started_at=now_iso(), pid=os.getpid())
-            log.info("run dir: %s", run.path)
+            run.update_run_info(started_at=now_iso(), pid=os.getpid(), launcher=launcher,
+                                world_size=cfg.resources.processes, num_nodes=cfg.resources.num_nodes,
+                                processes_per_node=cfg.resources.num_devices)
+            log.info("run dir: %s (launcher %s, world size %d)", run.path, launcher, cfg.resources.processes)
 
             with _stop_on_signals(stopper):
-                try:
-                    result = get_engine(cfg.engine).train(cfg, run, loaded=loaded, resume_from=resume_from,
-                                                          stop=stopper, writer=writer, dist=dist)
-                    step, stopped, summary = result.step, result.stopped, result.summary
-                except TrainingStopped as stop:
-                    step, stopped, summary = run.read_run_info().get("step"), str(stop), {}
+                if launcher == "local":
+                    try:
+                        result = get_engine(cfg.engine).train(cfg, run, loaded=loaded, resume_from=resume_from,
+                                                              stop=stopper, writer=writer, dist=dist)
+                        step, stopped, summary = result.step, result.stopped, result.summary
+                    except TrainingStopped as stop:
+                        step, stopped, summary = run.read_run_info().get("step"), str(stop), {}
+                else:
+                    step, stopped, summary = _train_ranks(cfg, submitted, run, launcher, resume_from, stopper,
+                                                          stop_at_step)
             writer.flush()  # every checkpoint and final file hashed before the run is recorded as ended
 
             status = "stopped" if stopped else "succeeded"

@@ -43,6 +43,7 @@ from training_platform.db.models import (
 from training_platform.job_files import remove_job_files
 from training_platform.settings import Settings
 from training_platform.training.config import ConfigError
+from training_platform.training.launchers.status import distributed_info
 from training_platform.training.rundir import RunDir
 
 log = logging.getLogger("training_platform.api.jobs")
@@ -171,9 +172,11 @@ _LIST_COLUMNS = ([getattr(Job, name).label(name) for name in _LIST_PLAIN]
                  + [cast(getattr(Job, name), Text).label(name) for name in _LIST_JSON])
 
 
-@router.get("/{job_id}", response_model=schemas.JobRead)
+@router.get("/{job_id}", response_model=schemas.JobDetail)
 def get_job(job: VisibleJob, session: SessionDep):
-    return job_read(session, job)
+    """The job, and for training jobs its processes: launcher, nodes, world size, each rank's state."""
+    distributed = distributed_info(job.config, job.run_dir, job.status) if job.kind == "train" else None
+    return job_read(session, job, distributed=distributed)
 
 
 @router.get("/{job_id}/events", response_model=list[schemas.JobEventRead])

@@ -54,16 +54,17 @@ class GenerationParams(AlgorithmParams):
         errors: list[tuple[str, str]] = []
         t = cfg.training
         steps = self.steps_per_generation or t.gradient_accumulation_steps
-        generation_batch = t.per_device_batch_size * cfg.resources.num_devices * steps
+        world = cfg.resources.processes
+        generation_batch = t.per_device_batch_size * world * steps
         if generation_batch % self.num_generations:
             errors.append((
                 "algorithm.num_generations",
-                f"the generation batch (training.per_device_batch_size {t.per_device_batch_size} x "
-                f"resources.num_devices {cfg.resources.num_devices} x steps per generation {steps} = "
+                f"the generation batch (training.per_device_batch_size {t.per_device_batch_size} x world size "
+                f"{world} (num_nodes x num_devices) x steps per generation {steps} = "
                 f"{generation_batch}) must be divisible by num_generations ({self.num_generations})",
             ))
         if cfg.has_eval():
-            eval_batch = t.per_device_eval_batch_size * cfg.resources.num_devices
+            eval_batch = t.per_device_eval_batch_size * cfg.resources.processes
             if eval_batch % self.num_generations:
                 errors.append((
                     "training.per_device_eval_batch_size",

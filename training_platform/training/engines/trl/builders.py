@@ -11,6 +11,10 @@ from typing import TYPE_CHECKING
 
 from training_platform.training.engines import register_builder
 
+# Launchers a builder declares are the ones its losses were checked under (tests/integration/test_distributed.py:
+# world size 2 x batch B == one process x 2B); the others run as one process until they are.
+MULTI = ("local", "torchrun")
+
 if TYPE_CHECKING:  # pragma: no cover
     from training_platform.training.engines.trl.engine import TrainContext
 
@@ -25,7 +29,7 @@ def _generation_kwargs(params) -> dict:
     return params.model_dump(include=_GENERATION_FIELDS)
 
 
-@register_builder("trl", "sft")
+@register_builder("trl", "sft", launchers=MULTI)
 def build_sft(ctx: TrainContext):
     from trl import SFTConfig, SFTTrainer
 
@@ -43,7 +47,7 @@ def build_sft(ctx: TrainContext):
     )
 
 
-@register_builder("trl", "dpo")
+@register_builder("trl", "dpo", launchers=MULTI)
 def build_dpo(ctx: TrainContext):
     from trl import DPOConfig, DPOTrainer
 
@@ -105,7 +109,7 @@ def build_simpo(ctx: TrainContext):
     )
 
 
-@register_builder("trl", "grpo")
+@register_builder("trl", "grpo", launchers=MULTI)
 def build_grpo(ctx: TrainContext):
     from trl import GRPOConfig, GRPOTrainer
 

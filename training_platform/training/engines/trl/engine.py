@@ -8,6 +8,7 @@ and saves the final model. Metric rows and checkpoints go through the RunWriter;
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,12 +55,17 @@ class TrainContext:
         return {"dtype": self.torch_dtype, "trust_remote_code": self.cfg.model.trust_remote_code}
 
 
-def _use_cuda(cfg: JobConfig) -> bool:
-    if cfg.resources.device == "cpu":
-        return False
+def pick_device(cfg: JobConfig) -> str:
+    """`auto`: cuda, then mps (Apple GPU), then cpu. An explicit device was checked by preflight."""
+    wanted = cfg.resources.device
+    if wanted != "auto":
+        return wanted
     import torch
 
-    return torch.cuda.is_available()
+    if torch.cuda.is_available():
+        return "cuda"
+    mps = getattr(torch.backends, "mps", None)
+    return "mps" if mps is not None and mps.is_available() else "cpu"
 
 
 def _torch_dtype(cfg: JobConfig, cuda: bool):
@@ -71,8 +77,10 @@ def _torch_dtype(cfg: JobConfig, cuda: bool):
     return getattr(torch, DTYPES[name]), name
 
 
-def common_training_args(cfg: JobConfig, run: RunDir, *, cuda: bool, dtype_name: str) -> dict[str, Any]:
+def common_training_args(cfg: JobConfig, run: RunDir, *, device: str, dtype_name: str,
+                         world_size: int = 1) -> dict[str, Any]:
     """The config sections every algorithm shares, as TrainingArguments keywords."""
+    cuda = device == "cuda"
     t = cfg.training
     report_to = [r for r in cfg.tracking.report_to if r != "none"] or "none"
     warmup = t.warmup_steps if t.warmup_steps else t.warmup_ratio  # a float < 1 is a ratio in transformers 5
@@ -101,7 +109,12 @@ def common_training_args(cfg: JobConfig, run: RunDir, *, cuda: bool, dtype_name:
         report_to=report_to,
         run_name=cfg.tracking.run_name or run.path.name,
         logging_dir=str(run.path / "tensorboard"),
-        use_cpu=not cuda,
+        use_cpu=device == "cpu",
+        # Several ranks: gloo on CPU; the last uneven batch of an epoch is dropped, not padded by repeating rows
+        # (which would weigh them twice); the runner logs how many rows that leaves out.
+        ddp_backend=("nccl" if cuda else "gloo") if world_size > 1 else None,
+        ddp_find_unused_parameters=False if world_size > 1 else None,  # every parameter is used: no extra pass
+        dataloader_drop_last=world_size > 1,
         bf16=dtype_name == "bf16",
         fp16=dtype_name == "fp16",
         gradient_checkpointing=cfg.model.gradient_checkpointing,
@@ -161,7 +174,6 @@ class TRLEngine:
 
     def train(self, cfg: JobConfig, run: RunDir, *, loaded: dict, resume_from: Path | None, stop: StopSignal,
               writer: RunWriter, dist: DistContext) -> EngineResult:
-        import torch
         import transformers
         from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
@@ -169,13 +181,17 @@ class TRLEngine:
 
         spec = cfg.spec
         transformers.set_seed(cfg.training.seed)
-        cuda = _use_cuda(cfg)
+        device = pick_device(cfg)
+        cuda = device == "cuda"
         dtype, dtype_name = _torch_dtype(cfg, cuda)
         model_path, _ = resolve_model_ref(cfg.model.path)
-        log.info("engine=trl algorithm=%s model=%s device=%s dtype=%s", spec.name, model_path,
-                 "cuda" if cuda else "cpu", dtype_name)
-        if not cuda:
-            torch.set_num_threads(max(1, torch.get_num_threads()))
+        log.info("engine=trl algorithm=%s model=%s device=%s dtype=%s rank=%d/%d", spec.name, model_path, device,
+                 dtype_name, dist.rank, dist.world_size)
+        writer.update_run_info(device=device, dtype=dtype_name)
+        if device == "cpu" and dist.world_size > 1:
+            # accelerate names the device of a CPU rank `cpu:<local rank>`, and Trainer's resume then loads the
+            # optimizer with map_location="cpu:0", which torch cannot restore: every CPU rank uses plain "cpu".
+            os.environ["ACCELERATE_TORCH_DEVICE"] = "cpu"
 
         tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=cfg.model.trust_remote_code)
         if tokenizer.pad_token is None:
@@ -224,10 +240,19 @@ class TRLEngine:
         ctx = TrainContext(
             cfg=cfg, run=run, model_path=model_path, model=model, tokenizer=tokenizer,
             train_dataset=train_dataset, eval_dataset=eval_dataset,
-            common_args=common_training_args(cfg, run, cuda=cuda, dtype_name=dtype_name), callbacks=callbacks,
+            common_args=common_training_args(cfg, run, device=device, dtype_name=dtype_name,
+                                             world_size=dist.world_size), callbacks=callbacks,
             peft_config=_peft_config(cfg), reward_funcs=reward_funcs, reward_weights=reward_weights,
             world_size=dist.world_size, torch_dtype=dtype,
         )
+        if dist.world_size > 1 and writer.is_main:
+            global_batch = cfg.training.per_device_batch_size * dist.world_size
+            left = len(train_dataset) % global_batch
+            if left:
+                log.warning("%d training rows do not fill a last batch of %d (%d per rank x %d ranks): they are "
+                            "dropped each epoch, not padded", left, global_batch,
+                            cfg.training.per_device_batch_size, dist.world_size)
+                writer.update_run_info(rows_dropped_per_epoch=left)
         trainer = builder.build(ctx)
         if resume_from is not None:
             trainer.train(resume_from_checkpoint=str(resume_from))

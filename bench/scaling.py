@@ -1,0 +1,123 @@
+"""Does a second process help? The same SFT job on world size 1 (one process, global batch 2B) and world size 2
+(torchrun, B per rank, gloo on CPU), alternated in fresh `tp train` processes, reported side by side as ratios.
+
+Measured per run: samples/s inside the training loop (max_steps x global batch / `summary.train_runtime`, the
+Trainer's own clock), the wall and CPU seconds of the whole `tp train` process (torchrun start-up, each rank's
+imports, validation and dataset reading included), and the time from starting `tp train` to its first logged step
+(the first metrics.jsonl row's `ts`). Both sides compute the same global batch per step (the losses are checked
+equal to 1e-4 relative: tests/integration/test_distributed.py), so samples/s compares like with like.
+
+On a 2-core CPU machine two ranks share the cores one process already uses (torch's intra-op threads): the
+speed-up cannot approach 2x and the gradient all-reduce (gloo, over loopback) is extra work. On GPUs each rank has
+its own device and the all-reduce overlaps the backward pass (DDP buckets), which is where near-linear scaling comes
+from. Ray (world size 2 on 2 nodes) joins this bench when its launcher lands.
+
+    .venv/bin/python bench/scaling.py                  # 3 rounds x 60 steps -> bench/results/scaling.json
+    .venv/bin/python bench/scaling.py --rounds 5 --steps 100 --per-rank-batch 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (  # noqa: E402 - the bench dir is not a package
+    CONFIGS,
+    RESULTS_DIR,
+    bench_env,
+    fmt,
+    machine_info,
+    median,
+    prepare_demo,
+    print_table,
+    read_jsonl,
+    read_run_info,
+    run_measured,
+    tail,
+    tp_command,
+    write_json,
+)
+
+SETUPS = {  # name -> (processes, batch per process as a multiple of the per-rank batch)
+    "world 1 (local)": (1, 2),
+    "world 2 (torchrun)": (2, 1),
+}
+
+
+def one_run(name: str, base: Path, env: dict[str, str], steps: int, per_rank: int, index: int) -> dict[str, Any]:
+    processes, multiple = SETUPS[name]
+    run_dir = base / f"run-{index}-{processes}"
+    cmd = [*tp_command(), "train", str(CONFIGS / "sft_tiny.yaml"), "--output", str(run_dir),
+           "--set", f"training.max_steps={steps}", "--set", f"training.save_steps={steps}",
+           "--set", "training.logging_steps=10", "--set", "training.eval_steps=null", "--set", "data.eval_file=null",
+           "--set", "model.dtype=fp32", "--set", "resources.device=cpu",
+           "--set", f"resources.num_devices={processes}",
+           "--set", f"training.per_device_batch_size={per_rank * multiple}"]
+    started = time.time()
+    measured = run_measured(cmd, env, base / f"run-{index}-{processes}.log")
+    if measured["exit_code"] != 0:
+        raise SystemExit(f"{name}: tp train failed:\n{tail(base / f'run-{index}-{processes}.log', 30)}")
+    info = read_run_info(run_dir)
+    rows = read_jsonl(run_dir / "metrics.jsonl")
+    runtime = info["summary"]["train_runtime"]
+    samples = steps * per_rank * 2
+    result = {"setup": name, "world_size": info.get("world_size"), "launcher": info.get("launcher"),
+              "train_runtime_s": runtime, "samples_per_s": round(samples / runtime, 2),
+              "first_step_after_s": round(rows[0]["ts"] - started, 2) if rows else None,
+              "train_loss": info["summary"].get("train_loss"), **measured}
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="alternated rounds (each runs every setup once)")
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--per-rank-batch", type=int, default=16, help="B: world 2 runs B per rank, world 1 runs 2B")
+    parser.add_argument("--output", type=Path, default=RESULTS_DIR / "scaling.json")
+    args = parser.parse_args(argv)
+
+    base = Path(tempfile.mkdtemp(prefix="tp_scaling_"))
+    try:
+        data_dir = base / "data"
+        prepare_demo(data_dir, base)
+        env = bench_env(data_dir)
+        print(f"scaling: {args.rounds} rounds x {args.steps} steps, global batch {2 * args.per_rank_batch}", flush=True)
+        runs = []
+        for i in range(args.rounds):
+            for name in SETUPS if i % 2 == 0 else reversed(SETUPS):
+                r = one_run(name, base, env, args.steps, args.per_rank_batch, i)
+                print(f"[round {i + 1}] {name:19s} {r['samples_per_s']:8.1f} samples/s, first step after "
+                      f"{r['first_step_after_s']} s, wall {r['wall_seconds']} s, cpu {r['cpu_seconds']} s, "
+                      f"load {r['load_avg_1m_before']}", flush=True)
+                runs.append(r)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+    summary = {}
+    for name in SETUPS:
+        mine = [r for r in runs if r["setup"] == name]
+        summary[name] = {k: median([r[k] for r in mine]) for k in
+                         ("samples_per_s", "first_step_after_s", "wall_seconds", "cpu_seconds")}
+    base_name = next(iter(SETUPS))
+    rows = [[name, fmt(s["samples_per_s"], ".1f"), fmt(s["samples_per_s"] / summary[base_name]["samples_per_s"], ".3f"),
+             fmt(s["first_step_after_s"], ".1f"), fmt(s["wall_seconds"], ".1f"), fmt(s["cpu_seconds"], ".1f")]
+            for name, s in summary.items()]
+    print()
+    print_table(["setup", "samples/s (median)", "vs world 1", "first step after s", "wall s", "cpu s"], rows)
+    write_json(args.output, {"bench": "scaling", "machine": machine_info(), "rounds": args.rounds,
+                             "steps": args.steps, "per_rank_batch": args.per_rank_batch, "runs": runs,
+                             "median": summary})
+    print(f"\nwrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
