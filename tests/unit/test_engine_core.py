@@ -229,7 +229,11 @@ def test_resource_rules_name_the_field(monkeypatch):
     assert "set TP_RAY_ADDRESS" in _rule_errors(_sft(num_nodes=2))["resources.launcher"]
     assert "set TP_RAY_ADDRESS" in _rule_errors(_sft(launcher="ray"))["resources.launcher"]
     monkeypatch.setenv("TP_RAY_ADDRESS", "127.0.0.1:6379")
-    assert "not available in this version" in _rule_errors(_sft(launcher="ray"))["resources.launcher"]
+    assert _rule_errors(_sft(launcher="ray")) == {}
+    assert _rule_errors(_sft(num_nodes=2)) == {}  # auto -> ray
+    dpo = {"model": {"path": "demo/model"}, "data": {"train_file": "demo/data/preference.jsonl"},
+           "algorithm": {"name": "dpo"}, "resources": {"num_nodes": 2}}
+    assert _rule_errors(dpo)["resources.launcher"] == "trl dpo runs under local, torchrun, not ray"
     kto = {"model": {"path": "demo/model"}, "data": {"train_file": "demo/data/kto.jsonl"},
            "algorithm": {"name": "kto"}, "resources": {"num_devices": 2}}
     assert _rule_errors(kto)["resources.launcher"] == "trl kto runs under local, not torchrun"

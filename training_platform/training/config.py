@@ -385,10 +385,9 @@ def _resource_rules(cfg: JobConfig, builder) -> list[FieldError]:
         if not os.environ.get("TP_RAY_ADDRESS"):
             errors.append(FieldError("resources.launcher", "ray needs a cluster: set TP_RAY_ADDRESS (host:port or "
                                                            "ray://host:port), or tp train --ray-address"))
-        else:
-            errors.append(FieldError("resources.launcher", "the ray launcher is not available in this version yet: "
-                                                           "use torchrun on one node"))
-    if builder is not None and launcher not in builder.capabilities.launchers and launcher != "ray":
+        elif r.device == "mps":
+            errors.append(FieldError("resources.device", "mps runs one local process, not on a Ray cluster"))
+    if builder is not None and launcher not in builder.capabilities.launchers:
         errors.append(FieldError("resources.launcher", f"{cfg.engine} {cfg.spec.name} runs under "
                                                        f"{', '.join(builder.capabilities.launchers)}, not {launcher}"))
     return errors

@@ -21,6 +21,7 @@ class DistContext:
     node_rank: int = 0
     launcher: str = "local"
     backend: str | None = None  # set once the process group is initialised
+    owns_group: bool = False  # we created it (torchrun); Ray Train creates and destroys its own
 
     @property
     def is_main(self) -> bool:
@@ -53,6 +54,7 @@ class DistContext:
 
                 torch.cuda.set_device(self.local_rank)
             dist.init_process_group(backend=backend)
+            self.owns_group = True
         self.backend = dist.get_backend()
 
     def _tensor(self, value: int):
@@ -78,7 +80,7 @@ class DistContext:
             dist.barrier()
 
     def close(self) -> None:
-        if self.distributed:
+        if self.distributed and self.owns_group:
             import torch.distributed as dist
 
             if dist.is_initialized():

@@ -75,7 +75,10 @@ def run_rank(run_dir: Path, launcher: str) -> int:
         import torch
 
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        torch.set_num_threads(max(1, cores // max(1, dist.local_world_size)))
+        threads = max(1, cores // max(1, dist.local_world_size))
+        if launcher == "ray" and os.environ.get("OMP_NUM_THREADS", "").isdigit():
+            threads = max(1, int(os.environ["OMP_NUM_THREADS"]))  # Ray's share: the worker's CPUs
+        torch.set_num_threads(threads)
         loaded: dict = {}
         cfg = validate_config(launch["config"], loaded=loaded)
         device = "cuda" if cfg.resources.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
@@ -86,7 +89,8 @@ def run_rank(run_dir: Path, launcher: str) -> int:
         stop = StopSignal(run.stop_file, stop_at_step=launch.get("stop_at_step"), agree=dist.any)
         # SIGTERM (the launcher shutting down, or a Ray stop): ask for the agreed stop; the STOP file is the
         # driver's way and reaches every node through the shared run directory.
-        signal.signal(signal.SIGTERM, lambda signum, frame: stop.request_stop("SIGTERM"))
+        with suppress(ValueError):  # Ray Train runs this off the main thread: the STOP file is its way
+            signal.signal(signal.SIGTERM, lambda signum, frame: stop.request_stop("SIGTERM"))
         writer = RunWriter(run, rank=dist.rank, keep_last=cfg.training.keep_last_checkpoints)
         resume_from = Path(launch["resume_from"]) if launch.get("resume_from") else None
         try:

@@ -125,7 +125,7 @@ def _train_ranks(cfg, submitted: dict, run: RunDir, launcher: str, resume_from: 
     `resources.max_restarts` allows (metric rows after that checkpoint dropped first: no step appears twice)."""
     import shutil
 
-    from training_platform.training.launchers import torchrun
+    from training_platform.training.launchers import ray_train, torchrun
     from training_platform.training.rank_main import LAUNCH_FILE, RESULT_FILE, ranks_dir
 
     restarts = 0
@@ -136,7 +136,12 @@ def _train_ranks(cfg, submitted: dict, run: RunDir, launcher: str, resume_from: 
         (ranks_dir(run) / LAUNCH_FILE).write_text(json.dumps({
             "config": submitted, "resume_from": str(resume_from) if resume_from else None,
             "stop_at_step": stop_at_step}))
-        outcome = torchrun.launch(run, nproc=cfg.resources.num_devices, stop=stopper)
+        if launcher == "ray":
+            outcome = ray_train.launch(run, cfg=cfg, address=os.environ["TP_RAY_ADDRESS"], stop=stopper)
+            if outcome.returncode == 2:  # the cluster cannot run it: a clear error, not worth a restart
+                raise RankFailed(outcome.message)
+        else:
+            outcome = torchrun.launch(run, nproc=cfg.resources.num_devices, stop=stopper)
         if outcome.ok:
             result = json.loads((ranks_dir(run) / RESULT_FILE).read_text())
             # The ranks saw the STOP file; the reason is what reached the driver (SIGTERM, Ctrl-C, ...).

@@ -14,6 +14,7 @@ from training_platform.training.engines import register_builder
 # Launchers a builder declares are the ones its losses were checked under (tests/integration/test_distributed.py:
 # world size 2 x batch B == one process x 2B); the others run as one process until they are.
 MULTI = ("local", "torchrun")
+RAY = ("local", "torchrun", "ray")  # also checked on a 2-node Ray cluster (tests/integration/test_ray.py)
 
 if TYPE_CHECKING:  # pragma: no cover
     from training_platform.training.engines.trl.engine import TrainContext
@@ -29,7 +30,7 @@ def _generation_kwargs(params) -> dict:
     return params.model_dump(include=_GENERATION_FIELDS)
 
 
-@register_builder("trl", "sft", launchers=MULTI)
+@register_builder("trl", "sft", launchers=RAY)
 def build_sft(ctx: TrainContext):
     from trl import SFTConfig, SFTTrainer
 

@@ -1,0 +1,90 @@
+"""Training on a Ray cluster: a 2-node local cluster made here (`ray.cluster_utils.Cluster`, 1 CPU each, a small
+object store, no dashboard, loopback only) trains the same SFT job with the same losses as one process."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from _tp import EXAMPLES, train_records
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
+
+QUIET = ["--set", "training.logging_steps=1", "--set", "training.eval_steps=null", "--set", "data.eval_file=null",
+         "--set", "model.dtype=fp32", "--set", "resources.device=cpu"]
+# Ray resolves 127.0.0.1 to the machine's routable address unless told it is not a multi-machine setup; the test
+# cluster and its clients stay on loopback.
+LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    old = {k: os.environ.get(k) for k in LOOPBACK}
+    os.environ.update(LOOPBACK)
+    node = {"num_cpus": 1, "object_store_memory": 80 * 2**20, "node_ip_address": "127.0.0.1"}
+    cluster = ray_cluster_utils.Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+    try:
+        cluster.add_node(**node)
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        cluster.shutdown()
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def test_two_nodes_match_one_process(tp, tmp_path, ray_cluster):
+    assert ray_cluster.address.startswith("127.0.0.1:")
+    env = {**LOOPBACK, "TP_RAY_ADDRESS": ray_cluster.address}
+    common = [*QUIET, "--set", "training.max_steps=4", "--set", "training.save_steps=4"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    tp("train", EXAMPLES / "sft_tiny.yaml", "--output", one, *common, "--set", "training.per_device_batch_size=8",
+       check=0)
+    tp("train", EXAMPLES / "sft_tiny.yaml", "--output", two, *common, "--set", "training.per_device_batch_size=4",
+       "--set", "resources.num_nodes=2", env_extra=env, check=0, timeout=900)
+    a = [(r["step"], r["loss"]) for r in train_records(one)]
+    b = [(r["step"], r["loss"]) for r in train_records(two)]
+    assert [s for s, _ in b] == [1, 2, 3, 4]
+    assert [loss for _, loss in b] == pytest.approx([loss for _, loss in a], rel=1e-4)
+    info = json.loads((two / "run.json").read_text())
+    assert (info["status"], info["launcher"], info["world_size"], info["num_nodes"]) == ("succeeded", "ray", 2, 2)
+    assert (two / "checkpoints" / "step_000004" / "rng_state_1.pth").is_file()
+    tp("verify", two, check=0)
+
+
+def test_sigterm_stops_the_ray_workers_with_a_checkpoint(tp_env, tmp_path, ray_cluster):
+    import signal
+    import subprocess
+    import time
+
+    from _tp import REPO, TP, read_metrics
+
+    run = tmp_path / "run"
+    cmd = [*TP, "train", str(EXAMPLES / "sft_tiny.yaml"), "--output", str(run), *QUIET,
+           "--set", "training.max_steps=100000", "--set", "training.save_steps=100000",
+           "--set", "training.per_device_batch_size=4", "--set", "resources.num_nodes=2"]
+    env = {**tp_env, **LOOPBACK, "TP_RAY_ADDRESS": ray_cluster.address}
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 300
+        while not ((run / "metrics.jsonl").exists() and len(read_metrics(run)) >= 2):
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()
+            time.sleep(0.5)
+        started = time.time()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert time.time() - started < 30, "every worker stops within 30 s"
+    info = json.loads((run / "run.json").read_text())
+    assert info["status"] == "stopped" and info["stop_reason"] == "SIGTERM"
+    latest = (run / "checkpoints" / "latest").resolve()
+    assert latest.name == f"step_{info['step']:06d}" and (latest / "rng_state_1.pth").is_file()
