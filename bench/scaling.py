@@ -10,7 +10,8 @@ equal to 1e-4 relative: tests/integration/test_distributed.py), so samples/s com
 On a 2-core CPU machine two ranks share the cores one process already uses (torch's intra-op threads): the
 speed-up cannot approach 2x and the gradient all-reduce (gloo, over loopback) is extra work. On GPUs each rank has
 its own device and the all-reduce overlaps the backward pass (DDP buckets), which is where near-linear scaling comes
-from. Ray (world size 2 on 2 nodes) joins this bench when its launcher lands.
+from. World size 2 on Ray runs on a 2-node local cluster made by the bench (`ray.cluster_utils.Cluster`, 1 CPU per
+node, loopback only): both "nodes" share this machine, so it measures Ray's overhead, not a second machine.
 
     .venv/bin/python bench/scaling.py                  # 3 rounds x 60 steps -> bench/results/scaling.json
     .venv/bin/python bench/scaling.py --rounds 5 --steps 100 --per-rank-batch 16
@@ -19,6 +20,7 @@ from. Ray (world size 2 on 2 nodes) joins this bench when its launcher lands.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -45,21 +47,23 @@ from _common import (  # noqa: E402 - the bench dir is not a package
     write_json,
 )
 
-SETUPS = {  # name -> (processes, batch per process as a multiple of the per-rank batch)
-    "world 1 (local)": (1, 2),
-    "world 2 (torchrun)": (2, 1),
+SETUPS = {  # name -> (processes, batch per process as a multiple of the per-rank batch, extra overrides)
+    "world 1 (local)": (1, 2, []),
+    "world 2 (torchrun)": (2, 1, []),
+    "world 2 (ray, 2 nodes)": (2, 1, ["--set", "resources.num_nodes=2", "--set", "resources.num_devices=1"]),
 }
+LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # keep Ray on 127.0.0.1 (see tests/integration/test_ray.py)
 
 
 def one_run(name: str, base: Path, env: dict[str, str], steps: int, per_rank: int, index: int) -> dict[str, Any]:
-    processes, multiple = SETUPS[name]
+    processes, multiple, extra = SETUPS[name]
     run_dir = base / f"run-{index}-{processes}"
     cmd = [*tp_command(), "train", str(CONFIGS / "sft_tiny.yaml"), "--output", str(run_dir),
            "--set", f"training.max_steps={steps}", "--set", f"training.save_steps={steps}",
            "--set", "training.logging_steps=10", "--set", "training.eval_steps=null", "--set", "data.eval_file=null",
            "--set", "model.dtype=fp32", "--set", "resources.device=cpu",
            "--set", f"resources.num_devices={processes}",
-           "--set", f"training.per_device_batch_size={per_rank * multiple}"]
+           "--set", f"training.per_device_batch_size={per_rank * multiple}", *extra]
     started = time.time()
     measured = run_measured(cmd, env, base / f"run-{index}-{processes}.log")
     if measured["exit_code"] != 0:
@@ -85,10 +89,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     base = Path(tempfile.mkdtemp(prefix="tp_scaling_"))
+    os.environ.update(LOOPBACK)
+    from ray.cluster_utils import Cluster
+
+    node = {"num_cpus": 1, "object_store_memory": 80 * 2**20, "node_ip_address": "127.0.0.1"}
+    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
     try:
+        cluster.add_node(**node)
+        cluster.wait_for_nodes()
         data_dir = base / "data"
         prepare_demo(data_dir, base)
-        env = bench_env(data_dir)
+        env = bench_env(data_dir, TP_RAY_ADDRESS=cluster.address, **LOOPBACK)
         print(f"scaling: {args.rounds} rounds x {args.steps} steps, global batch {2 * args.per_rank_batch}", flush=True)
         runs = []
         for i in range(args.rounds):
@@ -99,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"load {r['load_avg_1m_before']}", flush=True)
                 runs.append(r)
     finally:
+        cluster.shutdown()
         shutil.rmtree(base, ignore_errors=True)
 
     summary = {}
