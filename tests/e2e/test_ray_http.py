@@ -1,0 +1,79 @@
+"""A job submitted over HTTP with `num_nodes: 2` runs on a Ray cluster (2 local nodes made here, loopback only) and
+can be cancelled there: `tp up` with TP_RAY_ADDRESS, the API validates the launcher, the worker's `tp train` drives
+Ray Train workers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from _e2e import running_tp_up
+from _e2e import wait as _wait
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
+REPO = Path(__file__).resolve().parents[2]
+LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # keep Ray on 127.0.0.1 (tests/integration/test_ray.py)
+
+
+@pytest.fixture(scope="module")
+def ray_platform(tmp_path_factory):
+    old = os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+    os.environ.update(LOOPBACK)
+    node = {"num_cpus": 1, "object_store_memory": 80 * 2**20, "node_ip_address": "127.0.0.1"}
+    cluster = ray_cluster_utils.Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+    try:
+        cluster.add_node(**node)
+        cluster.wait_for_nodes()
+        with running_tp_up(tmp_path_factory.mktemp("tp_up_ray"), TP_RAY_ADDRESS=cluster.address,
+                           **LOOPBACK) as platform:
+            yield platform
+    finally:
+        cluster.shutdown()
+        if old is None:
+            os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+        else:
+            os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = old
+
+
+def _config(max_steps: int) -> dict:
+    config = yaml.safe_load((REPO / "configs/examples/sft_tiny.yaml").read_text())
+    config["training"].update({"logging_steps": 1, "save_steps": max_steps, "max_steps": max_steps,
+                               "per_device_batch_size": 4})
+    config["training"].pop("eval_steps", None)
+    config["data"].pop("eval_file", None)
+    config["resources"] = {"num_nodes": 2, "device": "cpu"}
+    return config
+
+
+def _job(client, job_id) -> dict:
+    response = client.get(f"/jobs/{job_id}")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_a_two_node_job_succeeds_and_another_is_cancelled(ray_platform):
+    client, _ = ray_platform
+    response = client.post("/jobs", json={"name": "on ray", "config": _config(6)})
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+    final = _wait(lambda: (j := _job(client, job_id))["status"] in ("succeeded", "failed", "cancelled") and j,
+                  300, "the Ray job to finish", interval=0.5)
+    assert final["status"] == "succeeded", final
+    dist = final["distributed"]
+    assert (dist["launcher"], dist["num_nodes"], dist["world_size"]) == ("ray", 2, 2)
+    assert [r["state"] for r in dist["ranks"]] == ["finished", "finished"]
+    loss = client.get(f"/jobs/{job_id}/metrics", params={"names": "loss"}).json()["series"]["loss"]
+    assert [step for step, _ in loss] == list(range(1, 7))
+
+    job_id = client.post("/jobs", json={"name": "ray cancel", "config": _config(100000)}).json()["id"]
+    _wait(lambda: _job(client, job_id)["current_step"] >= 2, 300, "the Ray job to train a few steps", interval=0.5)
+    assert client.post(f"/jobs/{job_id}/cancel").status_code == 200
+    final = _wait(lambda: (j := _job(client, job_id))["status"] in ("cancelled", "failed", "succeeded") and j,
+                  120, "the Ray job to stop", interval=0.5)
+    assert final["status"] == "cancelled", final
+    checkpoints = [c for c in client.get(f"/jobs/{job_id}/checkpoints").json() if not c["removed"]]
+    assert checkpoints and checkpoints[-1]["step"] == final["current_step"]
