@@ -39,14 +39,14 @@ def ray_cluster():
                 os.environ[k] = v
 
 
-def test_two_nodes_match_one_process(tp, tmp_path, ray_cluster):
+@pytest.mark.parametrize("config", ["sft_tiny.yaml", "dpo_tiny.yaml"])
+def test_two_nodes_match_one_process(tp, tmp_path, ray_cluster, config):
     assert ray_cluster.address.startswith("127.0.0.1:")
     env = {**LOOPBACK, "TP_RAY_ADDRESS": ray_cluster.address}
     common = [*QUIET, "--set", "training.max_steps=4", "--set", "training.save_steps=4"]
     one, two = tmp_path / "one", tmp_path / "two"
-    tp("train", EXAMPLES / "sft_tiny.yaml", "--output", one, *common, "--set", "training.per_device_batch_size=8",
-       check=0)
-    tp("train", EXAMPLES / "sft_tiny.yaml", "--output", two, *common, "--set", "training.per_device_batch_size=4",
+    tp("train", EXAMPLES / config, "--output", one, *common, "--set", "training.per_device_batch_size=8", check=0)
+    tp("train", EXAMPLES / config, "--output", two, *common, "--set", "training.per_device_batch_size=4",
        "--set", "resources.num_nodes=2", env_extra=env, check=0, timeout=900)
     a = [(r["step"], r["loss"]) for r in train_records(one)]
     b = [(r["step"], r["loss"]) for r in train_records(two)]

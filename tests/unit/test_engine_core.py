@@ -231,9 +231,9 @@ def test_resource_rules_name_the_field(monkeypatch):
     monkeypatch.setenv("TP_RAY_ADDRESS", "127.0.0.1:6379")
     assert _rule_errors(_sft(launcher="ray")) == {}
     assert _rule_errors(_sft(num_nodes=2)) == {}  # auto -> ray
-    dpo = {"model": {"path": "demo/model"}, "data": {"train_file": "demo/data/preference.jsonl"},
-           "algorithm": {"name": "dpo"}, "resources": {"num_nodes": 2}}
-    assert _rule_errors(dpo)["resources.launcher"] == "trl dpo runs under local, torchrun, not ray"
+    grpo = {"model": {"path": "demo/model"}, "data": {"train_file": "demo/data/rl.jsonl"},
+            "algorithm": {"name": "grpo"}, "rewards": [{"name": "math_answer"}], "resources": {"num_nodes": 2}}
+    assert _rule_errors(grpo)["resources.launcher"] == "trl grpo runs under local, torchrun, not ray"
     kto = {"model": {"path": "demo/model"}, "data": {"train_file": "demo/data/kto.jsonl"},
            "algorithm": {"name": "kto"}, "resources": {"num_devices": 2}}
     assert _rule_errors(kto)["resources.launcher"] == "trl kto runs under local, not torchrun"

@@ -48,7 +48,7 @@ def build_sft(ctx: TrainContext):
     )
 
 
-@register_builder("trl", "dpo", launchers=MULTI)
+@register_builder("trl", "dpo", launchers=RAY)
 def build_dpo(ctx: TrainContext):
     from trl import DPOConfig, DPOTrainer
 
