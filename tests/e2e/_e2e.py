@@ -34,7 +34,7 @@ def wait(predicate, timeout: float, what: str, interval: float = 0.2):
 
 
 @contextlib.contextmanager
-def running_tp_up(data_dir: Path, **env_extra: str) -> Iterator[tuple[httpx.Client, Path]]:
+def running_tp_up(data_dir: Path, *args: str, **env_extra: str) -> Iterator[tuple[httpx.Client, Path]]:
     """`tp up` in `data_dir` with no REDIS_URL / DATABASE_URL (the embedded default), short heartbeat and schedule
     ticks, plus `env_extra`. Yields (an admin API client, the data dir); stops it (SIGTERM, then SIGKILL)."""
     port = free_port()
@@ -44,7 +44,7 @@ def running_tp_up(data_dir: Path, **env_extra: str) -> Iterator[tuple[httpx.Clie
     log_path = data_dir / "tp_up.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "training_platform.cli", "up", "--port", str(port),
-                                 "--grace", "30"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                                 "--grace", "30", *args], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
                                 start_new_session=True)
     base = f"http://127.0.0.1:{port}"
 

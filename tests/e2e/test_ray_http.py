@@ -77,3 +77,31 @@ def test_a_two_node_job_succeeds_and_another_is_cancelled(ray_platform):
     assert final["status"] == "cancelled", final
     checkpoints = [c for c in client.get(f"/jobs/{job_id}/checkpoints").json() if not c["removed"]]
     assert checkpoints and checkpoints[-1]["step"] == final["current_step"]
+
+
+def test_tp_up_ray_runs_a_local_head_that_trains_and_dies_with_it(tmp_path_factory):
+    """`tp up --ray`: a supervised Ray head (loopback, token auth) that jobs with `launcher: ray` run on; nothing of
+    it is left once tp up stops."""
+    import psutil
+
+    data_dir = tmp_path_factory.mktemp("tp_up_local_ray")
+    with running_tp_up(data_dir, "--ray") as (client, _):
+        token_file = data_dir / "ray" / "auth_token"
+        assert token_file.is_file() and (token_file.stat().st_mode & 0o777) == 0o600
+        config = _config(4)
+        config["resources"] = {"launcher": "ray", "num_devices": 2, "device": "cpu"}
+        response = client.post("/jobs", json={"name": "local ray", "config": config})
+        assert response.status_code == 201, response.text
+        job_id = response.json()["id"]
+        final = _wait(lambda: (j := _job(client, job_id))["status"] in ("succeeded", "failed", "cancelled") and j,
+                      300, "the job on the local Ray head", interval=0.5)
+        assert final["status"] == "succeeded", final
+        assert (final["distributed"]["launcher"], final["distributed"]["world_size"]) == ("ray", 2)
+        ray_procs = [p for p in psutil.process_iter(["cmdline"]) if "tp-ray-" in " ".join(p.info["cmdline"] or [])]
+        assert ray_procs, "the head's processes run with its private temp dir"
+        token = token_file.read_text()
+        logs = "".join(f.read_text(errors="replace") for f in data_dir.glob("*.log"))
+        assert token not in logs
+    gone = _wait(lambda: not [p for p in ray_procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], 60,
+                 "the Ray head's processes to stop with tp up")
+    assert gone

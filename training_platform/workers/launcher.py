@@ -87,6 +87,71 @@ def child_env(data_dir: Path, redis_url: str | None) -> dict[str, str]:
     return env
 
 
+# ---------------------------------------------------------------------------------------------- local Ray head
+
+
+@dataclass
+class LocalRayHead:
+    """`tp up --ray`: a Ray head on this machine for people with one machine who want the cluster path
+    (`resources.launcher: ray`). A supervised child like the others (`ray start --head --block`: its GCS, raylet and
+    agents share its process group, so stopping the group stops them). Loopback only, every port chosen free,
+    a private temp dir, token authentication on: the token is a file in the data dir (mode 0600) named to every
+    child by RAY_AUTH_TOKEN_PATH, never put in an environment value or a log."""
+
+    data_dir: Path
+    port: int
+    num_cpus: int
+    object_store_mb: int = 512
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def token_file(self) -> Path:
+        return self.data_dir / "ray" / "auth_token"
+
+    @property
+    def temp_dir(self) -> Path:
+        # Ray's socket paths must stay short (~107 bytes): not under a deep data dir.
+        return Path("/tmp") / f"tp-ray-{self.port}"
+
+    def env(self) -> dict[str, str]:
+        """What every child needs to reach it (and what ray start itself runs with)."""
+        return {"TP_RAY_ADDRESS": self.address, "RAY_AUTH_MODE": "token",
+                "RAY_AUTH_TOKEN_PATH": str(self.token_file),
+                # Ray would otherwise rewrite 127.0.0.1 to the machine's routable address.
+                "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
+    def argv(self) -> list[str]:
+        import secrets
+
+        self.token_file.parent.mkdir(parents=True, exist_ok=True)
+        if not self.token_file.is_file():
+            fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32))
+        ports = {flag: free_port() for flag in (
+            "--node-manager-port", "--object-manager-port", "--dashboard-agent-grpc-port",
+            "--dashboard-agent-listen-port", "--metrics-export-port", "--runtime-env-agent-port",
+            "--ray-client-server-port")}
+        low = free_port()
+        import shutil
+
+        sibling = Path(sys.executable).with_name("ray")
+        ray = str(sibling) if sibling.is_file() else shutil.which("ray") or "ray"
+        return [ray, "start", "--head", "--block", "--port", str(self.port),
+                "--node-ip-address", "127.0.0.1", "--temp-dir", str(self.temp_dir), "--num-cpus", str(self.num_cpus),
+                "--object-store-memory", str(self.object_store_mb * 2**20), "--include-dashboard", "false",
+                "--disable-usage-stats", "--min-worker-port", str(low), "--max-worker-port", str(min(low + 200, 65535)),
+                *(item for flag, port in ports.items() for item in (flag, str(port)))]
+
+    def ready(self) -> bool:
+        with socket.socket() as s:
+            s.settimeout(1)
+            return s.connect_ex(("127.0.0.1", self.port)) == 0
+
+
 # ---------------------------------------------------------------------------------------------- embedded Redis
 
 
@@ -398,9 +463,11 @@ class Supervisor:
                 _signal_group(left.pgid, signal.SIGKILL)
                 left.killed = True
 
-    def stop(self, grace_s: float, *, last: tuple[str, ...] = ("redis",), last_grace_s: float = 15.0) -> None:
+    def stop(self, grace_s: float, *, last: tuple[str, ...] = ("redis", "ray-head"),
+             last_grace_s: float = 15.0) -> None:
         """SIGTERM every child's group but `last`, wait up to `grace_s` (a worker first stops its training job with a
-        checkpoint and requeues it), SIGKILL what is left; then the same for `last` (the broker goes last)."""
+        checkpoint and requeues it), SIGKILL what is left; then the same for `last` (the broker and the Ray head go
+        last)."""
         for child in self.children.values():
             child.restart_at = None
         first = [name for name in self.children if name not in last]
@@ -456,7 +523,8 @@ def _group_has_live_members(pgid: int) -> bool:
     return False
 
 
-def run_platform(*, host: str, port: int, app: str, grace_s: float, api_workers: int = 1, echo=print) -> int:
+def run_platform(*, host: str, port: int, app: str, grace_s: float, api_workers: int = 1, ray: bool = False,
+                 echo=print) -> int:
     """`tp up`. Returns the exit code."""
     from training_platform.db.migrate import upgrade
     from training_platform.db.session import get_engine
@@ -484,8 +552,12 @@ def run_platform(*, host: str, port: int, app: str, grace_s: float, api_workers:
         stop_stale_redis(redis.pid_file, data_dir, echo=echo)
     else:
         echo(f"Redis: {_redact_url(settings.redis_url)}")
-    supervisor = Supervisor(child_env(data_dir, redis.url if redis else None), RestartPolicy.from_settings(settings),
-                            echo=echo, worker_grace_s=grace_s)
+    env = child_env(data_dir, redis.url if redis else None)
+    ray_head = None
+    if ray:
+        ray_head = LocalRayHead(data_dir, free_port(), num_cpus=default_api_workers())
+        env.update(ray_head.env())
+    supervisor = Supervisor(env, RestartPolicy.from_settings(settings), echo=echo, worker_grace_s=grace_s)
     stop_requested: list[int] = []
 
     def on_signal(signum, frame):
@@ -504,6 +576,16 @@ def run_platform(*, host: str, port: int, app: str, grace_s: float, api_workers:
                     return 1
                 time.sleep(0.1)
             echo(f"embedded Redis: {redis.url} (persisting to {redis.rdb_file})")
+        if ray_head is not None:
+            supervisor.add("ray-head", ray_head.argv())
+            proc = supervisor.start("ray-head")
+            deadline = time.monotonic() + 60
+            while not ray_head.ready():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    echo(f"error: the local Ray head did not start (see {ray_head.temp_dir}/session_latest/logs)")
+                    return 1
+                time.sleep(0.2)
+            echo(f"local Ray head: {ray_head.address} (token auth; jobs with resources.launcher ray run on it)")
         bootstrap(data_dir, echo=echo)
         get_engine().dispose()  # the children open their own connections
         supervisor.add("api", api_argv(host=host, port=port, app=app, workers=api_workers))
