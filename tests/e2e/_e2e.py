@@ -33,6 +33,12 @@ def wait(predicate, timeout: float, what: str, interval: float = 0.2):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def get_job(client: httpx.Client, job_id: int) -> dict:
+    response = client.get(f"/jobs/{job_id}")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
 @contextlib.contextmanager
 def running_tp_up(data_dir: Path, *args: str, **env_extra: str) -> Iterator[tuple[httpx.Client, Path]]:
     """`tp up` in `data_dir` with no REDIS_URL / DATABASE_URL (the embedded default), short heartbeat and schedule

@@ -8,6 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from _e2e import get_job as _job
 from _e2e import wait as _wait
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -21,12 +22,6 @@ def _config(**training) -> dict:
     config["training"].pop("eval_steps", None)
     config["data"].pop("eval_file", None)
     return config
-
-
-def _job(client, job_id) -> dict:
-    response = client.get(f"/jobs/{job_id}")
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def test_submit_train_watch_and_succeed(platform):

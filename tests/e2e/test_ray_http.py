@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _e2e import get_job as _job
 from _e2e import running_tp_up
 from _e2e import wait as _wait
 
@@ -47,12 +48,6 @@ def _config(max_steps: int) -> dict:
     config["data"].pop("eval_file", None)
     config["resources"] = {"num_nodes": 2, "device": "cpu"}
     return config
-
-
-def _job(client, job_id) -> dict:
-    response = client.get(f"/jobs/{job_id}")
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def test_a_two_node_job_succeeds_and_another_is_cancelled(ray_platform):

@@ -38,7 +38,7 @@ def error_file(run: RunDir, rank: int) -> Path:
 
 def _die_with_launcher() -> None:
     """A rank must not outlive the launcher that started it (SIGTERM when it dies, even by SIGKILL)."""
-    from training_platform.workers.procutil import PR_SET_PDEATHSIG, load_libc
+    from training_platform.procutil import PR_SET_PDEATHSIG, load_libc
 
     libc = load_libc()
     if libc is not None:

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from training_platform.workers.procutil import die_with_parent
+from training_platform.procutil import die_with_parent
 
 CELERY = [sys.executable, "-m", "celery", "-A", "training_platform.workers.celery_app"]
 DEFAULT_API_APP = "training_platform.api.app:app"
@@ -523,6 +523,16 @@ def _group_has_live_members(pgid: int) -> bool:
     return False
 
 
+def _started(proc: subprocess.Popen, ready: Callable[[], bool], timeout_s: float) -> bool:
+    """Wait until a service child answers (`ready`); False if it exits or does not answer in time."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def run_platform(*, host: str, port: int, app: str, grace_s: float, api_workers: int = 1, ray: bool = False,
                  echo=print) -> int:
     """`tp up`. Returns the exit code."""
@@ -568,23 +578,15 @@ def run_platform(*, host: str, port: int, app: str, grace_s: float, api_workers:
     try:
         if redis is not None:
             supervisor.add("redis", redis.argv(), on_start=redis.record_pid)
-            proc = supervisor.start("redis")
-            deadline = time.monotonic() + 30
-            while not redis.ready():
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    echo(f"error: the embedded Redis did not start (see {data_dir / 'redis.log'})")
-                    return 1
-                time.sleep(0.1)
+            if not _started(supervisor.start("redis"), redis.ready, 30):
+                echo(f"error: the embedded Redis did not start (see {data_dir / 'redis.log'})")
+                return 1
             echo(f"embedded Redis: {redis.url} (persisting to {redis.rdb_file})")
         if ray_head is not None:
             supervisor.add("ray-head", ray_head.argv())
-            proc = supervisor.start("ray-head")
-            deadline = time.monotonic() + 60
-            while not ray_head.ready():
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    echo(f"error: the local Ray head did not start (see {ray_head.temp_dir}/session_latest/logs)")
-                    return 1
-                time.sleep(0.2)
+            if not _started(supervisor.start("ray-head"), ray_head.ready, 60):
+                echo(f"error: the local Ray head did not start (see {ray_head.temp_dir}/session_latest/logs)")
+                return 1
             echo(f"local Ray head: {ray_head.address} (token auth; jobs with resources.launcher ray run on it)")
         bootstrap(data_dir, echo=echo)
         get_engine().dispose()  # the children open their own connections

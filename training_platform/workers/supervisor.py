@@ -48,10 +48,10 @@ from sqlmodel import Session, select
 from training_platform.db import crud
 from training_platform.db.models import Job, JobEvent, JobStatus, utcnow
 from training_platform.db.session import session_scope
+from training_platform.procutil import die_with_parent, load_libc
 from training_platform.settings import Settings, get_settings
 from training_platform.workers import gate
 from training_platform.workers.ingest import RunIngest
-from training_platform.workers.procutil import die_with_parent, load_libc
 
 log = logging.getLogger("training_platform.workers")
 
