@@ -249,8 +249,9 @@ class TRLEngine:
             global_batch = cfg.training.per_device_batch_size * dist.world_size
             left = len(train_dataset) % global_batch
             if left:
-                log.warning("%d training rows do not fill a last batch of %d (%d per rank x %d ranks): they are "
-                            "dropped each epoch, not padded", left, global_batch,
+                log.warning("%d training rows (counted before the trainer's own filtering) do not fill a last "
+                            "batch of %d (%d per rank x %d ranks): they are dropped each epoch, not padded", left,
+                            global_batch,
                             cfg.training.per_device_batch_size, dist.world_size)
                 writer.update_run_info(rows_dropped_per_epoch=left)
         trainer = builder.build(ctx)
