@@ -1,7 +1,7 @@
 // A small typed client for /api/v1: bearer token from localStorage, JSON in and out, FastAPI errors parsed into
 // a list of {loc, msg}. A 401 calls the handler set by the auth store (which shows the token prompt).
 import type {
-  Checkpoint, Dashboard, Dataset, IngestQueued, DatasetOperation, DatasetStats, DatasetVersion,
+  Checkpoint, Dashboard, RayCluster, Dataset, IngestQueued, DatasetOperation, DatasetStats, DatasetVersion,
   DatasetVersionDetail, Evaluation, EvaluationDetail, Job, JobEvent, Leaderboard, MetricsOut, Page, RowsPage, Sample,
   Schedule, User,
 } from './types'
@@ -157,6 +157,7 @@ export interface JobListQuery {
 export const api = {
   me: () => request<User>('GET', '/users/me'),
   dashboard: () => request<Dashboard>('GET', '/monitoring/dashboard'),
+  rayCluster: () => request<RayCluster>('GET', '/monitoring/ray'),
 
   listJobs: (q: JobListQuery = {}) =>
     request<Page<Job>>('GET', '/jobs', { query: { sort: '-created_at', ...q } as Record<string, QueryValue> }),

@@ -212,6 +212,32 @@ export interface Dashboard {
   gpus: GpuInfo[]
 }
 
+export interface RayResource {
+  total: number
+  used: number
+}
+
+export interface RayNode {
+  node_id: string
+  ip: string | null
+  state: string
+  is_head: boolean
+  resources: { CPU: RayResource; GPU: RayResource }
+}
+
+/** GET /monitoring/ray: `configured: false` when TP_RAY_ADDRESS is unset; address, nodes and dashboard for admins. */
+export interface RayCluster {
+  configured: boolean
+  checked_at?: string
+  error?: string | null
+  nodes_alive?: number
+  cpus?: RayResource
+  gpus?: RayResource
+  address?: string
+  dashboard_url?: string | null
+  nodes?: RayNode[]
+}
+
 export interface User {
   id: number
   name: string

@@ -307,6 +307,7 @@ ROUTES: dict[str, Case] = {
     "GET /api/v1/users": Case("admin", lambda o: Req("GET", f"{API}/users")),
     "GET /api/v1/monitoring/dashboard": Case("user", lambda o: Req("GET", f"{API}/monitoring/dashboard"),
                                              hidden="worker"),
+    "GET /api/v1/monitoring/ray": Case("user", lambda o: Req("GET", f"{API}/monitoring/ray")),
     "GET /api/v1/config/schema": Case("user", lambda o: Req("GET", f"{API}/config/schema")),
     # -- named endpoints: the operator's (admins write; every user lists names and models)
     "GET /api/v1/endpoints": Case("user", lambda o: Req("GET", f"{API}/endpoints")),

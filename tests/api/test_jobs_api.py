@@ -677,6 +677,26 @@ def test_monitoring_dashboard(api, jobs):
     assert isinstance(d["gpus"], list)
 
 
+def test_monitoring_ray_panel(api, monkeypatch):
+    """Unset: the panel says so. A cluster that does not answer: the admin sees why, a user only that it failed.
+    A real cluster is read in tests/e2e/test_ray_http.py."""
+    import socket
+
+    monkeypatch.delenv("TP_RAY_ADDRESS", raising=False)
+    assert api.get("/monitoring/ray").json() == {"configured": False}
+    assert "tp_ray_nodes 0.0" in api.client.get(f"{API}/metrics").text
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("TP_RAY_ADDRESS", f"127.0.0.1:{port}")
+    admin = api.get("/monitoring/ray", user="root").json()
+    assert admin["configured"] is True and "cannot be reached" in admin["error"]
+    user = api.get("/monitoring/ray").json()
+    assert user["error"] == "the Ray cluster cannot be read (an admin sees why)" and str(port) not in str(user)
+    text = api.client.get(f"{API}/metrics").text
+    assert "tp_ray_up 0.0" in text and 'tp_ray_cpus{state="total"} 0.0' in text
+
+
 def test_health_and_prometheus_metrics(api):
     r = api.client.get(f"{API}/health")
     assert r.status_code == 200 and r.json()["status"] == "ok"

@@ -63,6 +63,9 @@ def test_a_two_node_job_succeeds_and_another_is_cancelled(ray_platform):
     assert [r["state"] for r in dist["ranks"]] == ["finished", "finished"]
     loss = client.get(f"/jobs/{job_id}/metrics", params={"names": "loss"}).json()["series"]["loss"]
     assert [step for step, _ in loss] == list(range(1, 7))
+    cluster = client.get("/monitoring/ray").json()  # the monitoring page's Ray panel
+    assert (cluster["configured"], cluster["error"], cluster["nodes_alive"]) == (True, None, 2), cluster
+    assert cluster["cpus"]["total"] == 2 and [n["ip"] for n in cluster["nodes"]] == ["127.0.0.1", "127.0.0.1"]
 
     job_id = client.post("/jobs", json={"name": "ray cancel", "config": _config(100000)}).json()["id"]
     _wait(lambda: _job(client, job_id)["current_step"] >= 2, 300, "the Ray job to train a few steps", interval=0.5)
@@ -92,6 +95,8 @@ def test_tp_up_ray_runs_a_local_head_that_trains_and_dies_with_it(tmp_path_facto
                       300, "the job on the local Ray head", interval=0.5)
         assert final["status"] == "succeeded", final
         assert (final["distributed"]["launcher"], final["distributed"]["world_size"]) == ("ray", 2)
+        cluster = client.get("/monitoring/ray").json()  # read with the head's token, like the jobs
+        assert (cluster["error"], cluster["nodes_alive"], cluster["cpus"]["total"]) == (None, 1, 2), cluster
         ray_procs = [p for p in psutil.process_iter(["cmdline"]) if "tp-ray-" in " ".join(p.info["cmdline"] or [])]
         assert ray_procs, "the head's processes run with its private temp dir"
         token = token_file.read_text()
@@ -100,3 +105,23 @@ def test_tp_up_ray_runs_a_local_head_that_trains_and_dies_with_it(tmp_path_facto
     gone = _wait(lambda: not [p for p in ray_procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], 60,
                  "the Ray head's processes to stop with tp up")
     assert gone
+
+
+def test_the_overview_shows_the_ray_cluster(ray_platform, browser):
+    client, data_dir = ray_platform
+    root = str(client.base_url).removesuffix("/").removesuffix("/api/v1")
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(f"{root}/ui/#/")
+        page.get_by_test_id("token-input").fill((data_dir / "admin.token").read_text().strip())
+        page.get_by_test_id("token-save").click()
+        panel = page.get_by_test_id("ray-cluster")
+        panel.wait_for(timeout=30_000)
+        assert page.get_by_test_id("ray-nodes").locator(".stat-value").inner_text() == "2"
+        assert page.get_by_test_id("ray-cpus").locator(".stat-value").inner_text().endswith("/ 2")
+        assert page.get_by_test_id("ray-nodes-table").locator("tbody tr").count() == 2
+        assert "(head)" in page.get_by_test_id("ray-nodes-table").inner_text()
+        assert page.get_by_test_id("ray-dashboard").count() == 0  # the test cluster runs no dashboard
+    finally:
+        context.close()

@@ -5,7 +5,6 @@ loss chart and finish, then evaluate it from the UI and find it on the leaderboa
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -14,24 +13,6 @@ import yaml
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-UI_BUILT = (REPO / "training_platform/api/static/ui/index.html").is_file()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.skip("no Chromium here (apt-get install -y chromium; .ci/run installs it)")
-    if not UI_BUILT:
-        pytest.skip("the UI is not built (cd frontend && npm ci && npm run build)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-        yield browser
-        browser.close()
-
-
 @pytest.fixture
 def page(browser, platform):
     client, data_dir = platform

@@ -88,3 +88,26 @@ def test_sigterm_stops_the_ray_workers_with_a_checkpoint(tp_env, tmp_path, ray_c
     assert info["status"] == "stopped" and info["stop_reason"] == "SIGTERM"
     latest = (run / "checkpoints" / "latest").resolve()
     assert latest.name == f"step_{info['step']:06d}" and (latest / "rng_state_1.pth").is_file()
+
+
+def test_cluster_snapshot_and_preflight_know_the_cluster(tp, ray_cluster):
+    from training_platform.training.launchers import ray_cluster as status
+
+    snap = status.snapshot(ray_cluster.address)
+    assert "error" not in snap, snap
+    assert len(snap["nodes"]) == 2 and sum(n["is_head"] for n in snap["nodes"]) == 1
+    assert {n["ip"] for n in snap["nodes"]} == {"127.0.0.1"}, "the test cluster stays on loopback"
+    assert snap["totals"]["CPU"] == {"total": 2.0, "used": 0.0} and snap["totals"]["GPU"]["total"] == 0
+    assert snap["dashboard_url"] is None  # started without a dashboard
+
+    env = {**LOOPBACK, "TP_RAY_ADDRESS": ray_cluster.address}
+    validate = ("config", "validate", EXAMPLES / "sft_tiny.yaml", *QUIET)
+    out = tp(*validate, "--set", "resources.num_nodes=3", env_extra=env, check=2)
+    assert "resources.num_nodes: 3 nodes requested, the Ray cluster has 2 alive" in out.stderr + out.stdout
+    out = tp(*validate, "--set", "resources.num_nodes=2",
+             "--set", "resources.device=cuda", env_extra=env, check=2)
+    assert "resources.num_devices: 2 GPUs needed in all, the Ray cluster has 0" in out.stderr + out.stdout
+    tp(*validate, "--set", "resources.num_nodes=2", env_extra=env, check=0)
+    out = tp(*validate, "--set", "resources.num_nodes=2",
+             env_extra={**LOOPBACK, "TP_RAY_ADDRESS": "127.0.0.1:1"}, check=2)
+    assert "resources.launcher: the Ray cluster (TP_RAY_ADDRESS) cannot be reached" in out.stderr + out.stdout

@@ -311,3 +311,21 @@ def test_resolve_tp_rejects_unknown_commands_and_options():
         resolve_tp(["tp", "worker", "--queue", "train"])
     with pytest.raises(typer.BadParameter):
         resolve_tp(["tp", "api", "--port", "eighty"])
+
+
+def test_ray_profile_runs_a_head_and_scalable_workers_on_the_shared_volume(services):
+    head, worker = services["ray-head"], services["ray-worker"]
+    assert head["profiles"] == worker["profiles"] == ["ray"], "Ray starts only with --profile ray"
+    assert head["image"] == worker["image"] == services["api"]["image"], "nodes run the training code's image"
+    head_argv, worker_argv = argv_of(head["command"]), argv_of(worker["command"])
+    assert head_argv[:4] == ["ray", "start", "--head", "--block"] and "--block" in worker_argv
+    port = next(a.split("=", 1)[1] for a in head_argv if a.startswith("--port="))
+    assert f"--address=ray-head:{port}" in worker_argv
+    assert "replicas" not in worker.get("deploy", {}) and "container_name" not in worker, "scalable"
+    for node in (head, worker):
+        assert "tp-data:/data" in node["volumes"], "every node sees the run directories"
+        env = env_of(node)
+        assert env["RAY_AUTH_MODE"] == "token" and SECRET_REF.fullmatch(env["RAY_AUTH_TOKEN"])
+    assert all(str(p).startswith("127.0.0.1:") for p in head.get("ports", [])), "dashboard on loopback only"
+    platform_env = env_of(services["worker"])
+    assert SECRET_REF.fullmatch(platform_env["TP_RAY_ADDRESS"]) and SECRET_REF.fullmatch(platform_env["RAY_AUTH_TOKEN"])

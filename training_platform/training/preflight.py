@@ -7,6 +7,7 @@ problem listed, never half way through a run.
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 from typing import Any
 
@@ -161,8 +162,16 @@ def _check_tokenizer(cfg: JobConfig, cache: dict) -> list[FieldError]:
 
 
 def _check_devices(cfg: JobConfig) -> list[FieldError]:
-    """This node's devices. Several CPU processes are fine (gloo); CUDA needs one device per process."""
+    """This node's devices, or the Ray cluster's. Several CPU processes are fine (gloo); CUDA needs one device per
+    process."""
     device, wanted = cfg.resources.device, cfg.resources.num_devices
+    address = os.environ.get("TP_RAY_ADDRESS")
+    if cfg.resources.resolved_launcher == "ray" and address:  # no address: a config rule already says so
+        from training_platform.training.launchers import ray_cluster
+
+        r = cfg.resources
+        return [FieldError(field, reason) for field, reason in ray_cluster.check(
+            address, num_nodes=r.num_nodes, num_devices=r.num_devices, use_gpu=device == "cuda")]
     if device == "cpu":  # any number of CPU processes; fp16 / QLoRA on cpu are config rules (check_rules)
         return []
     import torch

@@ -8,6 +8,7 @@ import logging
 import os
 from datetime import timedelta
 from importlib import metadata
+from pathlib import Path
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
@@ -73,9 +74,10 @@ class PlatformCollector:
     """Figures read at scrape time (the database is the queue of record; the broker for its list lengths). Aggregates
     only: no user or job names, no per-user counts."""
 
-    def __init__(self, heartbeat_timeout_s: float, ray_address: str | None) -> None:
+    def __init__(self, heartbeat_timeout_s: float, ray_address: str | None, data_path: Path) -> None:
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.ray_address = ray_address
+        self.data_path = data_path
 
     def collect(self):
         from prometheus_client.core import GaugeMetricFamily
@@ -124,9 +126,28 @@ class PlatformCollector:
             for queue, count in lengths.items():
                 messages.add_metric([queue], count)
             yield messages
-        if not self.ray_address:
-            yield GaugeMetricFamily("tp_ray_nodes", "Ray nodes (0: no Ray cluster configured, TP_RAY_ADDRESS "
-                                    "unset).", value=0)
+        yield from self._ray()
+
+    def _ray(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        snap = None
+        if self.ray_address:
+            from training_platform.training.launchers import ray_cluster
+
+            snap = ray_cluster.cached_snapshot(self.ray_address, self.data_path / "ray")
+        yield GaugeMetricFamily("tp_ray_up", "Whether the Ray cluster of TP_RAY_ADDRESS answered (0 when unset).",
+                                value=int(snap is not None and "error" not in snap))
+        nodes = [n for n in (snap or {}).get("nodes", []) if n["state"] != "DEAD"]
+        yield GaugeMetricFamily("tp_ray_nodes", "Alive Ray nodes (0: no Ray cluster configured, TP_RAY_ADDRESS "
+                                "unset, or it did not answer).", value=len(nodes))
+        for name in ("CPU", "GPU"):
+            family = GaugeMetricFamily(f"tp_ray_{name.lower()}s", f"{name}s of the Ray cluster: total and in use.",
+                                       labels=["state"])
+            figures = (snap or {}).get("totals", {}).get(name, {"total": 0.0, "used": 0.0})
+            family.add_metric(["total"], figures["total"])
+            family.add_metric(["used"], figures["used"])
+            yield family
 
 
 def _authorized(request: Request, token: str | None) -> bool:
@@ -146,6 +167,7 @@ def prometheus_metrics(request: Request, settings: SettingsDep):
     if not _authorized(request, settings.metrics_token):
         return JSONResponse({"detail": "a valid metrics token is required (Authorization: Bearer ...)"},
                             status_code=401, headers={"WWW-Authenticate": "Bearer"})
-    collector = PlatformCollector(settings.heartbeat_timeout_s, os.environ.get("TP_RAY_ADDRESS"))
+    collector = PlatformCollector(settings.heartbeat_timeout_s, os.environ.get("TP_RAY_ADDRESS"),
+                                  settings.data_path)
     body, content_type = telemetry.render((collector,))
     return Response(body, media_type=content_type)

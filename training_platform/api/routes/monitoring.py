@@ -2,11 +2,12 @@
 
 Admins see everything. A plain user sees their own jobs by status, the queue depths and worker counts (aggregate
 figures), the workers busy with their own jobs, and the host without server paths: other users' job ids, worker
-names and paths only for admins."""
+names and paths only for admins. `/monitoring/ray` shows the Ray cluster when TP_RAY_ADDRESS is set."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import os
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi import APIRouter
@@ -97,3 +98,27 @@ def dashboard(session: SessionDep, user: CurrentUser, settings: SettingsDep) -> 
         "system": system_info(settings.data_path, show_path=user.is_admin),
         "gpus": gpu_info(),
     }
+
+
+@router.get("/ray")
+def ray_cluster(user: CurrentUser, settings: SettingsDep) -> dict[str, Any]:
+    """The Ray cluster of TP_RAY_ADDRESS: nodes, CPUs and GPUs (total and in use), and its dashboard when it runs.
+    Read from the cluster's GCS at most every 10 s for all API processes (see launchers/ray_cluster.py). Everyone
+    sees the figures; node addresses, the cluster address, the dashboard link and the error's detail are for admins."""
+    address = os.environ.get("TP_RAY_ADDRESS")
+    if not address:
+        return {"configured": False}
+    from training_platform.training.launchers import ray_cluster as status
+
+    snap = status.cached_snapshot(address, settings.data_path / "ray")
+    out: dict[str, Any] = {"configured": True, "checked_at": datetime.fromtimestamp(snap["checked_at"], UTC),
+                           "error": None}
+    if "error" in snap:
+        out["error"] = snap["error"] if user.is_admin else "the Ray cluster cannot be read (an admin sees why)"
+        return out
+    nodes = snap["nodes"]
+    out.update(nodes_alive=sum(n["state"] != "DEAD" for n in nodes),
+               cpus=snap["totals"]["CPU"], gpus=snap["totals"]["GPU"])
+    if user.is_admin:
+        out.update(address=address, dashboard_url=snap["dashboard_url"], nodes=nodes)
+    return out

@@ -65,24 +65,18 @@ def _rank_entry(config: dict[str, Any]) -> None:
         raise RuntimeError(f"rank {rank} failed: {message}")
 
 
-def _cluster_check(world: int, cfg) -> tuple[int, str | None]:
-    """CPUs to give each worker, or the reason the cluster cannot run the job."""
+def _cluster_check(cfg) -> tuple[int, str | None]:
+    """CPUs to give each worker, or the reason the cluster (joined) cannot run the job: the preflight rule again,
+    for ray:// addresses and for a cluster that changed since."""
     import ray
 
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    from training_platform.training.launchers.ray_cluster import plan_workers
+
+    nodes = [{"resources": {name: {"total": float(n["Resources"].get(name, 0))} for name in ("CPU", "GPU")}}
+             for n in ray.nodes() if n.get("Alive")]
     r = cfg.resources
-    if len(nodes) < r.num_nodes:
-        return 0, f"resources.num_nodes: {r.num_nodes} nodes requested, the Ray cluster has {len(nodes)} alive"
-    total = ray.cluster_resources()
-    use_gpu = cfg.resources.device == "cuda"
-    if use_gpu and total.get("GPU", 0) < world:
-        return 0, f"resources.num_devices: {world} GPUs needed in all, the Ray cluster has {total.get('GPU', 0):g}"
-    per_node = min(int(n["Resources"].get("CPU", 0)) for n in nodes)
-    cpus = max(1, per_node // r.num_devices) if not use_gpu else 1
-    if total.get("CPU", 0) < world * cpus:
-        return 0, f"resources.num_devices: {world} workers need {world * cpus} CPUs, the cluster has " \
-                  f"{total.get('CPU', 0):g}"
-    return cpus, None
+    cpus, problems = plan_workers(nodes, num_nodes=r.num_nodes, num_devices=r.num_devices, use_gpu=r.device == "cuda")
+    return cpus, "; ".join(f"{field}: {reason}" for field, reason in problems) or None
 
 
 def launch(run: RunDir, *, cfg, address: str, stop: StopSignal) -> LaunchOutcome:
@@ -104,7 +98,7 @@ def launch(run: RunDir, *, cfg, address: str, stop: StopSignal) -> LaunchOutcome
             signal.signal(sig, handler)
     holder: dict[str, Any] = {}
     try:
-        cpus, problem = _cluster_check(world, cfg)
+        cpus, problem = _cluster_check(cfg)
         if problem:
             return LaunchOutcome(2, None, problem)
         use_gpu = cfg.resources.device == "cuda"
