@@ -7,6 +7,10 @@ imports, validation and dataset reading included), and the time from starting `t
 (the first metrics.jsonl row's `ts`). Both sides compute the same global batch per step (the losses are checked
 equal to 1e-4 relative: tests/integration/test_distributed.py), so samples/s compares like with like.
 
+Then through the platform: `tp up` (embedded default, TP_RAY_ADDRESS at the same cluster), each setup's job POSTed
+to /api/v1/jobs, timed until the API reports its first step (queue, worker pickup, the `tp train` child,
+validation, the launcher, the model load and one step), then cancelled before the next.
+
 On a 2-core CPU machine two ranks share the cores one process already uses (torch's intra-op threads): the
 speed-up cannot approach 2x and the gradient all-reduce (gloo, over loopback) is extra work. On GPUs each rank has
 its own device and the all-reduce overlaps the backward pass (DDP buckets), which is where near-linear scaling comes
@@ -14,7 +18,7 @@ from. World size 2 on Ray runs on a 2-node local cluster made by the bench (`ray
 node, loopback only): both "nodes" share this machine, so it measures Ray's overhead, not a second machine.
 
     .venv/bin/python bench/scaling.py                  # 3 rounds x 60 steps -> bench/results/scaling.json
-    .venv/bin/python bench/scaling.py --rounds 5 --steps 100 --per-rank-batch 16
+    .venv/bin/python bench/scaling.py --rounds 5 --steps 100 --per-rank-batch 16 --platform-rounds 3
 """
 
 from __future__ import annotations
@@ -28,13 +32,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))  # `tp up` as the e2e tests run it
 
 from _common import (  # noqa: E402 - the bench dir is not a package
     CONFIGS,
     RESULTS_DIR,
     bench_env,
     fmt,
+    fresh_dir,
     machine_info,
     median,
     prepare_demo,
@@ -46,6 +54,7 @@ from _common import (  # noqa: E402 - the bench dir is not a package
     tp_command,
     write_json,
 )
+from _e2e import running_tp_up, wait  # noqa: E402
 
 SETUPS = {  # name -> (processes, batch per process as a multiple of the per-rank batch, extra overrides)
     "world 1 (local)": (1, 2, []),
@@ -80,11 +89,53 @@ def one_run(name: str, base: Path, env: dict[str, str], steps: int, per_rank: in
     return result
 
 
+def _job_config(name: str, per_rank: int) -> dict[str, Any]:
+    processes, multiple, extra = SETUPS[name]
+    config = yaml.safe_load((CONFIGS / "sft_tiny.yaml").read_text())
+    config["training"].update(max_steps=100000, save_steps=100000, logging_steps=1,
+                              per_device_batch_size=per_rank * multiple)
+    config["training"].pop("eval_steps", None)
+    config["data"].pop("eval_file", None)
+    config["model"]["dtype"] = "fp32"
+    config["resources"] = {"device": "cpu", "num_devices": processes}
+    if "resources.num_nodes=2" in extra:
+        config["resources"].update(num_nodes=2, num_devices=1)
+    return config
+
+
+def post_to_first_step(base: Path, address: str, rounds: int, per_rank: int) -> list[dict[str, Any]]:
+    """Seconds from POST /jobs to the API showing step 1, per setup, through `tp up`."""
+    runs = []
+    with running_tp_up(fresh_dir(base / "platform"), TP_RAY_ADDRESS=address, **LOOPBACK) as (client, _):
+        for i in range(rounds):
+            for name in SETUPS if i % 2 == 0 else reversed(SETUPS):
+                started = time.monotonic()
+                response = client.post("/jobs", json={"name": f"scaling {name}", "config": _job_config(name, per_rank)})
+                if response.status_code != 201:
+                    raise SystemExit(f"{name}: POST /jobs answered {response.status_code}: {response.text}")
+                job_id = response.json()["id"]
+
+                def job(job_id: int = job_id) -> dict[str, Any]:
+                    return client.get(f"/jobs/{job_id}").json()
+
+                first = wait(lambda: (j := job())["current_step"] >= 1 or j["status"] in ("failed", "cancelled"),
+                             600, f"{name}: the first step", interval=0.1)
+                seconds = time.monotonic() - started
+                if job()["status"] in ("failed", "cancelled"):
+                    raise SystemExit(f"{name}: the job ended before its first step: {job().get('error')}")
+                client.post(f"/jobs/{job_id}/cancel")
+                wait(lambda: job()["status"] in ("cancelled", "failed", "succeeded"), 180, f"{name}: the cancel")
+                print(f"[platform round {i + 1}] {name:22s} POST -> first step {seconds:5.1f} s", flush=True)
+                runs.append({"setup": name, "post_to_first_step_s": round(seconds, 2), "ok": bool(first)})
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="alternated rounds (each runs every setup once)")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--per-rank-batch", type=int, default=16, help="B: world 2 runs B per rank, world 1 runs 2B")
+    parser.add_argument("--platform-rounds", type=int, default=2, help="rounds of POST -> first step (0: skip)")
     parser.add_argument("--output", type=Path, default=RESULTS_DIR / "scaling.json")
     args = parser.parse_args(argv)
 
@@ -109,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['first_step_after_s']} s, wall {r['wall_seconds']} s, cpu {r['cpu_seconds']} s, "
                       f"load {r['load_avg_1m_before']}", flush=True)
                 runs.append(r)
+        platform_runs = post_to_first_step(base, cluster.address, args.platform_rounds, args.per_rank_batch) \
+            if args.platform_rounds else []
     finally:
         cluster.shutdown()
         shutil.rmtree(base, ignore_errors=True)
@@ -118,14 +171,18 @@ def main(argv: list[str] | None = None) -> int:
         mine = [r for r in runs if r["setup"] == name]
         summary[name] = {k: median([r[k] for r in mine]) for k in
                          ("samples_per_s", "first_step_after_s", "wall_seconds", "cpu_seconds")}
+        summary[name]["post_to_first_step_s"] = median([r["post_to_first_step_s"] for r in platform_runs
+                                                        if r["setup"] == name])
     base_name = next(iter(SETUPS))
     rows = [[name, fmt(s["samples_per_s"], ".1f"), fmt(s["samples_per_s"] / summary[base_name]["samples_per_s"], ".3f"),
-             fmt(s["first_step_after_s"], ".1f"), fmt(s["wall_seconds"], ".1f"), fmt(s["cpu_seconds"], ".1f")]
-            for name, s in summary.items()]
+             fmt(s["first_step_after_s"], ".1f"), fmt(s["post_to_first_step_s"], ".1f"), fmt(s["wall_seconds"], ".1f"),
+             fmt(s["cpu_seconds"], ".1f")] for name, s in summary.items()]
     print()
-    print_table(["setup", "samples/s (median)", "vs world 1", "first step after s", "wall s", "cpu s"], rows)
+    print_table(["setup", "samples/s (median)", "vs world 1", "first step after s (tp train)",
+                 "POST -> first step s", "wall s", "cpu s"], rows)
     write_json(args.output, {"bench": "scaling", "machine": machine_info(), "rounds": args.rounds,
                              "steps": args.steps, "per_rank_batch": args.per_rank_batch, "runs": runs,
+                             "platform_runs": platform_runs,
                              "median": summary})
     print(f"\nwrote {args.output}")
     return 0

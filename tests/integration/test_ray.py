@@ -111,3 +111,40 @@ def test_cluster_snapshot_and_preflight_know_the_cluster(tp, ray_cluster):
     out = tp(*validate, "--set", "resources.num_nodes=2",
              env_extra={**LOOPBACK, "TP_RAY_ADDRESS": "127.0.0.1:1"}, check=2)
     assert "resources.launcher: the Ray cluster (TP_RAY_ADDRESS) cannot be reached" in out.stderr + out.stdout
+
+
+@pytest.mark.parametrize("restarts", [0, 1])
+def test_a_killed_ray_worker_fails_the_run_naming_its_rank_or_is_restarted(tp_env, tmp_path, ray_cluster, restarts):
+    import re
+    import signal
+    import subprocess
+    import time
+
+    from _tp import REPO, TP, read_metrics
+
+    run = tmp_path / "run"
+    cmd = [*TP, "train", str(EXAMPLES / "sft_tiny.yaml"), "--output", str(run), *QUIET,
+           "--set", f"training.max_steps={100000 if restarts == 0 else 12}", "--set", "training.save_steps=2",
+           "--set", "training.per_device_batch_size=4", "--set", "resources.num_nodes=2",
+           "--set", f"resources.max_restarts={restarts}"]
+    env = {**tp_env, **LOOPBACK, "TP_RAY_ADDRESS": ray_cluster.address}
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 300
+        while not ((run / "checkpoints" / "latest").exists() and len(read_metrics(run)) >= 3):
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()
+            time.sleep(0.2)
+        pid = int(re.search(r"rank 1/2 \(.*pid (\d+)\)", (run / "ranks" / "rank_1.log").read_text())[1])
+        os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    info = json.loads((run / "run.json").read_text())
+    if restarts == 0:
+        assert proc.returncode == 1, err[-3000:]
+        assert info["status"] == "failed" and "rank 1 died" in info["error"], info["error"]
+    else:
+        assert proc.returncode == 0, err[-3000:]
+        assert info["status"] == "succeeded" and info["restarts"] == 1 and "rank 1 died" in info["last_restart_reason"]
+        assert [r["step"] for r in train_records(run)] == list(range(1, 13)), "each step once across the restart"

@@ -83,9 +83,9 @@ def run_rank(run_dir: Path, launcher: str) -> int:
         cfg = validate_config(launch["config"], loaded=loaded)
         device = "cuda" if cfg.resources.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
         dist.init(device)
-        log.info("rank %d/%d (local %d/%d, node %d) on %s, backend %s, %d torch threads", dist.rank,
-                 dist.world_size, dist.local_rank, dist.local_world_size, dist.node_rank, device, dist.backend,
-                 torch.get_num_threads())
+        log.info("rank %d/%d (local %d/%d, node %d, pid %d) on %s, backend %s, %d torch threads", dist.rank,
+                 dist.world_size, dist.local_rank, dist.local_world_size, dist.node_rank, os.getpid(), device,
+                 dist.backend, torch.get_num_threads())
         stop = StopSignal(run.stop_file, stop_at_step=launch.get("stop_at_step"), agree=dist.any)
         # SIGTERM (the launcher shutting down, or a Ray stop): ask for the agreed stop; the STOP file is the
         # driver's way and reaches every node through the shared run directory.

@@ -141,6 +141,21 @@ def launch(run: RunDir, *, cfg, address: str, stop: StopSignal) -> LaunchOutcome
 
 
 def _failure(run: RunDir, world: int, error: BaseException | None) -> LaunchOutcome:
+    """The rank to blame: one whose worker process died (it wrote nothing; the others then fail on the broken
+    process group, which is not their fault), else the first rank that recorded an error."""
+    from ray.exceptions import RayActorError
+
+    failures = getattr(error, "worker_failures", None) or {}
+    died = {}
+    for rank, exc in failures.items():  # Ray Train's health check wraps the actor's death
+        cause = getattr(exc, "health_check_failure", exc)
+        if isinstance(cause, RayActorError):
+            died[rank] = cause
+    if died:
+        rank = min(died)
+        lines = [line.strip() for line in str(died[rank]).splitlines() if line.strip()]
+        why = next((line for line in lines if "SIG" in line or "exit" in line.lower()), lines[0] if lines else "")[:300]
+        return LaunchOutcome(1, rank, f"rank {rank} died: {type(died[rank]).__name__}: {why}"[:2000])
     errors = {}
     for rank in range(world):
         with contextlib.suppress(OSError, ValueError):
