@@ -21,7 +21,7 @@ RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
 COPY constraints.txt pyproject.toml README.md ./
 COPY training_platform ./training_platform
 COPY configs ./configs
-RUN pip install -c constraints.txt . \
+RUN pip install -c constraints.txt '.[verl]' \
     && python -c "import sys, torch; v = torch.__version__; sys.exit(0 if v == '2.13.0+cpu' else f'torch {v}')" \
     && tp --help > /dev/null
 

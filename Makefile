@@ -10,7 +10,7 @@ setup: $(BIN)/tp
 $(BIN)/tp: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,tracking]'
+	$(BIN)/pip install -q -e '.[dev,tracking,verl]'
 	touch $(BIN)/tp
 
 test: setup

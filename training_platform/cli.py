@@ -83,6 +83,8 @@ def train_cmd(
                                             help="Stop cleanly (with a checkpoint) after this step."),
     ray_address: str | None = typer.Option(None, "--ray-address", help="Ray cluster for resources.launcher ray "
                                                                         "(default: $TP_RAY_ADDRESS)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the effective config (and the "
+                                                          "generated verl config for engine verl); train nothing."),
 ):
     """Validate, then train (one process, or every rank through the config's launcher). Prints the run directory
     as the last line."""
@@ -94,6 +96,18 @@ def train_cmd(
         raise typer.Exit(2)
     if ray_address:
         os.environ["TP_RAY_ADDRESS"] = ray_address
+    if dry_run:
+        from training_platform.training.runner import dry_run as plan
+
+        if resume is not None:
+            _err("--dry-run: cannot be combined with --resume")
+            raise typer.Exit(2)
+        try:
+            typer.echo(plan(_load_config(config, []), overrides=set_, output=output), nl=False)
+        except ConfigError as exc:
+            _print_config_errors(exc)
+            raise typer.Exit(2) from None
+        return
     try:
         raw = _load_config(config, [])
         result = train(raw, overrides=set_, output=output, resume=resume, stop_at_step=stop_at_step)
@@ -152,10 +166,10 @@ def algorithms_list(as_json: bool = typer.Option(False, "--json", help="One JSON
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    header = f"{'ENGINE':7s} {'ALGORITHM':9s} {'DATA':10s} {'RESUME':6s} {'LAUNCHERS':22s} {'MODEL':23s} DESCRIPTION"
+    header = f"{'ENGINE':7s} {'ALGORITHM':12s} {'DATA':10s} {'RESUME':6s} {'LAUNCHERS':22s} {'MODEL':23s} DESCRIPTION"
     typer.echo(header)
     for r in rows:
-        typer.echo(f"{r['engine']:7s} {r['algorithm']:9s} {r['data_kind']:10s} {'yes' if r['resume'] else 'no':6s} "
+        typer.echo(f"{r['engine']:7s} {r['algorithm']:12s} {r['data_kind']:10s} {'yes' if r['resume'] else 'no':6s} "
                    f"{','.join(r['launchers']):22s} {','.join(r['model_kinds']):23s} {r['description']}"
                    + (f" [{r['notes']}]" if r["notes"] else ""))
 

@@ -282,7 +282,7 @@ def test_dockerfile_pins_torch_and_installs_it_before_the_project():
     assert re.search(rf"(^|\s){re.escape(pin)}(\s|$)", torch_args), torch_args
     assert f"--index-url {CPU_INDEX}" in torch_args, torch_args
 
-    project_runs = [(i, args) for i, args in runs if re.search(r"\s\.(\s|$|\[)", args + " ")]
+    project_runs = [(i, args) for i, args in runs if re.search(r"\s['\"]?\.(\s|$|\[)", args + " ")]
     assert project_runs, "no `pip install .` in the Dockerfile"
     project_at, project_args = project_runs[0]
     assert torch_at < project_at

@@ -20,11 +20,14 @@ from training_platform.training.stop_signal import StopSignal
 pytestmark = pytest.mark.unit
 
 
-def test_every_algorithm_has_a_trl_builder_and_the_table_shows_its_capabilities():
+def test_every_algorithm_has_a_builder_and_the_table_shows_its_capabilities():
     from training_platform.training.algorithms import ALGORITHMS
 
     rows = {(r["engine"], r["algorithm"]): r for r in capability_table()}
-    assert {("trl", name) for name in ALGORITHMS} <= set(rows)
+    verl_only = {"reinforce_pp"}  # TRL cannot express REINFORCE++
+    assert {("trl", name) for name in ALGORITHMS if name not in verl_only} <= set(rows)
+    assert {("verl", name) for name in ("sft", "grpo", "rloo", "ppo", "reinforce_pp")} <= set(rows)
+    assert not any(engine == "trl" and name in verl_only for engine, name in rows)
     assert rows[("trl", "ppo")]["resume"] is False and rows[("trl", "sft")]["resume"] is True
     assert rows[("trl", "reward")]["model_kinds"] == ["sequence_classification"]
     assert all(set(r["launchers"]) <= {"local", "torchrun", "ray"} for r in rows.values())
@@ -189,7 +192,7 @@ def test_stop_is_agreed_by_every_rank(tmp_path):
 
 def test_get_builder_is_keyed_by_engine_and_algorithm():
     assert get_builder("trl", "grpo").algorithm == "grpo"
-    assert get_builder("verl", "grpo") is None
+    assert get_builder("verl", "grpo").algorithm == "grpo" and get_builder("verl", "dpo") is None
 
 
 # ---------------------------------------------------------------------------------------------- resources

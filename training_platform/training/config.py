@@ -16,7 +16,7 @@ import re
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, StringConstraints, ValidationError
 
 from training_platform.training.algorithms import ALGORITHMS
 from training_platform.training.algorithms.base import StrictModel
@@ -151,6 +151,21 @@ class ResourcesSection(StrictModel):
         return resolve_launcher(self.launcher, num_nodes=self.num_nodes, num_devices=self.num_devices)
 
 
+VerlScalar = bool | int | float | Annotated[str, StringConstraints(max_length=1000)] | None
+VERL_OVERRIDE_KEY = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,9}$"
+
+
+class VerlSection(StrictModel):
+    """Options of `engine: verl` only (docs/engines.md)."""
+
+    rollout: Literal["vllm", "sglang"] = Field("vllm", description="Rollout engine of verl's RL trainers.")
+    overrides: dict[Annotated[str, StringConstraints(pattern=VERL_OVERRIDE_KEY, max_length=200)],
+                    VerlScalar | Annotated[list[VerlScalar], Field(max_length=64)]] = Field(
+        default_factory=dict, max_length=100,
+        description="verl config keys set after the mapping (e.g. {'algorithm.adv_estimator': 'grpo_passk'}); "
+                    "each is checked against verl's config and registries.")
+
+
 class TrackingSection(StrictModel):
     report_to: list[Literal["none", "tensorboard", "wandb", "mlflow"]] = Field(default_factory=lambda: ["none"])
     project: str | None = Field(None, description="W&B / MLflow project or experiment name.")
@@ -173,6 +188,7 @@ class JobConfig(StrictModel):
     rewards: list[RewardSection] = Field(default_factory=list)
     resources: ResourcesSection = Field(default_factory=ResourcesSection)
     tracking: TrackingSection = Field(default_factory=TrackingSection)
+    verl: VerlSection = Field(default_factory=VerlSection, description="engine: verl options.")
 
     def has_eval(self) -> bool:
         return self.data.eval_file is not None or self.data.eval_split > 0
@@ -326,9 +342,13 @@ def check_rules(cfg: JobConfig) -> list[FieldError]:
     if cfg.data.eval_file is not None and cfg.data.eval_split > 0:
         errors.append(FieldError("data.eval_split", "use data.eval_file or data.eval_split, not both"))
 
+    if cfg.engine != "verl" and cfg.verl != VerlSection():
+        errors.append(FieldError("verl", f"options of engine: verl; this job's engine is {cfg.engine}"))
+
     # Reward functions: RL algorithms that score completions with python functions need them; others must not
-    # silently ignore them.
-    if spec.uses_reward_functions:
+    # silently ignore them. verl's PPO scores with them when it has no reward model.
+    verl_ppo_functions = cfg.engine == "verl" and spec.name == "ppo" and cfg.algorithm.reward_model_path is None
+    if spec.uses_reward_functions or verl_ppo_functions:
         if not cfg.rewards:
             errors.append(FieldError("rewards", f"{spec.name} needs at least one reward function"))
         elif sum(r.weight for r in cfg.rewards) <= 0:
@@ -393,15 +413,17 @@ def _resource_rules(cfg: JobConfig, builder) -> list[FieldError]:
     return errors
 
 
-def validate_config(raw: Any, *, check_disk: bool = True, loaded: dict | None = None) -> JobConfig:
+def validate_config(raw: Any, *, check_disk: bool = True, loaded: dict | None = None,
+                    dry_run: bool = False) -> JobConfig:
     """All three layers; raises ConfigError listing every problem found. `loaded` receives the datasets read
-    while checking them, so a run does not read them twice."""
+    while checking them, so a run does not read them twice. `dry_run`: skip what only a real start needs (the
+    devices verl's RL runs on)."""
     cfg = parse_config(raw)
     errors = check_rules(cfg)
     if check_disk:
         from training_platform.training.preflight import check_environment
 
-        errors.extend(check_environment(cfg, loaded))
+        errors.extend(check_environment(cfg, loaded, dry_run=dry_run))
     if errors:
         raise ConfigError(_dedupe(errors))
     return cfg
@@ -486,6 +508,8 @@ def effective_config(cfg: JobConfig) -> dict:
     data = cfg.model_dump(mode="json")
     data["resources"]["launcher"] = cfg.resources.resolved_launcher
     data["resources"]["world_size"] = cfg.resources.processes
+    if cfg.engine != "verl":
+        data.pop("verl")  # engine verl's options: not part of other engines' runs
     return data
 
 

@@ -96,7 +96,7 @@ def _check_dataset(cfg: JobConfig, field: str, file: str, cache: dict | None) ->
     return errors
 
 
-def check_environment(cfg: JobConfig, cache: dict | None = None) -> list[FieldError]:
+def check_environment(cfg: JobConfig, cache: dict | None = None, *, dry_run: bool = False) -> list[FieldError]:
     """Disk/device rules. `cache`, when given, receives the loaded datasets so the run does not read them twice."""
     errors: list[FieldError] = []
     cache = cache if cache is not None else {}
@@ -136,6 +136,8 @@ def check_environment(cfg: JobConfig, cache: dict | None = None) -> list[FieldEr
                 errors += _check_model(f"algorithm.{field}", ref, cfg.model.trust_remote_code)[1]
 
     errors += _check_devices(cfg)
+    if cfg.engine == "verl" and not errors:
+        errors += _check_verl(cfg, dry_run=dry_run)
     for tracker, module in (("wandb", "wandb"), ("mlflow", "mlflow"), ("tensorboard", "tensorboard")):
         if tracker in cfg.tracking.report_to and importlib.util.find_spec(module) is None:
             errors.append(FieldError("tracking.report_to", f"{tracker} is not installed (pip install {module})"))
@@ -159,6 +161,37 @@ def _check_tokenizer(cfg: JobConfig, cache: dict) -> list[FieldError]:
         errors.append(FieldError("algorithm.assistant_only_loss",
                                  "the tokenizer's chat template has no {% generation %} markers"))
     return errors
+
+
+def _check_verl(cfg: JobConfig, *, dry_run: bool) -> list[FieldError]:
+    """The generated verl config passes our checks and verl's; a real start also needs what verl's RL runs on."""
+    from training_platform.training.config import ConfigError
+    from training_platform.training.engines.verl import checks, engine
+
+    try:
+        engine.verl_config(cfg, engine.planned_paths(cfg, None))
+    except ConfigError as exc:
+        return exc.errors
+    if dry_run:
+        return []
+    errors = checks.runtime_problems(cfg, gpus=_gpus(cfg))
+    if not errors and cfg.algorithm.name == "sft":  # lands with the next slice of the verl engine
+        errors.append(FieldError("engine", "training with engine verl is not available in this build yet: "
+                                           "tp train --dry-run shows the verl config it generates"))
+    return errors
+
+
+def _gpus(cfg: JobConfig) -> float:
+    """GPUs verl's RL would have: the Ray cluster's (launcher ray) or this machine's."""
+    address = os.environ.get("TP_RAY_ADDRESS")
+    if cfg.resources.resolved_launcher == "ray" and address and not address.startswith("ray://"):
+        from training_platform.training.launchers import ray_cluster
+
+        snap = ray_cluster.snapshot(address)
+        return float(snap.get("totals", {}).get("GPU", {}).get("total", 0.0))
+    import torch
+
+    return float(torch.cuda.device_count()) if torch.cuda.is_available() else 0.0
 
 
 def _check_devices(cfg: JobConfig) -> list[FieldError]:

@@ -160,6 +160,22 @@ def _train_ranks(cfg, submitted: dict, run: RunDir, launcher: str, resume_from: 
         raise RankFailed(outcome.message)
 
 
+def dry_run(raw_config: dict, *, overrides: list[str] | None = None, output: str | Path | None = None) -> str:
+    """Validate every layer and return what would run, as YAML: the effective config and, for engine verl, the
+    verl config generated from it. Starts nothing and writes nothing. Raises ConfigError."""
+    import yaml
+
+    submitted = apply_overrides(raw_config, list(overrides or []))
+    cfg = validate_config(submitted, dry_run=True)
+    text = "# config_effective.yaml\n" + yaml.safe_dump(effective_config(cfg), sort_keys=False)
+    if cfg.engine == "verl":
+        from training_platform.training.engines.verl import engine, generate
+
+        config = engine.verl_config(cfg, engine.planned_paths(cfg, Path(output) if output is not None else None))
+        text += "\n# verl_config.yaml (generated for verl " + generate.verl_version() + ")\n" + generate.to_yaml(config)
+    return text
+
+
 def train(
     raw_config: dict,
     *,

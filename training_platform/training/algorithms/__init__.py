@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from training_platform.training.algorithms import dpo, grpo, kto, orpo, ppo, reward, rloo, sft, simpo
+from training_platform.training.algorithms import dpo, grpo, kto, orpo, ppo, reinforce_pp, reward, rloo, sft, simpo
 from training_platform.training.algorithms.base import AlgorithmSpec
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {
@@ -16,6 +16,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         grpo.ALGORITHM,
         rloo.ALGORITHM,
         ppo.ALGORITHM,
+        reinforce_pp.ALGORITHM,
         reward.ALGORITHM,
     )
 }

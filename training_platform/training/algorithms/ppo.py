@@ -16,8 +16,9 @@ from training_platform.userpath import UserDir
 
 class Params(AlgorithmParams):
     name: Literal["ppo"]
-    reward_model_path: UserDir = Field(min_length=1, description=
-        "Sequence-classification reward model (num_labels=1).")
+    reward_model_path: UserDir | None = Field(None, min_length=1, description=
+        "Sequence-classification reward model (num_labels=1). Required by engine trl; with engine verl, omit it to "
+        "score with the job's reward functions.")
     value_model_path: UserDir | None = Field(None, description="Initial value model; defaults to reward_model_path.")
     total_episodes: int | None = Field(None, ge=1, le=1_000_000_000,
                                        description="Prompts to roll out; default from steps/epochs.")
@@ -37,6 +38,8 @@ class Params(AlgorithmParams):
 
     def check(self, cfg):
         errors = []
+        if cfg.engine == "trl" and self.reward_model_path is None:
+            errors.append(("algorithm.reward_model_path", "engine trl's PPO needs a reward model"))
         t = cfg.training
         local_batch = t.per_device_batch_size * t.gradient_accumulation_steps
         if local_batch % self.num_mini_batches:

@@ -16,10 +16,12 @@ from training_platform.training.engines.base import LAUNCHERS, Builder, Capabili
 # engine name -> "module:Class" of its Engine (imported only to train).
 ENGINES: dict[str, str] = {
     "trl": "training_platform.training.engines.trl.engine:TRLEngine",
+    "verl": "training_platform.training.engines.verl.engine:VerlEngine",
 }
 # engine name -> the module whose import registers its builders.
 BUILDER_MODULES: dict[str, str] = {
     "trl": "training_platform.training.engines.trl.builders",
+    "verl": "training_platform.training.engines.verl.builders",
 }
 
 _BUILDERS: dict[tuple[str, str], Builder] = {}

@@ -1,0 +1,176 @@
+"""engine: verl - the generated verl config (composed offline from verl's own Hydra defaults) for every algorithm,
+our mapping of the job's fields into it, and the checks verl's `validate_config` does not make."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from training_platform.training.config import ConfigError, validate_config
+
+pytestmark = pytest.mark.unit
+
+pytest.importorskip("verl")
+
+from training_platform.training.engines.verl import engine, mapping  # noqa: E402
+from training_platform.training.runner import dry_run  # noqa: E402
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "configs" / "examples"
+RL = {
+    "model": {"path": "demo/model"},
+    "data": {"train_file": "demo/data/rl.jsonl", "max_length": 64},
+    "algorithm": {"name": "grpo", "num_generations": 4, "max_completion_length": 8},
+    "rewards": [{"name": "math_answer"}],
+    "training": {"max_steps": 5, "per_device_batch_size": 8},
+    "resources": {"device": "cpu"},
+    "engine": "verl",
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def demo(tmp_path_factory):
+    from training_platform.demo import prepare_demo
+
+    root = tmp_path_factory.mktemp("tp_verl")
+    prepare_demo(root)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TP_DATA_DIR", str(root))
+        mp.delenv("TP_RAY_ADDRESS", raising=False)
+        yield root
+
+
+def job(**changes: Any) -> dict:
+    raw = copy.deepcopy(RL)
+    for key, value in changes.items():
+        *parents, leaf = key.split("__")
+        node = raw
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return raw
+
+
+def generated(raw: dict):
+    from omegaconf import OmegaConf
+
+    cfg = validate_config(raw, dry_run=True)
+    config = engine.verl_config(cfg, engine.planned_paths(cfg, Path("/runs/r1")))
+    return lambda key: OmegaConf.select(config, key)
+
+
+def errors_of(raw: dict, *, dry: bool = True) -> dict[str, str]:
+    with pytest.raises(ConfigError) as caught:
+        validate_config(raw, dry_run=dry)
+    return {e.path: e.reason for e in caught.value.errors}
+
+
+@pytest.mark.parametrize("name", ["sft", "grpo", "rloo", "ppo", "reinforce_pp"])
+def test_each_example_dry_runs_under_verl_with_verls_own_validation(name):
+    """The example of every verl algorithm generates a config that our checks and verl's validate_config accept."""
+    import yaml
+
+    raw = yaml.safe_load((EXAMPLES / f"{name}_tiny.yaml").read_text())
+    raw["engine"] = "verl"
+    text = dry_run(raw)
+    effective, _, verl_yaml = text.partition("# verl_config.yaml")
+    assert "engine: verl" in effective and verl_yaml
+    assert "<run_dir>/verl/train.parquet" in verl_yaml  # paths planned under the run directory
+
+
+def test_grpo_fields_map_onto_verl_keys():
+    get = generated(job(algorithm__loss_type="dr_grpo", algorithm__epsilon_high=0.28, algorithm__beta=0.04,
+                        algorithm__scale_rewards="none", training__learning_rate=3e-6))
+    assert get("algorithm.adv_estimator") == "grpo" and get("actor_rollout_ref.rollout.n") == 4
+    assert get("data.train_batch_size") == 2, "8 completions per step / 4 per prompt = 2 prompts"
+    assert get("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu") == 8
+    assert get("actor_rollout_ref.actor.loss_agg_mode") == "seq-mean-token-sum-norm"
+    clip = (get("actor_rollout_ref.actor.clip_ratio_low"), get("actor_rollout_ref.actor.clip_ratio_high"))
+    assert clip == (0.2, 0.28)
+    assert get("actor_rollout_ref.actor.use_kl_loss") is True and get("actor_rollout_ref.actor.kl_loss_coef") == 0.04
+    assert get("algorithm.norm_adv_by_std_in_grpo") is False
+    assert get("actor_rollout_ref.actor.optim.lr") == 3e-6 and get("trainer.total_training_steps") == 5
+    assert get("data.max_prompt_length") == 56 and get("data.max_response_length") == 8
+    assert get("actor_rollout_ref.model.path").endswith("demo/model")
+    assert get("reward.custom_reward_function.path") == "/runs/r1/verl/reward_fn.py"
+    assert get("trainer.default_local_dir") == "/runs/r1/verl/checkpoints"
+    assert get("trainer.device") == "cpu" and get("trainer.n_gpus_per_node") == 1
+    gspo = generated(job(algorithm__importance_sampling_level="sequence"))
+    assert gspo("actor_rollout_ref.actor.policy_loss.loss_mode") == "gspo"
+
+
+def test_rloo_ppo_and_reinforce_pp_pick_their_estimators():
+    assert generated(job(algorithm={"name": "rloo", "num_generations": 4, "max_completion_length": 8}))(
+        "algorithm.adv_estimator") == "rloo"
+    ppo = generated(job(algorithm={"name": "ppo", "gamma": 0.99, "lam": 0.9, "kl_coef": 0.0}, rewards=[
+        {"name": "math_answer"}]))
+    assert (ppo("algorithm.adv_estimator"), ppo("algorithm.gamma"), ppo("algorithm.lam")) == ("gae", 0.99, 0.9)
+    assert ppo("critic.model.path").endswith("demo/model") and ppo("actor_rollout_ref.rollout.n") == 1
+    plain = generated(job(algorithm={"name": "reinforce_pp", "max_completion_length": 8}))
+    assert plain("algorithm.adv_estimator") == "reinforce_plus_plus" and plain("actor_rollout_ref.rollout.n") == 1
+    assert plain("actor_rollout_ref.actor.kl_loss_type") == "mse"
+    base = generated(job(algorithm={"name": "reinforce_pp", "baseline": True, "num_generations": 4,
+                                    "max_completion_length": 8}))
+    assert base("algorithm.adv_estimator") == "reinforce_plus_plus_baseline"
+
+
+def test_sft_maps_batch_precision_and_cpu_settings():
+    import yaml
+
+    raw = yaml.safe_load((EXAMPLES / "sft_tiny.yaml").read_text())
+    raw.update(engine="verl", resources={"device": "cpu", "num_devices": 2})
+    raw["model"]["dtype"] = "fp32"
+    get = generated(raw)
+    assert get("data.train_batch_size") == 2 * raw["training"]["per_device_batch_size"]
+    assert get("engine.strategy") == "fsdp2" and get("engine.model_dtype") == "fp32"
+    assert get("engine.mixed_precision") == {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+    assert get("model.override_config") == {"attn_implementation": "sdpa"} and get("model.use_remove_padding") is False
+
+
+# ---------------------------------------------------------------------------------------------- what verl lets through
+
+
+@pytest.mark.parametrize(("override", "value", "reason"), [
+    ("algorithm.adv_estimator", "grpo_typo", "unknown advantage estimator 'grpo_typo'; verl has: gae"),
+    ("actor_rollout_ref.actor.policy_loss.loss_mode", "nope", "unknown policy loss 'nope'; verl has: bypass_mode"),
+    ("actor_rollout_ref.actor.clip_ratio_low", -0.1, "a clip ratio must be a number >= 0, got -0.1"),
+    ("algorithm.gamma", "0.99", "must be a number like verl's default (1.0), got '0.99'"),
+    ("actor_rollout_ref.model.path", "", "the model path is empty"),
+    ("data.train_files", "/nowhere/train.parquet", "no such data file: /nowhere/train.parquet"),
+    ("actor_rollout_ref.rollout.n", 1, "grpo compares the rollouts of each prompt: needs n >= 2"),
+    ("actor_rollout_ref.rollout.name", "hf", "unknown rollout engine 'hf'; verl's RL rollouts run on vllm"),
+    ("trainer.no_such_key", 1, "verl's ppo_trainer config has no key 'trainer.no_such_key'"),
+    ("actor_rollout_ref.actor", 1, "is a section of verl's config"),
+])
+def test_what_verls_validation_misses_is_a_clear_error(override, value, reason):
+    errors = errors_of(job(verl={"overrides": {override: value}}))
+    field = f"verl.overrides.{override}"
+    assert field in errors and errors[field].startswith(reason), errors
+
+
+def test_our_fields_are_named_when_the_mapping_produced_the_bad_value():
+    swapped = generated(job(verl={"overrides": {"algorithm.adv_estimator": "grpo_passk"}, "rollout": "sglang"}))
+    assert swapped("algorithm.adv_estimator") == "grpo_passk" and swapped("actor_rollout_ref.rollout.name") == "sglang"
+    errors = errors_of(job(algorithm__max_completion_length=64))  # prompt budget 0: verl would start and crash
+    assert errors["data.max_length"].startswith("leaves no room for the prompt")
+
+
+def test_verl_options_belong_to_engine_verl_and_reinforce_pp_to_verl():
+    errors = errors_of(job(engine="trl", verl={"rollout": "sglang"}))
+    assert errors["verl"].startswith("options of engine: verl")
+    errors = errors_of(job(engine="trl", algorithm={"name": "reinforce_pp", "max_completion_length": 8}))
+    assert errors["engine"] == "engine 'trl' cannot train reinforce_pp; use 'verl'"
+    errors = errors_of(job(algorithm={"name": "dpo"}, rewards=[]))
+    assert errors["engine"] == "engine 'verl' cannot train dpo; use 'trl'"
+
+
+def test_a_real_start_of_verl_rl_without_gpus_is_refused_in_preflight():
+    errors = errors_of(job(), dry=False)
+    assert errors == {"resources.device": "verl RL needs GPUs with vLLM or SGLang; this cluster has 0 GPUs"}
+
+
+def test_docs_print_the_mapping_table():
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "engines.md").read_text()
+    assert mapping.table_markdown() in docs, "docs/engines.md: paste mapping.table_markdown() (see its header)"

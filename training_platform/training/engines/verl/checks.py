@@ -1,0 +1,164 @@
+"""Our checks of a generated verl config: what verl 0.9.1's own `validate_config` lets through (a bad advantage
+estimator or policy-loss mode, negative clip ratios, a string gamma, a missing model path or data file, a group
+estimator with one rollout per prompt, an unknown rollout engine) and would crash on later, on the cluster.
+
+Names come from verl's registries (`ADV_ESTIMATOR_REGISTRY`, `POLICY_LOSS_REGISTRY`), so a verl upgrade cannot
+drift from us silently. Errors name the field the user wrote: ours when the value came from the mapping, the
+`verl.overrides.<key>` when it came from an override. Then verl's own validation runs on the result.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from training_platform.training.config import FieldError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from omegaconf import DictConfig
+
+    from training_platform.training.config import JobConfig
+
+# Estimators whose baseline is computed over a prompt's group of rollouts: n = 1 gives zero advantages.
+GROUP_ESTIMATORS = frozenset({"grpo", "grpo_passk", "grpo_vectorized", "rloo", "rloo_vectorized", "opo", "gpg",
+                              "gdpo", "reinforce_plus_plus_baseline"})
+ROLLOUT_ENGINES = ("vllm", "sglang", "trtllm")
+ACTOR = "actor_rollout_ref.actor"
+ROLLOUT = "actor_rollout_ref.rollout"
+# verl key -> our field that sets it (errors name what the user wrote).
+OUR_FIELD = {
+    "algorithm.adv_estimator": "algorithm.name",
+    f"{ACTOR}.policy_loss.loss_mode": "algorithm.importance_sampling_level",
+    f"{ACTOR}.clip_ratio": "algorithm.cliprange",
+    f"{ACTOR}.clip_ratio_low": "algorithm.epsilon",
+    f"{ACTOR}.clip_ratio_high": "algorithm.epsilon_high",
+    f"{ACTOR}.loss_agg_mode": "algorithm.loss_type",
+    f"{ROLLOUT}.n": "algorithm.num_generations",
+    f"{ROLLOUT}.name": "verl.rollout",
+    "algorithm.gamma": "algorithm.gamma",
+    "algorithm.lam": "algorithm.lam",
+    "critic.cliprange_value": "algorithm.cliprange_value",
+    "data.train_files": "data.train_file",
+    "data.val_files": "data.eval_file",
+    "model.path": "model.path",
+    "actor_rollout_ref.model.path": "model.path",
+    "critic.model.path": "algorithm.value_model_path",
+    "data.max_prompt_length": "data.max_length",
+}
+
+
+def _field(cfg: JobConfig, key: str) -> str:
+    return f"verl.overrides.{key}" if key in cfg.verl.overrides else OUR_FIELD.get(key, f"verl.overrides.{key}")
+
+
+def registries() -> tuple[set[str], set[str]]:
+    """verl's advantage estimators and policy-loss modes, as registered by verl itself."""
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, POLICY_LOSS_REGISTRY
+
+    return set(ADV_ESTIMATOR_REGISTRY), set(POLICY_LOSS_REGISTRY)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_config(cfg: JobConfig, config: DictConfig) -> list[FieldError]:
+    from omegaconf import OmegaConf
+
+    errors: list[FieldError] = []
+
+    def get(key: str) -> Any:
+        return OmegaConf.select(config, key, default=None)
+
+    def bad(key: str, reason: str) -> None:
+        errors.append(FieldError(_field(cfg, key), reason))
+
+    rl = cfg.algorithm.name != "sft"
+    for key in ("data.train_files", "data.val_files"):
+        if key not in cfg.verl.overrides:  # ours: converted from data.*_file (checked by preflight) at the start
+            continue
+        files = get(key)
+        for file in [files] if isinstance(files, str) else list(files or []):
+            if not Path(str(file)).is_file():
+                bad(key, f"no such data file: {file}")
+    model_key = "actor_rollout_ref.model.path" if rl else "model.path"
+    if not get(model_key):
+        bad(model_key, "the model path is empty")
+    if not rl:
+        return errors + _verl_validate(cfg, config)
+
+    estimators, loss_modes = registries()
+    estimator = get("algorithm.adv_estimator")
+    if estimator not in estimators:
+        bad("algorithm.adv_estimator", f"unknown advantage estimator {estimator!r}; verl has: "
+                                       f"{', '.join(sorted(estimators))}")
+    mode = get(f"{ACTOR}.policy_loss.loss_mode")
+    if mode not in loss_modes:
+        bad(f"{ACTOR}.policy_loss.loss_mode",
+            f"unknown policy loss {mode!r}; verl has: {', '.join(sorted(loss_modes))}")
+    for key in (f"{ACTOR}.clip_ratio", f"{ACTOR}.clip_ratio_low", f"{ACTOR}.clip_ratio_high",
+                "critic.cliprange_value"):
+        value = get(key)
+        if value is not None and (not _number(value) or value < 0):
+            bad(key, f"a clip ratio must be a number >= 0, got {value!r}")
+    clip_c = get(f"{ACTOR}.clip_ratio_c")
+    if clip_c is not None and (not _number(clip_c) or clip_c <= 1):
+        bad(f"{ACTOR}.clip_ratio_c", f"the dual-clip bound must be a number > 1, got {clip_c!r}")
+    for key in ("algorithm.gamma", "algorithm.lam"):
+        value = get(key)
+        if not _number(value) or not 0 <= value <= 1:
+            bad(key, f"must be a number in [0, 1], got {value!r}")
+    n = get(f"{ROLLOUT}.n")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        bad(f"{ROLLOUT}.n", f"must be an integer >= 1, got {n!r}")
+    elif estimator in GROUP_ESTIMATORS and n < 2:
+        bad(f"{ROLLOUT}.n", f"{estimator} compares the rollouts of each prompt: needs n >= 2 rollouts per prompt, "
+                            f"got {n}")
+    prompt = get("data.max_prompt_length")
+    if not isinstance(prompt, int) or prompt < 1:
+        bad("data.max_prompt_length", f"leaves no room for the prompt: max_length - completion length = {prompt!r}")
+    engine = get(f"{ROLLOUT}.name")
+    if engine not in ROLLOUT_ENGINES:
+        bad(f"{ROLLOUT}.name", f"unknown rollout engine {engine!r}; verl's RL rollouts run on "
+                               f"{', '.join(ROLLOUT_ENGINES)}")
+    if estimator == "gae" and not get("critic.model.path"):
+        bad("critic.model.path", "GAE needs a critic model")
+    if errors:  # verl's validation would only repeat them, less clearly
+        return errors
+    return _verl_validate(cfg, config)
+
+
+def _verl_validate(cfg: JobConfig, config: DictConfig) -> list[FieldError]:
+    """verl's own validation of the composed config (RL: `validate_config`; SFT: its dataclasses)."""
+    try:
+        if cfg.algorithm.name == "sft":
+            from verl.utils.config import omega_conf_to_dataclass
+
+            for section in ("engine", "optim", "checkpoint"):
+                omega_conf_to_dataclass(config[section])
+        else:
+            from verl.utils.config import validate_config
+
+            actor = config.actor_rollout_ref.actor
+            validate_config(config, use_reference_policy=bool(actor.use_kl_loss or config.algorithm.use_kl_in_reward),
+                            use_critic=config.algorithm.adv_estimator == "gae")
+    except Exception as exc:  # noqa: BLE001 - verl raises assertion/value/instantiation errors alike
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        reason = next((line for line in lines if "full_key" not in line), type(exc).__name__)
+        return [FieldError("engine", f"verl's validate_config rejects the generated config: {reason[:500]}")]
+    return []
+
+
+def runtime_problems(cfg: JobConfig, *, gpus: float | None) -> list[FieldError]:
+    """What stops verl's RL from running here (preflight; not the dry run): GPUs and a rollout engine."""
+    if cfg.algorithm.name == "sft":
+        return []
+    problems = []
+    if not gpus:
+        problems.append(FieldError("resources.device", f"verl RL needs GPUs with vLLM or SGLang; this cluster has "
+                                                       f"{gpus or 0:g} GPUs"))
+    elif importlib.util.find_spec(cfg.verl.rollout) is None:
+        problems.append(FieldError("verl.rollout", f"{cfg.verl.rollout} is not installed here (verl's RL rollouts "
+                                                   "need it on every node)"))
+    return problems
