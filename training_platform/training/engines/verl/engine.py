@@ -9,6 +9,8 @@ Run directory (beside what every engine writes):
 
 from __future__ import annotations
 
+import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from training_platform.training.config import JobConfig
 
 PLACEHOLDER_RUN_DIR = "<run_dir>"
+log = logging.getLogger("training_platform.train")
 
 
 def planned_paths(cfg: JobConfig, run_dir: Path | None) -> VerlPaths:
@@ -50,8 +53,182 @@ def verl_config(cfg: JobConfig, paths: VerlPaths) -> DictConfig:
 
 
 class VerlEngine:
+    """SFT: verl's SFTTrainer built in each of our ranks (any launcher), stepped by our loop so metric rows, checkpoints
+    and stops go through the RunWriter and the StopSignal like every engine. RL: verl's PPO trainer needs GPUs
+    (preflight refuses it elsewhere)."""
+
     name = "verl"
 
     def train(self, cfg, run, *, loaded, resume_from, stop, writer, dist):
-        # Preflight refuses to start engine verl until its runner lands (issue 13's next slice); never reached.
-        raise RuntimeError("training with engine verl is not available in this build (tp train --dry-run)")
+        if cfg.algorithm.name != "sft":
+            raise RuntimeError("verl RL runs on GPU clusters with vLLM or SGLang (preflight checks this first)")
+        return _train_sft(cfg, run, loaded=loaded, resume_from=resume_from, stop=stop, writer=writer, dist=dist)
+
+
+def _sft_rows(rows: list[dict]) -> list[list[dict]]:
+    """Our canonical SFT rows as verl's `messages` column (prompt/completion becomes a user and an assistant turn)."""
+    out = []
+    for row in rows:
+        if "messages" in row:
+            out.append([{"role": m["role"], "content": m["content"]} for m in row["messages"]])
+        elif "prompt" in row and "completion" in row:
+            prompt, completion = row["prompt"], row["completion"]
+            prompt = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+            completion = completion if isinstance(completion, list) else [{"role": "assistant", "content": completion}]
+            out.append([*prompt, *completion])
+        else:
+            raise ValueError("engine verl trains SFT on conversations (messages) or prompt/completion rows, not on "
+                             "plain text")
+    return out
+
+
+def _write_parquet(rows: list[dict], path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    pq.write_table(pa.table({"messages": _sft_rows(rows)}), tmp)
+    tmp.replace(path)
+
+
+def _ensure_group(dist) -> None:
+    """verl's trainers need a process group even for one process (local launcher): a gloo group of one."""
+    import torch.distributed
+
+    if torch.distributed.is_initialized():
+        return
+    import socket
+
+    with socket.socket() as s:  # verl's workers read MASTER_ADDR/PORT: a private loopback rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
+                      LOCAL_WORLD_SIZE="1")
+    torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+
+
+def _train_sft(cfg, run, *, loaded, resume_from, stop, writer, dist):
+    import time
+
+    import torch
+    from omegaconf import OmegaConf
+    from tensordict.tensorclass import NonTensorData
+
+    from training_platform.training.engines.verl import cpu, generate
+    from training_platform.training.engines.verl.metrics import sft_record
+
+    on_cpu = generate_device(cfg) == "cpu"
+    if on_cpu:
+        cpu.install()
+    _ensure_group(dist)
+    paths = planned_paths(cfg, run.path)
+    config = verl_config(cfg, paths)
+    if resume_from is not None:
+        step_dir = next(Path(resume_from).glob("global_step_*"))
+        OmegaConf.update(config, "trainer.resume_mode", "resume_path")
+        OmegaConf.update(config, "trainer.resume_from_path", str(step_dir))
+    if writer.is_main:
+        _write_parquet(loaded["data.train_file"][0], Path(paths.train_files))
+        if paths.val_files and "data.eval_file" in loaded:
+            _write_parquet(loaded["data.eval_file"][0], Path(paths.val_files))
+        (run.path / "verl_config.yaml").write_text(generate.to_yaml(config))
+        run.record("verl_config", run.path / "verl_config.yaml")
+    dist.barrier()
+
+    from verl.trainer.sft_trainer import SFTTrainer
+    from verl.utils import tensordict_utils as tu
+
+    log.info("engine=verl algorithm=sft model=%s device=%s rank=%d/%d", paths.model, "cpu" if on_cpu else "cuda",
+             dist.rank, dist.world_size)
+    writer.update_run_info(device="cpu" if on_cpu else "cuda", verl_version=generate.verl_version())
+    trainer = SFTTrainer(config=config)
+    step = trainer.resume_global_step
+    total = trainer.total_training_steps
+    meta = {"use_remove_padding": config.model.use_remove_padding, "use_dynamic_bsz": config.data.use_dynamic_bsz,
+            "max_token_len_per_gpu": config.data.max_token_len_per_gpu,
+            "micro_batch_size_per_gpu": config.data.micro_batch_size_per_gpu, "temperature": 1.0,
+            "global_batch_size": trainer.global_batch_size, "pad_mode": config.data.pad_mode,
+            "pad_token_id": trainer.model_config.tokenizer.pad_token_id}
+    save_every = cfg.training.save_steps
+    log_every = cfg.training.logging_steps
+    last_time = time.perf_counter()
+    start_epoch = step // trainer.steps_per_epoch
+    staging = Path(paths.local_dir)
+    stopped = None
+
+    def save(at: int) -> None:
+        trainer.ckpt_handler.default_local_dir = str(staging / f"step_{at}")
+        trainer.ckpt_handler.save_checkpoint(step=at)
+        dist.barrier()
+        writer.checkpoint_saved(at, staging / f"step_{at}")
+        dist.barrier()
+
+    for epoch in range(start_epoch, trainer.config.trainer.total_epochs):
+        trainer.train_sampler.set_epoch(epoch=epoch)
+        for data in trainer.train_dataloader:
+            step += 1
+            data = tu.get_tensordict(tensor_dict=data, non_tensor_dict=meta)
+            seqlens = trainer._get_batch_seqlens(data=data)
+            tu.assign_non_tensor(data, update_lr_scheduler=True, global_token_num=NonTensorData(seqlens))
+            output = trainer.training_client.train_batch(data=data)
+            if step % log_every == 0 or step >= total:
+                now = time.perf_counter()
+                record = sft_record(step, epoch + 1, tu.get(output, "metrics"), tokens=int(sum(seqlens)),
+                                    seconds=now - last_time, steps=log_every)
+                last_time = now
+                writer.log_metrics(record)
+            last = step >= total
+            if stop.poll(step) is not None:
+                stopped = stop.stopped
+            if last or stopped or step % save_every == 0:
+                save(step)
+            if last or stopped:
+                break
+        if step >= total or stopped:
+            break
+    if stopped is None:
+        _save_final(cfg, run, writer, dist, trainer, torch)
+    dist.barrier()
+    from training_platform.training.engines.base import EngineResult
+
+    return EngineResult(step=step, stopped=stopped, summary={})
+
+
+def generate_device(cfg) -> str:
+    from training_platform.training.engines.verl.mapping import _device
+
+    return _device(cfg)
+
+
+def _save_final(cfg, run, writer, dist, trainer, torch) -> None:
+    """final/ as an HF model in the model's own dtype (gathered from the FSDP shards on every rank)."""
+    import shutil
+
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    state = get_model_state_dict(trainer.engine.module, options=StateDictOptions(full_state_dict=True,
+                                                                                  cpu_offload=True))
+    if not writer.is_main:
+        return
+    model_path = planned_paths(cfg, run.path).model
+    hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=cfg.model.trust_remote_code)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(
+        cfg.model.dtype, getattr(hf_config, "torch_dtype", None) or torch.float32)
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(hf_config, trust_remote_code=cfg.model.trust_remote_code)
+    model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, assign=True, strict=False)
+    model.tie_weights()
+    tmp = run.path / ".final.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save_pretrained(tmp)
+    trainer.model_config.tokenizer.save_pretrained(tmp)
+    if run.final.exists():
+        shutil.rmtree(run.final)
+    tmp.rename(run.final)
+    writer.record_tree("final", run.final)
+    log.info("final model saved: %s (%s)", run.final, dtype)
