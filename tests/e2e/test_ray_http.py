@@ -51,8 +51,10 @@ def _config(max_steps: int) -> dict:
 
 
 def test_a_two_node_job_succeeds_and_another_is_cancelled(ray_platform):
+    """The job that succeeds is engine verl's SFT (TRL's runs on Ray in tests/integration/test_ray.py and behind
+    `tp up --ray` below); the cancelled one is TRL's."""
     client, _ = ray_platform
-    response = client.post("/jobs", json={"name": "on ray", "config": _config(6)})
+    response = client.post("/jobs", json={"name": "verl on ray", "config": {**_config(6), "engine": "verl"}})
     assert response.status_code == 201, response.text
     job_id = response.json()["id"]
     final = _wait(lambda: (j := _job(client, job_id))["status"] in ("succeeded", "failed", "cancelled") and j,

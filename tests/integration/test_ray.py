@@ -39,11 +39,12 @@ def ray_cluster():
                 os.environ[k] = v
 
 
-@pytest.mark.parametrize("config", ["sft_tiny.yaml", "dpo_tiny.yaml"])
-def test_two_nodes_match_one_process(tp, tmp_path, ray_cluster, config):
+@pytest.mark.parametrize(("config", "engine"), [("sft_tiny.yaml", "trl"), ("dpo_tiny.yaml", "trl"),
+                                                ("sft_tiny.yaml", "verl")])
+def test_two_nodes_match_one_process(tp, tmp_path, ray_cluster, config, engine):
     assert ray_cluster.address.startswith("127.0.0.1:")
     env = {**LOOPBACK, "TP_RAY_ADDRESS": ray_cluster.address}
-    common = [*QUIET, "--set", "training.max_steps=4", "--set", "training.save_steps=4"]
+    common = [*QUIET, "--set", "training.max_steps=4", "--set", "training.save_steps=4", "--set", f"engine={engine}"]
     one, two = tmp_path / "one", tmp_path / "two"
     tp("train", EXAMPLES / config, "--output", one, *common, "--set", "training.per_device_batch_size=8", check=0)
     tp("train", EXAMPLES / config, "--output", two, *common, "--set", "training.per_device_batch_size=4",
@@ -54,7 +55,8 @@ def test_two_nodes_match_one_process(tp, tmp_path, ray_cluster, config):
     assert [loss for _, loss in b] == pytest.approx([loss for _, loss in a], rel=1e-4)
     info = json.loads((two / "run.json").read_text())
     assert (info["status"], info["launcher"], info["world_size"], info["num_nodes"]) == ("succeeded", "ray", 2, 2)
-    assert (two / "checkpoints" / "step_000004" / "rng_state_1.pth").is_file()
+    rank_1_state = "global_step_4/extra_state_world_size_2_rank_1.pt" if engine == "verl" else "rng_state_1.pth"
+    assert (two / "checkpoints" / "step_000004" / rank_1_state).is_file()
     tp("verify", two, check=0)
 
 

@@ -126,7 +126,7 @@ def test_sft_maps_batch_precision_and_cpu_settings():
     assert get("data.train_batch_size") == 2 * raw["training"]["per_device_batch_size"]
     assert get("engine.strategy") == "fsdp2" and get("engine.model_dtype") == "fp32"
     assert get("engine.mixed_precision") == {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
-    assert get("model.override_config") == {"attn_implementation": "sdpa"} and get("model.use_remove_padding") is False
+    assert get("model.override_config") == {"attn_implementation": "sdpa"}
 
 
 # ---------------------------------------------------------------------------------------------- what verl lets through
