@@ -73,3 +73,13 @@ def test_two_torchrun_ranks_match_one_process(tp, tmp_path, one_process):
     assert [loss for _, loss in two] == pytest.approx([loss for _, loss in one], rel=1e-5)
     info = json.loads((run / "run.json").read_text())
     assert (info["launcher"], info["world_size"]) == ("torchrun", 2)
+
+
+def test_max_steps_beyond_one_epoch_keeps_going_like_trl(tp, tmp_path):
+    """The demo set has 375 rows: at 200 rows per step an epoch is one step (the last partial batch is dropped, as
+    with several ranks); max_steps 4 runs 4 epochs instead of stopping after the configured one."""
+    run = tmp_path / "epochs"
+    tp("train", EXAMPLES / "sft_tiny.yaml", "--output", run, *VERL, "--set", "training.max_steps=4",
+       "--set", "training.per_device_batch_size=200", "--set", "training.save_steps=100", check=0)
+    records = train_records(run)
+    assert [(r["step"], r["epoch"]) for r in records] == [(1, 1), (2, 2), (3, 3), (4, 4)]

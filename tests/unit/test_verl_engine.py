@@ -174,3 +174,44 @@ def test_a_real_start_of_verl_rl_without_gpus_is_refused_in_preflight():
 def test_docs_print_the_mapping_table():
     docs = (Path(__file__).resolve().parents[2] / "docs" / "engines.md").read_text()
     assert mapping.table_markdown() in docs, "docs/engines.md: paste mapping.table_markdown() (see its header)"
+
+
+# ---------------------------------------------------------------------------------------------- RL inputs
+
+
+def test_rl_inputs_are_verls_parquet_and_our_rewards_score_the_same(tmp_path):
+    """The prompts in verl's schema (the data factory's converter) and the generated custom_reward_function: verl's
+    call gives the weighted sum of our reward functions, as TRL's would, with each function's value."""
+    import importlib.util
+
+    import pyarrow.parquet as pq
+
+    from training_platform.training.rewards import build_reward_function
+    from training_platform.training.rundir import RunDir
+
+    raw = job(rewards=[{"name": "math_answer", "weight": 3.0},
+                       {"name": "length_penalty", "weight": 1.0, "params": {"max_length": 4, "buffer": 2}}])
+    loaded: dict = {}
+    cfg = validate_config(raw, loaded=loaded, dry_run=True)
+    run = RunDir(tmp_path / "run")
+    run.create()
+    engine.prepare_rl_inputs(cfg, run, loaded)
+    rows = pq.read_table(tmp_path / "run" / "verl" / "train.parquet").to_pylist()
+    assert len(rows) == len(loaded["data.train_file"][0])
+    first = rows[0]
+    assert first["prompt"][0]["role"] == "user" and first["reward_model"]["ground_truth"] == "13"
+    assert {"data_source", "ability", "extra_info"} <= set(first)
+    manifest = (tmp_path / "run" / "manifest.jsonl").read_text()
+    assert "verl/train.parquet" in manifest and "verl/reward_fn.py" in manifest
+
+    spec = importlib.util.spec_from_file_location("reward_fn", tmp_path / "run" / "verl" / "reward_fn.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    math_answer = build_reward_function("math_answer", {})
+    length = build_reward_function("length_penalty", {"max_length": 4, "buffer": 2})
+    for completion in ("13", "The answer is 13 because 0 plus 13 is 13", "12"):
+        got = module.compute_score(first["data_source"], completion, first["reward_model"]["ground_truth"],
+                                   first["extra_info"])
+        ours = [f(prompts=[first["prompt"]], completions=[completion], answer=["13"])[0] for f in (math_answer, length)]
+        assert got["rewards/math_answer"] == ours[0] and got["rewards/length_penalty"] == ours[1]
+        assert got["score"] == pytest.approx(0.75 * ours[0] + 0.25 * ours[1])

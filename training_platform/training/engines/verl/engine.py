@@ -82,6 +82,32 @@ def _sft_rows(rows: list[dict]) -> list[list[dict]]:
     return out
 
 
+def prepare_rl_inputs(cfg, run, loaded) -> None:
+    """The files verl's RL trainer reads, made by rank 0 before it starts: the prompts in verl's parquet schema
+    (the data factory's `verl` converter), the reward module, both recorded in the manifest."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from training_platform.data.convert import convert_row
+    from training_platform.training.engines.verl.rewards import write_reward_module
+
+    paths = planned_paths(cfg, run.path)
+    sources = [("data.train_file", paths.train_files)]
+    if paths.val_files and "data.eval_file" in loaded:
+        sources.append(("data.eval_file", paths.val_files))
+    for field, target in sources:
+        rows = [convert_row(row, "rl_prompt", "verl", index=i, data_source="training_platform")
+                for i, row in enumerate(loaded[field][0])]
+        target = Path(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(rows), target.with_suffix(".tmp"))
+        target.with_suffix(".tmp").replace(target)
+        run.record("verl_data", target)
+    if paths.reward_module:
+        write_reward_module(Path(paths.reward_module), [r.model_dump() for r in cfg.rewards])
+        run.record("verl_reward_fn", Path(paths.reward_module))
+
+
 def _write_parquet(rows: list[dict], path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -130,8 +156,10 @@ def _train_sft(cfg, run, *, loaded, resume_from, stop, writer, dist):
         OmegaConf.update(config, "trainer.resume_from_path", str(step_dir))
     if writer.is_main:
         _write_parquet(loaded["data.train_file"][0], Path(paths.train_files))
+        run.record("verl_data", Path(paths.train_files))
         if paths.val_files and "data.eval_file" in loaded:
             _write_parquet(loaded["data.eval_file"][0], Path(paths.val_files))
+            run.record("verl_data", Path(paths.val_files))
         (run.path / "verl_config.yaml").write_text(generate.to_yaml(config))
         run.record("verl_config", run.path / "verl_config.yaml")
     dist.barrier()

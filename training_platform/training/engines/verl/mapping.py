@@ -82,6 +82,9 @@ def _dtype(cfg: JobConfig) -> str:
 
 
 def _epochs(cfg: JobConfig) -> int:
+    """With max_steps, as many epochs as it takes (as with TRL): verl stops at total_training_steps."""
+    if cfg.training.max_steps is not None:
+        return cfg.training.max_steps
     return max(1, math.ceil(cfg.training.num_epochs))
 
 
@@ -270,7 +273,8 @@ ROWS: tuple[Row, ...] = (
     Row("rewards", "reward.custom_reward_function.name", lambda c, p: "compute_score" if p.reward_module else SKIP,
         _RL),
     # ---- schedule, checkpoints, resources
-    Row("training.num_epochs", "trainer.total_epochs", lambda c, p: _epochs(c)),
+    Row("training.num_epochs", "trainer.total_epochs", lambda c, p: _epochs(c),
+        why="rounded up; with max_steps: as many as it takes"),
     Row("training.max_steps", "trainer.total_training_steps", lambda c, p: c.training.max_steps),
     Row("training.save_steps", "trainer.save_freq", lambda c, p: c.training.save_steps),
     Row("training.eval_steps", "trainer.test_freq", lambda c, p: c.training.eval_steps or -1),
