@@ -22,6 +22,7 @@ COPY constraints.txt pyproject.toml README.md ./
 COPY training_platform ./training_platform
 COPY configs ./configs
 RUN pip install -c constraints.txt '.[verl]' \
+    && pip install --no-deps verl==0.9.1 \
     && python -c "import sys, torch; v = torch.__version__; sys.exit(0 if v == '2.13.0+cpu' else f'torch {v}')" \
     && tp --help > /dev/null
 

@@ -11,6 +11,7 @@ $(BIN)/tp: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev,tracking,verl]'
+	$(BIN)/pip install -q --no-deps verl==0.9.1  # its requirements are the [verl] extra (no wandb)
 	touch $(BIN)/tp
 
 test: setup
