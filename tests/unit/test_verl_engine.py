@@ -127,6 +127,8 @@ def test_sft_maps_batch_precision_and_cpu_settings():
     assert get("engine.strategy") == "fsdp2" and get("engine.model_dtype") == "fp32"
     assert get("engine.mixed_precision") == {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
     assert get("model.override_config") == {"attn_implementation": "sdpa"}
+    raw["resources"] = {"device": "auto"}  # what this machine has: no CUDA here
+    assert generated(raw)("trainer.device") == "cpu"
 
 
 # ---------------------------------------------------------------------------------------------- what verl lets through
@@ -164,6 +166,9 @@ def test_verl_options_belong_to_engine_verl_and_reinforce_pp_to_verl():
     assert errors["engine"] == "engine 'trl' cannot train reinforce_pp; use 'verl'"
     errors = errors_of(job(algorithm={"name": "dpo"}, rewards=[]))
     assert errors["engine"] == "engine 'verl' cannot train dpo; use 'trl'"
+    with pytest.raises(ConfigError) as caught:
+        validate_config(job(resources={"device": "mps"}), check_disk=False)
+    assert ("resources.device", "engine verl runs on cuda or cpu, not mps") in caught.value.errors
 
 
 def test_a_real_start_of_verl_rl_without_gpus_is_refused_in_preflight():

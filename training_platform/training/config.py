@@ -344,6 +344,8 @@ def check_rules(cfg: JobConfig) -> list[FieldError]:
 
     if cfg.engine != "verl" and cfg.verl != VerlSection():
         errors.append(FieldError("verl", f"options of engine: verl; this job's engine is {cfg.engine}"))
+    if cfg.engine == "verl" and cfg.resources.device == "mps":
+        errors.append(FieldError("resources.device", "engine verl runs on cuda or cpu, not mps"))
 
     # Reward functions: RL algorithms that score completions with python functions need them; others must not
     # silently ignore them. verl's PPO scores with them when it has no reward model.

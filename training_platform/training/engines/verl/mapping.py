@@ -74,7 +74,12 @@ def prompts_per_step(cfg: JobConfig) -> int:
 
 
 def _device(cfg: JobConfig) -> str:
-    return "cuda" if cfg.resources.device in ("cuda", "auto") and cfg.resources.device != "cpu" else "cpu"
+    """cuda or cpu (verl has no mps); `auto` is what this process sees, as with TRL."""
+    if cfg.resources.device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if cfg.resources.device == "cuda" else "cpu"
 
 
 def _dtype(cfg: JobConfig) -> str:
