@@ -220,3 +220,13 @@ def test_rl_inputs_are_verls_parquet_and_our_rewards_score_the_same(tmp_path):
         ours = [f(prompts=[first["prompt"]], completions=[completion], answer=["13"])[0] for f in (math_answer, length)]
         assert got["rewards/math_answer"] == ours[0] and got["rewards/length_penalty"] == ours[1]
         assert got["score"] == pytest.approx(0.75 * ours[0] + 0.25 * ours[1])
+
+
+def test_rows_verl_cannot_train_on_are_refused_before_anything_starts(demo):
+    (demo / "plain.jsonl").write_text('{"text": "1+1=2"}\n{"text": "2+2=4"}\n')
+    errors = errors_of({**job(algorithm={"name": "sft"}, rewards=[]), "data": {"train_file": "plain.jsonl"}})
+    assert errors["data.train_file"].startswith("engine verl trains SFT on conversations (messages) or prompt")
+    (demo / "no_answer.jsonl").write_text('{"prompt": "1+1="}\n{"prompt": "2+2="}\n')
+    errors = errors_of(job(data={"train_file": "no_answer.jsonl", "max_length": 64},
+                           rewards=[{"name": "length_penalty", "params": {"max_length": 4}}]))
+    assert errors["data.train_file"].startswith("verl's RL rows need a reference answer")

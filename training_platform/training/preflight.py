@@ -137,7 +137,7 @@ def check_environment(cfg: JobConfig, cache: dict | None = None, *, dry_run: boo
 
     errors += _check_devices(cfg)
     if cfg.engine == "verl" and not errors:
-        errors += _check_verl(cfg, dry_run=dry_run)
+        errors += _check_verl(cfg, cache, dry_run=dry_run)
     for tracker, module in (("wandb", "wandb"), ("mlflow", "mlflow"), ("tensorboard", "tensorboard")):
         if tracker in cfg.tracking.report_to and importlib.util.find_spec(module) is None:
             errors.append(FieldError("tracking.report_to", f"{tracker} is not installed (pip install {module})"))
@@ -163,11 +163,23 @@ def _check_tokenizer(cfg: JobConfig, cache: dict) -> list[FieldError]:
     return errors
 
 
-def _check_verl(cfg: JobConfig, *, dry_run: bool) -> list[FieldError]:
-    """The generated verl config passes our checks and verl's; a real start also needs what verl's RL runs on."""
+def _check_verl(cfg: JobConfig, cache: dict, *, dry_run: bool) -> list[FieldError]:
+    """The rows suit verl's datasets; the generated verl config passes our checks and verl's; a real start also
+    needs what verl's RL runs on."""
     from training_platform.training.config import ConfigError
     from training_platform.training.engines.verl import checks, engine
 
+    for field in ("data.train_file", "data.eval_file"):
+        rows = cache.get(field, ([],))[0]
+        if not rows:
+            continue
+        row = rows[0]  # a file's rows share one canonical shape
+        if cfg.algorithm.name == "sft" and "messages" not in row and not {"prompt", "completion"} <= set(row):
+            return [FieldError(field, "engine verl trains SFT on conversations (messages) or prompt/completion "
+                                      "rows, not plain text")]
+        if cfg.algorithm.name != "sft" and "answer" not in row:
+            return [FieldError(field, "verl's RL rows need a reference answer (an `answer` column: verl's "
+                                      "reward_model.ground_truth)")]
     try:
         engine.verl_config(cfg, engine.planned_paths(cfg, None))
     except ConfigError as exc:
