@@ -16,7 +16,7 @@ $(BIN)/tp: pyproject.toml constraints.txt
 
 test: setup
 	$(BIN)/ruff check training_platform tests bench
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/pytest -q tests
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/pytest -q --durations=30 tests
 
 lint: setup
 	$(BIN)/ruff check training_platform tests bench

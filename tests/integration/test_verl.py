@@ -14,8 +14,7 @@ pytest.importorskip("verl")
 
 VERL = ["--set", "engine=verl", "--set", "model.dtype=fp32", "--set", "resources.device=cpu",
         "--set", "training.max_steps=6", "--set", "training.save_steps=3", "--set", "training.logging_steps=1",
-        "--set", "training.learning_rate=0.001", "--set", "training.eval_steps=null", "--set", "data.eval_file=null",
-        "--set", "training.warmup_ratio=0"]
+        "--set", "training.learning_rate=0.001", "--set", "training.eval_steps=3", "--set", "training.warmup_ratio=0"]
 
 
 def losses(run) -> list[tuple[int, float]]:
@@ -42,6 +41,10 @@ def test_verl_sft_trains_and_leaves_the_same_run_directory(tp, one_process):
     run = one_process
     steps = losses(run)
     assert [s for s, _ in steps] == [1, 2, 3, 4, 5, 6], "each step logged once"
+    from _tp import read_metrics
+
+    evals = [(r["step"], r["eval_loss"]) for r in read_metrics(run) if "eval_loss" in r]
+    assert [s for s, _ in evals] == [3, 6] and evals[1][1] < evals[0][1], "verl's validation loss, falling"
     assert steps[-1][1] < steps[0][1], "the loss goes down"
     info = json.loads((run / "run.json").read_text())
     assert (info["status"], info["engine"], info["device"]) == ("succeeded", "verl", "cpu")
@@ -71,6 +74,10 @@ def test_two_torchrun_ranks_match_one_process(tp, tmp_path, one_process):
     one, two = losses(one_process), losses(run)
     assert [s for s, _ in two] == [s for s, _ in one]
     assert [loss for _, loss in two] == pytest.approx([loss for _, loss in one], rel=1e-5)
+    from _tp import read_metrics
+
+    evals = [r["step"] for r in read_metrics(run) if "eval_loss" in r]
+    assert evals == [3, 6], "validation every eval_steps, averaged over the ranks"
     info = json.loads((run / "run.json").read_text())
     assert (info["launcher"], info["world_size"]) == ("torchrun", 2)
 

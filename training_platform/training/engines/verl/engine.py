@@ -207,6 +207,10 @@ def _train_sft(cfg, run, *, loaded, resume_from, stop, writer, dist):
                 last_time = now
                 writer.log_metrics(record)
             last = step >= total
+            eval_every = cfg.training.eval_steps
+            if trainer.val_dataloader is not None and eval_every and (step % eval_every == 0 or last):
+                writer.log_metrics({"step": step, "epoch": epoch + 1, "ts": round(time.time(), 3),
+                                    "eval_loss": _validation_loss(trainer, meta, tu, torch)})
             if stop.poll(step) is not None:
                 stopped = stop.stopped
             if last or stopped or step % save_every == 0:
@@ -221,6 +225,21 @@ def _train_sft(cfg, run, *, loaded, resume_from, stop, writer, dist):
     from training_platform.training.engines.base import EngineResult
 
     return EngineResult(step=step, stopped=stopped, summary={})
+
+
+def _validation_loss(trainer, meta: dict, tu, torch) -> float:
+    """verl's validation, as its own fit() computes it: the mean loss of the eval batches, averaged over ranks."""
+    losses = []
+    for batch in trainer.val_dataloader:
+        output = trainer.training_client.infer_batch(tu.get_tensordict(tensor_dict=batch, non_tensor_dict=meta))
+        losses.append(tu.get(output, "metrics")["loss"])
+    loss = torch.mean(torch.tensor(losses, dtype=torch.float32))
+    group = trainer.engine.get_data_parallel_group()
+    size = torch.distributed.get_world_size(group) if group is not None else 1
+    if size > 1:  # gloo has no AVG
+        torch.distributed.all_reduce(loss, op=torch.distributed.ReduceOp.SUM, group=group)
+        loss = loss / size
+    return float(loss)
 
 
 def generate_device(cfg) -> str:
