@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -78,7 +77,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--output", type=Path, default=RESULTS_DIR / "engines.json")
     args = parser.parse_args(argv)
-    assert resource  # ru_maxrss of each run comes from wait4
 
     base = Path(tempfile.mkdtemp(prefix="tp_engines_"))
     try:

@@ -60,3 +60,10 @@ def test_cached_snapshot_reads_once_per_max_age(tmp_path, monkeypatch):
     (tmp_path / "cluster_status.json").write_text(json.dumps(stale))
     ray_cluster.cached_snapshot("h:2", tmp_path, max_age_s=60)
     assert calls == ["h:1", "h:2", "h:2"]
+
+
+def test_an_unwritable_cache_dir_still_answers(tmp_path, monkeypatch):
+    monkeypatch.setattr(ray_cluster, "snapshot", lambda address: {"address": address, "checked_at": time.time()})
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    assert ray_cluster.cached_snapshot("h:1", blocked / "ray")["address"] == "h:1"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -22,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 SNAPSHOT_TIMEOUT_S = 15.0
 CACHE_MAX_AGE_S = 10.0
@@ -106,8 +109,9 @@ def snapshot(address: str, timeout_s: float = SNAPSHOT_TIMEOUT_S) -> dict[str, A
 def cached_snapshot(address: str, cache_dir: Path, max_age_s: float = CACHE_MAX_AGE_S) -> dict[str, Any]:
     """The snapshot, read again at most every `max_age_s` by all processes sharing `cache_dir` (one of them reads,
     the others wait for it on a file lock and take its result)."""
-    cache_dir.mkdir(parents=True, exist_ok=True)
     cache = cache_dir / "cluster_status.json"
+    with contextlib.suppress(OSError):
+        cache_dir.mkdir(parents=True, exist_ok=True)
 
     def fresh() -> dict[str, Any] | None:
         with contextlib.suppress(OSError, ValueError):
@@ -118,14 +122,22 @@ def cached_snapshot(address: str, cache_dir: Path, max_age_s: float = CACHE_MAX_
 
     if (data := fresh()) is not None:
         return data
-    with open(cache_dir / "cluster_status.lock", "w") as lock:
+    try:
+        lock = open(cache_dir / "cluster_status.lock", "w")  # noqa: SIM115 - closed by the with below
+    except OSError as exc:
+        log.warning("cannot cache the Ray cluster status in %s: %s", cache_dir, exc)
+        return snapshot(address)
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (data := fresh()) is not None:
             return data
         data = snapshot(address)
         tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, cache)
+        try:
+            tmp.write_text(json.dumps(data))
+            os.replace(tmp, cache)
+        except OSError as exc:  # the figures are still right; only the sharing between processes is lost
+            log.warning("cannot cache the Ray cluster status in %s: %s", cache_dir, exc)
         return data
 
 

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from training_platform.training.engines.verl import mapping
 from training_platform.training.engines.verl.mapping import VerlPaths
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -144,7 +145,7 @@ def _train_sft(cfg, run, *, loaded, resume_from, stop, writer, dist):
     from training_platform.training.engines.verl import cpu, generate
     from training_platform.training.engines.verl.metrics import sft_record
 
-    on_cpu = generate_device(cfg) == "cpu"
+    on_cpu = mapping.device(cfg) == "cpu"
     if on_cpu:
         cpu.install()
     _ensure_group(dist)
@@ -240,12 +241,6 @@ def _validation_loss(trainer, meta: dict, tu, torch) -> float:
         torch.distributed.all_reduce(loss, op=torch.distributed.ReduceOp.SUM, group=group)
         loss = loss / size
     return float(loss)
-
-
-def generate_device(cfg) -> str:
-    from training_platform.training.engines.verl.mapping import _device
-
-    return _device(cfg)
 
 
 def _save_final(cfg, run, writer, dist, trainer, torch) -> None:

@@ -73,7 +73,7 @@ def prompts_per_step(cfg: JobConfig) -> int:
     return max(1, sequences_per_step(cfg) // generations(cfg))
 
 
-def _device(cfg: JobConfig) -> str:
+def device(cfg: JobConfig) -> str:
     """cuda or cpu (verl has no mps); `auto` is what this process sees, as with TRL."""
     if cfg.resources.device == "auto":
         import torch
@@ -168,8 +168,8 @@ ROWS: tuple[Row, ...] = (
         lambda c, p: {"param_dtype": _dtype(c), "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
         if _dtype(c) == "fp32" else SKIP, _SFT, "fp32 end to end when the job asks for fp32 (verl's default is bf16)"),
     Row("", "engine.strategy", lambda c, p: "fsdp2", _SFT, "FSDP2 runs on CPU (gloo) and GPUs"),
-    Row("", "engine.use_torch_compile", lambda c, p: _device(c) == "cuda", _SFT),
-    Row("", "model.override_config", lambda c, p: {"attn_implementation": "sdpa"} if _device(c) == "cpu" else SKIP,
+    Row("", "engine.use_torch_compile", lambda c, p: device(c) == "cuda", _SFT),
+    Row("", "model.override_config", lambda c, p: {"attn_implementation": "sdpa"} if device(c) == "cpu" else SKIP,
         _SFT, "sdpa attention on CPU (no flash-attention)"),
     # ---- data
     Row("data.train_file", "data.train_files", lambda c, p: p.train_files, why="converted to verl's parquet"),
@@ -294,7 +294,7 @@ ROWS: tuple[Row, ...] = (
     Row("", "trainer.logger", lambda c, p: ["console"], _SFT, "metrics go through our RunWriter"),
     Row("resources.num_devices", "trainer.n_gpus_per_node", lambda c, p: c.resources.num_devices),
     Row("resources.num_nodes", "trainer.nnodes", lambda c, p: c.resources.num_nodes),
-    Row("resources.device", "trainer.device", lambda c, p: _device(c)),
+    Row("resources.device", "trainer.device", lambda c, p: device(c)),
     Row("tracking.project", "trainer.project_name", lambda c, p: c.tracking.project or "training_platform"),
     Row("tracking.run_name", "trainer.experiment_name", lambda c, p: c.tracking.run_name or "run"),
 )
