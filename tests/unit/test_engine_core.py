@@ -241,3 +241,24 @@ def test_resource_rules_name_the_field(monkeypatch):
            "algorithm": {"name": "kto"}, "resources": {"num_devices": 2}}
     assert _rule_errors(kto)["resources.launcher"] == "trl kto runs under local, not torchrun"
     assert _rule_errors(_sft(num_devices=2, device="cpu")) == {}  # several CPU processes are allowed (gloo)
+
+
+def test_a_second_sigterm_after_the_stop_does_not_kill_the_run_while_it_records_it(tmp_path):
+    """A dying worker's pool process and its PDEATHSIG each send SIGTERM: the second, arriving after training
+    stopped, must not end the process before run.json and the console say it stopped."""
+    import subprocess
+    import sys
+
+    code = f"""
+import os, signal
+from training_platform.training.runner import _stop_on_signals
+from training_platform.training.stop_signal import StopSignal
+stop = StopSignal({str(tmp_path / "STOP")!r})
+with _stop_on_signals(stop):
+    os.kill(os.getpid(), signal.SIGTERM)
+assert stop.reason == "SIGTERM"
+os.kill(os.getpid(), signal.SIGTERM)
+print("recorded the stop")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "recorded the stop" in done.stdout, done.stderr

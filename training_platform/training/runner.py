@@ -97,7 +97,11 @@ def _log_to(run: RunDir):
 
 @contextmanager
 def _stop_on_signals(stopper: StopSignal):
-    """First Ctrl-C / SIGTERM: finish the step, checkpoint, stop. A second Ctrl-C interrupts at once."""
+    """First Ctrl-C / SIGTERM: finish the step, checkpoint, stop. A second Ctrl-C interrupts at once.
+
+    Once a stop was requested, later SIGTERMs stay ignored after the block: a worker that dies sends one from its
+    pool process and another through PDEATHSIG, and the second must not kill the run while it records that it
+    stopped (hashing the last checkpoint, run.json, the "continue with" line)."""
     previous = {}
 
     def handler(signum, frame):
@@ -112,7 +116,10 @@ def _stop_on_signals(stopper: StopSignal):
         yield
     finally:
         for sig, old in previous.items():
-            signal.signal(sig, old)
+            if sig == signal.SIGTERM and stopper.reason is not None:
+                signal.signal(sig, lambda signum, frame: log.warning("SIGTERM again: already stopping"))
+            else:
+                signal.signal(sig, old)
 
 
 class RankFailed(RuntimeError):
