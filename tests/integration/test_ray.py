@@ -164,3 +164,24 @@ def test_a_killed_ray_worker_fails_the_run_naming_its_rank_or_is_restarted(tp_en
         assert proc.returncode == 0, err[-3000:]
         assert info["status"] == "succeeded" and info["restarts"] == 1 and "rank 1 died" in info["last_restart_reason"]
         assert [r["step"] for r in train_records(run)] == list(range(1, 13)), "each step once across the restart"
+
+
+def test_stopping_verls_rl_driver_kills_it_and_its_actors(tp_env, tmp_path, ray_cluster):
+    """verl's real GRPO driver on the cluster (it starts its TaskRunner, TransferQueue and storage actors, then
+    waits for GPUs this cluster lacks): the platform's stop kills it and everything it started within 30 s."""
+    pytest.importorskip("verl")
+    import subprocess
+    import sys
+
+    from _tp import REPO
+
+    env = {**tp_env, **LOOPBACK}
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "integration" / "verl_rl_driver.py"),
+                           str(EXAMPLES / "grpo_tiny.yaml"), str(tmp_path), ray_cluster.address],
+                          env=env, cwd=REPO, capture_output=True, text=True, timeout=420)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["reason"] == "STOP file"
+    assert "TaskRunnerV1" in result["started"] and len(result["started"]) > 2, result
+    assert result["stopped_in"] < 30
+    assert result["left"] == [], "no actor of the driver survives it"

@@ -90,3 +90,26 @@ def test_max_steps_beyond_one_epoch_keeps_going_like_trl(tp, tmp_path):
        "--set", "training.per_device_batch_size=200", "--set", "training.save_steps=100", check=0)
     records = train_records(run)
     assert [(r["step"], r["epoch"]) for r in records] == [(1, 1), (2, 2), (3, 3), (4, 4)]
+
+
+def test_verls_model_merger_makes_final_in_the_jobs_dtype(tmp_path, one_process):
+    """RL's final/: verl's model merger over FSDP shards (an SFT checkpoint has the actor's layout), written by the
+    merger in bf16 and cast back to the job's dtype; the values are the trained weights rounded to bf16."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from training_platform.training.engines.verl.rl import merge_final
+
+    shards = one_process / "checkpoints" / "step_000006" / "global_step_6"
+    written = merge_final(shards, tmp_path / "final", dtype="fp32")
+    assert written == "float32"
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "final")
+    trained = AutoModelForCausalLM.from_pretrained(one_process / "final")  # gathered in fp32 by our SFT loop
+    assert next(merged.parameters()).dtype == torch.float32
+    a, b = merged.state_dict(), trained.state_dict()
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name].to(torch.bfloat16).to(torch.float32)), name
+    assert (tmp_path / "final" / "tokenizer.json").is_file()
+    assert merge_final(shards, tmp_path / "bf16", dtype="bf16") == "bfloat16"
+    assert not list(tmp_path.glob(".*")), "no staging directory left behind"

@@ -254,7 +254,7 @@ def train(
             log.info("run dir: %s (launcher %s, world size %d)", run.path, launcher, cfg.resources.processes)
 
             with _stop_on_signals(stopper):
-                if launcher == "local":
+                if launcher == "local" or get_builder(cfg.engine, cfg.spec.name).capabilities.own_workers:
                     try:
                         result = get_engine(cfg.engine).train(cfg, run, loaded=loaded, resume_from=resume_from,
                                                               stop=stopper, writer=writer, dist=dist)

@@ -29,7 +29,8 @@ _loaded = False
 
 
 def register_builder(engine: str, algorithm: str, *, resume: bool = True, launchers: tuple[str, ...] = ("local",),
-                     model_kinds: tuple[str, ...] = ("causal_lm",), notes: str = "") -> Callable:
+                     model_kinds: tuple[str, ...] = ("causal_lm",), notes: str = "",
+                     own_workers: bool = False) -> Callable:
     """Decorator: `@register_builder("trl", "sft", launchers=("local", "torchrun"))` over `build(ctx) -> trainer`."""
     unknown = set(launchers) - set(LAUNCHERS)
     if unknown:
@@ -40,7 +41,7 @@ def register_builder(engine: str, algorithm: str, *, resume: bool = True, launch
         if key in _BUILDERS:
             raise ValueError(f"a builder for {key} is already registered")
         _BUILDERS[key] = Builder(engine, algorithm, build, Capabilities(resume, tuple(launchers),
-                                                                        tuple(model_kinds), notes))
+                                                                        tuple(model_kinds), notes, own_workers))
         return build
 
     return wrap

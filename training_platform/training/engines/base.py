@@ -38,6 +38,9 @@ class Capabilities:
     launchers: tuple[str, ...] = ("local",)  # process launchers it has been run and tested under
     model_kinds: tuple[str, ...] = ("causal_lm",)
     notes: str = ""
+    # The engine's driver starts its own workers (verl RL on Ray): the runner calls it once, in its own process,
+    # whatever the launcher, instead of starting ranks for it.
+    own_workers: bool = False
 
 
 @dataclass(frozen=True)

@@ -55,14 +55,16 @@ def verl_config(cfg: JobConfig, paths: VerlPaths) -> DictConfig:
 
 class VerlEngine:
     """SFT: verl's SFTTrainer built in each of our ranks (any launcher), stepped by our loop so metric rows, checkpoints
-    and stops go through the RunWriter and the StopSignal like every engine. RL: verl's PPO trainer needs GPUs
-    (preflight refuses it elsewhere)."""
+    and stops go through the RunWriter and the StopSignal like every engine. RL: verl's PPO driver on Ray, followed
+    from this process (rl.py); its rollouts need GPUs (preflight refuses it elsewhere)."""
 
     name = "verl"
 
     def train(self, cfg, run, *, loaded, resume_from, stop, writer, dist):
         if cfg.algorithm.name != "sft":
-            raise RuntimeError("verl RL runs on GPU clusters with vLLM or SGLang (preflight checks this first)")
+            from training_platform.training.engines.verl.rl import train_rl
+
+            return train_rl(cfg, run, loaded=loaded, resume_from=resume_from, stop=stop, writer=writer, dist=dist)
         return _train_sft(cfg, run, loaded=loaded, resume_from=resume_from, stop=stop, writer=writer, dist=dist)
 
 

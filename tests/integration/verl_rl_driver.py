@@ -1,0 +1,56 @@
+"""Run verl's RL driver (rl.run_driver) on a Ray cluster, stop it once verl has started its own actors, and print
+what is left on the cluster as JSON. Used by test_verl.py in its own process: the driver joins the cluster."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+
+def main(config_path: str, run_dir: str, address: str) -> None:
+    import ray
+
+    from training_platform.training.config import validate_config
+    from training_platform.training.engines.verl import engine
+    from training_platform.training.engines.verl.rl import run_driver
+    from training_platform.training.stop_signal import StopSignal
+
+    cfg = validate_config(yaml.safe_load(Path(config_path).read_text()) | {"engine": "verl"}, dry_run=True)
+    run = Path(run_dir)
+    config = engine.verl_config(cfg, engine.planned_paths(cfg, run))
+    stop_file = run / "STOP"
+    seen: dict = {}
+
+    def actors(*states: str) -> list[str]:  # from the GCS (the state API needs a dashboard)
+        from ray._private.state import actors as actor_table
+
+        return sorted(a["ActorClassName"] for a in actor_table().values() if a["State"] in states)
+
+    live = ("ALIVE", "PENDING_CREATION", "DEPENDENCIES_UNREADY", "RESTARTING")
+
+    def tick() -> None:  # stop 10 s after verl's TaskRunner started: it has created (or is waiting on) its actors
+        now = time.monotonic()
+        if "stop" in seen:
+            return
+        if "TaskRunnerV1" in actors("ALIVE"):
+            seen.setdefault("runner", now)
+        if now - seen.get("runner", now) > 10 or now - seen.setdefault("start", now) > 240:
+            seen.update(actors=actors(*live), stop=now)
+            stop_file.touch()
+
+    reason = run_driver(config, address=address, env={}, should_stop=lambda: StopSignal(stop_file).poll(0),
+                        on_tick=tick)
+    stopped_in = time.monotonic() - seen["stop"]
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    time.sleep(2)
+    left = actors(*live)
+    ray.shutdown()
+    print(json.dumps({"reason": reason, "stopped_in": stopped_in, "started": seen["actors"], "left": left}))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

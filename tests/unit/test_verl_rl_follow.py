@@ -1,0 +1,102 @@
+"""verl RL's run directory, kept by our process while verl's driver trains: its file logger's rows become
+metrics.jsonl rows (our names, a step once across attempts), its global_step_N checkpoints become step_NNNNNN."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("verl")
+
+from verl.utils.tracking import FileLogger  # noqa: E402
+
+from training_platform.training.engines.verl.rl import CheckpointWatcher, LogFollower, attempt_log  # noqa: E402
+from training_platform.training.run_writer import RunWriter  # noqa: E402
+from training_platform.training.rundir import RunDir  # noqa: E402
+
+pytestmark = pytest.mark.unit
+
+
+def verl_row(step: int) -> dict:
+    return {"actor/pg_loss": 0.5 - step / 100, "critic/score/mean": step / 10, "actor/entropy": 2.0,
+            "response_length/mean": 17.5, "training/epoch": 1, "timing_s/gen": 0.25}
+
+
+def verl_logger(path, monkeypatch) -> FileLogger:
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
+    return FileLogger("training_platform", "run")
+
+
+@pytest.fixture
+def run(tmp_path):
+    run = RunDir(tmp_path / "run")
+    run.create()
+    return run
+
+
+def metrics(run: RunDir) -> list[dict]:
+    return [json.loads(line) for line in run.metrics_file.read_text().splitlines()]
+
+
+def test_verls_file_logger_rows_are_merged_once_with_our_names(run, monkeypatch):
+    writer = RunWriter(run, background=False)
+    first = attempt_log(run.path, 1)
+    first.parent.mkdir(parents=True)
+    logger = verl_logger(first, monkeypatch)
+    follower = LogFollower(first, writer, after_step=0)
+    assert follower.poll() == 0, "nothing written yet"
+    for step in (1, 2, 3):
+        logger.log(verl_row(step), step)
+    assert follower.poll() == 3 and follower.poll() == 0
+    with first.open("ab") as f:  # a row verl is still writing is left for the next poll
+        f.write(b'{"step": 4, "data": {"actor/pg_loss"')
+    assert follower.poll() == 0
+    logger.finish()
+    rows = metrics(run)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert rows[0]["loss"] == 0.49 and rows[0]["reward"] == 0.1 and rows[0]["entropy"] == 2.0
+    assert rows[0]["completions/mean_length"] == 17.5 and rows[0]["epoch"] == 1
+    assert rows[0]["timing_s/gen"] == 0.25, "verl's own name kept when we have no equivalent"
+
+    # A resumed attempt from the checkpoint at step 2: its own file (verl's logger truncates the one it opens);
+    # metrics.jsonl was truncated after step 2 by the runner, and verl logs steps 3.. again.
+    run.truncate_metrics_after(2)
+    second = attempt_log(run.path, 2)
+    logger = verl_logger(second, monkeypatch)
+    follower = LogFollower(second, writer, after_step=2)
+    for step in (2, 3, 4, 5):  # a re-logged step 2 too: kept out
+        logger.log(verl_row(step), step)
+    logger.finish()
+    assert follower.poll() == 3
+    assert [r["step"] for r in metrics(run)] == [1, 2, 3, 4, 5], "no step twice, none lost"
+    assert first.is_file(), "the first attempt's file is kept as verl wrote it"
+
+
+def test_checkpoints_are_registered_once_verl_recorded_them(run):
+    writer = RunWriter(run, background=False, keep_last=2)
+    local = run.path / "verl" / "checkpoints"
+    watcher = CheckpointWatcher(local, writer, after_step=0)
+
+    def save(step: int, record: bool = True) -> None:  # the layout verl's trainer writes
+        (local / f"global_step_{step}" / "actor").mkdir(parents=True)
+        (local / f"global_step_{step}" / "actor" / "model_world_size_1_rank_0.pt").write_bytes(b"w" * step)
+        (local / f"global_step_{step}" / "data.pt").write_bytes(b"d")
+        if record:
+            (local / "latest_checkpointed_iteration.txt").write_text(str(step))
+
+    assert watcher.poll() is None
+    save(2, record=False)
+    assert watcher.poll() is None, "still being written: verl has not recorded it"
+    (local / "latest_checkpointed_iteration.txt").write_text("2")
+    assert watcher.poll() == 2
+    target = run.checkpoints / "step_000002" / "global_step_2"
+    assert (target / "actor" / "model_world_size_1_rank_0.pt").read_bytes() == b"ww"
+    assert (run.checkpoints / "latest").resolve().name == "step_000002"
+    save(4)
+    save(6)  # two saves between polls
+    assert watcher.poll() == 6 and watcher.poll() is None
+    assert [p.name for p in run.checkpoint_dirs()] == ["step_000004", "step_000006"], "keep_last=2 rotates"
+    manifest = (run.path / "manifest.jsonl").read_text()
+    assert "step_000006/global_step_6/actor/model_world_size_1_rank_0.pt" in manifest
+    assert json.loads((run.path / "run.json").read_text())["last_checkpoint"] == "step_000006"

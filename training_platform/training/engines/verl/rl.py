@@ -1,0 +1,248 @@
+"""verl RL (grpo, rloo, ppo, reinforce_pp): verl's PPO driver on Ray, with our run directory around it.
+
+verl's TaskRunner starts its own Ray actors (FSDP actor/critic/ref, vLLM or SGLang rollout replicas), so the runner
+calls this once, in its own process, whatever the launcher: `local` starts a Ray on this machine, `ray` joins the
+cluster of TP_RAY_ADDRESS (the run directory must be on storage every node sees, as for every Ray job). While the
+driver runs, this process follows what verl writes and keeps the run layout true:
+- metrics: verl's file logger writes `verl/metrics.attempt<N>.jsonl` (one file per attempt: the logger truncates
+  its file when it opens it); each new row is renamed (metrics.py) into metrics.jsonl, a step only once, so a
+  resumed attempt that repeats a step adds nothing twice;
+- checkpoints: once verl records `global_step_N` in latest_checkpointed_iteration.txt (after every actor shard is
+  written), it becomes `checkpoints/step_NNNNNN/global_step_N` through the RunWriter (hashed, rotated);
+- stop and cancel: the platform's stop (STOP file, SIGTERM, stop_at_step) kills the TaskRunner actor; Ray then
+  kills the actors and placement groups it owns. The run resumes from its last checkpoint;
+- final/: verl's model merger turns the last checkpoint's actor shards into an HF model; it writes bf16, so the
+  model is cast back to the job's dtype (`final_precision` in run.json says what the values carry).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from training_platform.training.engines.verl.metrics import rename
+
+log = logging.getLogger("training_platform.train")
+
+LATEST_FILE = "latest_checkpointed_iteration.txt"
+KILL_WAIT_S = 30.0  # the driver and its actors are gone within this after a stop
+POLL_S = 1.0
+
+
+def attempt_log(run_path: Path, attempt: int) -> Path:
+    return run_path / "verl" / f"metrics.attempt{attempt}.jsonl"
+
+
+class LogFollower:
+    """verl's file logger of one attempt -> rows of metrics.jsonl (our names), each step once, in order."""
+
+    def __init__(self, source: Path, writer, *, after_step: int):
+        self.source = source
+        self.writer = writer
+        self.last_step = after_step
+        self._offset = 0
+
+    def poll(self) -> int:
+        """Append the rows verl has written since the last poll; returns how many were new."""
+        try:
+            with self.source.open("rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return 0
+        end = chunk.rfind(b"\n")
+        if end < 0:  # no complete line yet
+            return 0
+        self._offset += end + 1
+        written = 0
+        for line in chunk[: end + 1].splitlines():
+            if not line.strip():
+                continue
+            entry = json.loads(line)
+            step = int(entry["step"])
+            if step <= self.last_step:  # logged by an earlier attempt (or verl's own re-log)
+                continue
+            data = dict(entry.get("data") or {})
+            record: dict[str, Any] = {"step": step}
+            epoch = data.pop("training/epoch", None)
+            if epoch is not None:
+                record["epoch"] = epoch
+            record["ts"] = round(time.time(), 3)
+            record.update(rename(data))
+            self.writer.log_metrics(record)
+            self.last_step = step
+            written += 1
+        return written
+
+
+class CheckpointWatcher:
+    """verl's `default_local_dir/global_step_N` -> `checkpoints/step_NNNNNN` once verl recorded it as complete."""
+
+    def __init__(self, local_dir: Path, writer, *, after_step: int):
+        self.local_dir = local_dir
+        self.writer = writer
+        self.last_step = after_step
+
+    def poll(self) -> int | None:
+        """Register every checkpoint verl finished since the last poll; returns the newest step registered."""
+        try:
+            latest = int((self.local_dir / LATEST_FILE).read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        done = sorted(int(p.name.rsplit("_", 1)[1]) for p in self.local_dir.glob("global_step_*")
+                      if p.name.rsplit("_", 1)[1].isdigit())
+        newest = None
+        for step in done:
+            if self.last_step < step <= latest:
+                staging = self.local_dir / f"step_{step}"
+                staging.mkdir(exist_ok=True)
+                (self.local_dir / f"global_step_{step}").rename(staging / f"global_step_{step}")
+                self.writer.checkpoint_saved(step, staging)
+                self.last_step = newest = step
+        return newest
+
+
+def merge_final(actor_dir: Path, final: Path, *, dtype: str, trust_remote_code: bool = False) -> str:
+    """verl's model merger over one FSDP actor checkpoint -> `final` as an HF model in `dtype`
+    ("fp32" | "bf16" | "fp16" | "auto": the checkpoint's config). Returns the dtype written. The merger rounds
+    every weight to bf16 first, so an fp32 final/ carries bf16 values (run.json says so)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from verl.model_merger.base_model_merger import ModelMergerConfig
+    from verl.model_merger.fsdp_model_merger import FSDPModelMerger
+
+    merged = final.parent / f".{final.name}.merged"
+    shutil.rmtree(merged, ignore_errors=True)
+    merger = FSDPModelMerger(ModelMergerConfig(
+        operation="merge", backend="fsdp", local_dir=str(actor_dir), target_dir=str(merged),
+        hf_model_config_path=str(actor_dir / "huggingface"), trust_remote_code=trust_remote_code))
+    merger.merge_and_save()
+    merger.cleanup()
+    hf_dtype = getattr(AutoConfig.from_pretrained(actor_dir / "huggingface", trust_remote_code=trust_remote_code),
+                       "torch_dtype", None)
+    target = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, hf_dtype)
+    if isinstance(target, str):
+        target = getattr(torch, target)
+    target = target or torch.float32
+    model = AutoModelForCausalLM.from_pretrained(merged, dtype=target, trust_remote_code=trust_remote_code)
+    tmp = final.parent / f".{final.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    for name in os.listdir(merged):  # the tokenizer and generation config the merger copied
+        if not (tmp / name).exists() and not name.endswith(".safetensors"):
+            shutil.copy2(merged / name, tmp / name)
+    shutil.rmtree(merged)
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    return str(target).removeprefix("torch.")
+
+
+def _task_runner(config):
+    """The TaskRunner class verl's own `main_ppo` would use for this config."""
+    if config.trainer.get("use_v1", True):
+        from verl.trainer.main_ppo import TaskRunnerV1
+
+        return TaskRunnerV1
+    from verl.trainer.main_ppo_v0 import TaskRunner
+
+    return TaskRunner
+
+
+def run_driver(config, *, address: str | None, env: dict[str, str], should_stop: Callable[[], str | None],
+               on_tick: Callable[[], None]) -> str | None:
+    """verl's run_ppo, with a stop: returns None when training finished, or the stop reason after the driver and
+    its actors were killed. `on_tick()` runs about every second while verl trains (and once at the end), then
+    `should_stop()` answers the stop reason or None. verl's failure is raised as is (its traceback names the
+    actor)."""
+    import ray
+    from omegaconf import OmegaConf
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+
+    runtime_env = OmegaConf.to_container(OmegaConf.merge(get_ppo_ray_runtime_env(config),
+                                                         {"env_vars": env}), resolve=True)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    log.info("verl driver: %s", f"joining the Ray cluster at {address}" if address else "starting a local Ray")
+    ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING, log_to_driver=True,
+             configure_logging=False)
+    for sig, handler in handlers.items():  # ray.init exits on SIGTERM; ours turns it into a stop
+        with contextlib.suppress(ValueError, TypeError):
+            signal.signal(sig, handler)
+    try:
+        runner = _task_runner(config).remote()
+        done = runner.run.remote(config)
+        while True:
+            ready, _ = ray.wait([done], timeout=POLL_S)
+            on_tick()
+            if ready:
+                ray.get(done)  # raises verl's error
+                return None
+            reason = should_stop()
+            if reason is not None:
+                log.warning("stop (%s): killing verl's driver and its actors", reason)
+                ray.kill(runner, no_restart=True)
+                with contextlib.suppress(Exception):  # it dies with an ActorDiedError: that is the stop
+                    ray.get(done, timeout=KILL_WAIT_S)
+                on_tick()  # a checkpoint verl finished just before the kill is still registered
+                return reason
+    finally:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+
+
+def train_rl(cfg, run, *, loaded, resume_from: Path | None, stop, writer, dist):
+    from omegaconf import OmegaConf
+
+    from training_platform.training.engines.base import EngineResult
+    from training_platform.training.engines.verl import generate
+    from training_platform.training.engines.verl.engine import planned_paths, prepare_rl_inputs, verl_config
+
+    if dist.world_size != 1:
+        raise RuntimeError("verl RL starts its own workers: the runner calls it in one process")
+    paths = planned_paths(cfg, run.path)
+    config = verl_config(cfg, paths)
+    after = 0
+    if resume_from is not None:
+        after = int(resume_from.name.rsplit("_", 1)[-1])
+        OmegaConf.update(config, "trainer.resume_mode", "resume_path")
+        OmegaConf.update(config, "trainer.resume_from_path", str(resume_from / f"global_step_{after}"))
+    prepare_rl_inputs(cfg, run, loaded)
+    (run.path / "verl_config.yaml").write_text(generate.to_yaml(config))
+    run.record("verl_config", run.path / "verl_config.yaml")
+
+    attempt = int(run.read_run_info().get("attempts", 1))
+    source = attempt_log(run.path, attempt)
+    source.unlink(missing_ok=True)
+    follower = LogFollower(source, writer, after_step=after)
+    watcher = CheckpointWatcher(Path(paths.local_dir), writer, after_step=after)
+    # verl's actors import the reward module (which imports training_platform) on any node: the platform's image
+    env = {"VERL_FILE_LOGGER_PATH": str(source), "TP_DATA_DIR": os.environ.get("TP_DATA_DIR", str(run.path.parent))}
+    address = os.environ["TP_RAY_ADDRESS"] if cfg.resources.resolved_launcher == "ray" else None
+    writer.update_run_info(device="cuda", verl_version=generate.verl_version())
+
+    def tick() -> None:
+        follower.poll()
+        watcher.poll()
+
+    stopped = run_driver(config, address=address, env=env, on_tick=tick,
+                         should_stop=lambda: stop.poll(follower.last_step))  # stop_at_step: the last logged step
+    step = max(follower.last_step, watcher.last_step)
+    if stopped is None:
+        latest = run.latest_checkpoint()
+        if latest is None:
+            raise RuntimeError("verl finished without a checkpoint: training.save_steps must be > 0 for final/")
+        at = int(latest.name.rsplit("_", 1)[-1])
+        written = merge_final(latest / f"global_step_{at}" / "actor", run.final, dtype=cfg.model.dtype,
+                              trust_remote_code=cfg.model.trust_remote_code)
+        writer.record_tree("final", run.final)
+        writer.update_run_info(final_dtype=written, final_precision="bf16 (verl's model merger)")
+        log.info("final model merged from %s: %s", latest.name, run.final)
+    return EngineResult(step=step, stopped=stopped, summary={})
