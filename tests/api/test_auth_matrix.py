@@ -236,6 +236,8 @@ ROUTES: dict[str, Case] = {
     "MOUNT /ui": Case("public", lambda o: Req("GET", "/ui/")),
     # -- jobs
     "POST /api/v1/jobs": Case("user", lambda o: Req("POST", J, json={"name": "m", "config": valid_config()})),
+    "POST /api/v1/jobs/validate": Case("user", lambda o: Req("POST", f"{J}/validate",
+                                                             json={"config": valid_config()})),
     "GET /api/v1/jobs": Case("user", lambda o: Req("GET", f"{J}?q={o.names['job']}"), hidden="job"),
     "GET /api/v1/jobs/{job_id}": Case("owned", lambda o: Req("GET", f"{J}/{o.job}")),
     "GET /api/v1/jobs/{job_id}/events": Case("owned", lambda o: Req("GET", f"{J}/{o.job}/events")),

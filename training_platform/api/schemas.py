@@ -160,6 +160,30 @@ class JobDetail(JobRead):
         None, description="Training jobs: launcher, nodes, world size and the state of each rank.")
 
 
+class JobValidate(RequestBody):
+    """The body of POST /jobs; the name may still be empty while a form is being filled in."""
+
+    name: JobName | None = None
+    config: dict[str, Any] = Field(description="The training config, same schema as the YAML (see /config/schema).")
+    priority: Priority = 0
+
+
+class ConfigProblem(BaseModel):
+    loc: list[str | int] = Field(description='The field path as a list, e.g. ["training", "learning_rate"] or '
+                                             '["rewards", 0, "weight"]; [] for the whole body.')
+    msg: str
+
+
+class JobValidation(BaseModel):
+    """What POST /jobs would do with this body, without creating anything."""
+
+    valid: bool
+    effective_config: dict[str, Any] | None = Field(
+        description="Every default filled in (null when the config does not parse).")
+    errors: list[ConfigProblem]
+    warnings: list[str]
+
+
 class JobSubmitted(JobRead):
     warning: str | None = Field(None, description="Set when the job is stored but no worker could be woken now.")
 

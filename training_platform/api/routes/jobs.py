@@ -7,7 +7,9 @@ the wake-up later.
 
 from __future__ import annotations
 
+import copy
 import logging
+import re
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -27,7 +29,7 @@ from training_platform.api.deps import (
     VisibleJob,
     lock_job,
 )
-from training_platform.api.errors import ValidationFailed, config_error, conflict
+from training_platform.api.errors import ValidationFailed, config_error, conflict, scrub
 from training_platform.api.jobspec import OverrideError, apply_overrides, check_job_config
 from training_platform.db import crud
 from training_platform.db.models import (
@@ -110,6 +112,75 @@ def create_job(body: schemas.JobCreate, session: SessionDep, user: CurrentUser, 
     is stored; disk checks (files, rows, the model) run in the worker's preflight."""
     config = _validated_config(session, body.config, settings, user)
     return _submit(session, user, name=body.name, config=config, priority=body.priority)
+
+
+def _loc(path: str) -> list[str | int]:
+    """"rewards[0].weight" -> ["rewards", 0, "weight"]; "<root>" -> []."""
+    if path in ("", "<root>"):
+        return []
+    if path.startswith("verl.overrides."):  # the key of verl.overrides is itself a dotted verl key
+        return ["verl", "overrides", path.removeprefix("verl.overrides.")]
+    return [int(part) if part.isdigit() else part for part in re.findall(r"[^.\[\]]+", path)]
+
+
+def _config_warnings(cfg) -> list[str]:
+    """What would run but probably not as meant, and what only a worker can check."""
+    warnings = []
+    t = cfg.training
+    if t.max_steps is not None and t.save_steps and t.save_steps > t.max_steps:
+        warnings.append(f"training.save_steps ({t.save_steps}) > training.max_steps ({t.max_steps}): no checkpoint "
+                        "before the end, so a failure or a stop cannot resume")
+    if t.eval_steps and not cfg.has_eval():
+        warnings.append("training.eval_steps is set but there is no eval data: nothing will be evaluated")
+    if cfg.engine == "verl" and cfg.algorithm.name != "sft":
+        warnings.append("verl RL needs GPUs with vLLM or SGLang: the worker's preflight checks the devices when the "
+                        "job starts")
+    return warnings
+
+
+@router.post("/validate", response_model=schemas.JobValidation, dependencies=[JsonBody],
+             responses={422: {"model": schemas.ErrorOut, "description": "The body is not a job (e.g. no config)"}})
+def validate_job(body: schemas.JobValidate, session: SessionDep, user: CurrentUser, settings: SettingsDep):
+    """What POST /jobs would say about this body, without creating anything: the schema, the cross-field rules,
+    the path policy and, for engine verl, the generated verl config with our checks and verl's. Always 200 for a
+    job body: `valid`, every problem at its field (`loc` as a list), warnings, and the effective config (every
+    default filled in) whenever the config parses. Files, rows and the model are read by the worker's preflight
+    when the job starts."""
+    from training_platform.training.config import effective_config, parse_config
+
+    problems: list = []
+    try:
+        config = check_job_config(session, body.config, settings, user)
+    except ConfigError as exc:
+        problems.extend(exc.errors)
+        config = body.config
+    effective, warnings = None, []
+    try:
+        cfg = parse_config(copy.deepcopy(config))
+    except ConfigError:
+        cfg = None
+    if cfg is not None:
+        effective = effective_config(cfg)
+        warnings = _config_warnings(cfg)
+        if not problems and cfg.engine == "verl":
+            problems.extend(_verl_problems(cfg))
+    return {"valid": not problems, "effective_config": effective, "warnings": warnings,
+            "errors": [{"loc": _loc(e.path), "msg": scrub(e.reason)} for e in problems]}
+
+
+def _verl_problems(cfg) -> list:
+    """The verl config generated from the job, with our checks and verl's validate_config (as in the dry run)."""
+    from training_platform.training.config import FieldError
+
+    from training_platform.training.engines.verl import engine
+
+    try:
+        engine.verl_config(cfg, engine.planned_paths(cfg, None))
+    except ConfigError as exc:
+        return exc.errors
+    except ImportError as exc:  # verl not installed where the API runs
+        return [FieldError("engine", f"verl is not installed where the API runs ({exc}); install the [verl] extra")]
+    return []
 
 
 @router.get("", response_model=schemas.Page[schemas.JobRead])

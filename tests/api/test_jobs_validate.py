@@ -1,0 +1,82 @@
+"""POST /jobs/validate: what POST /jobs would say about a body, as the launch form needs it while the user types;
+never a job."""
+
+from __future__ import annotations
+
+import pytest
+from api_helpers import row_counts, valid_config
+
+pytestmark = pytest.mark.integration
+
+
+def validate(api, config, user="alice", **body):
+    r = api.post("/jobs/validate", user=user, json={"config": config, **body})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_a_valid_config_gets_its_effective_config_and_creates_nothing(sqlite_api):
+    before = row_counts()
+    out = validate(sqlite_api, valid_config(), name="draft")
+    assert out["valid"] is True and out["errors"] == []
+    effective = out["effective_config"]
+    assert effective["training"]["max_steps"] == 5
+    assert effective["training"]["learning_rate"] > 0, "defaults filled in"
+    assert effective["resources"]["launcher"] == "local" and effective["resources"]["world_size"] == 1
+    assert row_counts() == before, "no job, no event"
+
+
+def test_every_problem_is_listed_at_its_field_as_a_list_path(sqlite_api):
+    config = valid_config(training={"max_steps": 5, "per_device_batch_size": 0, "learning_rate": "fast"},
+                          rewards=[{"name": "no_such_reward", "weight": 1.0}])
+    config["model"]["path"] = "../../etc"
+    out = validate(sqlite_api, config)
+    assert out["valid"] is False and out["effective_config"] is None, "the config does not parse"
+    locs = {tuple(e["loc"]) for e in out["errors"]}
+    assert ("training", "per_device_batch_size") in locs
+    assert ("training", "learning_rate") in locs
+    assert ("model", "path") in locs, "the path policy runs too"
+    assert all(e["msg"] for e in out["errors"])
+
+
+def test_list_items_are_integers_in_the_path_and_rules_keep_the_effective_config(sqlite_api):
+    config = valid_config(algorithm={"name": "grpo", "num_generations": 4},
+                          data={"train_file": "demo/data/rl.jsonl", "max_length": 64},
+                          rewards=[{"name": "math_answer", "weight": -1.0}])
+    out = validate(sqlite_api, config)
+    assert not out["valid"]
+    assert ["rewards", 0, "weight"] in [e["loc"] for e in out["errors"]], out["errors"]
+
+    engine = valid_config(engine="trl", algorithm={"name": "reinforce_pp"},
+                          data={"train_file": "demo/data/rl.jsonl", "max_length": 64},
+                          rewards=[{"name": "math_answer", "weight": 1.0}])
+    out = validate(sqlite_api, engine)
+    assert [e["loc"] for e in out["errors"]] == [["engine"]], out["errors"]
+    assert out["effective_config"]["algorithm"]["name"] == "reinforce_pp", "parsed: the form can still show it"
+
+
+def test_warnings_say_what_would_run_but_not_as_meant(sqlite_api):
+    out = validate(sqlite_api, valid_config(training={"max_steps": 5, "save_steps": 50}))
+    assert out["valid"] is True
+    assert any("save_steps" in w for w in out["warnings"]), out["warnings"]
+
+
+def test_verl_jobs_are_checked_against_the_generated_verl_config(sqlite_api):
+    pytest.importorskip("verl")
+    grpo = valid_config(engine="verl", algorithm={"name": "grpo", "num_generations": 4},
+                        data={"train_file": "demo/data/rl.jsonl", "max_length": 64},
+                        rewards=[{"name": "math_answer", "weight": 1.0}],
+                        verl={"overrides": {"algorithm.adv_estimator": "no_such_estimator"}})
+    out = validate(sqlite_api, grpo)
+    assert not out["valid"]
+    assert [e["loc"] for e in out["errors"]] == [["verl", "overrides", "algorithm.adv_estimator"]], out["errors"]
+    del grpo["verl"]
+    out = validate(sqlite_api, grpo)
+    assert out["valid"], out["errors"]
+    assert any("GPUs" in w for w in out["warnings"])
+
+
+def test_a_body_that_is_not_a_job_is_a_422(sqlite_api):
+    r = sqlite_api.post("/jobs/validate", user="alice", json={"name": "x"})
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["loc"] == "config"
