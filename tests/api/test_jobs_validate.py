@@ -80,3 +80,13 @@ def test_a_body_that_is_not_a_job_is_a_422(sqlite_api):
     r = sqlite_api.post("/jobs/validate", user="alice", json={"name": "x"})
     assert r.status_code == 422
     assert r.json()["detail"][0]["loc"] == "config"
+
+
+def test_the_examples_are_served_and_each_is_valid_or_says_why(sqlite_api):
+    r = sqlite_api.get("/config/examples", user="alice")
+    assert r.status_code == 200, r.text
+    examples = {e["name"]: e for e in r.json()}
+    assert {"sft_tiny", "grpo_tiny", "reinforce_pp_tiny"} <= set(examples)
+    assert examples["grpo_tiny"]["algorithm"] == "grpo" and "GRPO" in examples["grpo_tiny"]["description"]
+    out = validate(sqlite_api, examples["sft_tiny"]["config"])
+    assert out["valid"], out["errors"]
