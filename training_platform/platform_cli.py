@@ -107,10 +107,10 @@ def up_cmd(
     """Run the whole platform on this machine (api + worker + beat) until Ctrl-C, as their supervisor.
 
     Migrates the database, starts an embedded Redis if REDIS_URL is unset, prepares the demo models on first
-    start, creates an admin user if there is none (its token is printed once), then runs api, worker, eval worker
-    and beat as child processes. A child that dies is restarted (with backoff; after TP_UP_MAX_CRASHES exits within
-    TP_UP_CRASH_WINDOW s `tp up` gives up and exits 1). Ctrl-C / SIGTERM stops them all (a running job
-    checkpoints and is requeued). See docs/operations.md."""
+    start, creates an admin user if there is none (its token is printed once), then runs api, worker, eval worker,
+    inference worker (the playground, /openai/v1) and beat as child processes. A child that dies is restarted (with
+    backoff; after TP_UP_MAX_CRASHES exits within TP_UP_CRASH_WINDOW s `tp up` gives up and exits 1). Ctrl-C / SIGTERM
+    stops them all (a running job checkpoints and is requeued). See docs/operations.md."""
     code = launcher.run_platform(host=host, port=port, app=app, grace_s=grace,
                                  api_workers=api_workers or launcher.default_api_workers(), ray=ray,
                                  echo=lambda message: typer.echo(message))

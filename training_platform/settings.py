@@ -11,8 +11,16 @@
 |                  | `"api_key_env": "JUDGE_KEY", "models": ["m1"]}}`; requests name one, never a URL or a key |
 | TP_ENDPOINTS_FILE | the same JSON in a file (read at each lookup; a name may not also be in TP_ENDPOINTS) |
 | TP_METRICS_TOKEN | unset: /metrics is open; set: it requires `Authorization: Bearer <token>` |
+| TP_WEBHOOK_HOSTS | unset: webhooks disabled. Comma-separated `host[:port]` a user's job-end webhook may POST to |
+|                  | (no port: the scheme's default port only); the operator's rule, like TP_ENDPOINTS |
+| TP_WEBHOOK_BACKOFF | 5 s: a failed webhook delivery is retried 3 times, after 1x, 4x, 16x this |
 | TP_API_CONCURRENCY | 2: reads handled at once per API process (more wait, first come first served); 0 = no limit |
 | TP_UP_MAX_CRASHES / TP_UP_CRASH_WINDOW / TP_UP_BACKOFF_MAX | 5 / 300 s / 30 s: `tp up`'s restart policy |
+| TP_INFERENCE_CACHE | 2: models each inference worker process keeps loaded (least recently used evicted) |
+| TP_INFERENCE_DEVICE | auto: where inference workers load models (`auto` = cuda when available, `cpu`, `cuda:N`) |
+| TP_INFERENCE_PICKUP_TIMEOUT | 30 s: playground / OpenAI requests no inference worker took by then -> 503 |
+| TP_INFERENCE_TIMEOUT | 120 s: a generation (model load included) still running after this -> 504 (stopped) |
+| TP_INFERENCE_MAX_INFLIGHT | 4: generation requests of one user in progress at once (more -> 429) |
 
 Input caps (docs/limits.md):
 
@@ -68,6 +76,17 @@ class Settings(BaseSettings):
     metrics_token: str | None = Field(None, validation_alias="TP_METRICS_TOKEN")
     # Reads (GET/HEAD) handled at once per API process; more wait their turn (0: no limit). api/observability.py
     api_concurrency: int = Field(2, validation_alias="TP_API_CONCURRENCY", ge=0, le=1000)
+    # Inference workers (queue `inference`: the playground and /openai/v1; workers/inference_tasks.py).
+    inference_cache_size: int = Field(2, validation_alias="TP_INFERENCE_CACHE", ge=1, le=64)
+    inference_device: str = Field("auto", validation_alias="TP_INFERENCE_DEVICE",
+                                  pattern=r"^(auto|cpu|cuda(:\d{1,2})?)$")
+    inference_pickup_timeout_s: float = Field(30.0, validation_alias="TP_INFERENCE_PICKUP_TIMEOUT", gt=0, le=3600)
+    inference_timeout_s: float = Field(120.0, validation_alias="TP_INFERENCE_TIMEOUT", gt=0, le=3600)
+    inference_max_inflight: int = Field(4, validation_alias="TP_INFERENCE_MAX_INFLIGHT", ge=1, le=1000)
+    # Job-end webhooks (training_platform/webhooks.py): the hosts they may POST to (empty: webhooks disabled), and
+    # the retry backoff base of a failed delivery (retries after 1x, 4x, 16x it).
+    webhook_hosts: str = Field("", validation_alias="TP_WEBHOOK_HOSTS", max_length=10_000)
+    webhook_backoff_s: float = Field(5.0, validation_alias="TP_WEBHOOK_BACKOFF", ge=0, le=3600)
 
     @property
     def data_path(self) -> Path:

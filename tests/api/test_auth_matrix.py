@@ -9,10 +9,13 @@ when the app has a route the table does not know, so nothing can slip past. The 
 | user     | 401      | 2xx          | 2xx                  | 2xx   |
 | owned    | 401      | 404          | 2xx                  | 2xx   |
 | admin    | 401      | 403          | 403                  | 2xx   |
+| serving  | 401      | 404          | 503                  | 503   |
 
 `owned` routes act on one object of alice (the owner); bob is "another user"; root is the admin. For listings
 (`user` routes with `hidden`), alice's object must be in alice's and root's answer and absent from bob's.
 Destructive requests (cancel, retry, delete) get a fresh object per call. Runs on SQLite and PostgreSQL.
+`serving` routes generate with alice's model in an inference worker, which the matrix does not run: past the
+authorization, the owner and the admin get the 503 "no inference worker" (tests/api/test_playground.py runs one).
 """
 
 from __future__ import annotations
@@ -162,6 +165,80 @@ class Objects:
         set_status(job_id, "running", worker=worker, heartbeat_at=utcnow())
         self.names["worker"] = worker
 
+    # -- sweeps and templates (made on first use; `names` holds the first one's name for the listings)
+
+    def sweep_of_alice(self) -> int:
+        from training_platform.db.models import Sweep
+
+        if "sweep" not in self.names:
+            name = f"matrix-sweep-{_uid()}"
+            with session_scope() as s:
+                sweep = Sweep(owner_id=self.api.user_ids[OWNER], name=name, config=valid_config(),
+                              grid={"training.learning_rate": [1e-4]}, seeds=[0])
+                s.add(sweep)
+                s.flush()
+                crud.create_job(s, owner=self.user(s), name=f"{name} lr=0.0001 seed=0", sweep_id=sweep.id,
+                                config=valid_config(training={"max_steps": 5, "per_device_batch_size": 4,
+                                                              "learning_rate": 1e-4, "seed": 0}))
+                self.names["sweep"], self.names["sweep_id"] = name, str(sweep.id)
+        return int(self.names["sweep_id"])
+
+    def named(self, kind: str) -> str:
+        """The name of alice's first sweep or template (made now if needed)."""
+        self.sweep_of_alice() if kind == "sweep" else self.job_template()
+        return self.names[kind]
+
+    def job_template(self, first: bool = True) -> int:
+        from training_platform.db.models import JobTemplate
+
+        if first and "template" in self.names:
+            return int(self.names["template_id"])
+        name = f"matrix-template-{_uid()}"
+        with session_scope() as s:
+            template = JobTemplate(owner_id=self.api.user_ids[OWNER], name=name, config=valid_config())
+            s.add(template)
+            s.flush()
+            template_id = template.id
+        if first:
+            self.names["template"], self.names["template_id"] = name, str(template_id)
+        return template_id
+
+    # -- checkpoint archives and webhooks
+
+    def job_with_checkpoint(self) -> int:
+        """alice's job (o.job) with a checkpoint directory holding one file (made once)."""
+        from training_platform.db.models import Job
+
+        with session_scope() as s:
+            run_dir = Path(s.get(Job, self.job).run_dir)
+        step = run_dir / "checkpoints" / "step_000010"
+        if not step.is_dir():
+            step.mkdir(parents=True)
+            (step / "weights.bin").write_bytes(b"matrix")
+        return self.job
+
+    def webhook(self, first: bool = True) -> int:
+        """A webhook of alice (a row: the operator's allowlist is set only for the POST case)."""
+        from training_platform.db.models import Webhook
+
+        if first and "webhook_id" in self.names:
+            return int(self.names["webhook_id"])
+        url = f"https://hooks.example.test/matrix-{_uid()}"
+        with session_scope() as s:
+            row = Webhook(owner_id=self.api.user_ids[OWNER], url=url, events=["job.failed"])
+            s.add(row)
+            s.flush()
+            webhook_id = row.id
+        if first:
+            self.names["webhook"], self.names["webhook_id"] = url, str(webhook_id)
+        return webhook_id
+
+
+def _allow_webhook_hosts() -> None:
+    from training_platform.settings import get_settings
+
+    get_settings().webhook_hosts = "hooks.example.test"  # this module's cached settings (cleared after it)
+
 
 @pytest.fixture(scope="module")
 def objs(api) -> Objects:
@@ -216,6 +293,22 @@ def _fresh_dataset(o: Objects) -> Req:
     return Req("DELETE", f"{API}/datasets/{dataset_id}")
 
 
+def _served(o: Objects) -> int:
+    """alice's job with a final model on disk (a copy of the demo model), made once per database."""
+    if "served" not in o.names:
+        import shutil
+
+        from training_platform.db.models import Job
+
+        job_id = o.train_job()
+        with session_scope() as s:
+            run_dir = Path(s.get(Job, job_id).run_dir)
+        shutil.copytree(o.api.data_dir / "demo" / "model", run_dir / "final")
+        o.names["served"] = f"job-{job_id}/final"
+    return int(o.names["served"].split("/")[0].removeprefix("job-"))
+
+
+HI = [{"role": "user", "content": "hi"}]
 J = f"{API}/jobs"
 E = f"{API}/evaluations"
 D = f"{API}/datasets"
@@ -248,9 +341,11 @@ ROUTES: dict[str, Case] = {
     "GET /api/v1/jobs/{job_id}/metrics": Case("owned", lambda o: Req("GET", f"{J}/{o.job}/metrics")),
     "GET /api/v1/jobs/{job_id}/logs": Case("owned", lambda o: Req("GET", f"{J}/{o.job}/logs")),
     "GET /api/v1/jobs/{job_id}/logs/stream": Case("owned", lambda o: Req("GET", f"{J}/{o.job}/logs/stream")),
+    "GET /api/v1/jobs/{job_id}/files/{name}": Case("owned", lambda o: Req("GET", f"{J}/{o.job}/files/train.log")),
     "GET /api/v1/jobs/{job_id}/checkpoints": Case("owned", lambda o: Req("GET", f"{J}/{o.job}/checkpoints")),
     "GET /api/v1/jobs/{job_id}/best_checkpoint": Case("owned",
                                                       lambda o: Req("GET", f"{J}/{o.job}/best_checkpoint")),
+    "GET /api/v1/jobs/{job_id}/rollouts": Case("owned", lambda o: Req("GET", f"{J}/{o.job}/rollouts?limit=5")),
     # -- registered models
     "POST /api/v1/models": Case("user", lambda o: Req("POST", f"{API}/models",
                                                       json={"name": f"m-{_uid()}", "path": "demo/model"})),
@@ -320,6 +415,38 @@ ROUTES: dict[str, Case] = {
     "PATCH /api/v1/endpoints/{name}": Case("admin", lambda o: Req("PATCH", f"{API}/endpoints/{o.endpoint()}",
                                                                   json={"models": ["m", "n"]})),
     "DELETE /api/v1/endpoints/{name}": Case("admin", lambda o: Req("DELETE", f"{API}/endpoints/{o.endpoint()}")),
+    # -- sweeps and job templates
+    "POST /api/v1/sweeps": Case("user", lambda o: Req("POST", f"{API}/sweeps", json={
+        "name": "m", "config": valid_config(), "grid": {"training.learning_rate": [1e-4]}, "seeds": [0]})),
+    "GET /api/v1/sweeps": Case("user", lambda o: Req("GET", f"{API}/sweeps?q={o.named('sweep')}"), hidden="sweep"),
+    "GET /api/v1/sweeps/{sweep_id}": Case("owned", lambda o: Req("GET", f"{API}/sweeps/{o.sweep_of_alice()}")),
+    "POST /api/v1/sweeps/{sweep_id}/cancel": Case("owned",
+                                                  lambda o: Req("POST", f"{API}/sweeps/{o.sweep_of_alice()}/cancel")),
+    "POST /api/v1/templates": Case("user", lambda o: Req("POST", f"{API}/templates", json={
+        "name": f"m-{_uid()}", "config": valid_config()})),
+    "GET /api/v1/templates": Case("user", lambda o: Req("GET", f"{API}/templates?q={o.named('template')}"),
+                                  hidden="template"),
+    "GET /api/v1/templates/{template_id}": Case("owned", lambda o: Req("GET", f"{API}/templates/{o.job_template()}")),
+    "PATCH /api/v1/templates/{template_id}": Case("owned", lambda o: Req(
+        "PATCH", f"{API}/templates/{o.job_template()}", json={"description": "matrix"})),
+    "DELETE /api/v1/templates/{template_id}": Case("owned", lambda o: Req(
+        "DELETE", f"{API}/templates/{o.job_template(first=False)}")),
+    # -- checkpoint archives, job-end webhooks
+    "GET /api/v1/jobs/{job_id}/checkpoints/{name}/archive": Case(
+        "owned", lambda o: Req("GET", f"{J}/{o.job_with_checkpoint()}/checkpoints/step_000010/archive")),
+    "POST /api/v1/webhooks": Case("user", lambda o: (_allow_webhook_hosts(), Req(
+        "POST", f"{API}/webhooks", json={"url": f"https://hooks.example.test/{_uid()}", "events": ["job.failed"]}))[1]),
+    "GET /api/v1/webhooks": Case("user", lambda o: (o.webhook(), Req("GET", f"{API}/webhooks"))[1], hidden="webhook"),
+    "DELETE /api/v1/webhooks/{webhook_id}": Case("owned",
+                                                 lambda o: Req("DELETE", f"{API}/webhooks/{o.webhook(first=False)}")),
+    # -- the playground and the OpenAI-compatible route (generation needs an inference worker: see `serving`)
+    "POST /api/v1/playground/generate": Case("serving", lambda o: Req("POST", f"{API}/playground/generate", json={
+        "model": {"job_id": _served(o), "checkpoint": "final"}, "messages": HI, "max_new_tokens": 2})),
+    "POST /api/v1/openai/v1/chat/completions": Case("serving", lambda o: Req(
+        "POST", f"{API}/openai/v1/chat/completions", json={"model": f"job-{_served(o)}/final", "messages": HI,
+                                                           "max_tokens": 2})),
+    "GET /api/v1/openai/v1/models": Case("user", lambda o: (_served(o), Req(
+        "GET", f"{API}/openai/v1/models?limit=1000"))[1], hidden="served"),
 }
 
 EXPECTED = {  # class -> caller -> "2xx" | "<400" | status
@@ -327,6 +454,7 @@ EXPECTED = {  # class -> caller -> "2xx" | "<400" | status
     "user": {None: 401, OTHER: "2xx", OWNER: "2xx", ADMIN: "2xx"},
     "owned": {None: 401, OTHER: 404, OWNER: "2xx", ADMIN: "2xx"},
     "admin": {None: 401, OTHER: 403, OWNER: 403, ADMIN: "2xx"},
+    "serving": {None: 401, OTHER: 404, OWNER: 503, ADMIN: 503},
 }
 
 

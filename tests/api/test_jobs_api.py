@@ -320,6 +320,13 @@ def test_listing_filters_sorting_and_pagination(api, jobs):
     past_end = api.get("/jobs?q=sweep&offset=10").json()
     assert past_end["items"] == [] and past_end["total"] == 3
 
+    # engine: a config without one trains with trl; kind: train/data/eval
+    verl = submitted(api, name="Sweep-verl", config={**valid_config(), "engine": "verl"})["id"]
+    assert [j["id"] for j in api.get("/jobs?q=sweep&engine=verl").json()["items"]] == [verl]
+    assert {j["id"] for j in api.get("/jobs?q=sweep&engine=trl&limit=200").json()["items"]} == set(made)
+    assert api.get("/jobs?q=sweep&kind=eval").json()["total"] == 0
+    assert api.get("/jobs?q=sweep&kind=train").json()["total"] == 4
+
 
 def test_listing_items_equal_the_job_detail(api, jobs):
     """The listing reads columns and passes JSON columns through as stored text (no JobRead validation); every
@@ -477,6 +484,16 @@ def test_logs_tail(api):
     assert api.get(f"/jobs/{job['id']}/logs").json()["lines"] == lines[-200:]
     assert api.get(f"/jobs/{job['id']}/logs?tail=3").json()["lines"] == lines[-3:]
     assert api.get(f"/jobs/{job['id']}/logs?tail=5000").json()["lines"] == lines
+
+    # The whole log as a download; error.json and the failure bundle once a run wrote them.
+    r = api.get(f"/jobs/{job['id']}/files/train.log")
+    assert r.status_code == 200 and r.text.splitlines() == lines
+    assert f'filename="job-{job["id"]}-train.log"' in r.headers["content-disposition"]
+    assert api.get(f"/jobs/{job['id']}/files/error.json").status_code == 404
+    (run / "error.json").write_text('{"type": "RuntimeError"}')
+    assert api.get(f"/jobs/{job['id']}/files/error.json").json() == {"type": "RuntimeError"}
+    assert api.get(f"/jobs/{job['id']}/files/config_effective.yaml").status_code == 422, "only the listed files"
+    assert api.get(f"/jobs/{job['id']}/files/train.log", user="bob").status_code == 404
 
 
 def _read_sse(response) -> tuple[list[str], str | None]:

@@ -50,7 +50,7 @@ def test_metrics_parse_have_every_family_and_no_names(api):
     assert samples[("tp_jobs", (("status", "queued"),))] >= 1
     assert samples[("tp_queue_depth", (("queue", "train"),))] >= 1
     assert {q for (n, labels), _ in samples.items() if n == "tp_queue_depth" for _, q in labels} \
-        == {"train", "data", "eval", "maintenance"}
+        == {"train", "data", "eval", "maintenance", "inference"}
     finished = [(dict(labels), v) for (n, labels), v in samples.items() if n == "tp_jobs_finished_total"]
     assert any(lab == {"kind": "train", "algorithm": "sft", "outcome": "succeeded"} and v >= 1
                for lab, v in finished), finished

@@ -23,14 +23,21 @@ from training_platform.api.routes import (
     datasets,
     endpoints,
     evaluations,
+    exports,
     health,
     jobs,
     logs,
     metrics,
     models,
     monitoring,
+    openai_compat,
+    playground,
+    rollouts,
     schedules,
+    sweeps,
+    templates,
     users,
+    webhooks,
 )
 
 API_PREFIX = "/api/v1"
@@ -88,6 +95,13 @@ def create_app() -> FastAPI:
     for module in (jobs, metrics, logs, checkpoints, models, datasets, evaluations, schedules, endpoints, users,
                    monitoring, health, config):
         api.include_router(module.router)
+    for module in (sweeps, templates):
+        api.include_router(module.router)
+    for module in (exports, webhooks):
+        api.include_router(module.router)
+    api.include_router(rollouts.router)
+    api.include_router(playground.router)
+    api.include_router(openai_compat.router)
     app.include_router(api)
     app.include_router(health.router, include_in_schema=False)  # /health, /metrics
 

@@ -30,6 +30,7 @@ from training_platform.training.config import ConfigError, FieldError, translate
 log = logging.getLogger("training_platform.api")
 
 _BODY_MODELS = (schemas.JobCreate, schemas.JobClone, schemas.UserCreate, schemas.ModelCreate)
+_BODY_MODELS += (schemas.SweepCreate, schemas.TemplateCreate)  # sweeps, templates
 _BODY_FIELDS = {name for model in _BODY_MODELS for name in model.model_fields} | {
     # POST /evaluations and /schedules (their models live with their routers)
     "benchmarks", "generation", "backend", "sandbox", "seed", "model", "job_id", "checkpoint", "keep_best_by",

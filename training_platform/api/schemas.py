@@ -133,6 +133,7 @@ class JobRead(BaseModel):
     finished_at: UtcDatetime | None
     config: dict[str, Any]
     cloned_from: int | None
+    sweep_id: int | None = Field(None, description="The sweep that created the job (GET /sweeps/{id}).")
     best_checkpoint: dict[str, Any] | None = Field(
         None, description='Training jobs evaluated with keep_best_by: {"metric", "step", "value", "evaluation_id", '
                           '"path"}. That checkpoint is kept beyond keep_last_checkpoints.')
@@ -254,3 +255,109 @@ class HealthOut(BaseModel):
     database: str
     broker: str
     version: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------- sweeps
+
+SWEEP_MAX_JOBS = 64  # grid points x seeds
+SWEEP_MAX_KEYS = 8
+SWEEP_MAX_VALUES = 16  # per grid key
+SWEEP_MAX_SEEDS = 10
+SweepName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=120)]
+GridKey = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1, strict=True)]
+
+
+class SweepCreate(RequestBody):
+    name: SweepName = Field(description="Each job is named `<name> <key>=<value> ... seed=<seed>`.")
+    config: dict[str, Any] = Field(description="The base training config (validated like POST /jobs).")
+    grid: dict[GridKey, Annotated[list[Any], Field(min_length=1, max_length=SWEEP_MAX_VALUES)]] = Field(
+        default_factory=dict, max_length=SWEEP_MAX_KEYS,
+        description='Dotted config paths -> the values to try, e.g. {"training.learning_rate": [1e-4, 3e-4]}: one '
+                    f'job per combination and seed. At most {SWEEP_MAX_KEYS} keys of at most {SWEEP_MAX_VALUES} '
+                    f'distinct values; at most {SWEEP_MAX_JOBS} jobs in all. `training.seed` is set by `seeds`.')
+    seeds: Annotated[list[Seed], Field(min_length=1, max_length=SWEEP_MAX_SEEDS)] | None = Field(
+        None, description="Distinct values of `training.seed`, one job per grid point each (default: the base "
+                          "config's seed).")
+    priority: Priority = 0
+
+
+class SweepRead(BaseModel):
+    id: int
+    name: str
+    owner: str
+    grid: dict[str, list[Any]]
+    seeds: list[int]
+    created_at: UtcDatetime
+    jobs_total: int = Field(description="Jobs of the sweep that still exist (deleted jobs are not counted).")
+    status_counts: dict[str, int] = Field(description="status -> number of the sweep's jobs.")
+
+
+class SweepJob(BaseModel):
+    id: int
+    name: str
+    status: str
+    point: dict[str, Any] = Field(description="The grid values of this job (grid key -> value).")
+    seed: int | None
+    current_step: int
+    max_steps: int | None
+    error: str | None
+    metrics: dict[str, float | None] = Field(
+        description="The last logged value of each metric (its final value once the job finished); null: not "
+                    "finite.")
+
+
+class MetricStats(BaseModel):
+    mean: float | None
+    std: float | None = Field(description="Sample standard deviation (n - 1); null with fewer than 2 values.")
+    n: int = Field(description="Seeds (succeeded jobs) that logged the metric.")
+
+
+class SweepPoint(BaseModel):
+    point: dict[str, Any]
+    label: str = Field(description="e.g. `lr=0.0001 bs=8`.")
+    job_ids: list[int]
+    succeeded: int = Field(description="Its jobs that succeeded: the statistics are over these.")
+    metrics: dict[str, MetricStats] = Field(description="Per metric: mean and sample std of the succeeded jobs' "
+                                                        "final values across seeds.")
+
+
+class SweepDetail(SweepRead):
+    config: dict[str, Any] = Field(description="The validated base config.")
+    jobs: list[SweepJob]
+    points: list[SweepPoint]
+    warning: str | None = Field(None, description="Set when the jobs are stored but no worker could be woken now.")
+
+
+# ---------------------------------------------------------------------------------------------- templates
+
+TemplateName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=NAME_PATTERN)]
+TemplateDescription = Annotated[str, StringConstraints(max_length=2000)]
+
+
+class TemplateCreate(RequestBody):
+    name: TemplateName = Field(description="Unique among your templates.")
+    description: TemplateDescription = ""
+    config: dict[str, Any] = Field(description="A training config; checked by the schema and the cross-field rules. "
+                                               "Paths are checked when a job is submitted from it, with the "
+                                               "submitter's rights.")
+    shared: bool = Field(False, strict=True, description="Every user may read (and use) it; only the owner and "
+                                                         "admins change or delete it.")
+
+
+class TemplateUpdate(RequestBody):
+    name: TemplateName | None = None
+    description: TemplateDescription | None = None
+    config: dict[str, Any] | None = None
+    shared: bool | None = Field(None, strict=True)
+
+
+class TemplateRead(BaseModel):
+    id: int
+    name: str
+    owner: str
+    description: str
+    config: dict[str, Any]
+    shared: bool
+    created_at: UtcDatetime
+    updated_at: UtcDatetime

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import and_, bindparam, delete, func, or_, text
 from sqlmodel import Session, select
 
-from training_platform import telemetry
+from training_platform import telemetry, webhooks
 from training_platform.db import rollups
 from training_platform.db.models import (
     TERMINAL,
@@ -92,15 +92,17 @@ def transition(session: Session, job: Job, to: JobStatus | str, reason: str = ""
     session.add(job)
     session.add(event)
     session.flush()
+    if target in TERMINAL:  # the owner's job-end webhooks, once this commits (delivered by a maintenance worker)
+        webhooks.job_ended_on_commit(session, job, event)
     return event
 
 
 def create_job(session: Session, *, owner: User, name: str, config: dict, priority: int = 0,
-               kind: str = "train", cloned_from: int | None = None) -> Job:
+               kind: str = "train", cloned_from: int | None = None, sweep_id: int | None = None) -> Job:
     algorithm = (config.get("algorithm") or {}).get("name", "?")
     max_steps = (config.get("training") or {}).get("max_steps")
     job = Job(owner_id=owner.id, name=name, kind=kind, algorithm=algorithm, config=config, priority=priority,
-              max_steps=max_steps, cloned_from=cloned_from)
+              max_steps=max_steps, cloned_from=cloned_from, sweep_id=sweep_id)
     session.add(job)
     session.flush()
     session.add(JobEvent(job_id=job.id, from_status=None, to_status=JobStatus.queued.value, reason="submitted"))

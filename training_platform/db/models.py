@@ -95,6 +95,8 @@ class Job(SQLModel, table=True):
     preflight: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     celery_task_id: str | None = Field(default=None, max_length=64)
     cloned_from: int | None = None
+    # The sweep that created the job (`sweeps.id`; no foreign key, so adding it did not rebuild `jobs` on SQLite).
+    sweep_id: int | None = Field(default=None, index=True)
     # Training jobs: the checkpoint with the best evaluation result by a chosen metric ({"metric", "step",
     # "value", "evaluation_id", "path"}), kept (protected from rotation) and shown.
     best_checkpoint: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
@@ -305,3 +307,60 @@ class Endpoint(SQLModel, table=True):
     created_by: int | None = Field(default=None, foreign_key="users.id")
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+
+
+# ---------------------------------------------------------------------------------------------- sweeps, templates
+
+
+class Sweep(SQLModel, table=True):
+    """A hyper-parameter sweep: one training job per grid point and seed (`jobs.sweep_id`), all created at once.
+    `config` is the validated base config; `grid` maps dotted config paths to their values (in the order given);
+    `seeds` go to `training.seed`."""
+
+    __tablename__ = "sweeps"
+    id: int | None = Field(default=None, primary_key=True)
+    owner_id: int = Field(foreign_key="users.id", index=True)
+    name: str = Field(max_length=120)
+    config: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    grid: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    seeds: list[int] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, index=True)
+
+
+class JobTemplate(SQLModel, table=True):
+    """A user's named training config (as written: checked by the schema and cross-field rules only; paths are
+    checked when a job is submitted from it). Shared templates are readable by every user."""
+
+    __tablename__ = "job_templates"
+    __table_args__ = (UniqueConstraint("owner_id", "name", name="uq_job_template_owner_name"),)
+    id: int | None = Field(default=None, primary_key=True)
+    owner_id: int = Field(foreign_key="users.id", index=True)
+    name: str = Field(max_length=128)
+    description: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    config: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    shared: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+# ---------------------------------------------------------------------------------------------- webhooks
+
+
+class Webhook(SQLModel, table=True):
+    """A user's job-end notification: POST `url` (a host in the operator's TP_WEBHOOK_HOSTS) when one of the user's
+    jobs ends with one of `events` (training_platform/webhooks.py). `secret` signs the body (HMAC-SHA256); it is
+    write-only over the API. The last delivery's outcome is kept for GET."""
+
+    __tablename__ = "webhooks"
+    id: int | None = Field(default=None, primary_key=True)
+    owner_id: int = Field(foreign_key="users.id", index=True)
+    url: str = Field(sa_column=Column(Text, nullable=False))
+    events: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    secret: str | None = Field(default=None, max_length=256)
+    created_at: datetime = Field(default_factory=utcnow)
+    last_delivery_at: datetime | None = None
+    last_event: str | None = Field(default=None, max_length=32)
+    last_job_id: int | None = None
+    last_status_code: int | None = None
+    last_error: str | None = Field(default=None, sa_column=Column(Text))
+    last_attempts: int = 0

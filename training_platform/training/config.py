@@ -118,6 +118,12 @@ class TrainingSection(StrictModel):
     eval_steps: int | None = Field(None, ge=1, le=MAX_STEPS, description="Evaluate every N steps (needs eval data).")
     keep_last_checkpoints: int = Field(3, ge=1, le=1000)
     dataloader_num_workers: int = Field(0, ge=0, le=64)
+    rollout_samples_per_step: int = Field(8, ge=0, le=1024, description=(
+        "RL (GRPO, RLOO, PPO; verl's too): rollouts kept per logging step in the run's rollouts.jsonl (prompt, "
+        "completion, rewards, advantage), a seeded sample of that step's generations; 0 keeps none."))
+    rollouts_max_mb: int = Field(100, ge=1, le=10_240, description=(
+        "Size cap of rollouts.jsonl in MB: once reached no more rollouts are kept (training goes on; the log and "
+        "run.json say at which step)."))
 
 
 class RewardSection(StrictModel):

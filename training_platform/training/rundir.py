@@ -5,6 +5,7 @@ runs/<run-id>/
   run.json                id, status, overrides, timestamps, final step
   env.json                package versions, git commit, python, hardware
   metrics.jsonl           one object per logging step
+  rollouts.jsonl          RL: a sample of each logging step's rollouts (training/rollouts.py), size-capped
   train.log               the log
   manifest.jsonl          sha256 + bytes of every dataset file read, the config and every checkpoint/final file
   checkpoints/step_NNNNNN/, checkpoints/latest -> step_NNNNNN
@@ -81,6 +82,10 @@ class RunDir:
     @property
     def metrics_file(self) -> Path:
         return self.path / "metrics.jsonl"
+
+    @property
+    def rollouts_file(self) -> Path:
+        return self.path / "rollouts.jsonl"
 
     @property
     def log_file(self) -> Path:
@@ -205,6 +210,31 @@ class RunDir:
             elif line.strip():
                 dropped += 1
         atomic_write_text(self.metrics_file, "".join(f"{line}\n" for line in kept))
+        return dropped
+
+    def truncate_rollouts_after(self, step: int) -> int:
+        """On resume: drop rollout rows of steps after the checkpoint we resume from (streamed: the file may be
+        large). Returns how many were dropped."""
+        if not self.rollouts_file.exists():
+            return 0
+        tmp = self.rollouts_file.with_name(f".{self.rollouts_file.name}.tmp")
+        dropped = 0
+        with self.rollouts_file.open("rb") as src, tmp.open("wb") as dst:
+            for line in src:
+                if not line.strip():
+                    continue
+                if not line.endswith(b"\n"):  # a row cut short by a crash
+                    dropped += 1
+                    continue
+                try:
+                    keep = json.loads(line).get("step", 0) <= step
+                except ValueError:
+                    keep = False
+                if keep:
+                    dst.write(line)
+                else:
+                    dropped += 1
+        os.replace(tmp, self.rollouts_file)
         return dropped
 
     def read_metrics(self) -> list[dict]:

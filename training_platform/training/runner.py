@@ -69,6 +69,12 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, object]:
 
 
 def _resume_differences(old: dict, new: dict) -> list[FieldError]:
+    """What changed since the run's effective config. A field added to the schema since then counts as its
+    default there (a run from an older version still resumes when the new field is left at its default)."""
+    from training_platform.training.config import effective_config, parse_config
+
+    with suppress(ConfigError):  # a field since removed or renamed: compare as recorded
+        old = effective_config(parse_config(old))
     a, b = _flatten(old), _flatten(new)
     return [FieldError(k, f"differs from the run being resumed ({a.get(k)!r} there, {b.get(k)!r} now)")
             for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k) and k not in RESUMABLE_CHANGES]
@@ -159,6 +165,7 @@ def _train_ranks(cfg, submitted: dict, run: RunDir, launcher: str, resume_from: 
             restarts += 1
             step = int(latest.name.rsplit("_", 1)[-1])
             dropped = run.truncate_metrics_after(step)
+            run.truncate_rollouts_after(step)
             log.warning("%s: restarting every rank from %s (restart %d of %d; %d metric lines after it dropped)",
                         outcome.message, latest.name, restarts, cfg.resources.max_restarts, dropped)
             run.update_run_info(restarts=restarts, last_restart_reason=redact(outcome.message))
@@ -239,12 +246,14 @@ def train(
             else:
                 step = int(resume_from.name.rsplit("_", 1)[-1])
                 dropped = run.truncate_metrics_after(step)
+                dropped_rollouts = run.truncate_rollouts_after(step)
                 if effective != run.read_config():
                     run.record("config", run.write_config(effective))
                 info = run.read_run_info()
                 run.update_run_info(status="running", resumed_from=resume_from.name,
                                     attempts=info.get("attempts", 1) + 1, resume_overrides=overrides)
-                log.info("resuming from %s (dropped %d metric lines logged after it)", resume_from, dropped)
+                log.info("resuming from %s (dropped %d metric lines and %d rollout rows logged after it)",
+                         resume_from, dropped, dropped_rollouts)
             for field in ("data.train_file", "data.eval_file"):
                 if field in loaded:
                     run.record("dataset", loaded[field][2], field=field, format=loaded[field][1])

@@ -1,4 +1,5 @@
-"""The Celery application. Queues: train, data, eval, maintenance (beat's recovery sweep and schedule tick).
+"""The Celery application. Queues: train, data, eval, maintenance (beat's recovery sweep and schedule tick),
+inference (generation for the playground and the OpenAI-compatible route: a request, not a job wake-up).
 
 The database is the job queue of record (status, priority, attempts); a Celery message only wakes a worker, which
 then claims the most urgent queued job of its kind from the database. So priority is exact, a lost message loses
@@ -12,11 +13,13 @@ from kombu import Exchange, Queue
 
 from training_platform.settings import get_settings
 
-QUEUES = ("train", "data", "eval", "maintenance")
+QUEUES = ("train", "data", "eval", "maintenance", "inference")
 RECOVERY_TASK = "training_platform.workers.tasks.recover_stale_jobs"
 DATA_TASK = "training_platform.workers.data_tasks.run_next_data_job"
 EVAL_TASK = "training_platform.workers.eval_tasks.run_next_eval_job"
 SCHEDULE_TASK = "training_platform.workers.eval_tasks.fire_schedules"
+INFERENCE_TASK = "training_platform.workers.inference_tasks.generate"  # the playground, /openai/v1
+WEBHOOK_TASK = "training_platform.workers.webhook_tasks.deliver_webhook"  # job-end webhooks
 
 
 def make_celery(broker_url: str | None = None) -> Celery:
@@ -24,7 +27,8 @@ def make_celery(broker_url: str | None = None) -> Celery:
     url = broker_url or settings.redis_url or "redis://127.0.0.1:6379/0"
     app = Celery("training_platform", broker=url,
                  include=["training_platform.workers.tasks", "training_platform.workers.data_tasks",
-                          "training_platform.workers.eval_tasks"])
+                          "training_platform.workers.eval_tasks", "training_platform.workers.webhook_tasks",
+                          "training_platform.workers.inference_tasks"])
     app.conf.update(
         # Each queue on its own direct exchange + routing key. A bare Queue(name) is bound to the default exchange
         # with the default routing key ("train" for all four): on an AMQP broker every queue would get a copy of
@@ -45,7 +49,9 @@ def make_celery(broker_url: str | None = None) -> Celery:
         # The recovery sweep has its own queue, consumed by `tp beat` (beat embedded in a one-process worker), so
         # it runs even while every training worker is busy with a long job.
         task_routes={RECOVERY_TASK: {"queue": "maintenance"}, SCHEDULE_TASK: {"queue": "maintenance"},
-                     DATA_TASK: {"queue": "data"}, EVAL_TASK: {"queue": "eval"}},
+                     WEBHOOK_TASK: {"queue": "maintenance"},
+                     DATA_TASK: {"queue": "data"}, EVAL_TASK: {"queue": "eval"},
+                     INFERENCE_TASK: {"queue": "inference"}},
         beat_schedule={
             "recover-stale-jobs": {
                 "task": RECOVERY_TASK,

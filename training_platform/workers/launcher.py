@@ -1,6 +1,6 @@
 """Starting the platform's processes: the command lines of `tp worker`, `tp beat`, `tp api`, and `tp up` (everything
-on one machine: migrate, embedded Redis, demo assets, bootstrap admin, then api + worker + eval worker + beat as
-supervised children).
+on one machine: migrate, embedded Redis, demo assets, bootstrap admin, then api + worker + eval worker + inference
+worker + beat as supervised children).
 
 `tp up` is a supervisor (see docs/operations.md):
 - every child (the embedded Redis, api, worker, eval-worker, beat) runs in its own process group and gets SIGTERM
@@ -52,6 +52,13 @@ def worker_argv(*, queues: str = "train", concurrency: int = 1, name: str | None
     name = name or f"{queues.replace(',', '-')}-{os.getpid()}@%h"
     return [*CELERY, "worker", "-Q", queues, "-c", str(concurrency), "--pool", "prefork", "-Ofair", "-n", name,
             "--loglevel", loglevel]
+
+
+def inference_worker_argv(*, name: str | None = None, loglevel: str = "INFO") -> list[str]:
+    """The inference worker (queue `inference`: the playground, /openai/v1): one process (solo pool), one request
+    at a time, its loaded models (TP_INFERENCE_CACHE) kept in that process between requests."""
+    name = name or f"inference-{os.getpid()}@%h"
+    return [*CELERY, "worker", "-Q", "inference", "-c", "1", "--pool", "solo", "-n", name, "--loglevel", loglevel]
 
 
 def beat_argv(schedule_file: Path, *, loglevel: str = "INFO") -> list[str]:
@@ -595,8 +602,11 @@ def run_platform(*, host: str, port: int, app: str, grace_s: float, api_workers:
                        wait_for_group=False)
         # Evaluations get their own worker: a checkpoint is evaluated while its training job still runs.
         supervisor.add("eval-worker", worker_argv(queues="eval", name=f"eval-{os.getpid()}@%h"), wait_for_group=False)
+        # Generation for the playground and /openai/v1: answers in seconds, never behind a job.
+        supervisor.add("inference-worker", inference_worker_argv(name=f"inference-{os.getpid()}@%h"),
+                       wait_for_group=False)
         supervisor.add("beat", beat_argv(data_dir / "celerybeat-schedule"))
-        for name in ("api", "worker", "eval-worker", "beat"):
+        for name in ("api", "worker", "eval-worker", "inference-worker", "beat"):
             supervisor.start(name)
         echo(f"API listening on http://{host}:{port} ({api_workers} process{'es' if api_workers > 1 else ''}; "
              f"Ctrl-C stops everything)")

@@ -17,7 +17,7 @@ from typing import Annotated
 
 import orjson
 from fastapi import APIRouter, Body, Query, Response, status
-from sqlalchemy import Text, cast, delete, func
+from sqlalchemy import Text, cast, delete, func, or_
 from sqlmodel import Session, select
 
 from training_platform.api import errors, schemas
@@ -94,12 +94,25 @@ def _validated_config(session: Session, raw, settings: Settings, user: User) -> 
 
 def _submit(session: Session, user: User, *, name: str, config: dict, priority: int,
             cloned_from: int | None = None) -> dict:
-    job = crud.create_job(session, owner=user, name=name, config=config, priority=priority, cloned_from=cloned_from)
+    return _submit_all(session, user, [{"name": name, "config": config, "priority": priority,
+                                        "cloned_from": cloned_from}])[0]
+
+
+def _submit_all(session: Session, user: User, specs: list[dict]) -> list[dict]:
+    """Create jobs (each spec: `crud.create_job` keyword arguments) and commit them in one transaction with
+    whatever the caller added to the session (all or nothing), then wake one worker per job. After a broker
+    failure the remaining jobs get the same warning without another attempt: the recovery sweep wakes workers."""
+    created = [crud.create_job(session, owner=user, **spec) for spec in specs]
     session.commit()
-    log.info("job %s submitted by %s (%s, priority %s%s)", job.id, user.name, job.algorithm, priority,
-             f", clone of {cloned_from}" if cloned_from else "")
-    warning = wake(job.kind, priority, job.id)
-    return job_read(session, job, user.name, warning=warning)
+    out, warning = [], None
+    for job in created:
+        log.info("job %s submitted by %s (%s, priority %s%s%s)", job.id, user.name, job.algorithm, job.priority,
+                 f", clone of {job.cloned_from}" if job.cloned_from else "",
+                 f", sweep {job.sweep_id}" if job.sweep_id else "")
+        if warning is None:
+            warning = wake(job.kind, job.priority, job.id)
+        out.append(job_read(session, job, user.name, warning=warning))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- endpoints
@@ -171,7 +184,6 @@ def validate_job(body: schemas.JobValidate, session: SessionDep, user: CurrentUs
 def _verl_problems(cfg) -> list:
     """The verl config generated from the job, with our checks and verl's validate_config (as in the dry run)."""
     from training_platform.training.config import FieldError
-
     from training_platform.training.engines.verl import engine
 
     try:
@@ -189,6 +201,8 @@ def list_jobs(
     user: CurrentUser,
     status_: Annotated[list[JobStatus] | None, Query(alias="status", description="Repeatable.")] = None,
     algorithm: Annotated[str | None, Query(max_length=32)] = None,
+    engine: Annotated[str | None, Query(max_length=32, description="Training engine (trl, verl).")] = None,
+    kind: Annotated[str | None, Query(max_length=16, description="train, data or eval.")] = None,
     q: Annotated[str | None, Query(max_length=200, description="Name contains (case-insensitive).")] = None,
     owner: Annotated[str | None, Query(max_length=64, description="Owner name (admins; others see only theirs).")]
     = None,
@@ -203,6 +217,13 @@ def list_jobs(
         conditions.append(Job.status.in_([s.value for s in status_]))
     if algorithm:
         conditions.append(Job.algorithm == algorithm)
+    if kind:
+        conditions.append(Job.kind == kind)
+    if engine:
+        stored = Job.config["engine"].as_string()
+        # A config without `engine` trains with the default one.
+        conditions.append(or_(stored == engine, stored.is_(None)) if engine == "trl" else stored == engine)
+        conditions.append(Job.kind == "train")
     if q:
         conditions.append(func.lower(Job.name).contains(q.lower(), autoescape=True))
     if owner:

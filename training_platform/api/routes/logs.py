@@ -1,4 +1,5 @@
-"""A job's train.log: the last lines, or followed live as Server-Sent Events."""
+"""A job's train.log: the last lines, followed live as Server-Sent Events, or downloaded with the job's error
+report and failure bundle."""
 
 from __future__ import annotations
 
@@ -6,15 +7,16 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
-from fastapi.responses import StreamingResponse
+from fastapi.responses import FileResponse, StreamingResponse
 from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
 from training_platform.api import schemas
 from training_platform.api.deps import VisibleJob
+from training_platform.api.errors import not_found
 from training_platform.db.models import TERMINAL, Job, JobStatus
 from training_platform.db.session import get_engine
 from training_platform.training.rundir import RunDir
@@ -54,6 +56,24 @@ def _log_path(run_dir: str | None) -> Path | None:
 def job_logs(job: VisibleJob, tail: Annotated[int, Query(ge=1, le=10_000)] = 200):
     path = _log_path(job.run_dir)
     return {"lines": tail_lines(path, tail) if path else []}
+
+
+# What a job's page offers to download: its whole log, the error report and the failure bundle (logs, reports and
+# the effective config, redacted when written; never weights or secrets: RunDir.write_failpack).
+DOWNLOADS = {"train.log": "text/plain; charset=utf-8", "eval.log": "text/plain; charset=utf-8",
+             "error.json": "application/json", "failpack.tgz": "application/gzip"}
+
+
+@router.get("/{job_id}/files/{name}", response_class=FileResponse,
+            responses={200: {"content": {t: {} for t in sorted(set(DOWNLOADS.values()))},
+                             "description": "The file, as an attachment named job-<id>-<name>."}})
+def download_job_file(job: VisibleJob, name: Literal["train.log", "eval.log", "error.json", "failpack.tgz"]):
+    """Download one of the job's files: `train.log` (`eval.log` for evaluations), `error.json` and `failpack.tgz`
+    (written when a run fails). 404 when the job has not written it."""
+    path = Path(job.run_dir) / name if job.run_dir else None
+    if path is None or not path.is_file():
+        raise not_found(f"{name} of job {job.id}")
+    return FileResponse(path, media_type=DOWNLOADS[name], filename=f"job-{job.id}-{name}")
 
 
 def _job_state(job_id: int) -> tuple[str, str | None] | None:

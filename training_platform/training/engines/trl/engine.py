@@ -18,8 +18,15 @@ from training_platform.training.config import JobConfig
 from training_platform.training.distributed import DistContext
 from training_platform.training.engines import get_builder
 from training_platform.training.engines.base import EngineResult
-from training_platform.training.engines.trl.callbacks import CheckpointCallback, MetricsCallback, StopCallback
+from training_platform.training.engines.trl.callbacks import (
+    CheckpointCallback,
+    MetricsCallback,
+    PPORolloutCallback,
+    RolloutCallback,
+    StopCallback,
+)
 from training_platform.training.preflight import resolve_model_ref
+from training_platform.training.rollouts import RolloutWriter
 from training_platform.training.run_writer import RunWriter
 from training_platform.training.rundir import RunDir
 from training_platform.training.stop_signal import StopSignal
@@ -237,6 +244,9 @@ class TRLEngine:
         metrics = MetricsCallback(writer, loss_from=_ppo_loss(cfg) if spec.name == "ppo" else None)
         callbacks = [metrics, CheckpointCallback(writer, dist),
                      StopCallback(stop, raise_on_stop=not builder.capabilities.resume)]
+        rollouts = _rollout_callback(cfg, run, dist, tokenizer)
+        if rollouts is not None:
+            callbacks.insert(1, rollouts)  # after the metric row of the same step
         ctx = TrainContext(
             cfg=cfg, run=run, model_path=model_path, model=model, tokenizer=tokenizer,
             train_dataset=train_dataset, eval_dataset=eval_dataset,
@@ -255,6 +265,8 @@ class TRLEngine:
                             cfg.training.per_device_batch_size, dist.world_size)
                 writer.update_run_info(rows_dropped_per_epoch=left)
         trainer = builder.build(ctx)
+        if rollouts is not None:
+            rollouts.bind(trainer)
         if resume_from is not None:
             trainer.train(resume_from_checkpoint=str(resume_from))
         else:
@@ -290,6 +302,16 @@ class TRLEngine:
             tmp.rename(final)
             writer.record_tree("final", final)
         log.info("final model saved: %s", final if model is not None else run.path / "final_adapter")
+
+
+def _rollout_callback(cfg: JobConfig, run: RunDir, dist: DistContext, tokenizer):
+    """RL: the callback that keeps a sample of each logging step's rollouts (rollouts.jsonl), or None."""
+    if cfg.spec.data_kind != "rl" or cfg.training.rollout_samples_per_step == 0:
+        return None
+    rollouts = RolloutWriter.for_job(cfg, run, rank=dist.rank)
+    if cfg.spec.name == "ppo":
+        return PPORolloutCallback(rollouts, tokenizer, missing_eos_penalty=cfg.algorithm.missing_eos_penalty)
+    return RolloutCallback(rollouts)
 
 
 def _ppo_loss(cfg: JobConfig):

@@ -5,6 +5,7 @@ Run directory (beside what every engine writes):
     verl/train.parquet      data.train_file converted to verl's schema (val.parquet for the eval data)
     verl/reward_fn.py       RL: the custom_reward_function verl calls (the job's reward functions and weights)
     verl/checkpoints/       verl's global_step_N, registered as checkpoints/step_NNNNNN
+    verl/rollouts/          RL: verl's per-step rollout dumps (<step>.jsonl), sampled into rollouts.jsonl, then removed
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def planned_paths(cfg: JobConfig, run_dir: Path | None) -> VerlPaths:
         val_files=f"{base}/val.parquet" if cfg.has_eval() else None,
         local_dir=f"{base}/checkpoints",
         reward_module=f"{base}/reward_fn.py" if algorithm.name != "sft" and cfg.rewards else None,
+        rollout_dir=f"{base}/rollouts" if algorithm.name != "sft" else None,
         critic_model=critic,
         reward_model=reward_model,
     )

@@ -44,6 +44,7 @@ class VerlPaths:
     val_files: str | None
     local_dir: str  # verl's checkpoint directory (its global_step_N), mapped to checkpoints/step_NNNNNN
     reward_module: str | None = None  # the generated custom_reward_function file (RL)
+    rollout_dir: str | None = None  # RL: verl dumps each step's rollouts here (<step>.jsonl) -> rollouts.jsonl
     critic_model: str | None = None  # ppo: the value model (default: the policy model)
     reward_model: str | None = None  # ppo: a reward model, when the job names one
 
@@ -294,6 +295,10 @@ ROWS: tuple[Row, ...] = (
     Row("", "trainer.resume_mode", lambda c, p: "disable",
         why="a resumed run sets resume_path to the global_step_N inside the checkpoint it resumes from"),
     Row("", "trainer.logger", lambda c, p: ["console", "file"], _RL, "the file logger is merged into metrics.jsonl"),
+    Row("training.rollout_samples_per_step", "trainer.rollout_data_dir",
+        lambda c, p: p.rollout_dir if c.training.rollout_samples_per_step and p.rollout_dir else SKIP, _RL,
+        "verl dumps every rollout of step N to verl/rollouts/N.jsonl; a sample goes to rollouts.jsonl, the dump is "
+        "removed (0: no dumps)"),
     Row("", "trainer.logger", lambda c, p: ["console"], _SFT, "metrics go through our RunWriter"),
     Row("resources.num_devices", "trainer.n_gpus_per_node", lambda c, p: c.resources.num_devices),
     Row("resources.num_nodes", "trainer.nnodes", lambda c, p: c.resources.num_nodes),

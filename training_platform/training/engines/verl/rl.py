@@ -9,6 +9,8 @@ driver runs, this process follows what verl writes and keeps the run layout true
   resumed attempt that repeats a step adds nothing twice;
 - checkpoints: once verl records `global_step_N` in latest_checkpointed_iteration.txt (after every actor shard is
   written), it becomes `checkpoints/step_NNNNNN/global_step_N` through the RunWriter (hashed, rotated);
+- rollouts: verl dumps every rollout of a step to `verl/rollouts/<step>.jsonl` (`trainer.rollout_data_dir`); a
+  sample of each becomes rows of rollouts.jsonl (training/rollouts.py) and the dump is removed;
 - stop and cancel: the platform's stop (STOP file, SIGTERM, stop_at_step) kills the TaskRunner actor; Ray then
   kills the actors and placement groups it owns. The run resumes from its last checkpoint;
 - final/: verl's model merger turns the last checkpoint's actor shards into an HF model; it writes bf16, so the
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from training_platform.training.engines.verl.metrics import rename
+from training_platform.training.rollouts import RolloutWriter, rollout_row
 
 log = logging.getLogger("training_platform.train")
 
@@ -81,6 +84,52 @@ class LogFollower:
             self.last_step = step
             written += 1
         return written
+
+
+def verl_rollout_row(entry: dict[str, Any], step: int) -> dict[str, Any]:
+    """One row of verl's rollout dump (`{"input", "output", "gts", "score", "step", <reward extras>...}`, written by
+    its trainer's `_write_generations`) -> a rollouts.jsonl row. `score` is the total reward (the sum of the
+    token-level scores: our weighted reward functions, or the reward model); our reward module's per-function values
+    (`rewards/<name>`) are in the dump only when verl passes reward extras to it (its v0 trainer; v1 dumps the total
+    alone: `rewards` is then {}). verl does not dump advantages."""
+    rewards = {key.removeprefix("rewards/"): value for key, value in entry.items() if key.startswith("rewards/")}
+    return rollout_row(step, entry.get("input"), entry.get("output"), rewards, entry.get("score"), None)
+
+
+class RolloutDumps:
+    """verl's `trainer.rollout_data_dir` -> rollouts.jsonl. verl writes `<step>.jsonl` (every rollout of the step) on
+    one background thread, one file after the other: a dump is complete once a later one exists, or once the driver
+    ended (`poll(final=True)`, which also takes the complete lines of a dump cut short by a stop). Each dump is
+    removed once converted, so the run does not keep every rollout twice."""
+
+    def __init__(self, directory: Path, rollouts: RolloutWriter, *, after_step: int):
+        self.directory = directory
+        self.rollouts = rollouts
+        self.last_step = after_step
+
+    def clear(self) -> None:
+        """Dumps an earlier attempt left behind (verl writes the steps after the resumed checkpoint again)."""
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def poll(self, *, final: bool = False) -> int:
+        """Convert every complete dump; returns how many rows were kept."""
+        try:
+            steps = sorted(int(p.stem) for p in self.directory.glob("*.jsonl") if p.stem.isdigit())
+        except FileNotFoundError:
+            return 0
+        kept = 0
+        for step in steps if final else steps[:-1]:
+            dump = self.directory / f"{step}.jsonl"
+            if step > self.last_step:
+                rows = []
+                with dump.open("rb") as f:
+                    for line in f:
+                        if line.endswith(b"\n") and line.strip():
+                            rows.append(verl_rollout_row(json.loads(line), step))
+                kept += self.rollouts.write_step(step, rows)
+                self.last_step = step
+            dump.unlink(missing_ok=True)
+        return kept
 
 
 class CheckpointWatcher:
@@ -223,6 +272,10 @@ def train_rl(cfg, run, *, loaded, resume_from: Path | None, stop, writer, dist):
     source.unlink(missing_ok=True)
     follower = LogFollower(source, writer, after_step=after)
     watcher = CheckpointWatcher(Path(paths.local_dir), writer, after_step=after)
+    dumps = None
+    if paths.rollout_dir and cfg.training.rollout_samples_per_step:
+        dumps = RolloutDumps(Path(paths.rollout_dir), RolloutWriter.for_job(cfg, run), after_step=after)
+        dumps.clear()
     # verl's actors import the reward module (which imports training_platform) on any node: the platform's image
     env = {"VERL_FILE_LOGGER_PATH": str(source), "TP_DATA_DIR": os.environ.get("TP_DATA_DIR", str(run.path.parent))}
     address = os.environ["TP_RAY_ADDRESS"] if cfg.resources.resolved_launcher == "ray" else None
@@ -231,9 +284,13 @@ def train_rl(cfg, run, *, loaded, resume_from: Path | None, stop, writer, dist):
     def tick() -> None:
         follower.poll()
         watcher.poll()
+        if dumps is not None:
+            dumps.poll()
 
     stopped = run_driver(config, address=address, env=env, on_tick=tick,
                          should_stop=lambda: stop.poll(follower.last_step))  # stop_at_step: the last logged step
+    if dumps is not None:
+        dumps.poll(final=True)  # the driver ended: its last dump is complete (or cut short by the stop)
     step = max(follower.last_step, watcher.last_step)
     if stopped is None:
         latest = run.latest_checkpoint()
