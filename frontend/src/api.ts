@@ -152,10 +152,88 @@ export interface JobListQuery {
   offset?: number
   sort?: string
   q?: string
+  algorithm?: string
+  engine?: string
+  kind?: string
+  owner?: string
+}
+
+export interface ConfigProblem {
+  loc: (string | number)[]
+  msg: string
+}
+
+export interface JobValidation {
+  valid: boolean
+  effective_config: Record<string, unknown> | null
+  errors: ConfigProblem[]
+  warnings: string[]
+}
+
+export interface ExampleConfig {
+  name: string
+  algorithm: string
+  description: string
+  config: Record<string, unknown>
+}
+
+export interface RegisteredModel {
+  id: number
+  name: string
+  path: string
+  owner: string | null
+  shared: boolean
+}
+
+export interface JobTemplate {
+  id: number
+  name: string
+  description: string | null
+  config: Record<string, unknown>
+  shared: boolean
+  owner?: string
+}
+
+export interface Rollout {
+  step: number
+  prompt: string
+  completion: string
+  rewards: Record<string, number | null>
+  reward: number | null
+  advantage: number | null
+}
+
+export interface RolloutPage extends Page<Rollout> {
+  steps: number[]
+}
+
+export interface ServedModel {
+  id: string
+  owned_by: string
 }
 
 export const api = {
+  servedModels: () => request<{ data: ServedModel[] }>('GET', '/openai/v1/models'),
+  jobRollouts: (id: number, q: { step?: number; min_reward?: number; max_reward?: number; limit?: number; offset?: number } = {}) =>
+    request<RolloutPage>('GET', `/jobs/${id}/rollouts`, { query: q }),
   me: () => request<User>('GET', '/users/me'),
+  configSchema: () => request<Record<string, unknown>>('GET', '/config/schema'),
+  configExamples: () => request<ExampleConfig[]>('GET', '/config/examples'),
+  validateJob: (body: { name?: string; config: Record<string, unknown>; priority?: number }, signal?: AbortSignal) =>
+    request<JobValidation>('POST', '/jobs/validate', { body, signal }),
+  listModels: (q: { limit?: number; offset?: number } = {}) => request<Page<RegisteredModel>>('GET', '/models', { query: q }),
+  listTemplates: (q: { q?: string; limit?: number; offset?: number } = {}) =>
+    request<Page<JobTemplate>>('GET', '/templates', { query: q }),
+  getTemplate: (id: number) => request<JobTemplate>('GET', `/templates/${id}`),
+  createTemplate: (body: { name: string; description?: string; config: Record<string, unknown>; shared?: boolean }) =>
+    request<JobTemplate>('POST', '/templates', { body }),
+  createSweep: (body: {
+    name: string
+    config: Record<string, unknown>
+    grid: Record<string, unknown[]>
+    seeds: number[]
+    priority?: number
+  }) => request<{ id: number }>('POST', '/sweeps', { body }),
   dashboard: () => request<Dashboard>('GET', '/monitoring/dashboard'),
   rayCluster: () => request<RayCluster>('GET', '/monitoring/ray'),
 
@@ -165,6 +243,7 @@ export const api = {
   createJob: (body: { name: string; config: Record<string, unknown>; priority?: number }) =>
     request<Job>('POST', '/jobs', { body }),
   cancelJob: (id: number) => request<Job>('POST', `/jobs/${id}/cancel`),
+  deleteJob: (id: number) => request<null>('DELETE', `/jobs/${id}`),
   retryJob: (id: number) => request<Job>('POST', `/jobs/${id}/retry`),
   jobEvents: (id: number) => request<JobEvent[]>('GET', `/jobs/${id}/events`),
   jobLogs: (id: number, tail = 200) => request<{ lines: string[] }>('GET', `/jobs/${id}/logs`, { query: { tail } }),

@@ -6,6 +6,8 @@ export const router = createRouter({
   routes: [
     { path: '/', name: 'overview', component: OverviewView, meta: { title: 'Overview' } },
     { path: '/jobs', name: 'jobs', component: () => import('./views/JobsView.vue'), meta: { title: 'Jobs' } },
+    { path: '/launch', name: 'launch', component: () => import('./views/LaunchView.vue'), meta: { title: 'Launch' } },
+    { path: '/playground', name: 'playground', component: () => import('./views/PlaygroundView.vue'), meta: { title: 'Playground' } },
     {
       path: '/jobs/:id(\\d+)',
       name: 'job',

@@ -76,6 +76,17 @@ def test_submit_watch_and_evaluate_a_job_in_the_browser(page, platform, tmp_path
     logs = page.get_by_test_id("job-logs")
     page.wait_for_function("document.querySelector('[data-testid=job-logs]').innerText.includes('run succeeded')")
     assert "run succeeded" in logs.inner_text()
+    # The whole log, searched and filtered in the page, and downloaded.
+    page.get_by_test_id("log-search").fill("checkpoint saved")
+    page.wait_for_function("document.querySelector('[data-testid=log-matches]').innerText.startsWith('3 shown')")
+    assert all("checkpoint saved" in line for line in logs.inner_text().splitlines())
+    page.get_by_test_id("log-search").fill("")
+    page.get_by_test_id("log-level").select_option("error")
+    page.wait_for_function("document.querySelector('[data-testid=log-matches]').innerText.startsWith('0 shown')")
+    with page.expect_download() as download:
+        page.get_by_test_id("download-log").click()
+    assert "run succeeded" in Path(download.value.path()).read_text()
+    assert download.value.suggested_filename == f"job-{job_id}-train.log"
     assert "local · 1 node × 1 = world size 1" in " ".join(page.get_by_test_id("job-processes").inner_text().split())
     page.screenshot(path=str(tmp_path / "job-page.png"))
 
