@@ -1,7 +1,9 @@
-"""Regenerate the README screenshots: a fresh `tp up` (temporary TP_DATA_DIR), one SFT job with an evaluation of every
-2nd checkpoint, then Chromium (Playwright) photographs the job page and the evaluations page.
+"""Regenerate the README and docs screenshots: a fresh `tp up` (temporary TP_DATA_DIR), an SFT job with an evaluation
+of every 2nd checkpoint, a second SFT job with another learning rate, a GRPO job from the first one's final model,
+then Chromium (Playwright) photographs every page of the cockpit.
 
-    .venv/bin/python docs/screenshots.py            # writes docs/screenshot-job.png, docs/screenshot-evaluations.png
+    .venv/bin/python docs/screenshots.py
+    # writes docs/screenshot-job.png, docs/screenshot-evaluations.png and docs/screenshots/*.png
 """
 
 from __future__ import annotations
@@ -59,6 +61,21 @@ def main() -> int:
         wait(lambda: api.get(f"/jobs/{job['id']}").json()["status"] == "succeeded", 600, "the job")
         wait(lambda: all(e["status"] == "succeeded" for e in api.get("/evaluations").json()["items"])
              and api.get("/evaluations").json()["total"] == 3, 300, "the evaluations")
+        # A second learning rate, both finals evaluated: the compare page's subject.
+        config2 = yaml.safe_load(yaml.safe_dump(config))
+        config2["training"].update(learning_rate=5e-4, eval_steps=None, save_steps=600)
+        job2 = api.post("/jobs", json={"name": "sft arithmetic lr=5e-4", "config": config2}).json()
+        wait(lambda: api.get(f"/jobs/{job2['id']}").json()["status"] == "succeeded", 600, "the second job")
+        for j in (job, job2):
+            api.post("/evaluations", json={"model": f"runs/job-{j['id']}/final", "benchmarks": [bench],
+                                           "generation": {"max_new_tokens": 8}})
+        wait(lambda: all(e["status"] == "succeeded" for e in api.get("/evaluations").json()["items"])
+             and api.get("/evaluations").json()["total"] == 5, 300, "the final evaluations")
+        grpo = yaml.safe_load((REPO / "configs/examples/grpo_tiny.yaml").read_text())
+        grpo["model"]["path"] = f"runs/job-{job['id']}/final"
+        grpo["training"].update(max_steps=30, logging_steps=2, save_steps=30)
+        rl = api.post("/jobs", json={"name": "grpo from the sft model", "config": grpo}).json()
+        wait(lambda: api.get(f"/jobs/{rl['id']}").json()["status"] == "succeeded", 600, "the GRPO job")
         from playwright.sync_api import sync_playwright
 
         with sync_playwright() as p:
@@ -74,12 +91,53 @@ def main() -> int:
             page.get_by_test_id("leaderboard-benchmark").select_option("gsm8k")
             time.sleep(2)
             page.screenshot(path=str(DOCS / "screenshot-evaluations.png"))
+            _cockpit(page, base, job, job2, rl)
             browser.close()
-        print(f"wrote {DOCS / 'screenshot-job.png'} and {DOCS / 'screenshot-evaluations.png'}")
+        print(f"wrote {DOCS / 'screenshot-job.png'}, {DOCS / 'screenshot-evaluations.png'} and {SHOTS}/*.png")
         return 0
     finally:
         os.killpg(up.pid, signal.SIGTERM)
         up.wait(timeout=90)
+
+
+SHOTS = DOCS / "screenshots"
+
+
+def _cockpit(page, base: str, job: dict, job2: dict, rl: dict) -> None:
+    """One screenshot per cockpit page (docs/screenshots/)."""
+    SHOTS.mkdir(exist_ok=True)
+
+    def shot(name: str, full: bool = True) -> None:
+        time.sleep(1.5)
+        page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=full)
+
+    page.goto(f"{base}/ui/#/launch?from_job={job['id']}")
+    page.get_by_test_id("launch-form").wait_for()
+    page.get_by_test_id("field-training.learning_rate").fill("-1")  # a field error, shown as the user types
+    page.get_by_test_id("field-training.learning_rate-error").wait_for()
+    shot("launch")
+    page.goto(f"{base}/ui/#/jobs")
+    page.get_by_test_id("jobs-table").wait_for()
+    shot("jobs")
+    page.goto(f"{base}/ui/#/jobs/{job['id']}")
+    page.get_by_test_id("metrics-chart").locator("canvas").first.wait_for()
+    shot("job-charts")
+    page.goto(f"{base}/ui/#/jobs/{rl['id']}")
+    page.get_by_test_id("rollout-row-0").wait_for()
+    page.get_by_test_id("rollout-row-0").click()
+    shot("rollouts")
+    page.get_by_test_id("log-search").fill("checkpoint")
+    page.get_by_test_id("log-panel").scroll_into_view_if_needed()
+    shot("logs")
+    page.goto(f"{base}/ui/#/compare?jobs={job['id']},{job2['id']}")
+    page.get_by_test_id("config-diff").wait_for()
+    shot("compare")
+    page.goto(f"{base}/ui/#/playground?model=job-{job['id']}/final&base_path=demo/model")
+    page.get_by_test_id("pg-input").fill("6+8=")
+    page.get_by_test_id("pg-send").click()
+    page.get_by_test_id("pg-usage-0").wait_for(timeout=120_000)
+    page.get_by_test_id("pg-usage-1").wait_for(timeout=120_000)
+    shot("playground")
 
 
 def _write_eval_set(data_dir: Path) -> None:

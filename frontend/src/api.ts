@@ -5,6 +5,7 @@ import type {
   DatasetVersionDetail, Evaluation, EvaluationDetail, Job, JobEvent, Leaderboard, MetricsOut, Page, RowsPage, Sample,
   Schedule, User,
 } from './types'
+import type { EvaluationComparison, SweepDetail, SweepSummary } from './compare'
 
 export const API_BASE = '/api/v1'
 export const TOKEN_KEY = 'tp_token'
@@ -234,6 +235,12 @@ export const api = {
     seeds: number[]
     priority?: number
   }) => request<{ id: number }>('POST', '/sweeps', { body }),
+  listSweeps: (q: { q?: string; limit?: number; offset?: number } = {}) =>
+    request<Page<SweepSummary>>('GET', '/sweeps', { query: q }),
+  getSweep: (id: number) => request<SweepDetail>('GET', `/sweeps/${id}`),
+  /** Sample-by-sample: per shared benchmark the paired difference, its stderr and the McNemar p-value (409: no results). */
+  compareEvaluations: (a: number, b: number, maxItems = 0) =>
+    request<EvaluationComparison>('GET', '/evaluations/compare', { query: { a, b, max_items: maxItems } }),
   dashboard: () => request<Dashboard>('GET', '/monitoring/dashboard'),
   rayCluster: () => request<RayCluster>('GET', '/monitoring/ray'),
 
@@ -247,9 +254,13 @@ export const api = {
   retryJob: (id: number) => request<Job>('POST', `/jobs/${id}/retry`),
   jobEvents: (id: number) => request<JobEvent[]>('GET', `/jobs/${id}/events`),
   jobLogs: (id: number, tail = 200) => request<{ lines: string[] }>('GET', `/jobs/${id}/logs`, { query: { tail } }),
-  jobMetrics: (id: number, names?: string[], maxPoints = 500) =>
+  jobMetrics: (id: number, names?: string[], maxPoints = 500, withTime = false) =>
     request<MetricsOut>('GET', `/jobs/${id}/metrics`, {
-      query: { names: names && names.length ? names.join(',') : undefined, max_points: maxPoints },
+      query: {
+        names: names && names.length ? names.join(',') : undefined,
+        max_points: maxPoints,
+        with_time: withTime || undefined,
+      },
     }),
   jobCheckpoints: (id: number) => request<Checkpoint[]>('GET', `/jobs/${id}/checkpoints`),
 

@@ -15,6 +15,7 @@ export const router = createRouter({
       props: (route) => ({ id: Number(route.params.id) }),
       meta: { title: 'Job' },
     },
+    { path: '/compare', name: 'compare', component: () => import('./views/CompareView.vue'), meta: { title: 'Compare' } },
     { path: '/evaluations', name: 'evaluations', component: () => import('./views/EvaluationsView.vue'), meta: { title: 'Evaluations' } },
     {
       path: '/evaluations/:id(\\d+)',

@@ -89,6 +89,8 @@ export interface MetricsOut {
   series: Record<string, Point[]>
   names_available: string[]
   downsampled?: Record<string, boolean>
+  /** with_time: when each point was logged (epoch seconds), aligned with series */
+  times?: Record<string, (number | null)[]> | null
 }
 
 export interface MetricValue {

@@ -599,6 +599,17 @@ def test_metrics_downsampling_keeps_every_bucket_extreme(api):
         assert mn in got and mx in got, f"bucket {b} lost its extremes"
     assert body["series"]["lr"] == [[s * 10, pytest.approx(1e-3 / s)] for s in range(1, 11)]
     assert body["downsampled"]["lr"] is False and body["series"]["nope"] == []
+    assert body["times"] is None, "only when asked"
+
+    from datetime import UTC, datetime
+
+    logged = {s * 10: datetime.fromtimestamp(1_700_000_000 + s, UTC) for s in range(1, 11)}
+    other = submitted(api, name="metrics-times")
+    with session_scope() as s:
+        crud.add_metric_points(s, other["id"], [(step, "lr", 0.1) for step in logged], logged)
+    timed = api.get(f"/jobs/{other['id']}/metrics?names=lr,nope&with_time=true").json()
+    assert timed["times"]["lr"] == [1_700_000_000 + s for s in range(1, 11)], "aligned with the series"
+    assert timed["times"]["nope"] == []
 
     window = api.get(f"/jobs/{job['id']}/metrics?names=loss&min_step=3000&max_step=4000&max_points=5000").json()
     assert [p[0] for p in window["series"]["loss"]] == list(range(3000, 4001))

@@ -174,6 +174,16 @@ def test_a_grpo_jobs_rollouts_are_browsed_by_step_and_reward(page, platform):
     page.get_by_test_id("rollout-min").fill("1000")
     wait_text(page, "rollout-total", "0 rollouts")
 
+    # Charts: one panel per metric family with its own axis; smoothing, log scale and time on x re-draw them.
+    page.get_by_test_id("metric-panel-loss").locator("canvas").first.wait_for()
+    page.get_by_test_id("metric-panel-reward").locator("canvas").first.wait_for()
+    assert "rewards/math_answer/mean" in page.get_by_test_id("metric-panel-reward").inner_text()
+    assert page.get_by_test_id("metric-panel-length").is_visible(), "completion lengths have their own panel"
+    page.get_by_test_id("metrics-smoothing").fill("0.8")
+    page.get_by_test_id("metrics-log").check()
+    page.get_by_test_id("metrics-x").select_option("time")
+    page.get_by_test_id("metric-panel-reward").locator("canvas").first.wait_for()
+
 
 def test_chat_with_a_checkpoint_ab_against_its_base_and_download_it(page, platform, tmp_path):
     client, _ = platform

@@ -210,3 +210,26 @@ def test_points_read_in_a_failed_transaction_are_written_by_the_next_one(tmp_pat
     session.commit()
     ingest.committed()
     assert sorted(_loss(session, job_id)) == [1, 2, 3]
+
+
+def test_each_point_keeps_the_time_its_row_was_logged(tmp_path, db_session):
+    """Charts over wall-clock time and the ETA read when a step was logged (the row's `ts`), not when it was
+    ingested."""
+    from datetime import UTC, datetime
+
+    from sqlmodel import select
+
+    from training_platform.db.models import MetricPoint
+    from training_platform.workers.ingest import RunIngest
+
+    session, job_id = db_session
+    (tmp_path / "metrics.jsonl").write_text(
+        json.dumps({"step": 1, "ts": 1_700_000_000.5, "loss": 2.0}) + "\n"
+        + json.dumps({"step": 2, "loss": 1.5}) + "\n")  # no ts: the time of the insert
+    ingest = RunIngest(job_id, tmp_path)
+    ingest.poll(session)
+    session.commit()
+    ingest.committed()
+    when = dict(session.exec(select(MetricPoint.step, MetricPoint.ts).where(MetricPoint.job_id == job_id)).all())
+    assert when[1].replace(tzinfo=UTC) == datetime.fromtimestamp(1_700_000_000.5, UTC)
+    assert when[2].replace(tzinfo=UTC) > datetime(2026, 1, 1, tzinfo=UTC)

@@ -209,6 +209,8 @@ class MetricsOut(BaseModel):
         description="name -> [[step, value], ...] by step.")
     names_available: list[str]
     downsampled: dict[str, bool] = Field(default_factory=dict, description="Which series were bucketed.")
+    times: dict[str, list[float | None]] | None = Field(
+        None, description="with_time=true: name -> when each point was logged (epoch seconds), aligned with series.")
 
 
 class LogLines(BaseModel):

@@ -130,10 +130,14 @@ def stale_jobs(session: Session, timeout_s: float, now: datetime | None = None) 
 # ---------------------------------------------------------------------------------------------- metrics
 
 
-def add_metric_points(session: Session, job_id: int, points: Iterable[tuple[int, str, float]]) -> int:
-    """Insert (step, name, value) points; a point already stored for (job, name, step) is kept, not duplicated."""
+def add_metric_points(session: Session, job_id: int, points: Iterable[tuple[int, str, float]],
+                      logged_at: dict[int, datetime] | None = None) -> int:
+    """Insert (step, name, value) points; a point already stored for (job, name, step) is kept, not duplicated.
+    `logged_at`: step -> when the run logged it (its metrics row's `ts`), else the time of this insert."""
     now = utcnow()
-    rows = [{"job_id": job_id, "step": s, "name": n, "value": float(v), "ts": now} for s, n, v in points]
+    when = logged_at or {}
+    rows = [{"job_id": job_id, "step": s, "name": n, "value": float(v), "ts": when.get(s, now)}
+            for s, n, v in points]
     if not rows:
         return 0
     dialect = session.get_bind().dialect.name

@@ -15,6 +15,7 @@ import logging
 import math
 import os
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlmodel import Session
@@ -117,6 +118,7 @@ class RunIngest:
     _removed: set[str] = field(default_factory=set, init=False)
     _touched: set[str] = field(default_factory=set, init=False)
     _pending_points: list[tuple[int, str, float]] = field(default_factory=list, init=False)
+    _pending_logged_at: dict[int, datetime] = field(default_factory=dict, init=False)  # step -> its row's ts
     _pending_removed: list[str] = field(default_factory=list, init=False)
     _pending_registered: dict[str, str] = field(default_factory=dict, init=False)
 
@@ -140,12 +142,13 @@ class RunIngest:
         self._read_manifest()
         points = self._pending_points
         if points:
-            crud.add_metric_points(session, self.job_id, points)
+            crud.add_metric_points(session, self.job_id, points, self._pending_logged_at)
         self._write_checkpoints(session, final=final)
         return len(points)
 
     def committed(self) -> None:
         self._pending_points = []
+        self._pending_logged_at = {}
         self._pending_removed = []
         self.registered += len(set(self._pending_registered) - set(self._registered))
         self._registered.update(self._pending_registered)
@@ -170,6 +173,9 @@ class RunIngest:
                 continue
             self.max_step = max(self.max_step, step)
             self._pending_points.extend(rec_points)
+            ts = record.get("ts")
+            if isinstance(ts, int | float) and not isinstance(ts, bool) and math.isfinite(ts) and 0 < ts < 4e9:
+                self._pending_logged_at[step] = datetime.fromtimestamp(ts, UTC)
 
     # -- checkpoints
 
