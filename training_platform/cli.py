@@ -174,13 +174,74 @@ def algorithms_list(as_json: bool = typer.Option(False, "--json", help="One JSON
                    + (f" [{r['notes']}]" if r["notes"] else ""))
 
 
-@app.command("rewards")
+rewards_app = typer.Typer(help="Reward functions for RL algorithms: list them, shadow-test a changed one.")
+app.add_typer(rewards_app, name="rewards")
+
+
+@rewards_app.callback(invoke_without_command=True)
+def rewards_default(ctx: typer.Context):
+    """Without a subcommand: the same as `tp rewards list`."""
+    if ctx.invoked_subcommand is None:
+        rewards_cmd()
+
+
+@rewards_app.command("list")
 def rewards_cmd():
     """List the reward functions for RL algorithms."""
     from training_platform.training.rewards import REWARDS
 
     for name, definition in sorted(REWARDS.items()):
         typer.echo(f"{name:26s} {definition.description}")
+
+
+@rewards_app.command("shadow")
+def rewards_shadow(
+    old: str = typer.Option(..., "--old", help="The current scorer: NAME, NAME:key=value,..., JSON, or a YAML/JSON "
+                                               "file of a reward section."),
+    new: str = typer.Option(..., "--new", help="The changed scorer (same forms as --old)."),
+    data: Path = typer.Option(..., "--data", help="JSONL/JSON/Parquet/CSV rows with prompt, completion and the "
+                                                  "columns the rewards read."),
+    limit: int = typer.Option(500, "--limit", help="Items scored: a seeded sample of at most this many rows "
+                                                   "(1..100000)."),
+    repeats: int = typer.Option(3, "--repeats", help="Calls per item and scorer, for the variance (1..50)."),
+    top_k: int = typer.Option(10, "--top-k", help="k of the top-k overlap."),
+    seed: int = typer.Option(0, "--seed"),
+    min_spearman: float = typer.Option(0.8, "--min-spearman", help="Pass needs Spearman >= this."),
+    max_unstable: float = typer.Option(0.0, "--max-unstable", help="Pass needs the new scorer's share of items "
+                                                                   "with variance > 0.08 <= this."),
+    report: Path | None = typer.Option(None, "--report", help="Write the JSON report here."),
+):
+    """Score the same sample with both scorers: Spearman, Kendall, top-k overlap, per-item variance across repeated
+    calls. Exit 0 pass, 1 fail, 2 bad input."""
+    from training_platform.training.rewards.shadow import ShadowInputError, shadow_report
+
+    try:
+        result = shadow_report(old, new, data, limit=limit, repeats=repeats, seed=seed, top_k=top_k,
+                               min_spearman=min_spearman, max_unstable_share=max_unstable)
+    except ShadowInputError as exc:
+        for field, reason in exc.errors:
+            _err(f"{field}: {reason}")
+        raise typer.Exit(2) from None
+    if report is not None:
+        from training_platform.data.io import write_json
+
+        write_json(report, result)
+
+    def show(value):
+        return "n/a" if value is None else f"{value:.4f}"
+
+    typer.echo(f"items {result['items_scored']}/{result['items']} (of {result['rows_in_file']} rows), repeats "
+               f"{result['repeats']}")
+    typer.echo(f"spearman {show(result['spearman'])}  kendall {show(result['kendall'])}  "
+               f"top-{result['top_k']} overlap {show(result['top_k_overlap'])}")
+    for side in ("old", "new"):
+        st = result["stability"][side]
+        typer.echo(f"{side}: mean score {show(result['mean_score'][side])}  mean variance {st['mean_variance']:.4f}  "
+                   f"unstable {st['unstable_share']:.2%}")
+    typer.echo(f"verdict: {result['verdict'].upper()}" + (f" ({'; '.join(result['reasons'])})"
+                                                           if result["reasons"] else ""))
+    if result["verdict"] != "pass":
+        raise typer.Exit(1)
 
 
 @demo_app.command("prepare")

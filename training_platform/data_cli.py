@@ -1,4 +1,4 @@
-"""`tp data validate|convert|clean|dedup|score|report|decontaminate|resample`: the data factory on local files.
+"""`tp data validate|convert|clean|dedup|score|report|decontaminate|resample|gate`: the data factory on local files.
 
 Wired into `tp` by `register(data_app)`. Exit codes: 0 ok, 2 bad input (bad rows as `line N: field: reason`, or a
 message naming the bad argument), 1 unexpected failure.
@@ -309,3 +309,46 @@ def register(data_app: typer.Typer) -> None:
             result = resample_to_mix(file, output, weights, total=total, replace=replace, seed=seed,
                                      report_path=report)
             typer.echo(f"drew {result['output_rows']} rows {json.dumps(result['output_buckets'])}: {output}")
+
+    @data_app.command("gate")
+    def gate_cmd(
+        file: Path = typer.Argument(..., help="Dataset file."),
+        profile: str = typer.Option("default", "--profile", help="Gate profile: default, strict, or one of "
+                                                                 "$TP_GATE_PROFILES_FILE."),
+        eval_set: list[Path] = typer.Option([], "--eval-set", help="Eval set for the leakage check (repeatable)."),
+        reference: Path | None = typer.Option(None, "--reference", help="Reference set for the n-gram divergence "
+                                                                        "check."),
+        tokenizer: Path | None = typer.Option(None, "--tokenizer", help="Tokenizer directory for the length bounds "
+                                                                        "(default: whitespace words)."),
+        fmt: str | None = typer.Option(None, "--format", help="Row format (default: detected)."),
+        report: Path | None = typer.Option(None, "--report", help="Write the gate report (JSON) here."),
+        profiles_file: Path | None = typer.Option(None, "--profiles-file", help="Profiles YAML (default: "
+                                                                                "$TP_GATE_PROFILES_FILE)."),
+    ):
+        """Run a quality gate: one line per check (PASS / FAIL / SKIP, value, threshold). Exit 0 when every check
+        passes (skipped ones say why), 1 when a check fails, 2 on bad input."""
+        from training_platform.data.gate import GateError, resolve_local_profile, run_gate, summary_line
+        from training_platform.data.io import write_json
+
+        with _guard():
+            try:
+                _need_file(file)
+                for path in eval_set:
+                    _need_file(path, "--eval-set")
+                if reference is not None:
+                    _need_file(reference, "--reference")
+                loaded = resolve_local_profile(profile, str(profiles_file) if profiles_file else None)
+                result = run_gate(file, loaded, eval_sets=list(eval_set), reference=reference,
+                                  tokenizer=tokenizer, fmt=fmt)
+            except GateError as exc:
+                for loc, msg in exc.errors:
+                    _err(f"{'--' + loc.replace('_', '-') if loc in ('profile', 'reference') else loc}: {msg}")
+                raise typer.Exit(2) from None
+            if report is not None:
+                write_json(report, result)
+            typer.echo(summary_line(result))
+            verdict = "PASSED" if result["passed"] else f"FAILED ({', '.join(result['failed'])})"
+            _err(f"gate {loaded.name} (hash {loaded.hash[:12]}) {verdict} on {result['dataset']['rows']} rows"
+                 + (f": {report}" if report is not None else ""))
+            if not result["passed"]:
+                raise typer.Exit(1)

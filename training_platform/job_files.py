@@ -7,6 +7,7 @@ A job's files (see workers/supervisor.py and workers/eval_tasks.py):
     runs/job-N.config.yaml      the effective config the worker wrote
     runs/job-N.console.log      the training process's stdout/stderr
     runs/job-N.lock             the run directory's flock
+    runs/job-N.gates/           the preflight's quality-gate report (and override) handed to the training process
     evals/job-N/                an evaluation's output (summary, samples, reports, eval.log)
     job.run_dir                 wherever the database says the run is (normally one of the above)
 
@@ -35,7 +36,7 @@ def job_paths(job_id: int, data_dir: Path, run_dir: str | None = None) -> list[P
     """Every top-level file or directory of job `job_id` that exists (run_dir included when it is set)."""
     runs = data_dir / "runs"
     candidates = [runs / f"job-{job_id}", data_dir / "evals" / f"job-{job_id}"]
-    candidates += [runs / f"job-{job_id}.{suffix}" for suffix in ("config.yaml", "console.log", "lock")]
+    candidates += [runs / f"job-{job_id}.{suffix}" for suffix in ("config.yaml", "console.log", "lock", "gates")]
     if runs.is_dir():
         attempt = re.compile(rf"job-{job_id}\.attempt-\d+")
         candidates += sorted(p for p in runs.iterdir() if attempt.fullmatch(p.name))

@@ -54,6 +54,8 @@ class Settings(BaseSettings):
     # Named outbound endpoints (training_platform/endpoints.py): requests name one, never a URL or a key's variable.
     endpoints_json: str | None = Field(None, validation_alias="TP_ENDPOINTS")
     endpoints_file: str | None = Field(None, validation_alias="TP_ENDPOINTS_FILE")
+    # Quality-gate profiles of the operator (YAML; training_platform/data/gate.py), read-only over the API.
+    gate_profiles_file: str | None = Field(None, validation_alias="TP_GATE_PROFILES_FILE")
     heartbeat_interval_s: float = Field(5.0, validation_alias="TP_HEARTBEAT_INTERVAL", gt=0)
     heartbeat_timeout_s: float = Field(60.0, validation_alias="TP_HEARTBEAT_TIMEOUT", gt=0)
     recovery_interval_s: float = Field(15.0, validation_alias="TP_RECOVERY_INTERVAL", gt=0)

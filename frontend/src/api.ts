@@ -301,4 +301,52 @@ export const api = {
     versionId: number,
     body: { operation: DatasetOperation; params: Record<string, unknown>; name?: string; priority?: number },
   ) => request<Job>('POST', `/datasets/${id}/versions/${versionId}/operations`, { body }),
+  /** Quality gates: profiles (built-in, the operator's file, admin-defined). */
+  listGateProfiles: () => request<Page<GateProfile>>('GET', '/gate-profiles'),
+  /** 202: the gate runs as a `data` job; its config.result names the stored report. */
+  runGate: (id: number, versionId: number, body: { profile: string; eval_sets?: string[]; reference?: string | null }) =>
+    request<Job>('POST', `/datasets/${id}/versions/${versionId}/gate`, { body }),
+  listGateReports: (id: number, versionId: number, q: { full?: boolean; limit?: number } = {}) =>
+    request<Page<GateReportItem>>('GET', `/datasets/${id}/versions/${versionId}/gate-reports`, { query: q }),
+}
+
+export interface GateProfile {
+  name: string
+  description: string
+  checks: Record<string, Record<string, unknown>>
+  hash: string
+  source: 'builtin' | 'file' | 'admin'
+}
+
+export interface GateCheck {
+  name: string
+  verdict: 'pass' | 'fail' | 'skipped'
+  value: unknown
+  threshold: string | null
+  detail: string
+  reason?: string
+}
+
+export interface GateReport {
+  passed: boolean
+  failed: string[]
+  skipped: string[]
+  checks: GateCheck[]
+  profile: { name: string; hash: string }
+  dataset: { path: string; sha256: string; rows: number; format: string | null }
+  tokens: { unit: string; tokenizer: string | null }
+  created_at: string
+}
+
+export interface GateReportItem {
+  id: number
+  dataset_version_id: number
+  sha256: string
+  profile_name: string
+  profile_hash: string
+  passed: boolean
+  job_id: number | null
+  created_at: string
+  failed: string[]
+  report: GateReport | null
 }

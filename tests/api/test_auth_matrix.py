@@ -308,6 +308,42 @@ def _served(o: Objects) -> int:
     return int(o.names["served"].split("/")[0].removeprefix("job-"))
 
 
+def _gate_profile() -> str:
+    """An admin-defined gate profile (a row), fresh per call."""
+    from training_platform.data.gate import parse_profile
+    from training_platform.db.models import GateProfileRecord
+
+    profile = parse_profile(f"matrix-{_uid()}", {"checks": {"schema": {}}})
+    with session_scope() as s:
+        s.add(GateProfileRecord(name=profile.name, checks=profile.checks, hash=profile.hash))
+    return profile.name
+
+
+def _gate_report(o: Objects) -> int:
+    """A stored gate report of alice's version (made once per database)."""
+    from training_platform.db.models import DatasetVersionRecord, GateReportRecord
+
+    if "gate_report" not in o.names:
+        with session_scope() as s:
+            version = s.get(DatasetVersionRecord, o.version)
+            row = GateReportRecord(dataset_version_id=version.id, sha256=version.sha256, profile_name="default",
+                                   profile_hash="0" * 64, passed=True, report={"passed": True, "failed": []})
+            s.add(row)
+            s.flush()
+            o.names["gate_report"] = str(row.id)
+    return int(o.names["gate_report"])
+
+
+def _gated_job(o: Objects) -> int:
+    """A failed training job of alice with data.gate (fresh per call: the override re-queues it)."""
+    config = valid_config()
+    config["data"] = {**config["data"], "gate": {"profile": "strict"}}
+    with session_scope() as s:
+        job_id = crud.create_job(s, owner=o.user(s), name=f"matrix-gated-{_uid()}", config=config).id
+    set_status(job_id, "failed")
+    return job_id
+
+
 HI = [{"role": "user", "content": "hi"}]
 J = f"{API}/jobs"
 E = f"{API}/evaluations"
@@ -375,6 +411,9 @@ ROUTES: dict[str, Case] = {
     "POST /api/v1/datasets/{dataset_id}/versions/{version_id}/operations": Case(
         "owned", lambda o: Req("POST", f"{D}/{o.dataset}/versions/{o.version}/operations",
                                json={"operation": "dedup", "params": {}})),
+    "POST /api/v1/rewards/shadow": Case("owned", lambda o: Req("POST", f"{API}/rewards/shadow", json={
+        "old": "length_penalty", "new": "length_penalty:unit=chars", "dataset_id": o.dataset,
+        "version_id": o.version, "limit": 5, "repeats": 1})),
     # -- evaluations
     "POST /api/v1/evaluations": Case("user", lambda o: Req("POST", E, json={"model": "demo/model", **SMALL})),
     "GET /api/v1/evaluations": Case("user", lambda o: Req("GET", f"{E}?limit=200"), hidden="evaluation"),
@@ -439,6 +478,23 @@ ROUTES: dict[str, Case] = {
     "GET /api/v1/webhooks": Case("user", lambda o: (o.webhook(), Req("GET", f"{API}/webhooks"))[1], hidden="webhook"),
     "DELETE /api/v1/webhooks/{webhook_id}": Case("owned",
                                                  lambda o: Req("DELETE", f"{API}/webhooks/{o.webhook(first=False)}")),
+    # -- quality gates: profiles (everyone reads, admins write), gate runs and reports on versions, the override
+    "GET /api/v1/gate-profiles": Case("user", lambda o: Req("GET", f"{API}/gate-profiles")),
+    "GET /api/v1/gate-profiles/{name}": Case("user", lambda o: Req("GET", f"{API}/gate-profiles/strict")),
+    "POST /api/v1/gate-profiles": Case("admin", lambda o: Req("POST", f"{API}/gate-profiles", json={
+        "name": f"matrix-{_uid()}", "checks": {"schema": {}}})),
+    "PUT /api/v1/gate-profiles/{name}": Case("admin", lambda o: Req("PUT", f"{API}/gate-profiles/{_gate_profile()}",
+                                                                    json={"checks": {"duplicates": {}}})),
+    "DELETE /api/v1/gate-profiles/{name}": Case("admin", lambda o: Req("DELETE",
+                                                                       f"{API}/gate-profiles/{_gate_profile()}")),
+    "POST /api/v1/datasets/{dataset_id}/versions/{version_id}/gate": Case(
+        "owned", lambda o: Req("POST", f"{D}/{o.dataset}/versions/{o.version}/gate", json={"profile": "default"})),
+    "GET /api/v1/datasets/{dataset_id}/versions/{version_id}/gate-reports": Case(
+        "owned", lambda o: Req("GET", f"{D}/{o.dataset}/versions/{o.version}/gate-reports")),
+    "GET /api/v1/datasets/{dataset_id}/versions/{version_id}/gate-reports/{report_id}": Case(
+        "owned", lambda o: Req("GET", f"{D}/{o.dataset}/versions/{o.version}/gate-reports/{_gate_report(o)}")),
+    "POST /api/v1/jobs/{job_id}/gate-override": Case("admin", lambda o: Req(
+        "POST", f"{J}/{_gated_job(o)}/gate-override", json={"reason": "matrix override"})),
     # -- the playground and the OpenAI-compatible route (generation needs an inference worker: see `serving`)
     "POST /api/v1/playground/generate": Case("serving", lambda o: Req("POST", f"{API}/playground/generate", json={
         "model": {"job_id": _served(o), "checkpoint": "final"}, "messages": HI, "max_new_tokens": 2})),

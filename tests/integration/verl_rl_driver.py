@@ -25,10 +25,13 @@ def main(config_path: str, run_dir: str, address: str) -> None:
     stop_file = run / "STOP"
     seen: dict = {}
 
-    def actors(*states: str) -> list[str]:  # from the GCS (the state API needs a dashboard)
+    def actor_rows(*states: str) -> dict[str, str]:  # id -> class, from the GCS (the state API needs a dashboard)
         from ray._private.state import actors as actor_table
 
-        return sorted(a["ActorClassName"] for a in actor_table().values() if a["State"] in states)
+        return {i: a["ActorClassName"] for i, a in actor_table().items() if a["State"] in states}
+
+    def actors(*states: str) -> list[str]:
+        return sorted(actor_rows(*states).values())
 
     live = ("ALIVE", "PENDING_CREATION", "DEPENDENCIES_UNREADY", "RESTARTING")
 
@@ -42,12 +45,16 @@ def main(config_path: str, run_dir: str, address: str) -> None:
             seen.update(actors=actors(*live), stop=now)
             stop_file.touch()
 
+    # Actors other tests left on the shared cluster (Ray Train's detached coordinator) are not the driver's.
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    before = set(actor_rows("ALIVE", "PENDING_CREATION", "DEPENDENCIES_UNREADY", "RESTARTING"))
+    ray.shutdown()
     reason = run_driver(config, address=address, env={}, should_stop=lambda: StopSignal(stop_file).poll(0),
                         on_tick=tick)
     stopped_in = time.monotonic() - seen["stop"]
     ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     time.sleep(2)
-    left = actors(*live)
+    left = sorted(c for i, c in actor_rows(*live).items() if i not in before)
     ray.shutdown()
     print(json.dumps({"reason": reason, "stopped_in": stopped_in, "started": seen["actors"], "left": left}))
 

@@ -255,7 +255,7 @@ INVALID_CASES = [
                  "rewards", "sft does not use reward functions (only grpo, rloo, reinforce_pp do)",
                  id="rewards-on-sft"),
     pytest.param("grpo", {"rewards": [{"name": "nope"}]}, NO_DISK,
-                 "rewards[0].name", "unknown reward 'nope'; known: format, length_penalty, math_answer",
+                 "rewards[0].name", "unknown reward 'nope'; known: format, length_penalty, llm_judge, math_answer",
                  id="unknown-reward"),
     pytest.param("grpo", {"rewards": [{"name": "math_answer"},
                                       {"name": "overclarification_penalty", "params": {"alpha": -0.5}}]}, NO_DISK,

@@ -27,6 +27,8 @@ EXEMPT = {
     "ConvertParams.data_source": "a label written into verl rows, not a path",
     "JudgeParams.model": "the model an operator-named endpoint serves (checked against the endpoint's list)",
     "JudgeParams.reward_path": "a URL path under the operator-named endpoint, never a file",
+    "GateSection.profile": "a quality-gate profile's name (built-in, operator file or admin row), never a file",
+    "LLMJudgeParams.model": "the model name the judge endpoint serves (sent in the request body), never a file",
 }
 
 

@@ -24,6 +24,7 @@ from training_platform.api.routes import (
     endpoints,
     evaluations,
     exports,
+    gates,
     health,
     jobs,
     logs,
@@ -32,6 +33,7 @@ from training_platform.api.routes import (
     monitoring,
     openai_compat,
     playground,
+    rewards,
     rollouts,
     schedules,
     sweeps,
@@ -99,6 +101,8 @@ def create_app() -> FastAPI:
         api.include_router(module.router)
     for module in (exports, webhooks):
         api.include_router(module.router)
+    api.include_router(gates.router)
+    api.include_router(rewards.router)
     api.include_router(rollouts.router)
     api.include_router(playground.router)
     api.include_router(openai_compat.router)

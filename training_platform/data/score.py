@@ -20,6 +20,11 @@ training_platform/endpoints.py: TP_ENDPOINTS, or admin-defined ones the data wor
 looked up when scoring starts, never carried in the config or the report. Answers are cached
 (in memory, and in `cache_path` as JSONL when set) by model + prompt; the report counts requests, cache hits, errors
 and latency, so a simulated or cached judge is visible.
+
+`JudgeClient` is also the client of the `llm_judge` reward (training/rewards/llm_judge.py): one HTTP path, one cache,
+one parser (`parse`: a regex or a JSON field, else the first number; `min_score`..`max_score` normalised to [0, 1]),
+the same retries with exponential backoff. A judge reply without a score is an error (retried, never cached).
+`JudgeClient` is thread-safe (the reward scores a batch with a bounded thread pool).
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ import math
 import os
 import re
 import tempfile
+import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,6 +46,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from training_platform.data.formats import DatasetError, RowError, detect_format, validate_row
 from training_platform.data.io import RowWriter, iter_records, read_json_or_yaml, write_json
+from training_platform.data.judge_parse import (  # noqa: F401 - re-exported
+    JudgeParse,
+    _first_number,
+    judge_cache_key,
+    parse_score,
+)
 from training_platform.data.operators.char_ratio import char_ratios
 from training_platform.data.operators.repetition import top_ngram_char_fraction
 from training_platform.data.text import row_text
@@ -126,6 +139,7 @@ DEFAULT_JUDGE_PROMPT = (
 
 
 RELATIVE_PATH = re.compile(r"^/(?!/)[A-Za-z0-9._~/\-]{0,200}$")
+LATENCY_SAMPLES = 1024  # the percentiles are over the most recent requests
 
 
 class JudgeConfig(BaseModel):
@@ -137,6 +151,10 @@ class JudgeConfig(BaseModel):
     mode: Literal["judge", "reward"] = "judge"
     prompt_template: str = DEFAULT_JUDGE_PROMPT
     max_score: float = Field(10.0, gt=0, le=1e6)
+    min_score: float = Field(0.0, ge=-1e6, le=1e6, description="The judge's lowest score (normalised to 0).")
+    normalize: bool = Field(True, description="Map min_score..max_score to [0, 1] (clamped); off: the raw number.")
+    parse: JudgeParse | None = Field(None, description="How the score is read (default: the first number).")
+    backoff_s: float = Field(0.1, ge=0, le=30, description="First retry delay; doubled at each retry (max 30 s).")
     max_tokens: int = Field(8, ge=1, le=32768)
     temperature: float = Field(0.0, ge=0, le=5)
     reward_path: str = "/pooling"
@@ -154,6 +172,12 @@ class JudgeConfig(BaseModel):
                     raise ValueError(f"`{field}` is not accepted: name an endpoint the operator defined in "
                                      f"`endpoint` (TP_ENDPOINTS; GET /api/v1/endpoints lists them)")
         return data
+
+    @model_validator(mode="after")
+    def _score_range(self) -> JudgeConfig:
+        if self.min_score >= self.max_score:
+            raise ValueError(f"min_score ({self.min_score:g}) must be < max_score ({self.max_score:g})")
+        return self
 
     @field_validator("reward_path")
     @classmethod
@@ -173,35 +197,24 @@ class JudgeConfig(BaseModel):
             raise ValueError(str(exc)) from None
 
 
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+def percentile_ms(samples: Any, q: float) -> float | None:
+    values = list(samples)
+    return round(float(np.percentile(np.asarray(values, dtype=np.float64), q)) * 1000, 1) if values else None
 
 
-def _first_number(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        match = _NUMBER.search(value)
-        return float(match.group(0)) if match else None
-    if isinstance(value, list):
-        for item in value:
-            number = _first_number(item)
-            if number is not None:
-                return number
-    if isinstance(value, dict):
-        for key in ("score", "reward", "data", "probs", "embedding"):
-            if key in value:
-                number = _first_number(value[key])
-                if number is not None:
-                    return number
-    return None
+class JudgeCall:
+    """One scored text: the score (None: could not be scored), whether the cache answered, the request latency."""
+
+    __slots__ = ("score", "cached", "latency_s", "error")
+
+    def __init__(self, score: float | None, cached: bool, latency_s: float | None = None, error: str | None = None):
+        self.score, self.cached, self.latency_s, self.error = score, cached, latency_s, error
 
 
 class JudgeClient:
     """Scores texts through a named OpenAI-compatible endpoint, with a cache and counters. `endpoints` resolves the
     name (default: the operator's TP_ENDPOINTS / TP_ENDPOINTS_FILE); `transport` (an httpx transport) lets tests
-    simulate the server. EndpointError when the endpoint is unknown or does not serve the model."""
+    simulate the server. EndpointError when the endpoint is unknown or does not serve the model. Thread-safe."""
 
     def __init__(self, config: JudgeConfig | dict, *, endpoints=None, transport=None):
         from training_platform.endpoints import Endpoints, has_key, keyed_client
@@ -215,7 +228,10 @@ class JudgeClient:
         self.cache: dict[str, float | None] = {}
         self.stats = {"rows": 0, "requests": 0, "cache_hits": 0, "errors": 0, "latency_total_s": 0.0,
                       "latency_max_s": 0.0}
+        self.latencies: deque[float] = deque(maxlen=LATENCY_SAMPLES)
         self.last_error: str | None = None
+        self._lock = threading.Lock()
+        self._inflight: dict[str, threading.Event] = {}
         self._cache_file = None
         if self.config.cache_path:
             path = Path(self.config.cache_path)
@@ -234,59 +250,101 @@ class JudgeClient:
     def _key(self, payload: dict) -> str:
         return hashlib.sha256(json.dumps([self.config.mode, payload], sort_keys=True).encode()).hexdigest()
 
+    def chat_payload(self, content: str) -> dict:
+        """The `/chat/completions` body asking the judge about `content` (the rendered prompt)."""
+        return {"model": self.config.model, "temperature": self.config.temperature,
+                "max_tokens": self.config.max_tokens, "messages": [{"role": "user", "content": content}]}
+
     def _payload(self, text: str) -> tuple[str, dict]:
         text = text[: self.config.max_text_chars]
         if self.config.mode == "judge":
-            return "/chat/completions", {
-                "model": self.config.model, "temperature": self.config.temperature,
-                "max_tokens": self.config.max_tokens,
-                "messages": [{"role": "user", "content": self.config.prompt_template.replace("{text}", text)}]}
+            return "/chat/completions", self.chat_payload(self.config.prompt_template.replace("{text}", text))
         return self.config.reward_path, {"model": self.config.model, "input": text}
+
+    def normalise(self, number: float) -> float:
+        c = self.config
+        if not c.normalize:
+            return round(number, 6)
+        return round(_clamp((number - c.min_score) / (c.max_score - c.min_score)), 4)
 
     def _parse(self, body: Any) -> float | None:
         if self.config.mode == "judge":
             content = body["choices"][0]["message"]["content"]
-            number = _first_number(content)
-            return None if number is None else round(_clamp(number / self.config.max_score), 4)
+            number = parse_score(content, self.config.parse)
+            if number is None:
+                shown = content[:80] if isinstance(content, str) else type(content).__name__
+                raise ValueError(f"no score in the judge's reply: {shown!r}")
+            return self.normalise(number)
         number = _first_number(body["data"][0] if isinstance(body.get("data"), list) else body)
         return None if number is None else round(number, 6)
 
     def score(self, text: str) -> float | None:
+        path, payload = self._payload(text)
+        return self.call(path, payload, self._key(payload)).score
+
+    def call(self, path: str, payload: dict, key: str, *, use_cache: bool = True) -> JudgeCall:
+        """POST `payload` to `path` (cache lookup by `key` first when `use_cache`), retried on transport errors,
+        429/5xx and replies without a score, with exponential backoff; after the last retry the call is an error
+        (score None, counted in `errors`, never cached). With the cache, a call whose twin is in flight waits for
+        it and counts as a cache hit (one request per distinct call)."""
+        with self._lock:
+            self.stats["rows"] += 1
+        while use_cache:
+            with self._lock:
+                if key in self.cache:
+                    self.stats["cache_hits"] += 1
+                    return JudgeCall(self.cache[key], True)
+                twin = self._inflight.get(key)
+                if twin is None:
+                    self._inflight[key] = threading.Event()
+                    break
+            twin.wait()  # then the cache answers, or (the twin failed) this call asks itself
+        try:
+            return self._request(path, payload, key, use_cache)
+        finally:
+            if use_cache:
+                with self._lock:
+                    self._inflight.pop(key).set()
+
+    def _request(self, path: str, payload: dict, key: str, use_cache: bool) -> JudgeCall:
         import httpx
 
-        self.stats["rows"] += 1
-        path, payload = self._payload(text)
-        key = self._key(payload)
-        if key in self.cache:
-            self.stats["cache_hits"] += 1
-            return self.cache[key]
+        latency = None
         for attempt in range(self.config.max_retries + 1):
             start = time.perf_counter()
-            self.stats["requests"] += 1
             try:
-                response = self._client.post(path, json=payload)
-                elapsed = time.perf_counter() - start
-                self.stats["latency_total_s"] += elapsed
-                self.stats["latency_max_s"] = max(self.stats["latency_max_s"], elapsed)
+                try:
+                    response = self._client.post(path, json=payload)
+                finally:
+                    latency = time.perf_counter() - start
+                    with self._lock:
+                        self.stats["requests"] += 1
+                        self.stats["latency_total_s"] += latency
+                        self.stats["latency_max_s"] = max(self.stats["latency_max_s"], latency)
+                        self.latencies.append(latency)
                 if response.status_code >= 500 or response.status_code == 429:
                     raise httpx.HTTPStatusError(f"HTTP {response.status_code}", request=response.request,
                                                 response=response)
                 response.raise_for_status()
                 value = self._parse(response.json())
             except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
-                self.last_error = _error_text(exc)
+                error = _error_text(exc)
                 retryable = not isinstance(exc, httpx.HTTPStatusError) or exc.response.status_code >= 429
                 if attempt < self.config.max_retries and retryable:
-                    time.sleep(min(2.0, 0.1 * 2 ** attempt))
+                    time.sleep(min(30.0, self.config.backoff_s * 2 ** attempt))
                     continue
-                self.stats["errors"] += 1
-                return None
-            self.cache[key] = value
-            if self._cache_file is not None:
-                self._cache_file.write(json.dumps({"key": key, "score": value}) + "\n")
-                self._cache_file.flush()
-            return value
-        return None
+                with self._lock:
+                    self.last_error = error
+                    self.stats["errors"] += 1
+                return JudgeCall(None, False, latency, error)
+            with self._lock:
+                if use_cache:
+                    self.cache[key] = value
+                    if self._cache_file is not None:
+                        self._cache_file.write(json.dumps({"key": key, "score": value}) + "\n")
+                        self._cache_file.flush()
+            return JudgeCall(value, False, latency)
+        raise AssertionError("unreachable")
 
     def report(self) -> dict[str, Any]:
         calls = self.stats["requests"]
@@ -295,6 +353,8 @@ class JudgeClient:
                 "latency_total_s": round(self.stats["latency_total_s"], 4),
                 "latency_max_s": round(self.stats["latency_max_s"], 4),
                 "latency_mean_s": round(self.stats["latency_total_s"] / calls, 4) if calls else 0.0,
+                "latency_p50_ms": percentile_ms(self.latencies, 50),
+                "latency_p95_ms": percentile_ms(self.latencies, 95),
                 "last_error": self.last_error}
 
     def close(self) -> None:
@@ -466,5 +526,6 @@ def score_then_filter(path: str | Path, output: str | Path, *, by: str, min_valu
     return report
 
 
-__all__ = ["SCORES_KEY", "JudgeClient", "JudgeConfig", "PerplexityScorer", "filter_scores", "heuristic_quality",
+__all__ = ["SCORES_KEY", "JudgeCall", "JudgeClient", "JudgeConfig", "JudgeParse", "PerplexityScorer",
+           "judge_cache_key", "parse_score", "percentile_ms", "filter_scores", "heuristic_quality",
            "heuristic_scores", "load_judge_config", "score_file", "score_then_filter"]

@@ -364,3 +364,38 @@ class Webhook(SQLModel, table=True):
     last_status_code: int | None = None
     last_error: str | None = Field(default=None, sa_column=Column(Text))
     last_attempts: int = 0
+
+
+# ---------------------------------------------------------------------------------------------- quality gates
+
+
+class GateProfileRecord(SQLModel, table=True):
+    """An admin-defined quality-gate profile (`/api/v1/gate-profiles`); built-ins and the operator's
+    TP_GATE_PROFILES_FILE are not stored. `checks` is the normalised check -> params map; `hash` its sha256."""
+
+    __tablename__ = "gate_profiles"
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True, max_length=64)
+    description: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    checks: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    hash: str = Field(max_length=64)
+    created_by: int | None = Field(default=None, foreign_key="users.id")
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class GateReportRecord(SQLModel, table=True):
+    """A quality-gate report of one dataset version under one profile (`training_platform.data.gate.run_gate`).
+    No foreign key to the version (its dataset's deletion removes the reports); `sha256` is the version's."""
+
+    __tablename__ = "gate_reports"
+    __table_args__ = (Index("ix_gate_reports_version_profile", "dataset_version_id", "profile_name"),)
+    id: int | None = Field(default=None, primary_key=True)
+    dataset_version_id: int = Field(index=True)
+    sha256: str = Field(max_length=64, index=True)
+    profile_name: str = Field(max_length=64)
+    profile_hash: str = Field(max_length=64)
+    passed: bool = False
+    report: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    job_id: int | None = Field(default=None, index=True)  # the data (or training) job that ran it
+    created_at: datetime = Field(default_factory=utcnow, index=True)

@@ -16,7 +16,7 @@ import re
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import Field, StringConstraints, ValidationError
+from pydantic import Field, StringConstraints, ValidationError, model_validator
 
 from training_platform.training.algorithms import ALGORITHMS
 from training_platform.training.algorithms.base import StrictModel
@@ -83,6 +83,55 @@ DataFormat = Literal[
 ]
 
 
+class DifficultyMix(StrictModel):
+    """Shares of the difficulty buckets of the audit/gate report (data/report.py); they must sum to 1."""
+
+    easy: float = Field(0.0, ge=0, le=1)
+    medium: float = Field(0.0, ge=0, le=1)
+    hard: float = Field(0.0, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _sums_to_one(self) -> DifficultyMix:
+        total = self.easy + self.medium + self.hard
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"the shares easy + medium + hard must sum to 1 (within 1e-6), got {total:.6g}")
+        return self
+
+    def as_dict(self) -> dict[str, float]:
+        return {"easy": self.easy, "medium": self.medium, "hard": self.hard}
+
+
+class CurriculumStage(StrictModel):
+    until_step: int = Field(ge=1, le=MAX_STEPS, description="This mix is used up to and including this "
+                                                            "optimizer step; the last stage's mix continues after.")
+    mix: DifficultyMix
+
+
+class SamplingSection(StrictModel):
+    """Difficulty-aware sampling of training rows (training/sampling.py)."""
+
+    strategy: Literal["uniform", "mix", "curriculum"] = Field("uniform", description=(
+        "uniform: the trainer's own shuffling; mix: every batch follows `mix`; curriculum: the mix of the "
+        "schedule stage of the current step."))
+    mix: DifficultyMix | None = Field(None, description="strategy mix: bucket shares, e.g. {easy: .2, medium: .4, "
+                                                        "hard: .4}.")
+    schedule: list[CurriculumStage] = Field(default_factory=list, max_length=100, description=(
+        "strategy curriculum: stages with increasing until_step."))
+    seed: int | None = Field(None, ge=0, le=2**32 - 1, description="Sampler seed (default: training.seed).")
+
+
+class GateSection(StrictModel):
+    """`data.gate`: the train file must pass this quality-gate profile (a stored passing report for exactly this
+    content and profile, or the gate is run at preflight); failing checks refuse the run unless an admin overrides."""
+
+    profile: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+                         description="Gate profile: default, strict, or one from TP_GATE_PROFILES_FILE / "
+                                     "/api/v1/gate-profiles.")
+    eval_sets: list[UserFile] = Field(default_factory=list, max_length=20,
+                                      description="Eval set files for the leakage check.")
+    reference: UserFile | None = Field(None, description="Reference set for the n-gram divergence check.")
+
+
 class DataSection(StrictModel):
     train_file: UserFile = Field(min_length=1, description="JSONL/JSON/Parquet/CSV; relative to TP_DATA_DIR.")
     eval_file: UserFile | None = None
@@ -94,6 +143,10 @@ class DataSection(StrictModel):
     eval_split: float = Field(0.0, ge=0, lt=1, description="Fraction of train held out when no eval_file.")
     max_train_samples: int | None = Field(None, ge=1, le=100_000_000)
     shuffle_seed: int = Field(0, ge=0, le=2**32 - 1)
+    sampling: SamplingSection | None = Field(None, description=(
+        "Difficulty-aware sampling by the buckets of the audit report (easy/medium/hard); engine trl."))
+    gate: GateSection | None = Field(None, description=(
+        "A quality gate the training data must pass before the run starts (training_platform/data/gate.py)."))
 
 
 class TrainingSection(StrictModel):
@@ -124,6 +177,9 @@ class TrainingSection(StrictModel):
     rollouts_max_mb: int = Field(100, ge=1, le=10_240, description=(
         "Size cap of rollouts.jsonl in MB: once reached no more rollouts are kept (training goes on; the log and "
         "run.json say at which step)."))
+    reward_weights: Literal["normalise", "strict", "exact"] = Field("normalise", description=(
+        "Rule for rewards[*].weight: normalise (divided by their sum, a warning when it is not 1), exact (must sum "
+        "to 1), strict (sum 1 and no reward above 0.5)."))
 
 
 class RewardSection(StrictModel):
@@ -234,7 +290,8 @@ def _loc_to_path(loc: tuple) -> str:
 
 def _known_field_names() -> set[str]:
     names: set[str] = set()
-    models = [JobConfig, ModelSection, LoraSection, DataSection, TrainingSection, RewardSection,
+    models = [JobConfig, ModelSection, LoraSection, DataSection, SamplingSection, CurriculumStage, DifficultyMix,
+              TrainingSection, RewardSection,
               ResourcesSection, TrackingSection, *[s.params for s in ALGORITHMS.values()]]
     for m in models:
         names.update(m.model_fields)
@@ -359,8 +416,11 @@ def check_rules(cfg: JobConfig) -> list[FieldError]:
     if spec.uses_reward_functions or verl_ppo_functions:
         if not cfg.rewards:
             errors.append(FieldError("rewards", f"{spec.name} needs at least one reward function"))
-        elif sum(r.weight for r in cfg.rewards) <= 0:
-            errors.append(FieldError("rewards", "the reward weights must not all be 0"))
+        else:
+            from training_platform.training.rewards.weights import check_reward_weights
+
+            weight_errors, _, _ = check_reward_weights(cfg.rewards, mode=t.reward_weights)
+            errors.extend(FieldError(p, r) for p, r in weight_errors)
     elif cfg.rewards:
         errors.append(FieldError(
             "rewards", f"{spec.name} does not use reward functions (only "
@@ -386,7 +446,45 @@ def check_rules(cfg: JobConfig) -> list[FieldError]:
     if "none" in cfg.tracking.report_to and len(cfg.tracking.report_to) > 1:
         errors.append(FieldError("tracking.report_to", "'none' cannot be combined with other trackers"))
 
+    errors.extend(_sampling_rules(cfg))
     errors.extend(FieldError(p, r) for p, r in cfg.algorithm.check(cfg))
+    return errors
+
+
+# Algorithms whose TRL trainer draws its training rows through Trainer._get_train_sampler (training/sampling.py
+# replaces it); TRL's experimental PPO builds its own DataLoader.
+SAMPLING_ALGORITHMS = ("sft", "dpo", "kto", "orpo", "simpo", "reward", "grpo", "rloo")
+
+
+def _sampling_rules(cfg: JobConfig) -> list[FieldError]:
+    s = cfg.data.sampling
+    if s is None:
+        return []
+    errors: list[FieldError] = []
+    if cfg.engine != "trl":
+        errors.append(FieldError("data.sampling", f"difficulty-aware sampling runs on engine trl; engine "
+                                                  f"{cfg.engine} does not support it yet"))
+    elif cfg.spec.name not in SAMPLING_ALGORITHMS:
+        errors.append(FieldError("data.sampling", f"{cfg.spec.name} draws its rows with its own data loader: "
+                                                  f"difficulty-aware sampling supports "
+                                                  f"{', '.join(SAMPLING_ALGORITHMS)}"))
+    if s.strategy != "uniform" and getattr(cfg.algorithm, "packing", False):
+        errors.append(FieldError("algorithm.packing", "packing merges rows into sequences: it cannot be combined "
+                                                      "with data.sampling (rows are drawn by difficulty)"))
+    if s.strategy == "mix" and s.mix is None:
+        errors.append(FieldError("data.sampling.mix", "required for strategy mix"))
+    if s.strategy != "mix" and s.mix is not None:
+        errors.append(FieldError("data.sampling.mix", f"only used by strategy mix (this is {s.strategy})"))
+    if s.strategy == "curriculum" and not s.schedule:
+        errors.append(FieldError("data.sampling.schedule", "strategy curriculum needs at least one stage"))
+    if s.strategy != "curriculum" and s.schedule:
+        errors.append(FieldError("data.sampling.schedule", f"only used by strategy curriculum (this is "
+                                                           f"{s.strategy})"))
+    for i in range(1, len(s.schedule)):
+        if s.schedule[i].until_step <= s.schedule[i - 1].until_step:
+            errors.append(FieldError(f"data.sampling.schedule[{i}].until_step",
+                                     f"must be greater than the previous stage's ({s.schedule[i - 1].until_step}), "
+                                     f"got {s.schedule[i].until_step}"))
     return errors
 
 

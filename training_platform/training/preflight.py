@@ -136,11 +136,37 @@ def check_environment(cfg: JobConfig, cache: dict | None = None, *, dry_run: boo
                 errors += _check_model(f"algorithm.{field}", ref, cfg.model.trust_remote_code)[1]
 
     errors += _check_devices(cfg)
+    if not dry_run and cfg.spec.uses_reward_functions:
+        errors += _probe_judges(cfg, cache)
     if cfg.engine == "verl" and not errors:
         errors += _check_verl(cfg, cache, dry_run=dry_run)
     for tracker, module in (("wandb", "wandb"), ("mlflow", "mlflow"), ("tensorboard", "tensorboard")):
         if tracker in cfg.tracking.report_to and importlib.util.find_spec(module) is None:
             errors.append(FieldError("tracking.report_to", f"{tracker} is not installed (pip install {module})"))
+    return errors
+
+
+def _probe_judges(cfg: JobConfig, cache: dict) -> list[FieldError]:
+    """Each `llm_judge` reward answers one real call (training/rewards/llm_judge.py `probe_judge`); the results go
+    to cache["judge_probe"] (the runner writes them to <run dir>/judge_probe.json). Not in --dry-run."""
+    from training_platform.training.rewards.llm_judge import probe_judge
+
+    errors, probes = [], []
+    for i, reward in enumerate(cfg.rewards):
+        if reward.name != "llm_judge":
+            continue
+        try:
+            result = probe_judge(reward.params)
+        except Exception as exc:  # noqa: BLE001 - a broken endpoint definition is the job's error, not a crash
+            result = {"ok": False, "endpoint": reward.params.get("endpoint"), "model": reward.params.get("model"),
+                      "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        probes.append({"reward_index": i, **result})
+        if not result["ok"]:
+            errors.append(FieldError(f"rewards[{i}]", f"llm_judge: endpoint {result.get('endpoint')!r} (model "
+                                                      f"{result.get('model')!r}) did not pass the probe call: "
+                                                      f"{result.get('error')}"))
+    if probes:
+        cache["judge_probe"] = probes
     return errors
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from training_platform.paths import runs_dir
+from training_platform.paths import resolve_data_path, runs_dir
 from training_platform.training.config import (
     ConfigError,
     FieldError,
@@ -206,6 +206,9 @@ def train(
     loaded: dict = {}
     submitted = apply_overrides(raw_config, overrides)
     cfg = validate_config(submitted, loaded=loaded)
+    from training_platform.training import gate_check
+
+    gate_files = gate_check.enforce(cfg, resolve_data_path(cfg.data.train_file))  # data.gate: before anything
     effective = effective_config(cfg)
     launcher = cfg.resources.resolved_launcher
 
@@ -257,6 +260,9 @@ def train(
             for field in ("data.train_file", "data.eval_file"):
                 if field in loaded:
                     run.record("dataset", loaded[field][2], field=field, format=loaded[field][1])
+            gate_check.keep(run, gate_files)
+            if loaded.get("judge_probe"):  # preflight's real call to each llm_judge endpoint (latency, score)
+                (run.path / "judge_probe.json").write_text(json.dumps(loaded["judge_probe"], indent=2) + "\n")
             run.update_run_info(started_at=now_iso(), pid=os.getpid(), launcher=launcher,
                                 world_size=cfg.resources.processes, num_nodes=cfg.resources.num_nodes,
                                 processes_per_node=cfg.resources.num_devices)

@@ -114,6 +114,12 @@ class DataJobSupervisor(supervisor.JobSupervisor):
             return self._run_ingest(job.id, job.config)
         if isinstance(job.config, dict) and job.config.get("operation") == dcrud.AUDIT:
             return self._run_audit(job.id, job.config)
+        if isinstance(job.config, dict) and job.config.get("operation") == "reward_shadow":
+            from training_platform.workers.shadow_task import run_shadow
+
+            return run_shadow(self, job.id, job.config, job.owner_id)
+        if isinstance(job.config, dict) and job.config.get("operation") == "gate":
+            return self._run_gate(job.id, job.config, job.owner_id)
         try:
             dataset_id, source, params, checks = self._preflight(job.config, job.owner_id)
         except DataJobFailed as exc:
@@ -281,6 +287,69 @@ class DataJobSupervisor(supervisor.JobSupervisor):
                 crud.transition(session, job, JobStatus.failed, job.error)
                 return JobStatus.failed.value
             crud.transition(session, job, JobStatus.succeeded, f"audit of version {version.id} stored")
+        return JobStatus.succeeded.value
+
+    def _run_gate(self, job_id: int, config: dict, owner_id: int) -> str:
+        """A quality gate on a version (training_platform/data/gate.py): the report is stored with the job's
+        success in one transaction; failing checks are the report's verdict, not the job's failure."""
+        from training_platform.data.gate import GateError
+        from training_platform.data.versions import file_sha256
+        from training_platform.db import gates_crud
+        from training_platform.path_policy import reader_for_owner
+
+        try:
+            version = self._input_version(config)
+            path = dcrud.absolute(version.path, self.settings)
+            if file_sha256(path) != version.sha256:
+                raise DataJobFailed("version_id", f"the file of version {version.id} was modified")
+            with session_scope() as session:
+                reader = reader_for_owner(session, owner_id)
+                if reader is None:
+                    raise DataJobFailed("owner", f"the job's owner (user {owner_id}) no longer exists")
+                problems = gates_crud.check_inputs(list(config.get("eval_sets") or []), config.get("reference"),
+                                                   self.settings, reader)
+                if problems:
+                    raise DataJobFailed(problems[0][0], "; ".join(f"{loc}: {msg}" for loc, msg in problems))
+                try:
+                    profile = gates_crud.resolve_profile(session, self.settings, str(config.get("profile")))
+                except GateError as exc:
+                    raise DataJobFailed("profile", str(exc)) from None
+        except DataJobFailed as exc:
+            self._finish(JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc.reason}: "
+                                                                            f"{exc.error}")
+            return JobStatus.failed.value
+        self._start_running(f"gate {profile.name} started", {"ok": True, "checks": [
+            {"name": "input", "ok": True, "detail": f"version {version.id} sha256 verified"},
+            {"name": "profile", "ok": True, "detail": f"{profile.name} (hash {profile.hash[:12]})"}]})
+        progress = InputProgress(path, self._progress)
+        progress.start()
+        try:
+            report = gates_crud.run_on_file(path, profile, self.settings, eval_sets=config.get("eval_sets"),
+                                            reference=config.get("reference"), fmt=version.format)
+        except Exception as exc:  # noqa: BLE001 - bad eval set rows, limits: the job fails with why
+            self._finish(JobStatus.failed.value, "gate failed to run",
+                         error=f"gate failed to run: {type(exc).__name__}: {_first_lines(exc)}")
+            return JobStatus.failed.value
+        finally:
+            progress.stop()
+        report["dataset"]["path"] = version.path
+        self.heartbeater.stop()
+        with session_scope() as session:
+            job = supervisor.lock_job(session, self.job_id)
+            if not supervisor._owned(job, self.worker):
+                raise supervisor.JobLost()
+            stored = session.get(DatasetVersionRecord, version.id)
+            if stored is None:
+                job.error = "the version was deleted while it was gated"
+                crud.transition(session, job, JobStatus.failed, job.error)
+                return JobStatus.failed.value
+            record = gates_crud.store_report(session, stored, report, job_id)
+            job.config = {**config, "result": {"report_id": record.id, "passed": record.passed,
+                                               "failed": report["failed"], "skipped": report["skipped"]}}
+            job.current_step = 100
+            verdict = "passed" if record.passed else f"FAILED: {', '.join(report['failed'])}"
+            crud.transition(session, job, JobStatus.succeeded,
+                            f"gate {profile.name} on version {version.id}: {verdict} (report {record.id})")
         return JobStatus.succeeded.value
 
     def _input_version(self, config: dict) -> DatasetVersionRecord:

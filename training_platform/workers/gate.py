@@ -51,7 +51,99 @@ def check_disk(path: Path, min_free_mb: int) -> tuple[bool, str]:
     return True, f"{free_mb} MB free in {path} (minimum {min_free_mb} MB)"
 
 
-def run_preflight(raw_config: dict, *, data_dir: Path, min_free_disk_mb: int) -> dict[str, Any]:
+GATE_OVERRIDE_PREFIX = "gate override by "  # the job event an admin's override leaves (api/routes/gates.py)
+
+
+def gate_dir(data_dir: Path, job_id: int) -> Path:
+    """Where the preflight hands the gate report (and an override) to the training process (TP_GATE_REPORTS_DIR)."""
+    return data_dir / "runs" / f"job-{job_id}.gates"
+
+
+def gate_override(job_id: int) -> dict[str, Any] | None:
+    """The latest admin override of this job's quality gate (a job event), or None."""
+    from sqlmodel import select
+
+    from training_platform.db.models import JobEvent
+    from training_platform.db.session import session_scope
+
+    with session_scope() as session:
+        event = session.exec(select(JobEvent).where(JobEvent.job_id == job_id,
+                                                    JobEvent.reason.startswith(GATE_OVERRIDE_PREFIX))
+                             .order_by(JobEvent.id.desc()).limit(1)).first()
+        if event is None:
+            return None
+        who, _, reason = event.reason.removeprefix(GATE_OVERRIDE_PREFIX).partition(": ")
+        return {"job_id": job_id, "by": who, "reason": reason.removesuffix(" (re-queued)"), "event_id": event.id,
+                "at": event.ts.isoformat(timespec="seconds")}
+
+
+def check_data_gate(cfg, *, job_id: int | None, data_dir: Path) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """`data.gate`: a passing report for exactly this content (the dataset version's sha256) and profile (name +
+    hash) and inputs, else the gate is run now (and stored for the version); failing without an admin override ->
+    an error at `data.gate` naming the failing checks. The report (and override) go to `gate_dir` for the run."""
+    import json
+    import shutil
+
+    from training_platform.data.gate import GateError
+    from training_platform.data.versions import file_sha256
+    from training_platform.db import gates_crud
+    from training_platform.db.session import session_scope
+    from training_platform.paths import resolve_data_path
+    from training_platform.settings import get_settings
+    from training_platform.training.gate_check import OVERRIDE_FILE, failing_summary
+
+    settings = get_settings()
+    gate = cfg.data.gate
+    train = resolve_data_path(cfg.data.train_file)
+    eval_shas = [file_sha256(resolve_data_path(p)) for p in gate.eval_sets]
+    reference_sha = file_sha256(resolve_data_path(gate.reference)) if gate.reference else None
+    with session_scope() as session:
+        try:
+            profile = gates_crud.resolve_profile(session, settings, gate.profile, loc="data.gate.profile")
+        except GateError as exc:
+            return _check("gate", False, str(exc)), [{"loc": loc, "msg": msg} for loc, msg in exc.errors]
+        version = gates_crud.version_for_file(session, train, settings)
+        sha = file_sha256(train)
+        found = gates_crud.passing_report(session, sha, profile, eval_shas, reference_sha)
+        report, report_id = (found.report, found.id) if found is not None else (None, None)
+        version_id = version.id if version is not None else None
+    how = f"stored report {report_id}"
+    if report is None:
+        report = gates_crud.run_on_file(train, profile, settings, eval_sets=gate.eval_sets, reference=gate.reference,
+                                        fmt=None if cfg.data.format == "auto" else cfg.data.format)
+        how = "run now"
+        if version_id is not None:
+            from training_platform.db.models import DatasetVersionRecord
+
+            with session_scope() as session:
+                stored = session.get(DatasetVersionRecord, version_id)
+                if stored is not None and stored.sha256 == report["dataset"]["sha256"]:
+                    report["dataset"]["path"] = stored.path
+                    report_id = gates_crud.store_report(session, stored, report, job_id).id
+                    how = f"run now, stored as report {report_id}"
+    override = gate_override(job_id) if job_id is not None and not report["passed"] else None
+    if job_id is not None:
+        handover = gate_dir(data_dir, job_id)
+        shutil.rmtree(handover, ignore_errors=True)
+        handover.mkdir(parents=True)
+        (handover / f"{profile.name}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+        if override is not None:
+            override = {**override, "profile": profile.name, "profile_hash": profile.hash, "report_id": report_id,
+                        "failed_checks": report["failed"], "dataset_sha256": report["dataset"]["sha256"]}
+            (handover / OVERRIDE_FILE).write_text(json.dumps(override, indent=2) + "\n")
+    where = f"version {version_id}" if version_id is not None else "the train file (not a dataset version)"
+    if report["passed"]:
+        return _check("gate", True, f"{profile.name} passed on {where} ({how})"), []
+    failed = failing_summary(report)
+    if override is not None:
+        return _check("gate", True, f"{profile.name} FAILED on {where} ({how}): {failed}; overridden by "
+                                    f"{override['by']}: {override['reason']}"), []
+    msg = f"quality gate {profile.name!r} failed on {where} ({how}): {failed}"
+    return _check("gate", False, msg), [{"loc": "data.gate", "msg": msg}]
+
+
+def run_preflight(raw_config: dict, *, data_dir: Path, min_free_disk_mb: int,
+                  job_id: int | None = None) -> dict[str, Any]:
     """Run every check (none stops the others) and return the report."""
     from training_platform.training.config import ConfigError, parse_config, validate_config
 
@@ -60,8 +152,9 @@ def run_preflight(raw_config: dict, *, data_dir: Path, min_free_disk_mb: int) ->
     started = time.perf_counter()
 
     cfg = None
+    loaded: dict[str, Any] = {}
     try:
-        cfg = validate_config(raw_config)
+        cfg = validate_config(raw_config, loaded=loaded)
         checks.append(_check("config", True, f"{cfg.algorithm.name} (engine {cfg.engine}): schema, rules, files, "
                                              "model and dataset rows are valid"))
     except ConfigError as exc:
@@ -71,6 +164,12 @@ def run_preflight(raw_config: dict, *, data_dir: Path, min_free_disk_mb: int) ->
     except Exception as exc:  # noqa: BLE001 - a validator crash must fail the job loudly, not the worker
         errors.append({"loc": "<config>", "msg": f"validation crashed: {type(exc).__name__}: {_first_line(exc)}"})
         checks.append(_check("config", False, "validation crashed"))
+
+    for probe in loaded.get("judge_probe", []):  # llm_judge rewards: one real call each (training/preflight.py)
+        checks.append(_check(f"judge_probe[{probe['reward_index']}]", bool(probe.get("ok")),
+                             f"endpoint {probe.get('endpoint')!r} model {probe.get('model')!r}: "
+                             + (f"score {probe.get('score')} in {probe.get('latency_ms')} ms" if probe.get("ok")
+                                else f"no score: {probe.get('error')}")))
 
     model_ok = cfg is not None
     if cfg is None:  # the layers failed somewhere: still check the tokenizer if the model path itself is fine
@@ -86,6 +185,15 @@ def run_preflight(raw_config: dict, *, data_dir: Path, min_free_disk_mb: int) ->
             errors.append({"loc": "model.path", "msg": detail})
     else:
         checks.append(_check("tokenizer", False, "skipped: the model could not be checked"))
+
+    if cfg is not None and model_ok and not errors and getattr(cfg.data, "gate", None) is not None:
+        try:
+            check, gate_errors = check_data_gate(cfg, job_id=job_id, data_dir=data_dir)
+        except Exception as exc:  # noqa: BLE001 - a gate that cannot run refuses the job, loudly
+            check = _check("gate", False, f"the gate could not run: {type(exc).__name__}: {_first_line(exc)}")
+            gate_errors = [{"loc": "data.gate", "msg": check["detail"]}]
+        checks.append(check)
+        errors += gate_errors
 
     ok, detail = check_disk(data_dir, min_free_disk_mb)
     checks.append(_check("disk", ok, detail))

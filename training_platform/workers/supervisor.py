@@ -366,7 +366,7 @@ class JobSupervisor:
             return JobStatus.failed.value
         try:
             report = gate.run_preflight(job.config, data_dir=self.settings.data_path,
-                                        min_free_disk_mb=self.settings.min_free_disk_mb)
+                                        min_free_disk_mb=self.settings.min_free_disk_mb, job_id=self.job_id)
         except Exception as exc:  # noqa: BLE001 - a crashing check fails the job, loudly
             report = {"ok": False, "checks": [{"name": "preflight", "ok": False, "detail": "crashed"}],
                       "errors": [{"loc": "<preflight>", "msg": f"{type(exc).__name__}: {_first_line(str(exc))}"}]}
@@ -522,6 +522,8 @@ class JobSupervisor:
         cmd = self._command(resume_step is not None)
         env = {**os.environ, "TP_DATA_DIR": str(self.settings.data_path), "PYTHONUNBUFFERED": "1",
                "TOKENIZERS_PARALLELISM": "false"}
+        if gate.gate_dir(self.settings.data_path, self.job_id).is_dir():  # data.gate: the preflight's decision
+            env["TP_GATE_REPORTS_DIR"] = str(gate.gate_dir(self.settings.data_path, self.job_id))
         ingest = RunIngest(self.job_id, self.run_dir, hold_above_step=resume_step)
         with self.console_file.open("ab") as console:
             console.write(f"\n=== {utcnow().isoformat()} job {self.job_id} on {self.worker}: "

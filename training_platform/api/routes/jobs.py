@@ -148,6 +148,10 @@ def _config_warnings(cfg) -> list[str]:
     if cfg.engine == "verl" and cfg.algorithm.name != "sft":
         warnings.append("verl RL needs GPUs with vLLM or SGLang: the worker's preflight checks the devices when the "
                         "job starts")
+    if cfg.rewards:
+        from training_platform.training.rewards.weights import check_reward_weights
+
+        warnings.extend(check_reward_weights(cfg.rewards, mode=t.reward_weights)[1])
     return warnings
 
 

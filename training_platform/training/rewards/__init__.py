@@ -162,6 +162,7 @@ def completion_text(completion: Any) -> str:
 from training_platform.training.rewards import (  # noqa: E402, F401, I001
     format_reward,
     length_penalty,
+    llm_judge,
     math_answer,
     overclarification,
 )

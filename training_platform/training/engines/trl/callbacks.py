@@ -40,9 +40,11 @@ class MetricsCallback(TrainerCallback):
     """One JSON object per logging step: step, epoch, ts, loss, lr, grad_norm, sec_per_step, tokens_per_sec,
     mem_used_mb, plus whatever the algorithm logs (kl, rewards/*, logps/*, clip ratios, ...)."""
 
-    def __init__(self, writer: RunWriter, *, loss_from: Callable[[dict], float | None] | None = None):
+    def __init__(self, writer: RunWriter, *, loss_from: Callable[[dict], float | None] | None = None,
+                 extra: Callable[[], dict] | None = None):
         self.writer = writer
         self.loss_from = loss_from
+        self.extra = extra  # more metrics for each training row (the llm_judge counters: rewards/llm_judge.py)
         self.summary: dict = {}
         self._last_time: float | None = None
         self._last_step = 0
@@ -82,6 +84,8 @@ class MetricsCallback(TrainerCallback):
             self._last_tokens = tokens
             self._last_time, self._last_step = now, step
             record["mem_used_mb"] = _memory_used_mb()
+            if self.extra is not None:
+                logs.update(self.extra())
         nonfinite = []
         for key, value in logs.items():
             key = KEY_RENAMES.get(key, key)

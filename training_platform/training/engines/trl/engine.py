@@ -233,15 +233,26 @@ class TRLEngine:
                 eval_dataset = _tokenize_prompts(eval_dataset, tokenizer, cfg.data.max_length)
         if not cfg.training.eval_steps:
             eval_dataset = None  # TRL preprocesses eval data even when it never evaluates
+        buckets = None
+        if cfg.data.sampling is not None:  # difficulty buckets of the rows the trainer gets (training/sampling.py)
+            from training_platform.training.sampling import row_buckets
+
+            buckets = row_buckets(train_dataset.to_list())
 
         reward_funcs, reward_weights = [], None
         if spec.uses_reward_functions:
+            from training_platform.training.rewards.weights import check_reward_weights
+
             reward_funcs = [build_reward_function(r.name, r.params) for r in cfg.rewards]
-            total = sum(r.weight for r in cfg.rewards)
-            reward_weights = [r.weight / total for r in cfg.rewards]
+            _, weight_warnings, reward_weights = check_reward_weights(cfg.rewards, mode=cfg.training.reward_weights)
+            for warning in weight_warnings if writer.is_main else ():
+                log.warning(warning)
 
         builder = get_builder(self.name, spec.name)
-        metrics = MetricsCallback(writer, loss_from=_ppo_loss(cfg) if spec.name == "ppo" else None)
+        from training_platform.training.rewards.llm_judge import judge_metrics_source
+
+        metrics = MetricsCallback(writer, loss_from=_ppo_loss(cfg) if spec.name == "ppo" else None,
+                                  extra=judge_metrics_source(reward_funcs, writer))
         callbacks = [metrics, CheckpointCallback(writer, dist),
                      StopCallback(stop, raise_on_stop=not builder.capabilities.resume)]
         rollouts = _rollout_callback(cfg, run, dist, tokenizer)
@@ -265,6 +276,8 @@ class TRLEngine:
                             cfg.training.per_device_batch_size, dist.world_size)
                 writer.update_run_info(rows_dropped_per_epoch=left)
         trainer = builder.build(ctx)
+        if buckets is not None:
+            _install_sampling(cfg, run, writer, trainer, buckets, dist)
         if rollouts is not None:
             rollouts.bind(trainer)
         if resume_from is not None:
@@ -312,6 +325,31 @@ def _rollout_callback(cfg: JobConfig, run: RunDir, dist: DistContext, tokenizer)
     if cfg.spec.name == "ppo":
         return PPORolloutCallback(rollouts, tokenizer, missing_eos_penalty=cfg.algorithm.missing_eos_penalty)
     return RolloutCallback(rollouts)
+
+
+def _install_sampling(cfg: JobConfig, run: RunDir, writer: RunWriter, trainer, buckets, dist: DistContext) -> None:
+    """data.sampling: the difficulty sampler replaces the trainer's (every rank: the same stream, sharded by
+    accelerate); rank 0 records sampling.json (buckets, stages, rows per step by bucket) in the run and manifest."""
+    import json
+
+    from training_platform.training import sampling
+
+    s = cfg.data.sampling
+    if s.strategy == "uniform":
+        record = sampling.uniform_record(buckets, seed=s.seed if s.seed is not None else cfg.training.seed,
+                                         world_size=dist.world_size)
+    else:
+        record = sampling.install_sampler(cfg, trainer, buckets, world_size=dist.world_size)
+    if writer.is_main:
+        path = run.path / "sampling.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        tmp.replace(path)
+        run.record("sampling", path)
+        writer.update_run_info(sampling={"strategy": record["strategy"], "bucket_rows": record["bucket_rows"]})
+        log.info("data.sampling %s: rows per bucket %s%s", record["strategy"], record["bucket_rows"],
+                 "".join(f"; stage {i} steps {st['steps']} drew {st['drawn_mix']}"
+                         for i, st in enumerate(record.get("stages", []))))
 
 
 def _ppo_loss(cfg: JobConfig):

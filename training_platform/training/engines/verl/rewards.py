@@ -7,6 +7,9 @@ params); verl imports it on its reward workers and calls
 which calls each reward function as TRL would (one completion, the dataset's columns: the reference answer as
 `answer` and under each reward's `answer_field`, the rest from extra_info) and returns the weighted sum (weights
 normalised to 1, as with TRL) plus each function's value under `rewards/<name>`, which verl logs per step.
+An `llm_judge` reward adds judge/<name>/cache_hit, billable and error (0/1 for this sample: their means are the
+step's rates); its cache and anti-simulation monitor live in each of verl's reward workers (a trip raises there and
+fails the run); the cumulative counters and latency percentiles of TRL runs are not available under verl.
 """
 
 from __future__ import annotations
@@ -39,6 +42,13 @@ def make_compute_score(rewards: list[dict[str, Any]]) -> Callable[..., dict[str,
                              **{k: [v] for k, v in row.items() if k != "prompt"})[0]
             value = 0.0 if value is None else float(value)  # verl needs a number; TRL skips None in its mean
             out[f"rewards/{name}"] = value
+            judge = getattr(function, "_fn", None)
+            if getattr(judge, "last_calls", None):  # llm_judge: what this sample's call was (verl logs the means)
+                call = judge.last_calls[0]
+                prefix = f"judge/{judge.name}/"
+                out[prefix + "cache_hit"] = float(call.cached)
+                out[prefix + "billable"] = float(not call.cached)
+                out[prefix + "error"] = float(call.score is None)
             score += weight / total * value
         out["score"] = score
         return out

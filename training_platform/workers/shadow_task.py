@@ -1,0 +1,68 @@
+"""The data worker's reward shadow test (`POST /rewards/shadow`): resolve and re-check the input for the job's owner,
+score with both scorers (training/rewards/shadow.py) and store the report as the job's `config.result` with its
+success in one transaction. A `fail` verdict is the report's answer, not the job's failure."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from training_platform.db import crud
+from training_platform.db import datasets_crud as dcrud
+from training_platform.db.models import JobStatus
+from training_platform.db.session import session_scope
+from training_platform.workers import supervisor
+
+log = logging.getLogger("training_platform.workers.shadow")
+
+
+def run_shadow(sup, job_id: int, config: dict, owner_id: int) -> str:
+    """`sup`: the DataJobSupervisor that claimed the job."""
+    from training_platform.path_policy import check_path, reader_for_owner, resolve_path
+    from training_platform.training.rewards.shadow import ShadowInputError, shadow_report
+    from training_platform.workers.data_tasks import DataJobFailed
+
+    try:
+        if isinstance(config.get("path"), str):
+            with session_scope() as session:
+                reader = reader_for_owner(session, owner_id)
+                if reader is None:
+                    raise DataJobFailed("owner", f"the job's owner (user {owner_id}) no longer exists")
+                problem = check_path("path", config["path"], sup.settings, reader)
+            if problem is not None:
+                raise DataJobFailed(problem[0], problem[1])
+            path: Path = resolve_path(config["path"], sup.settings)
+            if not path.is_file():
+                raise DataJobFailed("path", f"no such file: {config['path']}")
+        else:
+            version = sup._input_version(config)
+            path = dcrud.absolute(version.path, sup.settings)
+    except DataJobFailed as exc:
+        sup._finish(JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc.reason}: {exc.error}")
+        return JobStatus.failed.value
+    sup._start_running("reward shadow test started", {"ok": True, "checks": [{"name": "input", "ok": True}]})
+    params = dict(config.get("params") or {})
+    try:
+        report = shadow_report(params.pop("old"), params.pop("new"), path, **params,
+                               on_progress=lambda f: sup._progress(f))
+    except ShadowInputError as exc:
+        result = {"detail": [{"loc": loc, "msg": msg} for loc, msg in exc.errors]}
+        sup._finish(JobStatus.failed.value, "shadow test refused", error=f"shadow test refused: {exc}",
+                    config={**config, "result": result})
+        return JobStatus.failed.value
+    except Exception as exc:  # noqa: BLE001 - a reward that raises: the job fails with why
+        sup._finish(JobStatus.failed.value, "shadow test failed", error=f"shadow test failed: {type(exc).__name__}: "
+                                                                      f"{str(exc)[:2000]}")
+        return JobStatus.failed.value
+    report["data"] = config.get("path") or f"dataset {config.get('dataset_id')} version {config.get('version_id')}"
+    sup.heartbeater.stop()
+    with session_scope() as session:
+        job = supervisor.lock_job(session, sup.job_id)
+        if not supervisor._owned(job, sup.worker):
+            raise supervisor.JobLost()
+        job.config = {**config, "result": report}
+        job.current_step = 100
+        crud.transition(session, job, JobStatus.succeeded,
+                        f"reward shadow test: {report['verdict']} (spearman {report['spearman']}, kendall "
+                        f"{report['kendall']})")
+    return JobStatus.succeeded.value
