@@ -67,7 +67,7 @@ def main() -> int:
         job2 = api.post("/jobs", json={"name": "sft arithmetic lr=5e-4", "config": config2}).json()
         wait(lambda: api.get(f"/jobs/{job2['id']}").json()["status"] == "succeeded", 600, "the second job")
         for j in (job, job2):
-            api.post("/evaluations", json={"model": f"runs/job-{j['id']}/final", "benchmarks": [bench],
+            api.post("/evaluations", json={"job_id": j["id"], "checkpoint": "final", "benchmarks": [bench],
                                            "generation": {"max_new_tokens": 8}})
         wait(lambda: all(e["status"] == "succeeded" for e in api.get("/evaluations").json()["items"])
              and api.get("/evaluations").json()["total"] == 5, 300, "the final evaluations")
@@ -113,6 +113,7 @@ def _cockpit(page, base: str, job: dict, job2: dict, rl: dict) -> None:
 
     page.goto(f"{base}/ui/#/launch?from_job={job['id']}")
     page.get_by_test_id("launch-form").wait_for()
+    page.wait_for_function("document.querySelector('[data-testid=launch-source]')?.innerText.includes('job #')")
     page.get_by_test_id("field-training.learning_rate").fill("-1")  # a field error, shown as the user types
     page.get_by_test_id("field-training.learning_rate-error").wait_for()
     shot("launch")
@@ -131,6 +132,7 @@ def _cockpit(page, base: str, job: dict, job2: dict, rl: dict) -> None:
     shot("logs")
     page.goto(f"{base}/ui/#/compare?jobs={job['id']},{job2['id']}")
     page.get_by_test_id("config-diff").wait_for()
+    page.locator("[data-testid^=paired-]").first.wait_for()
     shot("compare")
     page.goto(f"{base}/ui/#/playground?model=job-{job['id']}/final&base_path=demo/model")
     page.get_by_test_id("pg-input").fill("6+8=")
