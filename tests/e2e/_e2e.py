@@ -74,3 +74,9 @@ def running_tp_up(data_dir: Path, *args: str, **env_extra: str) -> Iterator[tupl
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def wait_text(page, testid: str, text: str, timeout: float = 15_000) -> None:
+    """Wait until the element with `data-testid=testid` shows `text` (Playwright, in the page)."""
+    page.wait_for_function(
+        f"document.querySelector('[data-testid=\"{testid}\"]')?.innerText.includes({text!r})", timeout=timeout)

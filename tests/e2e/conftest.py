@@ -33,3 +33,26 @@ def browser():
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
         yield browser
         browser.close()
+
+
+@pytest.fixture
+def signed_in_page(browser, platform):
+    """A Chromium page signed in as the admin on the jobs list; fails the test on any browser error (a 401 before
+    the token is set is expected). `page.root` is the platform's base URL."""
+    client, data_dir = platform
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("console", lambda msg: errors.append(msg.text)
+            if msg.type == "error" and "status of 401" not in msg.text else None)
+    root = str(client.base_url).removesuffix("/api/v1/").removesuffix("/api/v1")
+    token = (data_dir / "admin.token").read_text().strip()
+    page.goto(f"{root}/ui/#/jobs")
+    page.get_by_test_id("token-input").fill(token)
+    page.get_by_test_id("token-save").click()
+    page.get_by_test_id("jobs-table").wait_for()
+    page.root = root  # type: ignore[attr-defined]
+    yield page
+    context.close()
+    assert not errors, f"browser errors: {errors}"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from _e2e import wait
+from _e2e import wait, wait_text
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -23,29 +23,8 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 
 
 @pytest.fixture
-def page(browser, platform):
-    client, data_dir = platform
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on("console", lambda msg: errors.append(msg.text)
-            if msg.type == "error" and "status of 401" not in msg.text else None)
-    root = str(client.base_url).removesuffix("/api/v1/").removesuffix("/api/v1")
-    token = (data_dir / "admin.token").read_text().strip()
-    page.goto(f"{root}/ui/#/jobs")
-    page.get_by_test_id("token-input").fill(token)
-    page.get_by_test_id("token-save").click()
-    page.get_by_test_id("jobs-table").wait_for()
-    page.root = root  # type: ignore[attr-defined]
-    yield page
-    context.close()
-    assert not errors, f"browser errors: {errors}"
-
-
-def wait_text(page, testid: str, text: str, timeout: float = 15_000) -> None:
-    page.wait_for_function(
-        f"document.querySelector('[data-testid=\"{testid}\"]')?.innerText.includes({text!r})", timeout=timeout)
+def page(signed_in_page):
+    return signed_in_page
 
 
 def _config(learning_rate: float, max_steps: int) -> dict:

@@ -254,6 +254,18 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         log.info("job %s: %s", job_id, reason)
         return JobStatus.succeeded.value
 
+    def _locked_version(self, session, version_id: int, doing: str):
+        """This worker's job, locked, and the dataset version it worked on; (job, None) with the job failed when
+        the version was deleted meanwhile. Raises JobLost when the job is no longer this worker's."""
+        job = supervisor.lock_job(session, self.job_id)
+        if not supervisor._owned(job, self.worker):
+            raise supervisor.JobLost()
+        stored = session.get(DatasetVersionRecord, version_id)
+        if stored is None:
+            job.error = f"the version was deleted while it was {doing}"
+            crud.transition(session, job, JobStatus.failed, job.error)
+        return job, stored
+
     def _run_audit(self, job_id: int, config: dict) -> str:
         try:
             version = self._input_version(config)
@@ -271,13 +283,8 @@ class DataJobSupervisor(supervisor.JobSupervisor):
             progress.stop()
         self.heartbeater.stop()
         with session_scope() as session:
-            job = supervisor.lock_job(session, self.job_id)
-            if not supervisor._owned(job, self.worker):
-                raise supervisor.JobLost()
-            stored = session.get(DatasetVersionRecord, version.id)
+            job, stored = self._locked_version(session, version.id, "audited")
             if stored is None:
-                job.error = "the version was deleted while it was audited"
-                crud.transition(session, job, JobStatus.failed, job.error)
                 return JobStatus.failed.value
             stored.audit = dcrud.compact(audit)
             session.add(stored)
@@ -335,13 +342,8 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         report["dataset"]["path"] = version.path
         self.heartbeater.stop()
         with session_scope() as session:
-            job = supervisor.lock_job(session, self.job_id)
-            if not supervisor._owned(job, self.worker):
-                raise supervisor.JobLost()
-            stored = session.get(DatasetVersionRecord, version.id)
+            job, stored = self._locked_version(session, version.id, "gated")
             if stored is None:
-                job.error = "the version was deleted while it was gated"
-                crud.transition(session, job, JobStatus.failed, job.error)
                 return JobStatus.failed.value
             record = gates_crud.store_report(session, stored, report, job_id)
             job.config = {**config, "result": {"report_id": record.id, "passed": record.passed,
