@@ -144,6 +144,18 @@ def test_gate_job_stores_a_report(sqlite_api):
 # ---------------------------------------------------------------------------------------------- migration
 
 
+def test_an_unknown_gate_profile_is_refused_at_submission(sqlite_api):
+    config = valid_config(data={"train_file": "demo/data/sft.jsonl", "gate": {"profile": "no-such-profile"}})
+    r = sqlite_api.post("/jobs", user="alice", json={"name": "gated", "config": config})
+    assert r.status_code == 422, r.text
+    assert [(e["loc"], e["msg"].split(";")[0]) for e in r.json()["detail"]] == [
+        ("data.gate.profile", "unknown gate profile 'no-such-profile'")]
+    out = sqlite_api.post("/jobs/validate", user="alice", json={"config": config}).json()
+    assert [e["loc"] for e in out["errors"]] == [["data", "gate", "profile"]]
+    config["data"]["gate"]["profile"] = "strict"
+    assert sqlite_api.post("/jobs/validate", user="alice", json={"config": config}).json()["valid"]
+
+
 def test_single_head_after_0008():
     script = ScriptDirectory.from_config(alembic_config("sqlite://"))
     assert script.get_revision("0008").down_revision == "0007"

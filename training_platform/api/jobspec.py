@@ -50,6 +50,7 @@ def check_job_config(session: Session, raw: Any, settings: Settings, user: User)
         errors.extend(exc.errors)
     if cfg is not None:
         errors.extend(check_rules(cfg))
+        errors.extend(_gate_profile_problems(session, cfg, settings))
         paths = training_config_paths(cfg)
     elif isinstance(config, dict):  # the path fields are still checked, so every problem is reported at once
         paths = list(raw_user_paths(JobConfig, config))
@@ -75,6 +76,21 @@ def check_job_config(session: Session, raw: Any, settings: Settings, user: User)
         unique = [e for e in errors if not (tuple(e) in seen or seen.add(tuple(e)))]
         raise ConfigError(unique)
     return config
+
+
+def _gate_profile_problems(session: Session, cfg: JobConfig, settings: Settings) -> list[FieldError]:
+    """`data.gate.profile` names a profile that exists now (the worker's preflight resolves it again)."""
+    gate = getattr(cfg.data, "gate", None)
+    if gate is None:
+        return []
+    from training_platform.data.gate import GateError
+    from training_platform.db import gates_crud
+
+    try:
+        gates_crud.resolve_profile(session, settings, gate.profile, loc="data.gate.profile")
+    except GateError as exc:
+        return [FieldError(loc, msg) for loc, msg in exc.errors]
+    return []
 
 
 MAX_OVERRIDES = 100  # keys per clone request
