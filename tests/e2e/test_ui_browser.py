@@ -141,6 +141,15 @@ def test_upload_a_dataset_and_run_an_operation_in_the_browser(page, platform, tm
     versions = client.get(f"/datasets/{dataset['id']}/versions").json()["items"]
     assert [v["rows"] for v in versions] == [37]
 
+    # The quality gate of this version, red and green per check: 7 of 37 rows are duplicates.
+    page.get_by_test_id("gate-profile").select_option("default")
+    page.get_by_test_id("gate-run").click()
+    page.get_by_test_id("gate-checks").wait_for(timeout=120_000)
+    checks = {row.locator("td").nth(0).inner_text(): row.locator("td").nth(1).inner_text().strip()
+              for row in page.get_by_test_id("gate-checks").locator("tbody tr").all()}
+    assert checks["duplicates"] == "fail" and checks["schema"] == "pass", checks
+    assert "fail" in page.get_by_test_id("gate-verdict").inner_text().lower()
+
     # Invalid parameters: the field errors, nothing queued; then a real dedup job from the form.
     page.get_by_test_id("operation-name").select_option("dedup")
     page.get_by_test_id("operation-params").fill('{"bogus": 1}')
