@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from alembic.script import ScriptDirectory
-from api_helpers import database, ingested, valid_config
+from api_helpers import database, ingested, run_data_job, valid_config
 from sqlalchemy import inspect, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
@@ -237,3 +237,55 @@ def test_training_refused_by_the_gate_then_started_after_an_admin_override(sqlit
     manifest = [json.loads(line) for line in (run_dir / "manifest.jsonl").read_text().splitlines()]
     kinds = {e.get("kind") for e in manifest}
     assert {"gate_report", "gate_override"} <= kinds, kinds
+
+
+def test_a_profile_with_reward_shadow_needs_the_owners_passing_shadow_report(sqlite_api, data_dir):
+    """An admin profile with the `reward_shadow` check: a GRPO job's preflight (the worker's code) refuses its rewards
+    until its owner has a succeeded shadow test whose new scorer is exactly that reward set; another user's report
+    does not count. The approving report is handed to the run (reward_shadow.json)."""
+    from training_platform.workers.gate import gate_dir, run_preflight
+
+    api = sqlite_api
+    r = api.post("/gate-profiles", user="root", json={"name": "shadowed", "checks": {
+        "schema": {}, "reward_shadow": {"min_spearman": 0.9}}})
+    assert r.status_code == 201, r.text
+    rewards = [{"name": "math_answer", "weight": 1.0},
+               {"name": "length_penalty", "weight": 0.1, "params": {"max_length": 8, "buffer": 4}}]
+    config = valid_config(algorithm={"name": "grpo", "num_generations": 2, "max_completion_length": 8},
+                          rewards=rewards, training={"max_steps": 1, "per_device_batch_size": 2})
+    config["data"] = {"train_file": "demo/data/rl.jsonl", "max_length": 64, "gate": {"profile": "shadowed"}}
+
+    def preflight(user: str) -> tuple[int, dict]:
+        r = api.post("/jobs", user=user, json={"name": "shadow-gated", "config": config})
+        assert r.status_code == 201, r.text
+        job_id = r.json()["id"]
+        return job_id, run_preflight(config, data_dir=data_dir, min_free_disk_mb=1, job_id=job_id)
+
+    _, report = preflight("alice")
+    assert not report["ok"]
+    assert [e["loc"] for e in report["errors"]] == ["rewards"], report["errors"]
+    assert "'shadowed' requires a passing reward shadow report" in report["errors"][0]["msg"]
+    assert "no succeeded shadow test" in report["errors"][0]["msg"]
+
+    # alice's shadow test: completions within the length budget, so new ranks exactly as old (spearman 1)
+    items = [{"prompt": f"What is {i} + {i}?", "completion": str(2 * i if i % 3 else 2 * i + 1), "answer": str(2 * i)}
+             for i in range(30)]
+    upload = _upload(api, items, "shadow-items")
+    r = api.post("/rewards/shadow", json={"old": "math_answer", "new": json.dumps(rewards), "repeats": 1,
+                                          "dataset_id": upload["dataset"]["id"],
+                                          "version_id": upload["version"]["id"]})
+    assert r.status_code == 202, r.text
+    run_data_job(r.json()["id"])
+    shadow_job = api.get(f"/jobs/{r.json()['id']}").json()
+    assert shadow_job["status"] == "succeeded", shadow_job
+    assert shadow_job["config"]["result"]["verdict"] == "pass" and shadow_job["config"]["result"]["spearman"] == 1.0
+
+    job_id, report = preflight("alice")
+    assert report["ok"], report["errors"]
+    gate = next(c for c in report["checks"] if c["name"] == "gate")
+    assert f"approved by shadow test job {shadow_job['id']}" in gate["detail"]
+    handed = json.loads((gate_dir(data_dir, job_id) / "reward_shadow.json").read_text())
+    assert handed["shadow_job_id"] == shadow_job["id"] and handed["verdict"] == "pass"
+
+    _, report = preflight("bob")  # alice's approval is hers
+    assert not report["ok"] and report["errors"][0]["loc"] == "rewards"

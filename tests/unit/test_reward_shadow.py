@@ -166,3 +166,75 @@ def test_cli_exit_codes(data, tmp_path):
                                str(data), "--limit", "20"]).exit_code == 0
     listing = runner.invoke(app, ["rewards"])
     assert listing.exit_code == 0 and "math_answer" in listing.output
+
+
+# ---------------------------------------------------------------------------------------------- the gate's rule
+
+
+JOB_REWARDS = [{"name": "math_answer", "weight": 1.0},
+               {"name": "length_penalty", "weight": 0.1, "params": {"max_length": 8, "buffer": 4}}]
+
+
+def _passing_report(new, spearman=1.0):
+    from training_platform.training.rewards.shadow import Scorer
+
+    return {"verdict": "pass", "reasons": [], "spearman": spearman, "new": Scorer(new, "new").describe()}
+
+
+def test_a_shadow_report_approves_exactly_its_new_reward_set():
+    from training_platform.training.rewards.shadow import approval_problem
+
+    # the same set however written: order, weights before normalisation, parameters left at their defaults
+    same = [{"name": "length_penalty", "weight": 1.0, "params": {"max_length": 8, "buffer": 4, "unit": "tokens"}},
+            {"name": "math_answer", "weight": 10.0, "params": {}}]
+    assert approval_problem(_passing_report(same), JOB_REWARDS, min_spearman=0.8) is None
+    other_params = [JOB_REWARDS[0], {**JOB_REWARDS[1], "params": {"max_length": 16, "buffer": 4}}]
+    assert "another reward set" in approval_problem(_passing_report(other_params), JOB_REWARDS, min_spearman=0.8)
+    other_weights = [JOB_REWARDS[0], {**JOB_REWARDS[1], "weight": 0.5}]
+    assert "another reward set" in approval_problem(_passing_report(other_weights), JOB_REWARDS, min_spearman=0.8)
+    assert "below the profile's 0.95" in approval_problem(_passing_report(JOB_REWARDS, spearman=0.9), JOB_REWARDS,
+                                                          min_spearman=0.95)
+    failed = {**_passing_report(JOB_REWARDS), "verdict": "fail", "reasons": ["spearman 0.1 < 0.8"]}
+    assert "verdict is fail" in approval_problem(failed, JOB_REWARDS, min_spearman=0.8)
+    assert "not a reward shadow report" in approval_problem({"passed": True}, JOB_REWARDS, min_spearman=0.8)
+
+
+def _gated_rl_config(tmp_path, **gate):
+    rows = [{"prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(8)]
+    train = tmp_path / "rl.jsonl"
+    train.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return parse_config({"model": {"path": "m"}, "data": {"train_file": str(train), "gate": {"profile": "shadowed",
+                                                                                              **gate}},
+                         "algorithm": {"name": "grpo", "num_generations": 2, "max_completion_length": 8},
+                         "rewards": JOB_REWARDS, "training": {"per_device_batch_size": 2}}), train
+
+
+def test_offline_train_needs_an_approving_shadow_report_file(tmp_path, monkeypatch):
+    """`tp train` under a profile with the reward_shadow check: exit-2 errors at data.gate.reward_shadow_report
+    until the file is a passing report for these rewards; the run then keeps it (gates/reward_shadow.json)."""
+    from training_platform.training import gate_check
+    from training_platform.training.config import ConfigError
+
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text("profiles:\n  shadowed:\n    checks: {schema: {}, reward_shadow: {min_spearman: 0.9}}\n")
+    monkeypatch.setenv("TP_GATE_PROFILES_FILE", str(profiles))
+    monkeypatch.delenv(gate_check.GATE_REPORTS_ENV, raising=False)
+    cfg, train = _gated_rl_config(tmp_path)
+    with pytest.raises(ConfigError) as exc:
+        gate_check.enforce(cfg, train)
+    assert exc.value.errors[0].path == "data.gate.reward_shadow_report"
+    assert "requires a passing reward shadow report" in exc.value.errors[0].reason
+
+    report_file = tmp_path / "shadow.json"
+    report_file.write_text(json.dumps(_passing_report([JOB_REWARDS[0]])))  # approves math_answer alone
+    cfg, train = _gated_rl_config(tmp_path, reward_shadow_report=str(report_file))
+    with pytest.raises(ConfigError) as exc:
+        gate_check.enforce(cfg, train)
+    assert exc.value.errors[0].path == "data.gate.reward_shadow_report"
+    assert "another reward set" in exc.value.errors[0].reason
+
+    report_file.write_text(json.dumps(_passing_report(JOB_REWARDS)))
+    files = dict(gate_check.enforce(cfg, train))
+    assert files["gates/shadowed.json"]["passed"]
+    assert {c["name"]: c["verdict"] for c in files["gates/shadowed.json"]["checks"]}["reward_shadow"] == "skipped"
+    assert files["gates/reward_shadow.json"]["verdict"] == "pass"

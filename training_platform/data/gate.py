@@ -18,6 +18,9 @@ The checks reuse the data factory's measures (nothing is reimplemented):
                       row; <= `max_leaked`. Skipped without eval sets
 - `difficulty_mix`    share of hard rows >= `min_hard`, of easy rows <= `max_easy` (the audit report's buckets)
 - `schema`            rows failing the format's validation (`validate.validate_file`) <= `max_bad_rows`
+- `reward_shadow`     not about the data: a training job under this profile may use a reward set only once a passing
+                      shadow report (`tp rewards shadow` / `POST /rewards/shadow`) names it as its `new` scorer
+                      with Spearman >= `min_spearman` (training/gate_check.py); skipped when a dataset is gated
 
 To add a check: one function `def check_x(ctx: GateContext, params: XParams) -> Outcome` decorated with
 `@register_check("x", XParams, "description")`; profiles can then name it. A profile's hash is the sha256 of its
@@ -656,6 +659,23 @@ def check_difficulty_mix(ctx: GateContext, p: DifficultyParams) -> Outcome:
         problems.append(f"easy {shares['easy']} > {p.max_easy}")
     return Outcome("fail" if problems else "pass", shares, threshold,
                    "; ".join(problems) or f"easy {shares['easy']}, medium {shares['medium']}, hard {shares['hard']}")
+
+
+class RewardShadowParams(CheckParams):
+    min_spearman: float = Field(0.8, ge=-1, le=1, description=(
+        "A shadow report approves a reward set when its verdict is pass and its Spearman is >= this."))
+
+
+REWARD_SHADOW_CHECK = "reward_shadow"
+
+
+@register_check(REWARD_SHADOW_CHECK, RewardShadowParams,
+                "A training job's reward set must be the `new` scorer of a passing reward shadow report "
+                "(checked at the job's preflight; skipped on a dataset).")
+def check_reward_shadow(ctx: GateContext, p: RewardShadowParams) -> Outcome:
+    # About the job's rewards, not the data: training/gate_check.py and the worker's preflight enforce it.
+    return Outcome("skipped", None, f"spearman >= {p.min_spearman}",
+                   "applies to a training job's rewards: checked at its preflight against passing shadow reports")
 
 
 # ---------------------------------------------------------------------------------------------- running

@@ -130,6 +130,9 @@ class GateSection(StrictModel):
     eval_sets: list[UserFile] = Field(default_factory=list, max_length=20,
                                       description="Eval set files for the leakage check.")
     reference: UserFile | None = Field(None, description="Reference set for the n-gram divergence check.")
+    reward_shadow_report: UserFile | None = Field(None, description=(
+        "A passing `tp rewards shadow --report` file whose new scorer is this job's reward set, for a profile with "
+        "the reward_shadow check (the platform also finds your passing POST /rewards/shadow reports itself)."))
 
 
 class DataSection(StrictModel):

@@ -90,7 +90,7 @@ def check_data_gate(cfg, *, job_id: int | None, data_dir: Path) -> tuple[dict[st
     from training_platform.db.session import session_scope
     from training_platform.paths import resolve_data_path
     from training_platform.settings import get_settings
-    from training_platform.training.gate_check import OVERRIDE_FILE, failing_summary
+    from training_platform.training.gate_check import OVERRIDE_FILE, SHADOW_FILE, failing_summary, shadow_rule
 
     settings = get_settings()
     gate = cfg.data.gate
@@ -121,25 +121,80 @@ def check_data_gate(cfg, *, job_id: int | None, data_dir: Path) -> tuple[dict[st
                     report["dataset"]["path"] = stored.path
                     report_id = gates_crud.store_report(session, stored, report, job_id).id
                     how = f"run now, stored as report {report_id}"
-    override = gate_override(job_id) if job_id is not None and not report["passed"] else None
+    shadow, shadow_problem = None, None
+    min_spearman = shadow_rule(profile, cfg)
+    if min_spearman is not None:
+        shadow, shadow_problem = find_shadow_approval(cfg, profile.name, min_spearman, job_id)
+    failing = not report["passed"] or shadow_problem is not None
+    override = gate_override(job_id) if job_id is not None and failing else None
     if job_id is not None:
         handover = gate_dir(data_dir, job_id)
         shutil.rmtree(handover, ignore_errors=True)
         handover.mkdir(parents=True)
         (handover / f"{profile.name}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+        if shadow is not None:
+            (handover / SHADOW_FILE).write_text(json.dumps(shadow, indent=2, default=str) + "\n")
         if override is not None:
             override = {**override, "profile": profile.name, "profile_hash": profile.hash, "report_id": report_id,
                         "failed_checks": report["failed"], "dataset_sha256": report["dataset"]["sha256"]}
             (handover / OVERRIDE_FILE).write_text(json.dumps(override, indent=2) + "\n")
     where = f"version {version_id}" if version_id is not None else "the train file (not a dataset version)"
-    if report["passed"]:
-        return _check("gate", True, f"{profile.name} passed on {where} ({how})"), []
-    failed = failing_summary(report)
+    shadow_note = f"; rewards approved by {shadow['approved_by']}" if shadow is not None else ""
+    if not failing:
+        return _check("gate", True, f"{profile.name} passed on {where} ({how}){shadow_note}"), []
+    errors = []
+    if not report["passed"]:
+        errors.append({"loc": "data.gate", "msg": f"quality gate {profile.name!r} failed on {where} ({how}): "
+                                                  f"{failing_summary(report)}"})
+    if shadow_problem is not None:
+        errors.append({"loc": "rewards", "msg": shadow_problem})
+    summary = "; ".join(e["msg"] for e in errors)
     if override is not None:
-        return _check("gate", True, f"{profile.name} FAILED on {where} ({how}): {failed}; overridden by "
-                                    f"{override['by']}: {override['reason']}"), []
-    msg = f"quality gate {profile.name!r} failed on {where} ({how}): {failed}"
-    return _check("gate", False, msg), [{"loc": "data.gate", "msg": msg}]
+        return _check("gate", True, f"{profile.name} FAILED: {summary}; overridden by {override['by']}: "
+                                    f"{override['reason']}"), []
+    return _check("gate", False, summary), errors
+
+
+SHADOW_SEARCH_LIMIT = 500  # the owner's most recent succeeded shadow tests looked at
+
+
+def find_shadow_approval(cfg, profile_name: str, min_spearman: float,
+                         job_id: int | None) -> tuple[dict[str, Any] | None, str | None]:
+    """A passing reward shadow report approving this job's reward set -> (report + `approved_by`, None), or (None,
+    why not). From data.gate.reward_shadow_report when given, else the job owner's succeeded shadow-test jobs."""
+    from sqlmodel import select
+
+    from training_platform.db.models import Job
+    from training_platform.db.session import session_scope
+    from training_platform.training.config import ConfigError
+    from training_platform.training.gate_check import job_rewards, offline_shadow_report
+    from training_platform.training.rewards.shadow import SHADOW_OPERATION, approval_problem
+
+    if cfg.data.gate.reward_shadow_report is not None or job_id is None:
+        try:
+            report = offline_shadow_report(cfg, profile_name, min_spearman)
+        except ConfigError as exc:
+            return None, "; ".join(e.reason for e in exc.errors)
+        return {**report, "approved_by": f"the file {cfg.data.gate.reward_shadow_report}"}, None
+    rewards = job_rewards(cfg)
+    with session_scope() as session:
+        owner = session.get(Job, job_id).owner_id
+        rows = session.exec(select(Job.id, Job.config).where(
+            Job.owner_id == owner, Job.kind == "data", Job.status == "succeeded", Job.algorithm == SHADOW_OPERATION)
+            .order_by(Job.id.desc()).limit(SHADOW_SEARCH_LIMIT)).all()
+    latest = None
+    for shadow_job, config in rows:
+        report = (config or {}).get("result")
+        problem = approval_problem(report, rewards, min_spearman=min_spearman)
+        if problem is None:
+            return {**report, "approved_by": f"shadow test job {shadow_job}", "shadow_job_id": shadow_job}, None
+        latest = latest or f"the latest, job {shadow_job}: {problem}"
+    names = ", ".join(f"{r['name']}×{r['weight']:g}" for r in rewards)
+    return None, (f"gate profile {profile_name!r} requires a passing reward shadow report (spearman >= "
+                  f"{min_spearman}) whose new scorer is this job's reward set ({names}); "
+                  + (f"none of your {len(rows)} succeeded shadow tests approves it ({latest})" if rows
+                     else "you have no succeeded shadow test")
+                  + "; run POST /api/v1/rewards/shadow with these rewards as `new`")
 
 
 def run_preflight(raw_config: dict, *, data_dir: Path, min_free_disk_mb: int,

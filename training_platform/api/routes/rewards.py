@@ -15,11 +15,11 @@ from training_platform.api.errors import ValidationFailed
 from training_platform.db import crud
 from training_platform.path_policy import check_path, reader_for, resolve_path
 from training_platform.training.rewards import shadow
+from training_platform.training.rewards.shadow import SHADOW_OPERATION
 
 log = logging.getLogger("training_platform.api.rewards")
 router = APIRouter(prefix="/rewards", tags=["rewards"])
 
-SHADOW_OPERATION = "reward_shadow"
 Spec = Annotated[str, StringConstraints(min_length=1, max_length=10_000)] | dict[str, Any] | \
     Annotated[list[dict[str, Any]], Field(min_length=1, max_length=32)]
 

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 UNSTABLE_VARIANCE = 0.08
+SHADOW_OPERATION = "reward_shadow"  # a shadow test's data job: config.operation and jobs.algorithm
 MAX_LIMIT = 100_000
 MAX_REPEATS = 50
 MAX_TOP_K = 10_000
@@ -108,6 +109,7 @@ class Scorer:
         entries = _spec_entries(spec, field)
         errors: list[tuple[str, str]] = []
         sections: list[RewardSection] = []
+        self_params: list[dict] = []  # every parameter filled in: the same reward set reads the same however given
         for i, entry in enumerate(entries):
             where = f"{field}.rewards[{i}]" if len(entries) > 1 else field
             try:
@@ -121,25 +123,27 @@ class Scorer:
                                                 f"{', '.join(sorted(REWARDS))}"))
                 continue
             try:
-                definition.params_model.model_validate(section.params)
+                filled = definition.params_model.model_validate(section.params).model_dump(mode="json")
             except ValidationError as exc:
                 errors.extend(tuple(translate_pydantic_error(e, prefix=f"{where}.params",
                                                              known_fields=set(definition.params_model.model_fields)))
                               for e in exc.errors())
                 continue
             sections.append(section)
+            self_params.append(filled)
         if not errors:
             weight_errors, _, weights = check_reward_weights(sections, mode="normalise")
             errors.extend((f"{field}.{p}", r) for p, r in weight_errors)
         if errors:
             raise ShadowInputError(errors)
         self.sections = sections
+        self.filled_params = self_params
         self.weights = weights
         self.functions = [build_reward_function(s.name, s.params) for s in sections]
 
     def describe(self) -> list[dict]:
-        return [{"name": s.name, "weight": round(w, 6), "params": s.params}
-                for s, w in zip(self.sections, self.weights, strict=True)]
+        return [{"name": s.name, "weight": round(w, 6), "params": p}
+                for s, w, p in zip(self.sections, self.weights, self.filled_params, strict=True)]
 
     def __call__(self, prompts: list, completions: list, columns: dict[str, list]) -> np.ndarray:
         total = np.zeros(len(completions))
@@ -308,3 +312,37 @@ def shadow_report(old: Any, new: Any, data: str | Path, *, limit: int = 500, rep
         "thresholds": {"min_spearman": min_spearman, "max_unstable_share": max_unstable_share,
                        "unstable_variance": unstable_variance},
     }
+
+
+# ---------------------------------------------------------------------------------------------- approval
+
+
+def reward_set_key(described: list[dict]) -> str:
+    """A reward set's identity: its rewards (name, normalised weight, every parameter), order-free."""
+    items = sorted(json.dumps({"name": d["name"], "weight": round(float(d["weight"]), 6), "params": d["params"]},
+                              sort_keys=True) for d in described)
+    return json.dumps(items)
+
+
+def approval_problem(report: Any, rewards: list[dict], *, min_spearman: float) -> str | None:
+    """Why a shadow `report` does not approve the reward set `rewards` ([{name, weight, params}], as in a job
+    config), or None when it does: verdict pass, Spearman >= min_spearman, and `new` is exactly this set."""
+    if not isinstance(report, dict) or "verdict" not in report or "new" not in report:
+        return "not a reward shadow report (no verdict / new scorer)"
+    if report["verdict"] != "pass":
+        return f"its verdict is {report['verdict']} ({'; '.join(report.get('reasons') or [])})"
+    spearman = report.get("spearman")
+    if spearman is None or spearman < min_spearman:
+        return f"its spearman {spearman} is below the profile's {min_spearman}"
+    mine = reward_set_key(Scorer(rewards, "rewards").describe())
+    try:
+        theirs = reward_set_key(report["new"])
+    except (KeyError, TypeError, ValueError):
+        return "its `new` scorer is malformed"
+    if mine != theirs:
+        return f"its new scorer is another reward set ({_short(report['new'])}, not {_short(rewards)})"
+    return None
+
+
+def _short(rewards: list[dict]) -> str:
+    return ", ".join(f"{r.get('name')}×{round(float(r.get('weight', 1.0)), 3)}" for r in rewards)
