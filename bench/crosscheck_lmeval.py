@@ -1,7 +1,7 @@
 """Cross-check `tp eval` against lm-evaluation-harness on GSM8K-format data: same model, items, prompts, settings.
 
 Both sides run as real CLI processes on the same local model and the same local data file: `tp eval run`
-(our runner, via `python -m training_platform.eval_cli`) and `lm_eval` (0.4.13, `--model hf`, a task YAML written
+(our runner, via `python -m training_platform.cli`) and `lm_eval` (0.4.13, `--model hf`, a task YAML written
 here with the same prompt, stop sequences, greedy decoding and max new tokens; lm-eval's GSM8K filters). Per item
 the bench compares the rendered prompt, the raw output, the extracted answers (strict and flexible) and their
 correctness, and prints the agreement and both sides' wall times.
@@ -239,7 +239,7 @@ def run_setting(name: str, model: Path, data: dict[str, Path], args: argparse.Na
     shutil.rmtree(lm_out, ignore_errors=True)
     environ = env(args.threads)
 
-    ours_cmd = [sys.executable, "-m", "training_platform.eval_cli", "eval", "run", "--model", str(model),
+    ours_cmd = [sys.executable, "-m", "training_platform.cli", "eval", "run", "--model", str(model),
                 "--benchmarks", "gsm8k", "--data", f"gsm8k={data['eval']}", "--output", str(ours_out),
                 "--max-new-tokens", str(args.max_new_tokens), "--batch-size", str(args.batch_size),
                 "--threads", str(args.threads), "--n-shot", str(n_shot), "--no-progress",

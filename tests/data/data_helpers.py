@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import typer
 from typer.testing import CliRunner
 
 USER = {"role": "user", "content": "What is 2+2?"}
@@ -61,11 +60,7 @@ class Result:
 
 
 def run_data_cli(*args: Any) -> Result:
-    from training_platform.data_cli import register
+    from training_platform.cli import app
 
-    app = typer.Typer()
-    data_app = typer.Typer()
-    app.add_typer(data_app, name="data")
-    register(data_app)
     result = CliRunner().invoke(app, ["data", *map(str, args)], catch_exceptions=False)
     return Result(result.exit_code, result.stdout, result.stderr)

@@ -102,7 +102,7 @@ def start_worker(data_dir: Path, name: str, queues: str = "train,data"):
     """`tp worker --queues train,data` as a real process (its own process group; stop() kills the pool too)."""
     from _wk import Proc
 
-    argv = [sys.executable, "-m", "training_platform.platform_cli", "worker", "--queues", queues, "--name",
+    argv = [sys.executable, "-m", "training_platform.cli", "worker", "--queues", queues, "--name",
             f"{name}@%h"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return Proc(argv, env, data_dir / f"{name}.log").wait_ready(timeout=60)

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import typer
 from typer.testing import CliRunner
 
 
@@ -29,16 +28,9 @@ def humaneval_problems() -> list[dict[str, Any]]:
 
 
 def run_eval_cli(*args: str):
-    """`tp eval ARGS...` in-process on a fresh Typer app; returns the click Result (stdout / stderr separate)."""
-    from training_platform.eval_cli import register
+    """`tp eval ARGS...` in-process; returns the click Result (stdout / stderr separate)."""
+    from training_platform.cli import app
 
-    app = typer.Typer(pretty_exceptions_enable=False)
-
-    @app.callback()
-    def _root() -> None:  # a group, so "eval" is a sub-command like under `tp`
-        pass
-
-    register(app)
     return CliRunner().invoke(app, ["eval", *map(str, args)], catch_exceptions=False)
 
 

@@ -102,7 +102,7 @@ class Platform:
         return proc.wait_ready() if ready else proc
 
     def start_beat(self, env: dict[str, str] | None = None) -> Proc:
-        argv = [sys.executable, "-m", "training_platform.platform_cli", "beat"]
+        argv = [sys.executable, "-m", "training_platform.cli", "beat"]
         proc = Proc(argv, {**self.env, **(env or {})}, self.data_dir / "beat.log")
         self.procs.append(proc)
         return proc.wait_ready()

@@ -19,7 +19,7 @@ from _wk import REPO, wait_for
 
 pytestmark = pytest.mark.integration
 
-PLATFORM_CLI = [sys.executable, "-m", "training_platform.platform_cli"]
+TP = [sys.executable, "-m", "training_platform.cli"]
 
 
 def _env(data_dir: Path, **extra: str) -> dict[str, str]:
@@ -29,7 +29,7 @@ def _env(data_dir: Path, **extra: str) -> dict[str, str]:
 
 
 def _tp(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*PLATFORM_CLI, *args], env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
+    return subprocess.run([*TP, *args], env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
 
 
 def test_users_create_prints_the_token_alone_on_its_last_line(tmp_path):
@@ -96,7 +96,7 @@ def _job_row(data_dir: Path, job_id: int) -> dict:
 def _run_up(data_dir: Path, app: str | None, env_extra: dict[str, str], with_job: bool = False) -> None:
     port = _free_port()
     log_file = data_dir.parent / f"{data_dir.name}-up.log"
-    args = [*PLATFORM_CLI, "up", "--port", str(port), "--grace", "30"] + (["--app", app] if app else [])
+    args = [*TP, "up", "--port", str(port), "--grace", "30"] + (["--app", app] if app else [])
     with log_file.open("wb") as log:
         up = subprocess.Popen(args, env=_env(data_dir, **env_extra), stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
     output = lambda: log_file.read_text(errors="replace")  # noqa: E731

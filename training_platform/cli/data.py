@@ -1,6 +1,6 @@
 """`tp data validate|convert|clean|dedup|score|report|decontaminate|resample|gate`: the data factory on local files.
 
-Wired into `tp` by `register(data_app)`. Exit codes: 0 ok, 2 bad input (bad rows as `line N: field: reason`, or a
+Wired into `tp` by `register(app)`. Exit codes: 0 ok, 2 bad input (bad rows as `line N: field: reason`, or a
 message naming the bad argument), 1 unexpected failure.
 
 `validate` prints the detected format alone on the first stdout line, then one `line N: <field>: <reason>` line per
@@ -17,9 +17,15 @@ from pathlib import Path
 
 import typer
 
+from training_platform.cli.common import err as _err
 
-def _err(message: str) -> None:
-    typer.echo(message, err=True)
+data_app = typer.Typer(help="Dataset utilities.", no_args_is_help=True)
+synth_app = typer.Typer(help="Generate synthetic datasets.", no_args_is_help=True)
+data_app.add_typer(synth_app, name="synth")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(data_app, name="data")
 
 
 @contextlib.contextmanager
@@ -70,8 +76,8 @@ def _parse_fields(fields: list[str]) -> list[str] | None:
     return out or None
 
 
-def register(data_app: typer.Typer) -> None:
-    """Add the data factory commands to `tp data`."""
+def _data_commands(data_app: typer.Typer) -> None:
+    """The data factory commands of `tp data`."""
 
     @data_app.command("validate")
     def validate_cmd(
@@ -352,3 +358,21 @@ def register(data_app: typer.Typer) -> None:
                  + (f": {report}" if report is not None else ""))
             if not result["passed"]:
                 raise typer.Exit(1)
+
+
+_data_commands(data_app)
+
+
+@synth_app.command("arithmetic")
+def data_synth_arithmetic(
+    out_dir: Path = typer.Argument(..., help="Where to write the JSONL files."),
+    max_operand: int = typer.Option(20, "--max-operand", min=1),
+    eval_fraction: float = typer.Option(0.15, "--eval-fraction", min=0.01, max=0.9),
+    seed: int = typer.Option(0, "--seed"),
+):
+    """Synthetic addition data in every format the algorithms need, with a held-out eval split."""
+    from training_platform.demo.arithmetic import synth_arithmetic
+
+    for name, path in synth_arithmetic(out_dir, max_operand=max_operand, eval_fraction=eval_fraction,
+                                       seed=seed).items():
+        typer.echo(f"{name}: {path}")

@@ -1,4 +1,4 @@
-"""`tp`: the training platform's command line.
+"""`tp train | verify | config | algorithms | rewards`: the training core on local files.
 
 Exit codes: 0 ok, 1 a run failed (see its error.json), 2 invalid input (config, arguments, dataset rows).
 """
@@ -7,32 +7,23 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import typer
 
-from training_platform.paths import data_dir
+from training_platform.cli.common import err as _err
 
-app = typer.Typer(help="training_platform: post-train LLMs (SFT, DPO, KTO, ORPO, SimPO, GRPO, RLOO, PPO, RM).",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
 config_app = typer.Typer(help="Validate job configs and print their schema.", no_args_is_help=True)
-demo_app = typer.Typer(help="Offline demo assets (tiny model + synthetic data).", no_args_is_help=True)
-models_app = typer.Typer(help="Model utilities.", no_args_is_help=True)
-data_app = typer.Typer(help="Dataset utilities.", no_args_is_help=True)
-synth_app = typer.Typer(help="Generate synthetic datasets.", no_args_is_help=True)
-app.add_typer(config_app, name="config")
-app.add_typer(demo_app, name="demo")
-app.add_typer(models_app, name="models")
-app.add_typer(data_app, name="data")
-data_app.add_typer(synth_app, name="synth")
-
-# Library code must never reach the hub unless the user's machine is online and they asked for a hub id.
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+algorithms_app = typer.Typer(help="Training algorithms and the engines that run them.")
+rewards_app = typer.Typer(help="Reward functions for RL algorithms: list them, shadow-test a changed one.")
 
 
-def _err(message: str) -> None:
-    typer.echo(message, err=True)
+def register(app: typer.Typer) -> None:
+    app.command("train")(train_cmd)
+    app.command("verify")(verify_cmd)
+    app.add_typer(config_app, name="config")
+    app.add_typer(algorithms_app, name="algorithms")
+    app.add_typer(rewards_app, name="rewards")
 
 
 def _print_config_errors(exc) -> None:
@@ -72,7 +63,6 @@ def config_schema():
     typer.echo(json.dumps(json_schema(), indent=2))
 
 
-@app.command("train")
 def train_cmd(
     config: Path = typer.Argument(..., help="Job config YAML."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Run directory (default: "
@@ -129,7 +119,6 @@ def train_cmd(
     typer.echo(str(result.run_dir))
 
 
-@app.command("verify")
 def verify_cmd(run_dir: Path = typer.Argument(..., help="A run directory.")):
     """Re-hash every file the run's manifest recorded; exit 1 on any mismatch."""
     from training_platform.training.rundir import verify
@@ -146,8 +135,6 @@ def verify_cmd(run_dir: Path = typer.Argument(..., help="A run directory.")):
     typer.echo(f"OK: {checked} files match the manifest")
 
 
-algorithms_app = typer.Typer(help="Training algorithms and the engines that run them.")
-app.add_typer(algorithms_app, name="algorithms")
 
 
 @algorithms_app.callback(invoke_without_command=True)
@@ -174,8 +161,6 @@ def algorithms_list(as_json: bool = typer.Option(False, "--json", help="One JSON
                    + (f" [{r['notes']}]" if r["notes"] else ""))
 
 
-rewards_app = typer.Typer(help="Reward functions for RL algorithms: list them, shadow-test a changed one.")
-app.add_typer(rewards_app, name="rewards")
 
 
 @rewards_app.callback(invoke_without_command=True)
@@ -242,58 +227,3 @@ def rewards_shadow(
                                                            if result["reasons"] else ""))
     if result["verdict"] != "pass":
         raise typer.Exit(1)
-
-
-@demo_app.command("prepare")
-def demo_prepare(force: bool = typer.Option(False, "--force", help="Rebuild even if present.")):
-    """Build $TP_DATA_DIR/demo/model (tiny Qwen2 + trained tokenizer), demo/reward_model and demo/data/*."""
-    from training_platform.demo import prepare_demo
-
-    paths = prepare_demo(data_dir(), force=force)
-    for name, path in paths.items():
-        typer.echo(f"{name}: {path}")
-
-
-@models_app.command("create-tiny")
-def models_create_tiny(out_dir: Path = typer.Argument(..., help="Where to write the model."),
-                       seed: int = typer.Option(0, "--seed")):
-    """Create a tiny Qwen2 model with a freshly trained byte-level BPE tokenizer (offline)."""
-    from training_platform.demo.tiny_model import create_tiny_model
-
-    typer.echo(str(create_tiny_model(out_dir, seed=seed)))
-
-
-@synth_app.command("arithmetic")
-def data_synth_arithmetic(
-    out_dir: Path = typer.Argument(..., help="Where to write the JSONL files."),
-    max_operand: int = typer.Option(20, "--max-operand", min=1),
-    eval_fraction: float = typer.Option(0.15, "--eval-fraction", min=0.01, max=0.9),
-    seed: int = typer.Option(0, "--seed"),
-):
-    """Synthetic addition data in every format the algorithms need, with a held-out eval split."""
-    from training_platform.demo.arithmetic import synth_arithmetic
-
-    for name, path in synth_arithmetic(out_dir, max_operand=max_operand, eval_fraction=eval_fraction,
-                                       seed=seed).items():
-        typer.echo(f"{name}: {path}")
-
-
-def _register_platform_commands() -> None:
-    from training_platform.data_cli import register as register_data
-    from training_platform.eval_cli import register as register_eval
-    from training_platform.platform_cli import register
-
-    register(app)  # tp up | api | worker | beat | db upgrade | users create
-    register_eval(app)  # tp eval run | score | report | compare
-    register_data(data_app)  # tp data validate | convert | clean | dedup | score | report
-
-
-_register_platform_commands()
-
-
-def main() -> None:  # pragma: no cover
-    sys.exit(app())
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

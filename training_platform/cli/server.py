@@ -1,6 +1,6 @@
 """The platform's `tp` commands: `db upgrade`, `users create`, `worker`, `beat`, `api`, `up`.
 
-`register(app)` adds them to the main `tp` Typer app; `python -m training_platform.platform_cli ...` runs them alone.
+`register(app)` adds them to the main `tp` Typer app.
 """
 
 from __future__ import annotations
@@ -10,11 +10,8 @@ import sys
 
 import typer
 
+from training_platform.cli.common import err as _err
 from training_platform.workers import launcher
-
-
-def _err(message: str) -> None:
-    typer.echo(message, err=True)
 
 
 def _exec(argv: list[str]) -> None:
@@ -129,14 +126,3 @@ def register(app: typer.Typer) -> None:
     app.command("beat")(beat_cmd)
     app.command("api")(api_cmd)
     app.command("up")(up_cmd)
-
-
-def main() -> None:  # pragma: no cover
-    standalone = typer.Typer(help="training_platform: platform commands.", no_args_is_help=True,
-                             pretty_exceptions_enable=False)
-    register(standalone)
-    standalone()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

@@ -14,12 +14,13 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import typer
+
+from training_platform.cli.common import err as _err
 
 eval_app = typer.Typer(help="Evaluate models: GSM8K, MATH, HumanEval, multiple choice, custom sets.",
                        no_args_is_help=True)
@@ -32,8 +33,6 @@ def register(app: typer.Typer) -> None:
     app.add_typer(eval_app, name="eval")
 
 
-def _err(message: str) -> None:
-    typer.echo(message, err=True)
 
 
 @contextlib.contextmanager
@@ -325,10 +324,3 @@ def compare_cmd(
             output.write_text(json.dumps(cmp, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         typer.echo(json.dumps(cmp, indent=2, ensure_ascii=False) if as_json
                    else render_comparison(cmp, max_items=max_items))
-
-
-if __name__ == "__main__":  # `python -m training_platform.eval_cli ...` before the lead wires it into `tp`
-    _app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False)
-    register(_app)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    _app()

@@ -1,0 +1,3 @@
+from training_platform.cli.app import main
+
+main()
