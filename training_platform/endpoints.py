@@ -227,7 +227,7 @@ def parse_endpoints(text: str, origin: str = "TP_ENDPOINTS") -> dict[str, Endpoi
 def env_endpoints(settings: Any = None) -> dict[str, Endpoint]:
     """The operator's endpoints (TP_ENDPOINTS + TP_ENDPOINTS_FILE), read now (a changed file is seen at once)."""
     if settings is None:
-        from training_platform.settings import get_settings
+        from training_platform.core.settings import get_settings
 
         settings = get_settings()
     out: dict[str, Endpoint] = {}

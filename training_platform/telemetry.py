@@ -38,7 +38,7 @@ def multiproc_dir() -> Path:
     configured = os.environ.get(ENV)
     if configured:
         return Path(configured)
-    from training_platform.settings import get_settings
+    from training_platform.core.settings import get_settings
 
     return get_settings().data_path / "prometheus"
 

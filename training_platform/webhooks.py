@@ -98,7 +98,7 @@ def parse_hosts(text: str | None) -> frozenset[Host]:
 
 def allowed_hosts(settings: Any = None) -> frozenset[Host]:
     if settings is None:
-        from training_platform.settings import get_settings
+        from training_platform.core.settings import get_settings
 
         settings = get_settings()
     return parse_hosts(getattr(settings, "webhook_hosts", ""))
@@ -225,7 +225,7 @@ def _before_commit(session: Any) -> None:
     if not pending:
         return
     try:
-        from training_platform.settings import get_settings
+        from training_platform.core.settings import get_settings
 
         data_path = get_settings().data_path
     except Exception:  # noqa: BLE001
@@ -310,7 +310,8 @@ def dispatch(ended: Iterable[JobEnded], bind: Any = None) -> int:
     webhook (`last_error`), never raised."""
     from sqlmodel import select
 
-    from training_platform.db.models import Webhook, utcnow
+    from training_platform.core.timeutil import utcnow
+    from training_platform.db.models import Webhook
 
     session_scope = functools.partial(_session, bind)
     sent = 0
@@ -459,7 +460,8 @@ def deliver(webhook_id: int, job_id: int, event: str, event_id: int | None, body
             final: bool = True, transport: Any = None) -> Outcome | None:
     """One delivery attempt of `body` to webhook `webhook_id`, its outcome recorded on the row. None when the webhook
     was deleted meanwhile. `final`: no retry will follow (the recorded error says so)."""
-    from training_platform.db.models import Webhook, utcnow
+    from training_platform.core.timeutil import utcnow
+    from training_platform.db.models import Webhook
     from training_platform.db.session import session_scope
 
     with session_scope() as session:

@@ -112,8 +112,8 @@ def postgres_database() -> Iterator[str]:
 
 
 def _clear_caches() -> None:
+    from training_platform.core.settings import get_settings
     from training_platform.db.session import get_engine
-    from training_platform.settings import get_settings
 
     get_settings.cache_clear()
     get_engine.cache_clear()
@@ -218,7 +218,8 @@ def run_data_job(job_id: int, timeout: float = 60) -> None:
     from sqlalchemy import update
     from sqlmodel import select
 
-    from training_platform.db.models import Job, JobEvent, utcnow
+    from training_platform.core.timeutil import utcnow
+    from training_platform.db.models import Job, JobEvent
     from training_platform.db.session import session_scope
     from training_platform.workers.data_tasks import DataJobSupervisor
 

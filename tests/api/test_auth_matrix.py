@@ -133,7 +133,7 @@ class Objects:
         return job_id
 
     def eval_schedule(self) -> int:
-        from training_platform.db.models import utcnow
+        from training_platform.core.timeutil import utcnow
         from training_platform.evaluation.request import EvalRequest
 
         name = f"matrix-schedule-{_uid()}"
@@ -157,7 +157,7 @@ class Objects:
         return name
 
     def running_job_with_worker(self) -> None:
-        from training_platform.db.models import utcnow
+        from training_platform.core.timeutil import utcnow
 
         worker = f"matrix-worker-{_uid()}"
         with session_scope() as s:
@@ -235,7 +235,7 @@ class Objects:
 
 
 def _allow_webhook_hosts() -> None:
-    from training_platform.settings import get_settings
+    from training_platform.core.settings import get_settings
 
     get_settings().webhook_hosts = "hooks.example.test"  # this module's cached settings (cleared after it)
 

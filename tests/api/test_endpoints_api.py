@@ -393,10 +393,10 @@ def test_admin_endpoints_are_resolved_by_the_worker_and_rechecked(api, listeners
 
 def _validate_score(api, judge: dict, **kwargs):
     """validate_operation as alice (the paths in score params are checked for their reader)."""
+    from training_platform.core.path_policy import reader_for
+    from training_platform.core.settings import get_settings
     from training_platform.db import datasets_crud as dcrud
     from training_platform.db.models import User
-    from training_platform.path_policy import reader_for
-    from training_platform.settings import get_settings
 
     with session_scope() as session:
         reader = reader_for(session, session.get(User, api.user_ids["alice"]))
@@ -405,8 +405,8 @@ def _validate_score(api, judge: dict, **kwargs):
 
 def _score(api, judge: dict):
     """What POST /datasets/.../operations checks, then what the data worker runs (both in this process)."""
+    from training_platform.core.settings import get_settings
     from training_platform.db import datasets_crud as dcrud
-    from training_platform.settings import get_settings
 
     settings = get_settings()
     params = _validate_score(api, judge, input_format="messages")
@@ -486,7 +486,7 @@ def test_a_schedule_checks_its_endpoint_again_when_it_fires(api, listeners):
 
 
 def test_a_broken_operator_configuration_is_reported_not_used(api, listeners, monkeypatch):
-    from training_platform.settings import get_settings
+    from training_platform.core.settings import get_settings
 
     attacker, _ = listeners
     monkeypatch.setenv("TP_ENDPOINTS", json.dumps({"x": {"base_url": "file:///etc/passwd",

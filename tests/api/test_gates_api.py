@@ -38,7 +38,8 @@ def run_train_job(job_id: int) -> None:
     child process, ingest, end state), as a Celery worker would."""
     from sqlalchemy import update
 
-    from training_platform.db.models import Job, JobEvent, utcnow
+    from training_platform.core.timeutil import utcnow
+    from training_platform.db.models import Job, JobEvent
     from training_platform.db.session import session_scope
     from training_platform.workers.supervisor import JobSupervisor
 
@@ -89,7 +90,7 @@ def test_profiles_builtin_read_only_admin_crud(sqlite_api):
 
 
 def test_file_profiles_are_read_only(sqlite_api, tmp_path):
-    from training_platform.settings import get_settings
+    from training_platform.core.settings import get_settings
 
     f = tmp_path / "gates.yaml"
     f.write_text("profiles:\n  ops:\n    checks:\n      schema: {}\n")

@@ -680,7 +680,7 @@ def test_admin_creates_users_and_the_token_is_shown_once(api, caplog):
 def test_monitoring_dashboard(api, jobs):
     from datetime import timedelta
 
-    from training_platform.db.models import utcnow
+    from training_platform.core.timeutil import utcnow
 
     live = submitted(api, name="live worker")["id"]
     dead = submitted(api, name="dead worker")["id"]

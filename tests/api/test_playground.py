@@ -347,7 +347,7 @@ def test_reward_model_is_refused(served: Served):
 def test_generation_timeout_504(served: Served, monkeypatch):
     """Past TP_INFERENCE_TIMEOUT the worker stops generating and the API answers 504 (an error event when
     streaming)."""
-    from training_platform.settings import get_settings
+    from training_platform.core.settings import get_settings
 
     monkeypatch.setenv("TP_INFERENCE_TIMEOUT", "0.3")
     get_settings.cache_clear()

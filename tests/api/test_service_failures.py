@@ -31,8 +31,8 @@ def test_database_down_is_503_and_the_app_starts_without_it(data_dir, monkeypatc
     from fastapi.testclient import TestClient
 
     from training_platform.api.app import create_app
+    from training_platform.core.settings import get_settings
     from training_platform.db.session import get_engine
-    from training_platform.settings import get_settings
 
     monkeypatch.setenv("TP_DATA_DIR", str(data_dir))
     monkeypatch.setenv("DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:1/nowhere?connect_timeout=2")

@@ -10,7 +10,7 @@ import pytest
 from api_helpers import database, running_api
 
 from training_platform import webhooks
-from training_platform.settings import get_settings
+from training_platform.core.settings import get_settings
 
 pytestmark = pytest.mark.integration
 

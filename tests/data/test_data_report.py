@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from data_helpers import read_jsonl, write_jsonl
 
+from training_platform.core.files import sha256_file
 from training_platform.data.contamination import (
     ContaminationIndex,
     contamination_report,
@@ -24,7 +25,7 @@ from training_platform.data.report import (
     difficulty_features,
     resample_to_mix,
 )
-from training_platform.data.versions import DatasetVersion, describe_dataset, file_sha256, store_version
+from training_platform.data.versions import DatasetVersion, describe_dataset, store_version
 
 pytestmark = pytest.mark.unit
 
@@ -83,7 +84,7 @@ def test_audit_report_shape_and_buckets(tmp_path):
     report = audit_file(src, report_path=tmp_path / "report.json")
     assert json.loads((tmp_path / "report.json").read_text()) == json.loads(json.dumps(report))
     assert report["rows"] == 91 and report["format"] == "prompt_completion"
-    assert report["sha256"] == file_sha256(src)
+    assert report["sha256"] == sha256_file(src)
     assert 0 < report["distinct_1"] < 1 and 0 < report["distinct_2"] <= 1
     assert report["definitions"]["distinct_n"] == DISTINCT_N_DEFINITION
     words = report["stats"]["words"]
@@ -175,7 +176,7 @@ def test_dataset_versions(tmp_path):
     src = write_jsonl(tmp_path / "a.jsonl", [{"prompt": "p", "completion": "c", "n": 1},
                                              {"prompt": "q", "completion": "d", "n": None}])
     version = describe_dataset(src, operation="upload")
-    assert version.sha256 == file_sha256(src) and len(version.sha256) == 64
+    assert version.sha256 == sha256_file(src) and len(version.sha256) == 64
     assert (version.rows, version.format) == (2, "prompt_completion")
     assert version.schema == {"prompt": "string", "completion": "string", "n": "integer|null"}
     child = describe_dataset(src, parent_sha256=version.sha256, operation="clean", params={"operators": []})
@@ -206,7 +207,7 @@ def test_lineage_chain_upload_clean_dedup(tmp_path):
     assert cleaned["version"]["operation"] == "clean"
     assert cleaned["version"]["params"] == {"operators": [{"op": "length_filter", "fields": None, "unit": "words",
                                                            "min": 3, "max": None, "tokenizer": None}]}
-    assert deduped["version"]["parent_sha256"] == cleaned["version"]["sha256"] == file_sha256(tmp_path / "clean.jsonl")
-    assert deduped["version"]["sha256"] == file_sha256(tmp_path / "dedup.jsonl")
+    assert deduped["version"]["parent_sha256"] == cleaned["version"]["sha256"] == sha256_file(tmp_path / "clean.jsonl")
+    assert deduped["version"]["sha256"] == sha256_file(tmp_path / "dedup.jsonl")
     assert deduped["version"]["params"]["threshold"] == 0.8
     assert (uploaded.rows, cleaned["version"]["rows"], deduped["version"]["rows"]) == (22, 21, 20)

@@ -8,6 +8,7 @@ import json
 import pytest
 from data_helpers import CONV, USER, leftovers, read_jsonl, write_csv, write_jsonl, write_parquet
 
+from training_platform.core.files import atomic_outputs
 from training_platform.data.formats import (
     DATA_FORMATS,
     DatasetError,
@@ -17,7 +18,7 @@ from training_platform.data.formats import (
     to_canonical,
     validate_row,
 )
-from training_platform.data.io import RowWriter, atomic_outputs, iter_records, write_rows
+from training_platform.data.io import RowWriter, iter_records, write_rows
 from training_platform.data.validate import ingest_file, validate_file
 
 pytestmark = pytest.mark.unit

@@ -434,9 +434,9 @@ def test_dataset_listings_summarise_the_current_version(api):
 
 
 def test_a_cancelled_upload_leaves_its_staged_file_to_the_sweep(api):
+    from training_platform.core.settings import get_settings
     from training_platform.db import datasets_crud as dcrud
     from training_platform.db.session import session_scope
-    from training_platform.settings import get_settings
 
     accepted = upload_only(api, "never-ingested", jsonl(GOOD[:2]))
     assert accepted.status_code == 202, accepted.text

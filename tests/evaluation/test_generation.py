@@ -162,10 +162,10 @@ def test_openai_backend(fake_openai, monkeypatch):
 
 @pytest.mark.integration
 def test_openai_backend_end_to_end_run_never_records_the_key(fake_openai, monkeypatch, tmp_path):
+    from training_platform.core.settings import Settings
     from training_platform.endpoints import Endpoints
     from training_platform.evaluation.config import EvalConfig
     from training_platform.evaluation.runner import run_evaluation
-    from training_platform.settings import Settings
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-456")
     # The operator's TP_ENDPOINTS names the server; the config names only the endpoint.
@@ -197,7 +197,7 @@ def test_openai_backend_end_to_end_run_never_records_the_key(fake_openai, monkey
 def test_eval_cli_names_an_endpoint_from_tp_endpoints(fake_openai, monkeypatch, tmp_path):
     from eval_helpers import last_json_line, run_eval_cli
 
-    from training_platform.settings import get_settings
+    from training_platform.core.settings import get_settings
 
     monkeypatch.setenv("CLI_EVAL_KEY", "sk-" + "cli-key-0123456789")
     monkeypatch.setenv("TP_ENDPOINTS", json.dumps({"local": {"base_url": fake_openai, "api_key_env": "CLI_EVAL_KEY",

@@ -8,6 +8,7 @@ import json
 import httpx
 import pytest
 
+from training_platform.core.settings import Settings
 from training_platform.endpoints import (
     Endpoint,
     EndpointConfigError,
@@ -21,7 +22,6 @@ from training_platform.endpoints import (
     make_endpoint,
     parse_endpoints,
 )
-from training_platform.settings import Settings
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""Every path a user can name is marked in the schema (`training_platform.userpath`), so the path policy's walk over a
+"""Every path a user can name is marked in the schema (`core.userpath`), so the path policy's walk over a
 validated config finds it: a new field named like a path that is neither marked nor exempted here fails this test.
 Also: the walk itself, and the length limits the marker brings."""
 
@@ -9,7 +9,7 @@ import re
 import pytest
 from pydantic import BaseModel
 
-from training_platform.userpath import (
+from training_platform.core.userpath import (
     MAX_COMPONENT_BYTES,
     ModelRef,
     UserFile,
@@ -49,7 +49,7 @@ def _roots() -> list[type[BaseModel]]:
 
 
 def _all_models() -> list[type[BaseModel]]:
-    from training_platform.userpath import _model_classes
+    from training_platform.core.userpath import _model_classes
 
     seen: list[type[BaseModel]] = []
     todo = _roots()
@@ -147,8 +147,8 @@ def test_a_user_named_dotdot_gets_no_area_above_users(tmp_path):
     """Defence in depth (the API's name pattern already refuses it): users/<name> must stay one component."""
     from types import SimpleNamespace
 
-    from training_platform.path_policy import Reader, readable
-    from training_platform.settings import Settings
+    from training_platform.core.path_policy import Reader, readable
+    from training_platform.core.settings import Settings
 
     settings = Settings(TP_DATA_DIR=str(tmp_path))
     (tmp_path / "users" / "x").mkdir(parents=True)

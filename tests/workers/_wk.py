@@ -219,7 +219,7 @@ def checkpoint_sha_from_disk(directory: Path) -> tuple[str, int]:
     """The platform's checkpoint digest recomputed from the files: sha256 over sorted `relpath:sha256` lines."""
     import hashlib
 
-    from training_platform.training.rundir import sha256_file
+    from training_platform.core.files import sha256_file
 
     files = sorted(p for p in directory.rglob("*") if p.is_file())
     lines = "".join(f"{p.relative_to(directory)}:{sha256_file(p)}\n" for p in files)

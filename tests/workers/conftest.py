@@ -76,8 +76,8 @@ def platform(tmp_path_factory, demo_assets, database_url) -> Iterator[Platform]:
 
 
 def _reset_caches(broker_url: str) -> None:
+    from training_platform.core.settings import get_settings
     from training_platform.db.session import get_engine
-    from training_platform.settings import get_settings
     from training_platform.workers.celery_app import app
 
     if get_engine.cache_info().currsize:

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from sqlmodel import select
 
+from training_platform.core.timeutil import utcnow
 from training_platform.db import crud
-from training_platform.db.models import Checkpoint, EvalSchedule, Evaluation, Job, utcnow
+from training_platform.db.models import Checkpoint, EvalSchedule, Evaluation, Job
 from training_platform.db.session import session_scope
 from training_platform.workers import scheduler
 
@@ -25,7 +26,7 @@ REQUEST = {"benchmarks": [{"name": "gsm8k", "data": "demo/data/gsm8k_eval.jsonl"
 @pytest.fixture(scope="module", autouse=True)
 def demo_is_an_allowed_root(platform, demo_assets):
     """The worker fixture links demo/ to a directory outside TP_DATA_DIR: allow it like TP_MODEL_ROOTS would."""
-    from training_platform.settings import get_settings
+    from training_platform.core.settings import get_settings
 
     mp = pytest.MonkeyPatch()
     mp.setenv("TP_MODEL_ROOTS", str(demo_assets.resolve()))

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def eval_worker(platform, demo_assets):
-    from training_platform.settings import get_settings
+    from training_platform.core.settings import get_settings
 
     mp = pytest.MonkeyPatch()
     mp.setenv("TP_MODEL_ROOTS", str(demo_assets.resolve()))  # demo/ links outside TP_DATA_DIR here
@@ -35,7 +35,7 @@ def eval_worker(platform, demo_assets):
 
 def _submit(platform, benchmarks: list, generation: dict | None = None, model: str = "demo/model",
             batch_size: int = 8) -> int:
-    from training_platform.settings import get_settings
+    from training_platform.core.settings import get_settings
     from training_platform.workers.dispatch import wake_worker
 
     owner = platform.user()

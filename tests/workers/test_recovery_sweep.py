@@ -11,7 +11,8 @@ from datetime import timedelta
 import pytest
 from _wk import sft_config
 
-from training_platform.db.models import Job, utcnow
+from training_platform.core.timeutil import utcnow
+from training_platform.db.models import Job
 from training_platform.db.session import session_scope
 from training_platform.workers import supervisor
 from training_platform.workers.dispatch import waiting_messages

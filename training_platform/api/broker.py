@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import redis
 
-from training_platform.settings import get_settings
+from training_platform.core.settings import get_settings
 
 JOB_KINDS = ("train", "data", "eval")  # Job.kind values, each with a queue of the same name
 # kombu's Redis transport keeps one list per priority step: `train`, `train\x06\x163`, `train\x06\x166`, ...

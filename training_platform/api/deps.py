@@ -13,10 +13,10 @@ from sqlmodel import Session, select
 
 from training_platform.api.errors import BODY_VALUE_ERROR, check_json_value, forbidden, not_found
 from training_platform.api.schemas import id_path
+from training_platform.core.settings import Settings, get_settings
 from training_platform.db import crud
 from training_platform.db.models import Job, User
 from training_platform.db.session import get_session
-from training_platform.settings import Settings, get_settings
 
 SessionDep = Annotated[Session, Depends(get_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]

@@ -43,7 +43,7 @@ _BODY_FIELDS = {name for model in _BODY_MODELS for name in model.model_fields} |
 def scrub(text: str) -> str:
     """An error message as a client may see it: paths inside the data dir relative to it (a temporary upload
     file named as such), and never this process's pid."""
-    from training_platform.settings import get_settings
+    from training_platform.core.settings import get_settings
 
     try:
         root = str(get_settings().data_path)

@@ -24,8 +24,8 @@ from fastapi import HTTPException, status
 from starlette.concurrency import run_in_threadpool
 
 from training_platform.api.errors import ValidationFailed
+from training_platform.core.settings import Settings, get_settings
 from training_platform.inference import channel
-from training_platform.settings import Settings, get_settings
 
 log = logging.getLogger("training_platform.api.inference")
 

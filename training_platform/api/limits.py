@@ -17,7 +17,7 @@ import json
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from training_platform.settings import get_settings
+from training_platform.core.settings import get_settings
 
 MB = 1024 * 1024
 DRAIN_BYTES = 512 * MB  # read and dropped at most, before a 413, so the client reads the answer

@@ -43,7 +43,7 @@ class ObservabilityMiddleware:
     def __init__(self, app: ASGIApp, concurrency: int | None = None) -> None:
         self.app = app
         if concurrency is None:
-            from training_platform.settings import get_settings
+            from training_platform.core.settings import get_settings
 
             concurrency = get_settings().api_concurrency
         self.concurrency = concurrency

@@ -92,8 +92,8 @@ def _data_commands(data_app: typer.Typer) -> None:
     ):
         """Print the detected format, then `line N: field: reason` per bad row. Exit 0 if every row is valid,
         else 2."""
+        from training_platform.core.files import write_json
         from training_platform.data.formats import DatasetError
-        from training_platform.data.io import write_json
         from training_platform.data.validate import ingest_file, validate_file
 
         with _guard():
@@ -333,8 +333,8 @@ def _data_commands(data_app: typer.Typer) -> None:
     ):
         """Run a quality gate: one line per check (PASS / FAIL / SKIP, value, threshold). Exit 0 when every check
         passes (skipped ones say why), 1 when a check fails, 2 on bad input."""
+        from training_platform.core.files import write_json
         from training_platform.data.gate import GateError, resolve_local_profile, run_gate, summary_line
-        from training_platform.data.io import write_json
 
         with _guard():
             try:

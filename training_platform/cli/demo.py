@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from training_platform.paths import data_dir
+from training_platform.core.paths import data_dir
 
 demo_app = typer.Typer(help="Offline demo assets (tiny model + synthetic data).", no_args_is_help=True)
 models_app = typer.Typer(help="Model utilities.", no_args_is_help=True)

@@ -86,7 +86,7 @@ def _ints(text: str, option: str) -> list[int]:
 
 
 def _default_output(model: str) -> Path:
-    from training_platform.paths import data_dir
+    from training_platform.core.paths import data_dir
 
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     label = Path(model.rstrip("/")).name or "model"
@@ -95,7 +95,7 @@ def _default_output(model: str) -> Path:
 
 def _local_path(value: str) -> str:
     """A path as given when it exists (or is absolute), else relative to $TP_DATA_DIR when it exists there."""
-    from training_platform.paths import resolve_data_path
+    from training_platform.core.paths import resolve_data_path
 
     path = Path(value).expanduser()
     if path.exists() or path.is_absolute():
@@ -256,9 +256,10 @@ def score_cmd(
 ):
     """Score outputs produced elsewhere (no model). Prints a JSON summary as the last stdout line."""
     with _guard():
+        from training_platform.core.files import write_jsonl
         from training_platform.evaluation.benchmarks import load_rows
         from training_platform.evaluation.config import BenchmarkSpec, SandboxSpec
-        from training_platform.evaluation.runner import score_predictions, write_jsonl
+        from training_platform.evaluation.runner import score_predictions
 
         spec: dict[str, Any] = {"name": benchmark}
         if benchmark == "custom":

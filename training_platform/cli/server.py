@@ -23,8 +23,8 @@ def _exec(argv: list[str]) -> None:
 
 def db_upgrade():
     """Create or migrate the database schema to the latest revision (Alembic)."""
+    from training_platform.core.settings import get_settings
     from training_platform.db.migrate import upgrade
-    from training_platform.settings import get_settings
 
     upgrade()
     typer.echo(f"database at the latest revision: {launcher._redact_url(get_settings().db_url)}")
@@ -69,7 +69,7 @@ def beat_cmd(loglevel: str = typer.Option("INFO", "--loglevel", "-l")):
 
     Beat sends the recovery sweep every TP_RECOVERY_INTERVAL s; it is embedded in a one-process worker that runs
     the sweep itself (queue `maintenance`), so recovery never waits behind busy training workers."""
-    from training_platform.settings import get_settings
+    from training_platform.core.settings import get_settings
 
     data_dir = get_settings().data_path
     data_dir.mkdir(parents=True, exist_ok=True)

@@ -208,7 +208,7 @@ def rewards_shadow(
             _err(f"{field}: {reason}")
         raise typer.Exit(2) from None
     if report is not None:
-        from training_platform.data.io import write_json
+        from training_platform.core.files import write_json
 
         write_json(report, result)
 

@@ -28,8 +28,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from training_platform.core.files import write_json
 from training_platform.data.formats import DATA_FORMATS, DatasetError, RowError, detect_format
-from training_platform.data.io import RowWriter, iter_records, read_json_or_yaml, write_json
+from training_platform.data.io import RowWriter, iter_records, read_json_or_yaml
 from training_platform.data.operators import OPERATORS, OpContext, Operator
 
 
@@ -168,7 +169,8 @@ def _reason_kind(reason: str) -> str:
 def clean_file(path: str | Path, output: str | Path, recipe: Recipe | str | Path | dict | list, *,
                report_path: str | Path | None = None, fmt: str | None = None, samples: int = 5) -> dict[str, Any]:
     """Stream `path` through the recipe into `output` (atomic), return (and optionally write) the report."""
-    from training_platform.data.versions import derived_version, file_sha256
+    from training_platform.core.files import sha256_file
+    from training_platform.data.versions import derived_version
 
     recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
     fmt = fmt or recipe.format
@@ -212,7 +214,7 @@ def clean_file(path: str | Path, output: str | Path, recipe: Recipe | str | Path
             if row is not None:
                 writer.write(row)
                 rows_out += 1
-    input_sha = file_sha256(path)
+    input_sha = sha256_file(path)
     report = {
         "input": str(path), "output": str(output), "format": ctx.fmt,
         "input_rows": rows_in, "output_rows": rows_out, "removed_rows": rows_in - rows_out,

@@ -203,7 +203,8 @@ def decontaminate_file(path: str | Path, output: str | Path, eval_sets: list[str
                        min_tokens: int = 8, min_matches: int = 1, fields: list[str] | None = None,
                        report_path: str | Path | None = None) -> dict[str, Any]:
     """Write the rows that are not contaminated (atomic); the report lists the removed ones."""
-    from training_platform.data.io import RowWriter, iter_records, write_json
+    from training_platform.core.files import write_json
+    from training_platform.data.io import RowWriter, iter_records
 
     report = contamination_report(path, eval_sets, n=n, min_tokens=min_tokens, min_matches=min_matches,
                                   fields=fields)

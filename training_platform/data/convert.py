@@ -259,7 +259,7 @@ def load_tokenizer(name_or_path: str | Path):
     is passed to transformers as a hub id. Never reaches the hub for a local path."""
     from transformers import AutoTokenizer
 
-    from training_platform.paths import resolve_data_path
+    from training_platform.core.paths import resolve_data_path
 
     for path in (Path(name_or_path).expanduser(), resolve_data_path(name_or_path)):
         if path.exists():

@@ -529,8 +529,9 @@ def dedup_file(path: str | Path, output: str | Path, config: DedupConfig | None 
     as lists of 0-based input row indices, `cluster_details`, params, timings)."""
     import hashlib
 
-    from training_platform.data.io import RowWriter, atomic_outputs, iter_records, write_json
-    from training_platform.data.versions import DatasetVersion, SchemaTracker, file_sha256
+    from training_platform.core.files import atomic_outputs, sha256_file, write_json
+    from training_platform.data.io import RowWriter, iter_records
+    from training_platform.data.versions import DatasetVersion, SchemaTracker
 
     info: dict[str, Any] = {"format": fmt, "tracker": SchemaTracker(), "shapes": []}
     result = find_duplicates(_row_texts(path, fmt, fields, info), config, workdir=workdir)
@@ -555,7 +556,7 @@ def dedup_file(path: str | Path, output: str | Path, config: DedupConfig | None 
             for record in iter_records(src):
                 if keep[record.index]:
                     writer.write(record.row)
-        output_sha = file_sha256(dst)
+        output_sha = sha256_file(dst)
     result.timings["write"] = time.perf_counter() - t
     shapes = np.asarray(info["shapes"], dtype=np.int64)
     kept_shapes = np.bincount(shapes[keep], minlength=len(info["tracker"].signatures)) if len(shapes) else []
@@ -563,7 +564,7 @@ def dedup_file(path: str | Path, output: str | Path, config: DedupConfig | None 
     version = DatasetVersion(
         sha256=output_sha, path=str(dst), rows=int(keep.sum()), format=fmt_out,
         schema=info["tracker"].schema({i: int(c) for i, c in enumerate(kept_shapes) if c}),
-        parent_sha256=file_sha256(src), operation="dedup", params={**result.params, "fields": fields},
+        parent_sha256=sha256_file(src), operation="dedup", params={**result.params, "fields": fields},
         size_bytes=dst.stat().st_size).to_dict()
     input_sha = version["parent_sha256"]
     report = {"input": str(path), "output": str(output), "format": info["format"], "fields": fields,

@@ -43,6 +43,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from training_platform.core.files import sha256_file
+
 GATE_REPORT_VERSION = 1
 MAX_EVAL_SETS = 20
 MAX_METADATA_FIELDS = 32
@@ -681,12 +683,6 @@ def check_reward_shadow(ctx: GateContext, p: RewardShadowParams) -> Outcome:
 # ---------------------------------------------------------------------------------------------- running
 
 
-def _sha256(path: Path) -> str:
-    from training_platform.data.versions import file_sha256
-
-    return file_sha256(path)
-
-
 def run_gate(source: str | Path | list[Any], profile: GateProfile, *, eval_sets: list[str | Path] | None = None,
              reference: str | Path | None = None, tokenizer: Any = None, fmt: str | None = None,
              limits: Any = None, shown: Callable[[Path], str] | None = None) -> dict[str, Any]:
@@ -748,7 +744,7 @@ def run_gate(source: str | Path | list[Any], profile: GateProfile, *, eval_sets:
                 item["reason"] = outcome.detail
             item.update(outcome.extra)
             results.append(item)
-        sha = _sha256(path)
+        sha = sha256_file(path)
         rows = ctx.row_count
     failed = [r["name"] for r in results if r["verdict"] == "fail"]
     return {
@@ -757,8 +753,8 @@ def run_gate(source: str | Path | list[Any], profile: GateProfile, *, eval_sets:
         "checks": results,
         "profile": {"name": profile.name, "hash": profile.hash, "checks": profile.checks},
         "dataset": {"path": shown_path, "sha256": sha, "rows": rows, "format": detected},
-        "eval_sets": [{"path": show(p), "sha256": _sha256(p)} for p in eval_sets],
-        "reference": {"path": show(reference), "sha256": _sha256(reference)} if reference is not None else None,
+        "eval_sets": [{"path": show(p), "sha256": sha256_file(p)} for p in eval_sets],
+        "reference": {"path": show(reference), "sha256": sha256_file(reference)} if reference is not None else None,
         "tokens": ctx.token_unit,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "seconds": round(time.perf_counter() - t0, 3),

@@ -7,16 +7,14 @@ that belong together (kept rows + quarantined rows) are renamed together at the 
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from training_platform.core.files import atomic_outputs, json_default
 from training_platform.data.formats import (
     SUPPORTED_SUFFIXES,
     DatasetError,
@@ -101,60 +99,6 @@ def count_rows(path: str | Path) -> int:
     return sum(1 for _ in iter_records(path))
 
 
-# ---------------------------------------------------------------------------------------------- atomic writes
-
-
-@contextlib.contextmanager
-def atomic_outputs(*paths: str | Path | None) -> Iterator[list[Path | None]]:
-    """Yield temp paths (same directories, same suffixes) for `paths`; on success rename every one of them over
-    its destination, on any exception delete them all and leave the destinations untouched. None stays None."""
-    temps: list[Path | None] = []
-    try:
-        for path in paths:
-            if path is None:
-                temps.append(None)
-                continue
-            path = Path(path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}")
-            os.close(fd)
-            temps.append(Path(name))
-        yield temps
-    except BaseException:
-        for temp in temps:
-            if temp is not None:
-                temp.unlink(missing_ok=True)
-        raise
-    for temp, path in zip(temps, paths, strict=True):
-        if temp is not None:
-            os.replace(temp, path)
-
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    with atomic_outputs(path) as (temp,):
-        temp.write_text(text, encoding="utf-8")
-    return Path(path)
-
-
-def write_json(path: str | Path, obj: Any) -> Path:
-    """A report or metadata file, written atomically."""
-    return atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=_json_default) + "\n")
-
-
-def _json_default(value: Any) -> Any:
-    import numpy as np
-
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.floating):
-        return float(value)
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
 class RowWriter:
     """Write rows to a file whose type follows its suffix. Use as a context manager: the destination appears
     (atomically) only if the block finishes without an exception.
@@ -189,10 +133,10 @@ class RowWriter:
 
     def write(self, row: Any) -> None:
         if self.suffix == ".jsonl":
-            self._file.write(json.dumps(row, ensure_ascii=False, default=_json_default) + "\n")
+            self._file.write(json.dumps(row, ensure_ascii=False, default=json_default) + "\n")
         elif self.suffix == ".json":
             self._file.write(("\n" if self.rows == 0 else ",\n")
-                             + json.dumps(row, ensure_ascii=False, default=_json_default))
+                             + json.dumps(row, ensure_ascii=False, default=json_default))
         elif self.suffix == ".csv":
             if not isinstance(row, dict):
                 raise DatasetError([RowError(self.rows + 1, "<row>", "CSV rows must be objects")])

@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from training_platform.core.files import write_json
 from training_platform.data.formats import DatasetError, RowError, detect_format, validate_row
-from training_platform.data.io import RowWriter, iter_records, write_json
+from training_platform.data.io import RowWriter, iter_records
 from training_platform.data.text import iter_texts, response_text, row_text, turn_count, whitespace_tokens
 
 DISTINCT_N_DEFINITION = (
@@ -153,7 +154,7 @@ def audit_file(path: str | Path, *, eval_sets: list[str | Path] | None = None, t
                bins: int = 20, report_path: str | Path | None = None) -> dict[str, Any]:
     """The audit report (see the module docstring). `tokenizer`: a tokenizer object or a local path, for token
     lengths of the text a trainer would see (chat template for chat rows). `dedup`: True, False or a DedupConfig."""
-    from training_platform.data.versions import file_sha256
+    from training_platform.core.files import sha256_file
 
     t0 = time.perf_counter()
     fmt = _detect(path, fmt)
@@ -200,7 +201,7 @@ def audit_file(path: str | Path, *, eval_sets: list[str | Path] | None = None, t
     buckets = bucket_of(scores, thresholds)
     bucket_counts = {name: int((buckets == i).sum()) for i, name in enumerate(BUCKETS)}
     report: dict[str, Any] = {
-        "input": str(path), "sha256": file_sha256(path), "format": fmt, "rows": n,
+        "input": str(path), "sha256": sha256_file(path), "format": fmt, "rows": n,
         "definitions": {"distinct_n": DISTINCT_N_DEFINITION, "ngram_entropy": ENTROPY_DEFINITION,
                         "difficulty": DIFFICULTY_DEFINITION},
         "stats": {

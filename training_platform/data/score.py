@@ -44,8 +44,9 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from training_platform.core.files import write_json
 from training_platform.data.formats import DatasetError, RowError, detect_format, validate_row
-from training_platform.data.io import RowWriter, iter_records, read_json_or_yaml, write_json
+from training_platform.data.io import RowWriter, iter_records, read_json_or_yaml
 from training_platform.data.judge_parse import (  # noqa: F401 - re-exported
     JudgeParse,
     _first_number,

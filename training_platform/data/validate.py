@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from training_platform.core.files import atomic_outputs
 from training_platform.data.formats import (
     DATA_FORMATS,
     DatasetError,
@@ -23,7 +24,7 @@ from training_platform.data.formats import (
     detect_format,
     validate_row,
 )
-from training_platform.data.io import RowWriter, atomic_outputs, iter_records
+from training_platform.data.io import RowWriter, iter_records
 
 Policy = Literal["reject", "quarantine"]
 

@@ -7,25 +7,17 @@ recipe that produced it). Plain dataclasses that round-trip through JSON so the 
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from training_platform.core.files import atomic_outputs, sha256_file, write_json
 from training_platform.data.formats import ReadLimits, detect_format
-from training_platform.data.io import atomic_outputs, iter_records, write_json
+from training_platform.data.io import iter_records
 
 _CHUNK = 1 << 20
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def json_type(value: Any) -> str:
@@ -114,7 +106,7 @@ def describe_dataset(path: str | Path, *, parent_sha256: str | None = None, oper
             fmt = detect_format(record.row)
         sid = tracker.add(record.row)
         counts[sid] = counts.get(sid, 0) + 1
-    return DatasetVersion(sha256=file_sha256(path), path=str(path), rows=rows, format=fmt,
+    return DatasetVersion(sha256=sha256_file(path), path=str(path), rows=rows, format=fmt,
                           schema=tracker.schema(counts), stats=stats or {}, parent_sha256=parent_sha256,
                           operation=operation, params=params, size_bytes=path.stat().st_size)
 
@@ -125,7 +117,7 @@ def derived_version(output: str | Path, *, parent: str | Path | None = None, par
     """The DatasetVersion (as a dict) of a file an operation produced from `parent`: what reports carry as
     `version`, so the chain upload -> clean -> dedup can be stored and queried by sha256."""
     if parent_sha256 is None and parent is not None:
-        parent_sha256 = file_sha256(parent)
+        parent_sha256 = sha256_file(parent)
     return describe_dataset(output, parent_sha256=parent_sha256, operation=operation, params=params, stats=stats,
                             fmt=fmt).to_dict()
 

@@ -14,6 +14,7 @@ from sqlalchemy import and_, bindparam, delete, func, or_, text
 from sqlmodel import Session, select
 
 from training_platform import telemetry, webhooks
+from training_platform.core.timeutil import utcnow
 from training_platform.db import rollups
 from training_platform.db.models import (
     TERMINAL,
@@ -26,7 +27,6 @@ from training_platform.db.models import (
     JobStatus,
     MetricPoint,
     User,
-    utcnow,
 )
 
 TOKEN_PREFIX = "tp_"

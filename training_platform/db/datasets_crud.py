@@ -36,17 +36,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import Text, cast, or_, update
 from sqlmodel import Session, select
 
-from training_platform.db.models import (
-    TERMINAL,
-    Dataset,
-    DatasetVersionRecord,
-    Job,
-    User,
-    utcnow,
-)
-from training_platform.path_policy import Reader, check_marked, check_path, is_hub_id, resolve_path, shown
-from training_platform.settings import Settings
-from training_platform.userpath import UserDir, UserFile, user_paths
+from training_platform.core.path_policy import Reader, check_marked, check_path, is_hub_id, resolve_path, shown
+from training_platform.core.settings import Settings
+from training_platform.core.timeutil import utcnow
+from training_platform.core.userpath import UserDir, UserFile, user_paths
+from training_platform.db.models import TERMINAL, Dataset, DatasetVersionRecord, Job, User
 
 log = logging.getLogger("training_platform.datasets")
 
@@ -137,11 +131,11 @@ def _put_content(file: Path, relpath: str, sha256: str, settings: Settings) -> N
     """Move `file` (a temp file in the store's filesystem) to its content address, read-only. If that content is
     already stored intact, `file` is left to the caller to remove; a stored file whose bytes no longer match its name
     (changed behind the platform's back) is replaced."""
-    from training_platform.data.versions import file_sha256
+    from training_platform.core.files import sha256_file
 
     target = absolute(relpath, settings)
     if target.is_file():
-        if file_sha256(target) == sha256:
+        if sha256_file(target) == sha256:
             return
         log.warning("content store: %s does not match its sha256; replacing it with the fresh copy", relpath)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -180,7 +174,7 @@ def compact(obj: Any, max_items: int = MAX_REPORT_ITEMS) -> Any:
 
 
 def write_full_report(report: dict, dataset_id: int, name: str, settings: Settings) -> str:
-    from training_platform.data.io import write_json
+    from training_platform.core.files import write_json
 
     rel = f"{STORE}/reports/{dataset_id}/{name}.json"
     write_json(absolute(rel, settings), report)
@@ -304,10 +298,11 @@ def prepare_ingest(file: Path, *, suffix: str, settings: Settings, fmt: str | No
     A file whose rows are all valid is stored byte for byte, so the version's sha256 is the sha256 of what was
     sent. The file is read under the caps of `read_limits` (rows, expanded bytes, bytes per row): a file over one
     is refused naming the setting."""
+    from training_platform.core.files import sha256_file
     from training_platform.data.formats import DATA_FORMATS, DatasetError, LimitExceeded
     from training_platform.data.validate import ingest_file as quarantine_rows
     from training_platform.data.validate import validate_file
-    from training_platform.data.versions import describe_dataset, file_sha256
+    from training_platform.data.versions import describe_dataset
 
     if policy not in ("reject", "quarantine"):
         raise ValueError(f"policy: must be reject or quarantine, got {policy!r}")
@@ -347,7 +342,7 @@ def prepare_ingest(file: Path, *, suffix: str, settings: Settings, fmt: str | No
                 raise IngestRefused(_refusal_items(result), rows=result.rows, bad_rows=len(result.bad_rows))
         report = checked.to_dict(max_rows=MAX_REPORT_ITEMS)
         report.update(path=source, policy=policy, accepted=True, output=None, quarantine=None,
-                      uploaded_sha256=file_sha256(file))
+                      uploaded_sha256=sha256_file(file))
         stats = {"uploaded_rows": checked.rows, "valid_rows": checked.valid_rows, "quarantined_rows": bad}
         described = describe_dataset(content, fmt=checked.format, limits=limits)
         return PreparedIngest(content=content, suffix=suffix, described=described, report=report, stats=stats,
@@ -364,12 +359,12 @@ def store_ingest(session: Session, dataset: Dataset, prepared: PreparedIngest, *
                  audit: dict | None = None) -> Ingested:
     """Store a prepared file as a version of `dataset` (its quarantine file next to the dataset's); the temp
     files are consumed. Flushes; the caller commits."""
-    from training_platform.data.versions import file_sha256
+    from training_platform.core.files import sha256_file
 
     try:
         report = dict(prepared.report)
         if prepared.quarantine is not None:
-            rel = f"{STORE}/quarantine/{dataset.id}/{file_sha256(prepared.quarantine)}.quarantine.jsonl"
+            rel = f"{STORE}/quarantine/{dataset.id}/{sha256_file(prepared.quarantine)}.quarantine.jsonl"
             target = absolute(rel, settings)
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(prepared.quarantine, target)

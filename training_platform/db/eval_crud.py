@@ -22,6 +22,17 @@ from typing import Any
 from sqlalchemy import delete
 from sqlmodel import Session, select
 
+from training_platform.core.path_policy import (
+    Reader,
+    check_model_paths,
+    check_path,
+    is_hub_id,
+    reader_for,
+    resolve_path,
+    shown,
+    visible_model_by_name,
+)
+from training_platform.core.settings import Settings
 from training_platform.db import crud
 from training_platform.db.models import (
     Checkpoint,
@@ -35,17 +46,6 @@ from training_platform.db.models import (
 from training_platform.endpoints import EndpointConfigError, EndpointError, Endpoints
 from training_platform.evaluation.config import EvalConfig
 from training_platform.evaluation.request import EvalRequest, RequestError, parse_metric_key
-from training_platform.path_policy import (
-    Reader,
-    check_model_paths,
-    check_path,
-    is_hub_id,
-    reader_for,
-    resolve_path,
-    shown,
-    visible_model_by_name,
-)
-from training_platform.settings import Settings
 
 log = logging.getLogger("training_platform.evaluation")
 
@@ -294,7 +294,8 @@ def sample_rows(job_id: int, benchmark: str, records: list[dict[str, Any]]) -> I
 def store_results(session: Session, job_id: int, out_dir: Path, summary: dict[str, Any]) -> int:
     """Summary metrics and every sample record of a finished run. Idempotent (a retry replaces). Returns the
     number of samples stored."""
-    from training_platform.evaluation.runner import SAMPLES_DIR, read_jsonl
+    from training_platform.core.files import read_jsonl
+    from training_platform.evaluation.runner import SAMPLES_DIR
 
     delete_evaluation_results(session, job_id)
     stored = 0
@@ -431,7 +432,8 @@ def leaderboard(session: Session, user: User, benchmark: str, metric: str, *, jo
 def disable_schedules_of_job(session: Session, job_id: int, why: str) -> list[int]:
     """Disable the evaluation schedules that watch (or evaluate the latest checkpoint of) job `job_id`, with `why`
     in their `last_message` (the job was deleted: a schedule must not outlive it silently). Returns their ids."""
-    from training_platform.db.models import EvalSchedule, utcnow
+    from training_platform.core.timeutil import utcnow
+    from training_platform.db.models import EvalSchedule
 
     now = utcnow()
     schedules = session.exec(select(EvalSchedule).where(EvalSchedule.job_id == job_id)).all()

@@ -10,10 +10,10 @@ from typing import Any
 
 from sqlmodel import Session, select
 
+from training_platform.core.path_policy import Reader, check_path, resolve_path, shown
+from training_platform.core.settings import Settings
 from training_platform.data.gate import MAX_EVAL_SETS, GateError, GateProfile, local_profiles, parse_profile
 from training_platform.db.models import DatasetVersionRecord, GateProfileRecord, GateReportRecord
-from training_platform.path_policy import Reader, check_path, resolve_path, shown
-from training_platform.settings import Settings
 
 log = logging.getLogger("training_platform.gates")
 
@@ -100,7 +100,7 @@ def passing_report(session: Session, sha256: str, profile: GateProfile, eval_sha
 
 def version_for_file(session: Session, path: Path, settings: Settings) -> DatasetVersionRecord | None:
     """The dataset version whose content file this is (by its content-store path, else by sha256)."""
-    from training_platform.data.versions import file_sha256
+    from training_platform.core.files import sha256_file
 
     try:
         relative = str(path.resolve().relative_to(settings.data_path))
@@ -111,7 +111,7 @@ def version_for_file(session: Session, path: Path, settings: Settings) -> Datase
                              .order_by(DatasetVersionRecord.id).limit(1)).first()
         if found is not None:
             return found
-    sha = file_sha256(path)
+    sha = sha256_file(path)
     return session.exec(select(DatasetVersionRecord).where(DatasetVersionRecord.sha256 == sha)
                         .order_by(DatasetVersionRecord.id).limit(1)).first()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import command
 from alembic.config import Config
 
-from training_platform.settings import get_settings
+from training_platform.core.settings import get_settings
 
 
 def alembic_config(url: str | None = None) -> Config:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Boolean, Column, ForeignKey, Index, Integer, Text, UniqueConstraint, false
 from sqlmodel import Field, SQLModel
 
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
+from training_platform.core.timeutil import utcnow
 
 
 class JobStatus(StrEnum):

@@ -10,7 +10,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
-from training_platform.settings import get_settings
+from training_platform.core.settings import get_settings
 
 
 def make_engine(url: str) -> Engine:

@@ -7,15 +7,14 @@ preference, KTO, RL prompts) plus held-out eval files. The eval split holds out 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
 import random
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from training_platform.core.files import atomic_write_text
 
 ALPACA_INSTRUCTION = "Add the two numbers."
 
@@ -108,22 +107,8 @@ def _rows(pairs: list[Pair], rng: random.Random) -> dict[str, list[dict[str, Any
     return rows
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> Path:
-    _atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     return path
 
 
@@ -164,7 +149,7 @@ def synth_arithmetic(
         "eval_pair_list": [list(p) for p in eval_pairs],
     }
     split_path = out / DATA_FILES["split"]
-    _atomic_write_text(split_path, json.dumps(split, indent=2) + "\n")
+    atomic_write_text(split_path, json.dumps(split, indent=2) + "\n")
     paths["split"] = split_path
     return paths
 

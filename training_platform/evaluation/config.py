@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from training_platform.userpath import UserFile
+from training_platform.core.userpath import UserFile
 
 __all__ = ["BenchmarkSpec", "EvalConfig", "ModelSpec", "SandboxSpec"]
 

@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from training_platform.evaluation.runner import SAMPLES_DIR, SUMMARY_FILE, read_jsonl
+from training_platform.core.files import read_jsonl
+from training_platform.evaluation.runner import SAMPLES_DIR, SUMMARY_FILE
 
 __all__ = ["format_metric", "load_run", "render_html", "render_markdown", "write_reports"]
 

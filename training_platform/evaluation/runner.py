@@ -14,10 +14,6 @@ loaded. Also scores predictions made elsewhere: `score_predictions(benchmark, ro
 
 from __future__ import annotations
 
-import datetime as _dt
-import hashlib
-import json
-import os
 import platform
 import sys
 import time
@@ -26,6 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from training_platform.core.files import read_jsonl, sha256_file, write_json, write_jsonl
+from training_platform.core.timeutil import now_iso
 from training_platform.evaluation.benchmarks import Benchmark, EvalDataError, Item, get_benchmark
 from training_platform.evaluation.config import BenchmarkSpec, EvalConfig, SandboxSpec
 from training_platform.evaluation.generation import Backend, SamplingParams, load_backend
@@ -39,40 +37,6 @@ __all__ = ["SUMMARY_FILE", "SAMPLES_DIR", "run_evaluation", "score_predictions",
 SUMMARY_FILE = "summary.json"
 SAMPLES_DIR = "samples"
 FORMAT_VERSION = 1
-
-
-def write_jsonl(path: str | Path, rows: Sequence[dict[str, Any]]) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
-
-
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    with Path(path).open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-
 
 ProgressCallback = Callable[[dict[str, Any]], None]
 
@@ -153,7 +117,7 @@ def run_evaluation(config: EvalConfig, output_dir: str | Path, *, backend: Backe
     """
     log = log or (lambda message: None)
     out = Path(output_dir).expanduser()
-    started, t0 = _now(), time.perf_counter()
+    started, t0 = now_iso(), time.perf_counter()
     prepared = prepare_benchmarks(config)  # data + sandbox problems surface before the model loads
     out.mkdir(parents=True, exist_ok=True)
     (out / SAMPLES_DIR).mkdir(exist_ok=True)
@@ -179,20 +143,20 @@ def run_evaluation(config: EvalConfig, output_dir: str | Path, *, backend: Backe
         for spec, bench, items, data_path in prepared:
             log(f"{spec.name}: {len(items)} items from {data_path}")
             result, records = _run_benchmark(bench, items, backend, config, progress, on_progress)
-            result.update(data=str(data_path), data_sha256=_sha256(data_path))
+            result.update(data=str(data_path), data_sha256=sha256_file(data_path))
             write_jsonl(out / SAMPLES_DIR / f"{spec.name}.jsonl", records)
             summary["benchmarks"][spec.name] = result
-            _write_json(out / SUMMARY_FILE, summary)  # partial results survive a crash later on
+            write_json(out / SUMMARY_FILE, summary)  # partial results survive a crash later on
     except BaseException as exc:
-        summary.update(status="failed", finished_at=_now(), error=f"{type(exc).__name__}: {exc}")
-        _write_json(out / SUMMARY_FILE, summary)
+        summary.update(status="failed", finished_at=now_iso(), error=f"{type(exc).__name__}: {exc}")
+        write_json(out / SUMMARY_FILE, summary)
         raise
     finally:
         if own_backend:
             backend.close()
-    summary.update(status="completed", finished_at=_now(),
+    summary.update(status="completed", finished_at=now_iso(),
                    time_s={"total": round(time.perf_counter() - t0, 3), "model_load": round(load_s, 3)})
-    _write_json(out / SUMMARY_FILE, summary)
+    write_json(out / SUMMARY_FILE, summary)
     from training_platform.evaluation.report import write_reports
 
     write_reports(out)

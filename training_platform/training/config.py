@@ -18,12 +18,12 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import Field, StringConstraints, ValidationError, model_validator
 
+from training_platform.core.userpath import ModelRef, UserFile
 from training_platform.training.algorithms import ALGORITHMS
 from training_platform.training.algorithms.base import StrictModel
 from training_platform.training.engines import ENGINES, engines_for, get_builder
 from training_platform.training.launchers import resolve as resolve_launcher
 from training_platform.training.rewards import REWARDS
-from training_platform.userpath import ModelRef, UserFile
 
 
 class FieldError(tuple):

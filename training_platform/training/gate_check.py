@@ -43,7 +43,7 @@ def enforce(cfg, train_path: Path) -> list[tuple[str, dict[str, Any]]]:
     gate = cfg.data.gate
     if gate is None:
         return []
-    from training_platform.data.versions import file_sha256
+    from training_platform.core.files import sha256_file
 
     name = gate.profile
     handed = os.environ.get(GATE_REPORTS_ENV)
@@ -51,7 +51,7 @@ def enforce(cfg, train_path: Path) -> list[tuple[str, dict[str, Any]]]:
         report = json.loads((Path(handed) / f"{name}.json").read_text())
         override_file = Path(handed) / OVERRIDE_FILE
         override = json.loads(override_file.read_text()) if override_file.is_file() else None
-        sha = file_sha256(train_path)
+        sha = sha256_file(train_path)
         if report.get("dataset", {}).get("sha256") != sha:
             raise ConfigError([FieldError("data.gate", f"the gate report handed over is for other content "
                                                        f"(sha256 {report.get('dataset', {}).get('sha256')}), not "
@@ -65,8 +65,8 @@ def enforce(cfg, train_path: Path) -> list[tuple[str, dict[str, Any]]]:
             files.append((OVERRIDE_FILE, override))
         return files
 
+    from training_platform.core.paths import resolve_data_path
     from training_platform.data.gate import GateError, resolve_local_profile, run_gate
-    from training_platform.paths import resolve_data_path
 
     try:
         profile = resolve_local_profile(name)
@@ -103,7 +103,7 @@ def job_rewards(cfg) -> list[dict[str, Any]]:
 
 def offline_shadow_report(cfg, profile_name: str, min_spearman: float) -> dict[str, Any]:
     """Offline the approval is a `tp rewards shadow --report` file named by data.gate.reward_shadow_report."""
-    from training_platform.paths import resolve_data_path
+    from training_platform.core.paths import resolve_data_path
     from training_platform.training.rewards.shadow import approval_problem
 
     loc = "data.gate.reward_shadow_report"
@@ -126,7 +126,7 @@ def offline_shadow_report(cfg, profile_name: str, min_spearman: float) -> dict[s
 
 def keep(run, files: list[tuple[str, dict[str, Any]]]) -> None:
     """Write the gate files into the run dir and record them in its manifest."""
-    from training_platform.data.io import write_json
+    from training_platform.core.files import write_json
 
     for relative, content in files:
         path = run.path / relative

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from training_platform.core.paths import display_path, resolve_data_path
 from training_platform.data.formats import DatasetError, load_examples
-from training_platform.paths import display_path, resolve_data_path
 from training_platform.training.config import FieldError, JobConfig
 
 

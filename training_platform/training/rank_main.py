@@ -21,8 +21,10 @@ import traceback
 from contextlib import suppress
 from pathlib import Path
 
+from training_platform.core.files import atomic_write_text
+from training_platform.core.timeutil import now_iso
 from training_platform.training.distributed import DistContext
-from training_platform.training.rundir import RunDir, atomic_write_text, now_iso, redact
+from training_platform.training.rundir import RunDir, redact
 
 LAUNCH_FILE = "launch.json"
 RESULT_FILE = "result.json"
@@ -38,7 +40,7 @@ def error_file(run: RunDir, rank: int) -> Path:
 
 def _die_with_launcher() -> None:
     """A rank must not outlive the launcher that started it (SIGTERM when it dies, even by SIGKILL)."""
-    from training_platform.procutil import PR_SET_PDEATHSIG, load_libc
+    from training_platform.core.procutil import PR_SET_PDEATHSIG, load_libc
 
     libc = load_libc()
     if libc is not None:

@@ -16,7 +16,6 @@ runs/<run-id>/
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -25,27 +24,17 @@ import subprocess
 import sys
 import tarfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from training_platform.core.files import atomic_write_text, sha256_file
+from training_platform.core.timeutil import now_iso
+
 CHECKPOINT_PREFIX = "step_"
 SECRET_ENV_PATTERN = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|ACCESS_KEY|PRIVATE_KEY)", re.I)
 SECRET_VALUE_PATTERN = re.compile(r"(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|AKIA[0-9A-Z]{16})")
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def redact(text: str) -> str:
@@ -54,12 +43,6 @@ def redact(text: str) -> str:
         if SECRET_ENV_PATTERN.search(name) and value and len(value) >= 6:
             text = text.replace(value, f"<redacted:{name}>")
     return SECRET_VALUE_PATTERN.sub("<redacted>", text)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def checkpoint_name(step: int) -> str:

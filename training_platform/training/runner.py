@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from training_platform.paths import resolve_data_path, runs_dir
+from training_platform.core.paths import resolve_data_path, runs_dir
+from training_platform.core.timeutil import now_iso
 from training_platform.training.config import (
     ConfigError,
     FieldError,
@@ -30,7 +31,7 @@ from training_platform.training.config import (
 from training_platform.training.distributed import DistContext
 from training_platform.training.engines import get_builder, get_engine
 from training_platform.training.run_writer import RunWriter
-from training_platform.training.rundir import RunDir, environment_info, now_iso, redact
+from training_platform.training.rundir import RunDir, environment_info, redact
 from training_platform.training.stop_signal import StopSignal, TrainingStopped
 
 log = logging.getLogger("training_platform.train")

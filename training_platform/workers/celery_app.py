@@ -11,7 +11,7 @@ from __future__ import annotations
 from celery import Celery
 from kombu import Exchange, Queue
 
-from training_platform.settings import get_settings
+from training_platform.core.settings import get_settings
 
 QUEUES = ("train", "data", "eval", "maintenance", "inference")
 RECOVERY_TASK = "training_platform.workers.tasks.recover_stale_jobs"

@@ -28,11 +28,11 @@ import shutil
 import threading
 from pathlib import Path
 
+from training_platform.core.settings import Settings
 from training_platform.db import crud
 from training_platform.db import datasets_crud as dcrud
 from training_platform.db.models import Dataset, DatasetVersionRecord, JobStatus
 from training_platform.db.session import session_scope
-from training_platform.settings import Settings
 from training_platform.workers import supervisor
 from training_platform.workers.celery_app import app
 
@@ -299,15 +299,15 @@ class DataJobSupervisor(supervisor.JobSupervisor):
     def _run_gate(self, job_id: int, config: dict, owner_id: int) -> str:
         """A quality gate on a version (training_platform/data/gate.py): the report is stored with the job's
         success in one transaction; failing checks are the report's verdict, not the job's failure."""
+        from training_platform.core.files import sha256_file
+        from training_platform.core.path_policy import reader_for_owner
         from training_platform.data.gate import GateError
-        from training_platform.data.versions import file_sha256
         from training_platform.db import gates_crud
-        from training_platform.path_policy import reader_for_owner
 
         try:
             version = self._input_version(config)
             path = dcrud.absolute(version.path, self.settings)
-            if file_sha256(path) != version.sha256:
+            if sha256_file(path) != version.sha256:
                 raise DataJobFailed("version_id", f"the file of version {version.id} was modified")
             with session_scope() as session:
                 reader = reader_for_owner(session, owner_id)
@@ -372,8 +372,8 @@ class DataJobSupervisor(supervisor.JobSupervisor):
     def _preflight(self, config: dict, owner_id: int) -> tuple[int, DatasetVersionRecord, dict, dict]:
         """The input version exists and its file is intact; the parameters are still valid, their paths still
         readable by the job's owner (the path policy again, right before the files are opened)."""
-        from training_platform.data.versions import file_sha256
-        from training_platform.path_policy import reader_for_owner
+        from training_platform.core.files import sha256_file
+        from training_platform.core.path_policy import reader_for_owner
 
         if not isinstance(config, dict) or config.get("operation") not in dcrud.OPERATIONS:
             raise DataJobFailed("operation", f"not a dataset operation job config: {config!r:.200}")
@@ -389,7 +389,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         path = dcrud.absolute(version.path, self.settings)
         if not path.is_file():
             raise DataJobFailed("version_id", f"the file of version {version.id} is missing: {version.path}")
-        actual = file_sha256(path)
+        actual = sha256_file(path)
         if actual != version.sha256:
             raise DataJobFailed("version_id", f"the file of version {version.id} was modified: sha256 {actual} "
                                               f"!= {version.sha256}")

@@ -26,10 +26,10 @@ from typing import Any
 
 from sqlmodel import select
 
+from training_platform.core.settings import Settings
 from training_platform.db import crud, eval_crud
 from training_platform.db.models import Checkpoint, Job, JobStatus
 from training_platform.db.session import session_scope
-from training_platform.settings import Settings
 from training_platform.workers import supervisor
 from training_platform.workers.celery_app import app
 
@@ -164,7 +164,7 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
     def _path_problems(self, job: Job, config) -> list[tuple[str, str]]:
         """The path policy again, for the job's owner, right before anything is opened: the model directory and
         every path field of the benchmarks (a symlink swapped in after submission is refused here)."""
-        from training_platform.path_policy import check_model_paths, check_path, is_hub_id, reader_for_owner
+        from training_platform.core.path_policy import check_model_paths, check_path, is_hub_id, reader_for_owner
 
         with session_scope() as session:
             reader = reader_for_owner(session, job.owner_id)

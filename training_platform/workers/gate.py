@@ -84,26 +84,26 @@ def check_data_gate(cfg, *, job_id: int | None, data_dir: Path) -> tuple[dict[st
     import json
     import shutil
 
+    from training_platform.core.files import sha256_file
+    from training_platform.core.paths import resolve_data_path
+    from training_platform.core.settings import get_settings
     from training_platform.data.gate import GateError
-    from training_platform.data.versions import file_sha256
     from training_platform.db import gates_crud
     from training_platform.db.session import session_scope
-    from training_platform.paths import resolve_data_path
-    from training_platform.settings import get_settings
     from training_platform.training.gate_check import OVERRIDE_FILE, SHADOW_FILE, failing_summary, shadow_rule
 
     settings = get_settings()
     gate = cfg.data.gate
     train = resolve_data_path(cfg.data.train_file)
-    eval_shas = [file_sha256(resolve_data_path(p)) for p in gate.eval_sets]
-    reference_sha = file_sha256(resolve_data_path(gate.reference)) if gate.reference else None
+    eval_shas = [sha256_file(resolve_data_path(p)) for p in gate.eval_sets]
+    reference_sha = sha256_file(resolve_data_path(gate.reference)) if gate.reference else None
     with session_scope() as session:
         try:
             profile = gates_crud.resolve_profile(session, settings, gate.profile, loc="data.gate.profile")
         except GateError as exc:
             return _check("gate", False, str(exc)), [{"loc": loc, "msg": msg} for loc, msg in exc.errors]
         version = gates_crud.version_for_file(session, train, settings)
-        sha = file_sha256(train)
+        sha = sha256_file(train)
         found = gates_crud.passing_report(session, sha, profile, eval_shas, reference_sha)
         report, report_id = (found.report, found.id) if found is not None else (None, None)
         version_id = version.id if version is not None else None

@@ -54,8 +54,8 @@ def redis_client():
 def model_cache():
     global _cache
     if _cache is None:
+        from training_platform.core.settings import get_settings
         from training_platform.inference.serving import ModelCache, load_model
-        from training_platform.settings import get_settings
 
         settings = get_settings()
         device = settings.inference_device
@@ -125,9 +125,9 @@ class RequestRefused(Exception):
 
 def _parse(payload: Any):
     """The message again, checked (the API validated it; a message on the broker is not trusted further)."""
+    from training_platform.core.path_policy import inside_allowed_roots
+    from training_platform.core.settings import get_settings
     from training_platform.inference.serving import GenerateParams
-    from training_platform.path_policy import inside_allowed_roots
-    from training_platform.settings import get_settings
 
     if not isinstance(payload, dict):
         raise RequestRefused(400, "malformed inference request")
@@ -165,7 +165,7 @@ def generates_text(path: Path) -> bool:
 
 
 def _scrub(text: str, path: Path, label: str) -> str:
-    from training_platform.settings import get_settings
+    from training_platform.core.settings import get_settings
     from training_platform.training.rundir import redact
 
     text = redact(text).replace(str(path), label)

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from training_platform.procutil import die_with_parent
+from training_platform.core.procutil import die_with_parent
 
 CELERY = [sys.executable, "-m", "celery", "-A", "training_platform.workers.celery_app"]
 DEFAULT_API_APP = "training_platform.api.app:app"
@@ -543,9 +543,9 @@ def _started(proc: subprocess.Popen, ready: Callable[[], bool], timeout_s: float
 def run_platform(*, host: str, port: int, app: str, grace_s: float, api_workers: int = 1, ray: bool = False,
                  echo=print) -> int:
     """`tp up`. Returns the exit code."""
+    from training_platform.core.settings import get_settings
     from training_platform.db.migrate import upgrade
     from training_platform.db.session import get_engine
-    from training_platform.settings import get_settings
 
     settings = get_settings()
     data_dir = settings.data_path

@@ -22,11 +22,12 @@ from typing import Any
 from sqlalchemy import update
 from sqlmodel import Session, select
 
+from training_platform.core.settings import get_settings
+from training_platform.core.timeutil import utcnow
 from training_platform.db import eval_crud
-from training_platform.db.models import Checkpoint, EvalSchedule, Job, User, utcnow
+from training_platform.db.models import Checkpoint, EvalSchedule, Job, User
 from training_platform.db.session import session_scope
 from training_platform.evaluation.request import EvalRequest, RequestError, next_fire_time
-from training_platform.settings import get_settings
 
 log = logging.getLogger("training_platform.workers.scheduler")
 

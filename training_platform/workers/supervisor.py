@@ -45,11 +45,12 @@ from sqlalchemy import case, func, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, select
 
+from training_platform.core.procutil import die_with_parent, load_libc
+from training_platform.core.settings import Settings, get_settings
+from training_platform.core.timeutil import utcnow
 from training_platform.db import crud
-from training_platform.db.models import Job, JobEvent, JobStatus, utcnow
+from training_platform.db.models import Job, JobEvent, JobStatus
 from training_platform.db.session import session_scope
-from training_platform.procutil import die_with_parent, load_libc
-from training_platform.settings import Settings, get_settings
 from training_platform.workers import gate
 from training_platform.workers.ingest import RunIngest
 
@@ -412,7 +413,7 @@ class JobSupervisor:
     def _path_problems(self, job: Job) -> list:
         """The path policy again, for the job's owner, before preflight opens anything: every path field of the
         config (a symlink swapped in after submission, a dataset unshared since, is refused here)."""
-        from training_platform.path_policy import check_marked, reader_for_owner, training_config_paths
+        from training_platform.core.path_policy import check_marked, reader_for_owner, training_config_paths
         from training_platform.training.config import ConfigError, FieldError, parse_config
 
         try:

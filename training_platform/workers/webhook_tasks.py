@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 from training_platform import webhooks
-from training_platform.settings import get_settings
+from training_platform.core.settings import get_settings
 from training_platform.workers.celery_app import WEBHOOK_TASK, app
 
 log = logging.getLogger("training_platform.workers.webhooks")

@@ -18,9 +18,10 @@ from sqlalchemy.exc import IntegrityError
 from training_platform.api import schemas
 from training_platform.api.deps import AdminUser, CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, conflict, not_found
+from training_platform.core.timeutil import utcnow
 from training_platform.db import endpoints_crud
 from training_platform.db.models import Endpoint as EndpointRow
-from training_platform.db.models import User, utcnow
+from training_platform.db.models import User
 from training_platform.endpoints import (
     MAX_MODEL_NAME,
     MAX_MODELS,

@@ -24,6 +24,9 @@ from sqlmodel import select
 from training_platform.api import schemas
 from training_platform.api.deps import AdminUser, CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, conflict, not_found
+from training_platform.core.path_policy import reader_for
+from training_platform.core.timeutil import utcnow
+from training_platform.core.userpath import UserFile
 from training_platform.data.gate import (
     CHECKS,
     MAX_EVAL_SETS,
@@ -34,9 +37,7 @@ from training_platform.data.gate import (
 )
 from training_platform.db import crud
 from training_platform.db import gates_crud as gcrud
-from training_platform.db.models import GateProfileRecord, GateReportRecord, JobEvent, JobStatus, utcnow
-from training_platform.path_policy import reader_for
-from training_platform.userpath import UserFile
+from training_platform.db.models import GateProfileRecord, GateReportRecord, JobEvent, JobStatus
 
 log = logging.getLogger("training_platform.api.gates")
 

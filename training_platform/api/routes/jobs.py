@@ -31,6 +31,7 @@ from training_platform.api.deps import (
 )
 from training_platform.api.errors import ValidationFailed, config_error, conflict, scrub
 from training_platform.api.jobspec import OverrideError, apply_overrides, check_job_config
+from training_platform.core.settings import Settings
 from training_platform.db import crud
 from training_platform.db.models import (
     TERMINAL,
@@ -43,7 +44,6 @@ from training_platform.db.models import (
     User,
 )
 from training_platform.job_files import remove_job_files
-from training_platform.settings import Settings
 from training_platform.training.config import ConfigError
 from training_platform.training.launchers.status import distributed_info
 from training_platform.training.rundir import RunDir

@@ -17,7 +17,8 @@ from sqlmodel import select
 from training_platform.api import broker
 from training_platform.api.deps import CurrentUser, SessionDep, SettingsDep
 from training_platform.api.schemas import as_utc
-from training_platform.db.models import Job, JobStatus, utcnow
+from training_platform.core.timeutil import utcnow
+from training_platform.db.models import Job, JobStatus
 
 router = APIRouter(prefix="/monitoring", tags=["monitoring"])
 

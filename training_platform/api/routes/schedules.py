@@ -15,8 +15,11 @@ from sqlmodel import Session, select
 from training_platform.api import errors, schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, conflict, not_found
+from training_platform.core.path_policy import reader_for
+from training_platform.core.settings import Settings
+from training_platform.core.timeutil import utcnow
 from training_platform.db import eval_crud
-from training_platform.db.models import Checkpoint, EvalSchedule, Job, User, utcnow
+from training_platform.db.models import Checkpoint, EvalSchedule, Job, User
 from training_platform.evaluation.request import (
     EvalRequest,
     RequestError,
@@ -24,8 +27,6 @@ from training_platform.evaluation.request import (
     parse_cron,
     parse_metric_key,
 )
-from training_platform.path_policy import reader_for
-from training_platform.settings import Settings
 
 log = logging.getLogger("training_platform.api.schedules")
 

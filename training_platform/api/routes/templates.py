@@ -23,7 +23,8 @@ from sqlmodel import Session, select
 from training_platform.api import errors, schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep
 from training_platform.api.errors import ValidationFailed, conflict, forbidden, not_found
-from training_platform.db.models import JobTemplate, User, utcnow
+from training_platform.core.timeutil import utcnow
+from training_platform.db.models import JobTemplate, User
 from training_platform.training.config import ConfigError, check_rules, parse_config
 
 log = logging.getLogger("training_platform.api.templates")

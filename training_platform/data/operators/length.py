@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from training_platform.core.userpath import ModelRef
 from training_platform.data.operators.base import Filter, OpParams, register_operator
-from training_platform.userpath import ModelRef
 
 
 class LengthParams(OpParams):

@@ -10,8 +10,8 @@ from typing import Literal
 
 from pydantic import Field
 
+from training_platform.core.userpath import UserDir
 from training_platform.training.algorithms.base import AlgorithmParams, AlgorithmSpec
-from training_platform.userpath import UserDir
 
 
 class Params(AlgorithmParams):

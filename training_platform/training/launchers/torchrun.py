@@ -85,7 +85,7 @@ def _failed_rank(run: RunDir, nproc: int, tail: list[str]) -> tuple[int | None, 
 
 
 def launch(run: RunDir, *, nproc: int, stop: StopSignal) -> LaunchOutcome:
-    from training_platform.procutil import die_with_parent
+    from training_platform.core.procutil import die_with_parent
 
     ranks_dir(run).mkdir(exist_ok=True)
     threads = max(1, _cores() // nproc)

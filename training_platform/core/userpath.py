@@ -6,7 +6,7 @@
 A field typed `UserPath` / `UserFile` / `UserDir` / `ModelRef` (also inside `X | None`, `list[X]`) carries a
 `PathMarker`; `user_paths(model)` walks a validated pydantic model and yields every marked value with its field path,
 so the API (at submission) and the workers (before opening anything) check the same set of fields with
-`training_platform.path_policy`. The annotation also bounds the value: no NUL, at most 4096 bytes, no component over
+`core.path_policy`. The annotation also bounds the value: no NUL, at most 4096 bytes, no component over
 255 bytes (the limits of Linux file systems), so such a value is a 422 naming the field instead of a crash later.
 
 This module imports nothing of the platform: the domain configs (training, evaluation, data operations) use it.

@@ -31,10 +31,10 @@ from pydantic import BaseModel
 from sqlalchemy import or_
 from sqlmodel import Session, select
 
+from training_platform.core.settings import Settings
+from training_platform.core.userpath import PathMarker, path_limit_problem, user_paths
 from training_platform.db.models import Dataset, DatasetVersionRecord, Job, RegisteredModel, User
-from training_platform.settings import Settings
 from training_platform.training.config import FieldError
-from training_platform.userpath import PathMarker, path_limit_problem, user_paths
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _JOB_DIR = re.compile(r"^job-(\d{1,18})(?:\.attempt-\d{1,9})?$")
@@ -240,7 +240,7 @@ def is_hub_id(value: str, settings: Settings) -> bool:
 
 def check_marked(paths: Iterable[tuple[str, str, PathMarker]], settings: Settings, reader: Reader,
                  prefix: str = "") -> list[FieldError]:
-    """The policy over marked fields (see `training_platform.userpath`); a `model` field that is a hub id passes
+    """The policy over marked fields (see `training_platform.core.userpath`); a `model` field that is a hub id passes
     (registered model names must have been substituted by the caller)."""
     errors = []
     for loc, value, marker in paths:
