@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from training_platform.core.errors import InvalidInput
+
 __all__ = [
     "PLATFORM_ENDPOINT",
     "RESERVED_NAMES",
@@ -74,11 +76,11 @@ _PLATFORM_ENV = re.compile(r"^(DATABASE_URL|REDIS_URL|TP_.*)$")
 Source = Literal["env", "admin", "platform"]
 
 
-class EndpointError(ValueError):
+class EndpointError(InvalidInput):
     """A problem with an endpoint reference or definition; `field` is the request field it concerns (if any)."""
 
     def __init__(self, message: str, field: str | None = None):
-        super().__init__(message)
+        super().__init__([(field or "", message)], message=message)
         self.field = field
 
 
@@ -92,6 +94,9 @@ class ModelNotServed(EndpointError):
 
 class EndpointConfigError(EndpointError):
     """TP_ENDPOINTS / TP_ENDPOINTS_FILE cannot be read: an operator's mistake, reported as such."""
+
+    http_status = 500  # not the caller's input
+    exit_code = 1
 
 
 class OutboundRefused(EndpointError):

@@ -36,6 +36,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from training_platform.core.errors import InvalidInput
+
 log = logging.getLogger("training_platform.webhooks")
 
 EVENTS = ("job.succeeded", "job.failed", "job.cancelled")
@@ -53,16 +55,19 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 USER_AGENT = "training-platform-webhooks/1"
 
 
-class WebhookError(ValueError):
+class WebhookError(InvalidInput):
     """A webhook definition the rules refuse; `field` is the request field it concerns."""
 
     def __init__(self, message: str, field: str | None = None):
-        super().__init__(message)
+        super().__init__([(field or "", message)], message=message)
         self.field = field
 
 
 class WebhookConfigError(WebhookError):
     """TP_WEBHOOK_HOSTS cannot be parsed: the operator's mistake, reported as such."""
+
+    http_status = 500  # not the caller's input
+    exit_code = 1
 
 
 # ---------------------------------------------------------------------------------------------- the allowlist

@@ -197,11 +197,11 @@ def test_recipe_errors_name_their_place():
         ], "colour": "blue"})
     errors = info.value.errors
     assert ("colour", "unknown key; a recipe has name, description, format and operators") in errors
-    assert ("operators[0].unit", "Input should be 'chars', 'words' or 'tokens'") in errors
-    assert ("operators[1]", "Value error, unit tokens needs a tokenizer") in errors
+    assert ("operators[0].unit", "must be one of 'chars', 'words' or 'tokens', got 'lines'") in errors
+    assert ("operators[1]", "unit tokens needs a tokenizer") in errors
     assert any(e[0] == "operators[2].op" and "unknown operator 'no_such_op'" in e[1] for e in errors)
-    assert ("operators[3].kindz", "Extra inputs are not permitted") in errors
-    assert ("operators[4].min_alnum_ratio", "Input should be less than or equal to 1") in errors
+    assert ("operators[3].kindz", "unknown field (did you mean 'kinds'?)") in errors
+    assert ("operators[4].min_alnum_ratio", "must be <= 1.0, got 2") in errors
     assert ("operators[5].op", "each operator needs `op: <name>`") in errors
 
 

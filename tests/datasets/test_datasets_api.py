@@ -334,8 +334,8 @@ def test_operation_parameters_are_validated_up_front(api):
     assert locs({"operation": "clean", "params": {}})[0][0] == "params.recipe"
     assert locs({"operation": "explode"})[0][0] == "operation"
     assert locs({"operation": "dedup", "params": {"threshold": 1.5, "num_perm": 1}}) == [
-        ("params.threshold", "Input should be less than or equal to 1"),
-        ("params.num_perm", "Input should be greater than or equal to 2")]
+        ("params.threshold", "must be <= 1.0, got 1.5"),
+        ("params.num_perm", "must be >= 2, got 1")]
     assert locs({"operation": "dedup", "params": {"bands": 4}}) == [("params.bands", "bands and rows go together")]
     assert locs({"operation": "dedup", "params": {"treshold": 0.5}})[0][0] == "params.treshold"
     assert locs({"operation": "convert", "params": {"to": "preference_plain"}}) == [

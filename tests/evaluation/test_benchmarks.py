@@ -37,7 +37,7 @@ def test_gsm8k_items_and_bad_rows(tmp_path):
                                                {"question": "q", "answer": "#### none"}])
     with pytest.raises(EvalDataError) as info:
         get_benchmark(BenchmarkSpec(name="gsm8k", data=str(bad))).load_items()
-    errors = info.value.errors
+    errors = [str(e) for e in info.value.errors]
     assert errors[0].endswith("bad.jsonl:2: missing or empty 'answer'")
     assert errors[1].endswith("bad.jsonl:3: missing or empty 'question'")
     assert "bad.jsonl:4: no final answer" in errors[2]
@@ -154,7 +154,7 @@ def test_load_rows_formats(tmp_path):
     (tmp_path / "c.jsonl").write_text('{"question": "q"}\nnot json\n[1]\n')
     with pytest.raises(EvalDataError) as info:
         load_rows(tmp_path / "c.jsonl")
-    assert [e.split(": ", 1)[0].rsplit(":", 1)[1] for e in info.value.errors] == ["2", "3"]
+    assert [e.split(": ", 1)[0].rsplit(":", 1)[1] for e in map(str, info.value.errors)] == ["2", "3"]
 
 
 def test_config_validation():

@@ -47,10 +47,9 @@ def test_errors_name_the_field_the_user_wrote():
                                                                       + ", ".join(sorted(BENCHMARKS))}
     errors = _errors({"benchmarks": ["gsm8k", {"name": "humaneval", "top_p": 0}],
                       "generation": {"max_new_tokens": 0}, "backend": {"batch_size": 0}})
-    assert errors["backend.batch_size"].startswith("Input should be greater than or equal to 1")
-    assert errors["generation.max_new_tokens"] == ("Input should be greater than or equal to 1 (the default for "
-                                                   "'gsm8k', 'humaneval')")
-    assert errors["benchmarks.1.top_p"].startswith("Input should be greater than 0")
+    assert errors["backend.batch_size"] == "must be >= 1, got 0"
+    assert errors["generation.max_new_tokens"] == "must be >= 1, got 0 (the default for 'gsm8k', 'humaneval')"
+    assert errors["benchmarks.1.top_p"] == "must be > 0.0, got 0"
 
 
 def test_a_cross_field_rule_broken_by_a_default_blames_the_default():

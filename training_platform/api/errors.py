@@ -1,7 +1,8 @@
 """One error shape for every 4xx: `{"detail": "message"}` or, for validation, `{"detail": [{"loc", "msg"}, ...]}`.
 
-Request validation errors (FastAPI's RequestValidationError) and job config errors (the training config's own
-`ConfigError`) are both turned into the list form, listing every problem with a readable field path.
+Request validation errors (FastAPI's RequestValidationError) and the platform's own errors (core/errors.py: every
+`InvalidInput` such as a job's `ConfigError`, and `NotFound` / `Conflict` / `Unavailable`) have one handler each:
+invalid input in the list form, listing every problem with a readable field path, the others as one message.
 
 The OpenAPI spec says so too (`document`): the 422 body is the real `{"detail": [{"loc": "a.b", "msg"}]}` (a
 string `loc`, not FastAPI's list), and every operation lists the status codes it can answer: 401 when it needs a
@@ -24,8 +25,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from training_platform.api import schemas
-from training_platform.db.models import IllegalTransition
-from training_platform.training.config import ConfigError, FieldError, translate_pydantic_error
+from training_platform.core.errors import FieldError, InvalidInput, PlatformError
+from training_platform.training.config import ConfigError, translate_pydantic_error
 
 log = logging.getLogger("training_platform.api")
 
@@ -262,14 +263,15 @@ async def _on_request_validation(request: Request, exc: RequestValidationError) 
     return JSONResponse({"detail": seen}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
 
 
-async def _on_config_error(request: Request, exc: ConfigError) -> JSONResponse:
-    return JSONResponse({"detail": [{"loc": e.path, "msg": scrub(e.reason)} for e in exc.errors]},
-                        status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
-
-
-async def _on_illegal_transition(request: Request, exc: IllegalTransition) -> JSONResponse:
-    # A worker moved the job between our read and our write.
-    return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_409_CONFLICT)
+async def _on_platform_error(request: Request, exc: PlatformError) -> JSONResponse:
+    """The platform's own errors (core/errors.py), whatever raised them: invalid input as the field list, the
+    others (not found, conflict, unavailable) as one message. An IllegalTransition is a worker that moved the job
+    between our read and our write: 409."""
+    if isinstance(exc, InvalidInput):
+        detail: Any = [{"loc": e.path, "msg": scrub(e.reason)} for e in exc.errors]
+    else:
+        detail = scrub(str(exc))
+    return JSONResponse({"detail": detail}, status_code=exc.http_status)
 
 
 async def _on_unhandled(request: Request, exc: Exception) -> JSONResponse:
@@ -280,7 +282,6 @@ async def _on_unhandled(request: Request, exc: Exception) -> JSONResponse:
 def install(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _on_http_exception)
     app.add_exception_handler(RequestValidationError, _on_request_validation)
-    app.add_exception_handler(ConfigError, _on_config_error)
-    app.add_exception_handler(IllegalTransition, _on_illegal_transition)
+    app.add_exception_handler(PlatformError, _on_platform_error)
     app.add_exception_handler(Exception, _on_unhandled)
     document(app)

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlmodel import Session
 
+from training_platform.core.errors import FieldError, InvalidInput
 from training_platform.core.path_policy import (
     check_marked,
     check_path,
@@ -26,7 +27,7 @@ from training_platform.core.path_policy import (
 from training_platform.core.settings import Settings
 from training_platform.core.userpath import raw_user_paths
 from training_platform.db.models import User
-from training_platform.training.config import ConfigError, FieldError, JobConfig, check_rules, parse_config
+from training_platform.training.config import ConfigError, JobConfig, check_rules, parse_config
 
 
 def _set(config: dict, loc: str, value: str) -> None:
@@ -97,10 +98,10 @@ MAX_OVERRIDES = 100  # keys per clone request
 MAX_OVERRIDE_DEPTH = 16  # dotted parts per key (a config is 4 deep)
 
 
-class OverrideError(ValueError):
+class OverrideError(InvalidInput):
     def __init__(self, key: str, reason: str):
         self.key, self.reason = key, reason
-        super().__init__(f"{key}: {reason}")
+        super().__init__([(key, reason)])
 
 
 def apply_overrides(config: dict, overrides: dict[str, Any]) -> dict:

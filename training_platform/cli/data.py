@@ -10,14 +10,13 @@ and their errors on stderr; reports are JSON files.
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import typer
 
 from training_platform.cli.common import err as _err
+from training_platform.cli.common import guard
 
 data_app = typer.Typer(help="Dataset utilities.", no_args_is_help=True)
 synth_app = typer.Typer(help="Generate synthetic datasets.", no_args_is_help=True)
@@ -28,42 +27,26 @@ def register(app: typer.Typer) -> None:
     app.add_typer(data_app, name="data")
 
 
-@contextlib.contextmanager
-def _guard() -> Iterator[None]:
-    """Map the data layer's errors to exit codes: 2 for bad input, 1 for anything unexpected."""
-    from pydantic import ValidationError
-
+def _data_errors(exc: BaseException) -> int | None:
+    """Bad rows as `line N: field: reason`; a recipe's problems prefixed with `recipe:`."""
     from training_platform.data.clean import RecipeError
     from training_platform.data.formats import DatasetError
 
-    try:
-        yield
-    except typer.Exit:
-        raise
-    except DatasetError as exc:
+    if isinstance(exc, DatasetError):
         for error in exc.errors:
             _err(str(error))
         if exc.total_bad > len({e.line for e in exc.errors}):
             _err(f"{exc.total_bad} bad rows in all")
-        raise typer.Exit(2) from None
-    except RecipeError as exc:
-        for where, why in exc.errors:
-            _err(f"recipe: {where}: {why}")
-        raise typer.Exit(2) from None
-    except ValidationError as exc:
-        for error in exc.errors():
-            loc = ".".join(str(p) for p in error["loc"])
-            _err(f"{loc}: {error['msg']}")
-        raise typer.Exit(2) from None
-    except (ValueError, FileNotFoundError, IsADirectoryError) as exc:
-        _err(str(exc))
-        raise typer.Exit(2) from None
-    except KeyboardInterrupt:
-        _err("FATAL: interrupted")
-        raise typer.Exit(1) from None
-    except Exception as exc:  # noqa: BLE001 - the CLI's last resort
-        _err(f"FATAL: {type(exc).__name__}: {exc}")
-        raise typer.Exit(1) from None
+        return 2
+    if isinstance(exc, RecipeError):
+        for error in exc.errors:
+            _err(f"recipe: {error}")
+        return 2
+    return None
+
+
+def _guard():
+    return guard(_data_errors)
 
 
 def _need_file(path: Path, option: str = "input") -> None:

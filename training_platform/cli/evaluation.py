@@ -11,16 +11,15 @@ sandbox that refuses to run code here), 1 unexpected failure.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from training_platform.cli.common import err as _err
+from training_platform.cli.common import guard
 
 eval_app = typer.Typer(help="Evaluate models: GSM8K, MATH, HumanEval, multiple choice, custom sets.",
                        no_args_is_help=True)
@@ -35,37 +34,21 @@ def register(app: typer.Typer) -> None:
 
 
 
-@contextlib.contextmanager
-def _guard() -> Iterator[None]:
-    from pydantic import ValidationError
-
+def _eval_errors(exc: BaseException) -> int | None:
     from training_platform.evaluation.benchmarks import EvalDataError
     from training_platform.evaluation.sandbox import SandboxUnavailable
 
-    try:
-        yield
-    except typer.Exit:
-        raise
-    except EvalDataError as exc:
+    if isinstance(exc, EvalDataError):
         _err(str(exc))
-        raise typer.Exit(2) from None
-    except SandboxUnavailable as exc:
+        return 2
+    if isinstance(exc, SandboxUnavailable):
         _err(f"sandbox: {exc}")
-        raise typer.Exit(2) from None
-    except ValidationError as exc:
-        for error in exc.errors():
-            loc = ".".join(str(p) for p in error["loc"])
-            _err(f"{loc}: {error['msg']}" if loc else error["msg"])
-        raise typer.Exit(2) from None
-    except (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
-        _err(str(exc))
-        raise typer.Exit(2) from None
-    except KeyboardInterrupt:
-        _err("FATAL: interrupted")
-        raise typer.Exit(1) from None
-    except Exception as exc:  # noqa: BLE001 - the CLI's last resort
-        _err(f"FATAL: {type(exc).__name__}: {exc}")
-        raise typer.Exit(1) from None
+        return 2
+    return None
+
+
+def _guard():
+    return guard(_eval_errors)
 
 
 def _pairs(values: list[str], option: str) -> dict[str, str]:

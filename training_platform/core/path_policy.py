@@ -31,10 +31,10 @@ from pydantic import BaseModel
 from sqlalchemy import or_
 from sqlmodel import Session, select
 
+from training_platform.core.errors import FieldError
 from training_platform.core.settings import Settings
 from training_platform.core.userpath import PathMarker, path_limit_problem, user_paths
 from training_platform.db.models import Dataset, DatasetVersionRecord, Job, RegisteredModel, User
-from training_platform.training.config import FieldError
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _JOB_DIR = re.compile(r"^job-(\d{1,18})(?:\.attempt-\d{1,9})?$")

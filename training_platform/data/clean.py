@@ -28,16 +28,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from training_platform.core.errors import InvalidInput, pydantic_errors
 from training_platform.core.files import write_json
 from training_platform.data.formats import DATA_FORMATS, DatasetError, RowError, detect_format
 from training_platform.data.io import RowWriter, iter_records, read_json_or_yaml
 from training_platform.data.operators import OPERATORS, OpContext, Operator
 
 
-class RecipeError(ValueError):
-    def __init__(self, errors: list[tuple[str, str]]):
-        self.errors = errors
-        super().__init__("\n".join(f"{where}: {why}" for where, why in errors))
+class RecipeError(InvalidInput):
+    """A cleaning recipe the rules refuse: (where, why) pairs, one per line."""
+
+    separator = "\n"
 
 
 @dataclass
@@ -99,9 +100,7 @@ def parse_recipe(data: Any) -> Recipe:
         try:
             steps.append(RecipeStep(name, OPERATORS[name].Params.model_validate(params)))
         except ValidationError as exc:
-            for err in exc.errors():
-                loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
-                errors.append((f"{where}{loc}", err["msg"]))
+            errors += pydantic_errors(exc, prefix=where, known_fields=OPERATORS[name].Params.model_fields)
     if errors:
         raise RecipeError(errors)
     return Recipe(steps=steps, **meta)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from training_platform.core.errors import InvalidInput
 from training_platform.data.formats import (
     DATA_FORMATS,
     SHAREGPT_ROLES,
@@ -43,11 +44,11 @@ _TO_SHAREGPT = {"user": "human", "assistant": "gpt", "system": "system", "tool":
 _RL_COLUMNS = ("prompt", "answer", "data_source", "ability", "extra_info")
 
 
-class ConversionError(ValueError):
+class ConversionError(InvalidInput):
     def __init__(self, field: str, reason: str):
         self.field = field
         self.reason = reason
-        super().__init__(f"{field}: {reason}")
+        super().__init__([(field, reason)])
 
 
 def target_format(name: str) -> str:

@@ -43,6 +43,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from training_platform.core.errors import InvalidInput, pydantic_errors
 from training_platform.core.files import sha256_file
 
 GATE_REPORT_VERSION = 1
@@ -54,12 +55,8 @@ ProfileName = Annotated[str, StringConstraints(min_length=1, max_length=64, patt
 Verdict = Literal["pass", "fail", "skipped"]
 
 
-class GateError(ValueError):
+class GateError(InvalidInput):
     """Bad gate input (profile, files): [(loc, msg)]."""
-
-    def __init__(self, errors: list[tuple[str, str]]):
-        self.errors = errors
-        super().__init__("; ".join(f"{loc}: {msg}" for loc, msg in errors))
 
 
 # ---------------------------------------------------------------------------------------------- registry
@@ -122,13 +119,6 @@ def profile_hash(profile: GateProfile) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _loc(prefix: str, parts) -> str:
-    out = prefix
-    for p in parts:
-        out += f"[{p}]" if isinstance(p, int) else f".{p}"
-    return out
-
-
 def parse_profile(name: str, raw: Any, *, loc: str = "") -> GateProfile:
     """A profile from its JSON/YAML form {"description", "checks": {check: {param: value}}}: every check known,
     every parameter valid (filled in with defaults). Raises GateError naming each problem's field path."""
@@ -156,13 +146,13 @@ def parse_profile(name: str, raw: Any, *, loc: str = "") -> GateProfile:
             try:
                 normalized[check_name] = spec.params.model_validate(params).model_dump(mode="json")
             except ValidationError as exc:
-                errors += [(_loc(where, e["loc"]), e["msg"].removeprefix("Value error, ")) for e in exc.errors()]
+                errors += pydantic_errors(exc, prefix=where, known_fields=spec.params.model_fields)
     description = raw.get("description", "")
     try:
         profile = GateProfile(name=name, description=description if description is not None else "",
                               checks=normalized)
     except ValidationError as exc:
-        errors += [(_loc(loc or "<profile>", e["loc"]), e["msg"]) for e in exc.errors()]
+        errors += pydantic_errors(exc, prefix=loc or "<profile>")
         profile = None
     if errors:
         raise GateError(errors)

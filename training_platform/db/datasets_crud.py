@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import Text, cast, or_, update
 from sqlmodel import Session, select
 
+from training_platform.core.errors import InvalidInput, pydantic_errors
 from training_platform.core.path_policy import Reader, check_marked, check_path, is_hub_id, resolve_path, shown
 from training_platform.core.settings import Settings
 from training_platform.core.timeutil import utcnow
@@ -57,20 +58,16 @@ INGEST, AUDIT = "ingest", "audit"
 CAP_SETTINGS = {"rows": "TP_MAX_DATASET_ROWS", "bytes": "TP_MAX_DATASET_EXPANDED_MB", "row_bytes": "TP_MAX_ROW_MB"}
 
 
-class OperationInvalid(ValueError):
+class OperationInvalid(InvalidInput):
     """Bad operation parameters: [(loc, msg)] with locs like `params.recipe.operators[0].unit`."""
 
-    def __init__(self, errors: list[tuple[str, str]]):
-        self.errors = errors
-        super().__init__("; ".join(f"{loc}: {msg}" for loc, msg in errors))
 
-
-class IngestRefused(ValueError):
+class IngestRefused(InvalidInput):
     """The file was refused (policy reject with bad rows, or a file-level problem); nothing was stored."""
 
     def __init__(self, errors: list[tuple[str, str]], *, rows: int = 0, bad_rows: int = 0, policy: str = "reject"):
-        self.errors, self.rows, self.bad_rows, self.policy = errors, rows, bad_rows, policy
-        super().__init__("; ".join(f"{loc}: {msg}" for loc, msg in errors[:5]))
+        self.rows, self.bad_rows, self.policy = rows, bad_rows, policy
+        super().__init__(errors, message="; ".join(f"{loc}: {msg}" for loc, msg in errors[:5]))
 
 
 # ---------------------------------------------------------------------------------------------- content store
@@ -604,14 +601,8 @@ PARAMS: dict[str, type[_Params]] = {"clean": CleanParams, "dedup": DedupParams, 
 
 
 def _pydantic_errors(exc: ValidationError, model: type[BaseModel]) -> list[tuple[str, str]]:
-    out = []
-    for err in exc.errors():
-        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
-        msg = err["msg"]
-        if err.get("type") == "extra_forbidden":
-            msg = f"unknown parameter; use {', '.join(model.model_fields)}"
-        out.append((f"params{loc}", msg))
-    return out
+    return [(e.path, f"unknown parameter; use {', '.join(model.model_fields)}") if e.reason.startswith("unknown field")
+            else e for e in pydantic_errors(exc, prefix="params", known_fields=model.model_fields)]
 
 
 def _local_path(loc: str, value: str, settings: Settings, reader: Reader, *,
@@ -642,8 +633,7 @@ def _judge_errors(judge: JudgeParams, settings: Settings) -> list[tuple[str, str
     try:
         config = _judge_config(judge.model_dump())
     except ValidationError as exc:
-        return [(".".join(["params.judge", *map(str, e["loc"])]), e["msg"].removeprefix("Value error, "))
-                for e in exc.errors()]
+        return list(pydantic_errors(exc, prefix="params.judge"))
     try:
         worker_resolver(settings).resolve(config.endpoint, config.model, field="endpoint", model_field="model")
     except EndpointConfigError as exc:

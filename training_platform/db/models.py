@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, Boolean, Column, ForeignKey, Index, Integer, Text, UniqueConstraint, false
 from sqlmodel import Field, SQLModel
 
+from training_platform.core.errors import Conflict
 from training_platform.core.timeutil import utcnow
 
 
@@ -34,8 +35,8 @@ TRANSITIONS: dict[JobStatus, set[JobStatus]] = {
 }
 
 
-class IllegalTransition(ValueError):
-    pass
+class IllegalTransition(Conflict):
+    """A job status change the state machine (TRANSITIONS) does not allow."""
 
 
 class User(SQLModel, table=True):

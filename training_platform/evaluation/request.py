@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from training_platform.core.errors import InvalidInput, pydantic_errors, translate_pydantic_error
 from training_platform.evaluation.config import BenchmarkSpec, EvalConfig, ModelSpec, SandboxSpec
 
 __all__ = ["OUTBOUND_FIELDS", "EvalRequest", "GenerationDefaults", "RequestError", "next_fire_time", "parse_cron",
@@ -28,12 +29,8 @@ __all__ = ["OUTBOUND_FIELDS", "EvalRequest", "GenerationDefaults", "RequestError
 OUTBOUND_FIELDS = ("base_url", "api_key_env", "api_key", "url")
 
 
-class RequestError(ValueError):
+class RequestError(InvalidInput):
     """Every problem found, as (field path, reason) pairs."""
-
-    def __init__(self, errors: list[tuple[str, str]]):
-        self.errors = errors
-        super().__init__("; ".join(f"{loc}: {msg}" for loc, msg in errors))
 
 
 class GenerationDefaults(BaseModel):
@@ -112,7 +109,7 @@ class EvalRequest(BaseModel):
         try:
             model = ModelSpec(path=model_path, **self.backend)
         except ValidationError as exc:
-            errors += [(_join("backend", e["loc"]), e["msg"].removeprefix("Value error, ")) for e in exc.errors()]
+            errors += pydantic_errors(exc, prefix="backend")
             model = None
         specs = []
         from_defaults: dict[tuple[str, str], list[str]] = {}  # one error per default, naming the benchmarks
@@ -122,29 +119,29 @@ class EvalRequest(BaseModel):
             except ValidationError as exc:
                 for e in exc.errors():
                     field = str(e["loc"][0]) if e["loc"] else ""
+                    msg = translate_pydantic_error(e).reason
                     if field in injected[i]:
-                        from_defaults.setdefault((_join("generation", e["loc"]), e["msg"]), []).append(spec["name"])
+                        from_defaults.setdefault((_join("generation", e["loc"]), msg), []).append(spec["name"])
                         continue
                     if not e["loc"]:  # a cross-field rule: blame the generation default if it took part
                         involved = sorted(injected[i] & {"n_samples", "temperature", "k"})
                         loc = f"generation.{involved[0]}" if involved else f"benchmarks.{i}"
-                        msg = e["msg"]
                     else:
-                        loc, msg = _join(f"benchmarks.{i}", e["loc"]), e["msg"]
-                    errors.append((loc, msg.removeprefix("Value error, ")))
+                        loc = _join(f"benchmarks.{i}", e["loc"])
+                    errors.append((loc, msg))
         for (loc, msg), names in from_defaults.items():
             errors.append((loc, f"{msg} (the default for {', '.join(map(repr, names))})"))
         try:
             sandbox = SandboxSpec(**self.sandbox)
         except ValidationError as exc:
-            errors += [(_join("sandbox", e["loc"]), e["msg"]) for e in exc.errors()]
+            errors += pydantic_errors(exc, prefix="sandbox")
             sandbox = None
         if errors:
             raise RequestError(_unique(errors))
         try:
             return EvalConfig(model=model, benchmarks=specs, seed=self.seed, sandbox=sandbox, name=name)
         except ValidationError as exc:
-            raise RequestError([(_join("", e["loc"]) or "benchmarks", e["msg"].removeprefix("Value error, "))
+            raise RequestError([(_join("", e["loc"]) or "benchmarks", translate_pydantic_error(e).reason)
                                 for e in exc.errors()]) from None
 
 

@@ -11,13 +11,14 @@ Validation happens in three layers, and every layer reports ALL its errors as (f
 from __future__ import annotations
 
 import copy
-import difflib
 import re
 from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import Field, StringConstraints, ValidationError, model_validator
 
+from training_platform.core.errors import FieldError, InvalidInput, pydantic_errors
+from training_platform.core.errors import translate_pydantic_error as _translate
 from training_platform.core.userpath import ModelRef, UserFile
 from training_platform.training.algorithms import ALGORITHMS
 from training_platform.training.algorithms.base import StrictModel
@@ -26,28 +27,10 @@ from training_platform.training.launchers import resolve as resolve_launcher
 from training_platform.training.rewards import REWARDS
 
 
-class FieldError(tuple):
-    """(path, reason); printed as `path: reason`."""
+class ConfigError(InvalidInput):
+    """A job config the validation layers refuse: every problem, one `path: reason` per line."""
 
-    def __new__(cls, path: str, reason: str):
-        return super().__new__(cls, (path, reason))
-
-    @property
-    def path(self) -> str:
-        return self[0]
-
-    @property
-    def reason(self) -> str:
-        return self[1]
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.reason}"
-
-
-class ConfigError(Exception):
-    def __init__(self, errors: list[FieldError]):
-        self.errors = errors
-        super().__init__("\n".join(str(e) for e in errors))
+    separator = "\n"
 
 
 # ---------------------------------------------------------------------------------------------- sections
@@ -267,30 +250,6 @@ class JobConfig(StrictModel):
 
 
 # pydantic names the member of a plain union in the location (`target_modules.list[str]`); not a field.
-_UNION_MEMBER = re.compile(
-    r"^(list|dict|tuple|set|literal|str|int|float|bool|none|function-\w+|constrained-\w+)(\[.*\])?$"
-)
-
-
-def _is_union_member(item: object) -> bool:
-    return isinstance(item, str) and bool(_UNION_MEMBER.match(item))
-
-
-def _loc_to_path(loc: tuple) -> str:
-    parts: list[str] = []
-    for i, item in enumerate(loc):
-        # The discriminated union inserts the tag into the location: algorithm.grpo.beta -> algorithm.beta
-        if i == 1 and loc[0] == "algorithm" and item in ALGORITHMS:
-            continue
-        if _is_union_member(item):
-            continue
-        if isinstance(item, int):
-            parts.append(f"[{item}]")
-        else:
-            parts.append(("." if parts else "") + str(item))
-    return "".join(parts) or "<root>"
-
-
 def _known_field_names() -> set[str]:
     names: set[str] = set()
     models = [JobConfig, ModelSection, LoraSection, DataSection, SamplingSection, CurriculumStage, DifficultyMix,
@@ -301,60 +260,10 @@ def _known_field_names() -> set[str]:
     return names
 
 
-def _got(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def translate_pydantic_error(err: dict, prefix: str = "", known_fields: set[str] | None = None) -> FieldError:
-    """One pydantic error -> `path: reason`. `prefix` places errors of a nested model (reward params) in the
-    config; `known_fields` are the candidates for the "did you mean" hint (default: every config field)."""
-    loc = err["loc"]
-    path = _loc_to_path(tuple(loc))
-    if prefix:
-        path = prefix if path == "<root>" else prefix + ("" if path.startswith("[") else ".") + path
-    kind, ctx, value = err["type"], err.get("ctx", {}), err.get("input")
-    if kind == "greater_than_equal":
-        reason = f"must be >= {ctx['ge']}, got {_got(value)}"
-    elif kind == "greater_than":
-        reason = f"must be > {ctx['gt']}, got {_got(value)}"
-    elif kind == "less_than_equal":
-        reason = f"must be <= {ctx['le']}, got {_got(value)}"
-    elif kind == "less_than":
-        reason = f"must be < {ctx['lt']}, got {_got(value)}"
-    elif kind == "extra_forbidden":
-        key = str(loc[-1])
-        close = difflib.get_close_matches(key, known_fields or _known_field_names(), n=1)
-        reason = "unknown field" + (f" (did you mean '{close[0]}'?)" if close else "")
-    elif kind == "missing":
-        reason = "required field is missing"
-    elif kind == "literal_error":
-        reason = f"must be one of {ctx.get('expected')}, got {_got(value)}"
-    elif kind == "union_tag_invalid":
-        reason = f"unknown algorithm {_got(ctx.get('tag'))}; expected one of {', '.join(ALGORITHMS)}"
-        path = "algorithm.name"
-    elif kind == "union_tag_not_found":
-        reason = f"required field is missing; expected one of {', '.join(ALGORITHMS)}"
-        path = "algorithm.name"
-    elif kind in ("int_type", "int_parsing", "int_from_float"):
-        reason = f"must be an integer, got {_got(value)}"
-    elif kind in ("float_type", "float_parsing"):
-        reason = f"must be a number, got {_got(value)}"
-    elif kind in ("bool_type", "bool_parsing"):
-        reason = f"must be true or false, got {_got(value)}"
-    elif kind in ("string_type",):
-        reason = f"must be a string, got {_got(value)}"
-    elif kind in ("list_type",):
-        reason = f"must be a list, got {_got(value)}"
-    elif kind in ("dict_type", "model_type", "model_attributes_type"):
-        reason = f"must be a mapping, got {_got(value)}"
-    elif kind == "string_too_short":
-        reason = "must not be empty"
-    elif kind == "value_error":
-        reason = str(ctx.get("error", err["msg"]))
-    else:
-        reason = f"{err['msg']}, got {_got(value)}"
-    return FieldError(path, reason)
+    """One pydantic error of a job config (core's translator with the config's field names for the "did you mean"
+    hint and the algorithm tags of its discriminated union)."""
+    return _translate(err, prefix, known_fields or _known_field_names(), {"algorithm": tuple(ALGORITHMS)})
 
 
 def _dedupe(errors: list[FieldError]) -> list[FieldError]:
@@ -367,16 +276,6 @@ def _dedupe(errors: list[FieldError]) -> list[FieldError]:
     return out
 
 
-def _merge_union_reasons(errors: list[FieldError]) -> list[FieldError]:
-    """pydantic reports a value that fits no member of a union once per member: one `a, or b` reason instead."""
-    by_path: dict[str, list[str]] = {}
-    for e in errors:
-        reasons = by_path.setdefault(e.path, [])
-        if e.reason not in reasons:
-            reasons.append(e.reason)
-    return [FieldError(path, ", or ".join(reasons)) for path, reasons in by_path.items()]
-
-
 def parse_config(raw: Any) -> JobConfig:
     """Layer 1: types, ranges, unknown keys. Raises ConfigError with every error."""
     if not isinstance(raw, dict):
@@ -384,8 +283,8 @@ def parse_config(raw: Any) -> JobConfig:
     try:
         return JobConfig.model_validate(raw)
     except ValidationError as exc:
-        errors = [translate_pydantic_error(e) for e in exc.errors()]
-        raise ConfigError(_merge_union_reasons(errors)) from None
+        raise ConfigError(pydantic_errors(exc, known_fields=_known_field_names(),
+                                          union_tags={"algorithm": tuple(ALGORITHMS)})) from None
 
 
 def check_rules(cfg: JobConfig) -> list[FieldError]:

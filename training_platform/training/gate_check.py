@@ -20,7 +20,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from training_platform.training.config import ConfigError, FieldError
+from training_platform.core.errors import FieldError
+from training_platform.training.config import ConfigError
 
 GATE_REPORTS_ENV = "TP_GATE_REPORTS_DIR"
 OVERRIDE_FILE = "gate_override.json"

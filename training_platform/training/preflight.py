@@ -11,9 +11,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from training_platform.core.errors import FieldError
 from training_platform.core.paths import display_path, resolve_data_path
 from training_platform.data.formats import DatasetError, load_examples
-from training_platform.training.config import FieldError, JobConfig
+from training_platform.training.config import JobConfig
 
 
 def resolve_model_ref(ref: str) -> tuple[str, bool]:

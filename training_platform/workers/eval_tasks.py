@@ -149,7 +149,7 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
         try:
             prepared = prepare_benchmarks(config)
         except EvalDataError as exc:
-            details = getattr(exc, "errors", None) or []
+            details = exc.messages
             msg = str(exc) + (": " + "; ".join(str(d) for d in details[:10]) if details else "")
             raise EvalPreflightFailed([*checks, {"name": "data", "ok": False}], [{"loc": "benchmarks", "msg": msg}]) \
                 from None

@@ -187,7 +187,7 @@ def validate_job(body: schemas.JobValidate, session: SessionDep, user: CurrentUs
 
 def _verl_problems(cfg) -> list:
     """The verl config generated from the job, with our checks and verl's validate_config (as in the dry run)."""
-    from training_platform.training.config import FieldError
+    from training_platform.core.errors import FieldError
     from training_platform.training.engines.verl import engine
 
     try:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from training_platform.core.errors import InvalidInput
 from training_platform.evaluation.config import BenchmarkSpec
 from training_platform.evaluation.generation import GenerationRequest
 from training_platform.evaluation.metrics import Metric, accuracy_metric, pass_at_k_metrics
@@ -39,12 +40,13 @@ __all__ = [
 ]
 
 
-class EvalDataError(ValueError):
+class EvalDataError(InvalidInput):
     """A data file is missing, unreadable or has bad rows (`errors`: 'file:line: reason' strings)."""
 
     def __init__(self, message: str, errors: Sequence[str] = ()):
-        super().__init__(message if not errors else f"{message}\n" + "\n".join(errors[:20]))
-        self.errors = list(errors)
+        super().__init__([("", e) for e in errors] or message,
+                         message=message if not errors else f"{message}\n" + "\n".join(errors[:20]))
+        self.messages = list(errors)
 
 
 @dataclass

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from training_platform.core.errors import InvalidInput
+
 UNSTABLE_VARIANCE = 0.08
 SHADOW_OPERATION = "reward_shadow"  # a shadow test's data job: config.operation and jobs.algorithm
 MAX_LIMIT = 100_000
@@ -36,12 +38,8 @@ MAX_TOP_K = 10_000
 BATCH = 64
 
 
-class ShadowInputError(ValueError):
+class ShadowInputError(InvalidInput):
     """Bad input (spec, data, bounds): `errors` are (field, reason)."""
-
-    def __init__(self, errors: list[tuple[str, str]]):
-        self.errors = errors
-        super().__init__("; ".join(f"{f}: {r}" for f, r in errors))
 
 
 # ---------------------------------------------------------------------------------------------- specs

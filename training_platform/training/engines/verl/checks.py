@@ -13,7 +13,7 @@ import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from training_platform.training.config import FieldError
+from training_platform.core.errors import FieldError
 
 if TYPE_CHECKING:  # pragma: no cover
     from omegaconf import DictConfig

@@ -9,7 +9,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from training_platform.training.config import ConfigError, FieldError
+from training_platform.core.errors import FieldError
+from training_platform.training.config import ConfigError
 from training_platform.training.engines.verl import mapping
 
 if TYPE_CHECKING:  # pragma: no cover
