@@ -393,10 +393,10 @@ def test_admin_endpoints_are_resolved_by_the_worker_and_rechecked(api, listeners
 
 def _validate_score(api, judge: dict, **kwargs):
     """validate_operation as alice (the paths in score params are checked for their reader)."""
-    from training_platform.core.path_policy import reader_for
     from training_platform.core.settings import get_settings
     from training_platform.db import datasets_crud as dcrud
     from training_platform.db.models import User
+    from training_platform.services.access import reader_for
 
     with session_scope() as session:
         reader = reader_for(session, session.get(User, api.user_ids["alice"]))

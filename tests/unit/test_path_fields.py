@@ -147,8 +147,9 @@ def test_a_user_named_dotdot_gets_no_area_above_users(tmp_path):
     """Defence in depth (the API's name pattern already refuses it): users/<name> must stay one component."""
     from types import SimpleNamespace
 
-    from training_platform.core.path_policy import Reader, readable
+    from training_platform.core.path_policy import readable
     from training_platform.core.settings import Settings
+    from training_platform.services.access import UserReader as Reader
 
     settings = Settings(TP_DATA_DIR=str(tmp_path))
     (tmp_path / "users" / "x").mkdir(parents=True)

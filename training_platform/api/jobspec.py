@@ -17,17 +17,12 @@ from typing import Any
 from sqlmodel import Session
 
 from training_platform.core.errors import FieldError, InvalidInput
-from training_platform.core.path_policy import (
-    check_marked,
-    check_path,
-    reader_for,
-    training_config_paths,
-    visible_model_by_name,
-)
+from training_platform.core.path_policy import check_marked, check_path
 from training_platform.core.settings import Settings
 from training_platform.core.userpath import raw_user_paths
 from training_platform.db.models import User
-from training_platform.training.config import ConfigError, JobConfig, check_rules, parse_config
+from training_platform.services.access import reader_for, visible_model_by_name
+from training_platform.training.config import ConfigError, JobConfig, check_rules, parse_config, training_config_paths
 
 
 def _set(config: dict, loc: str, value: str) -> None:

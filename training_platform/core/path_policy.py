@@ -15,8 +15,9 @@ Admins may read anything inside the allowed roots (TP_DATA_DIR and TP_MODEL_ROOT
 `org/name` that names nothing local is not a path. Messages name the field and show paths relative to TP_DATA_DIR,
 never the server's absolute paths.
 
-Also here: which registered models and datasets a user may see (`model_visible`, `dataset_visible` and their SQL
-forms), so the listings and the path areas follow one rule.
+The rules are here and need no database: a `Reader` (the protocol below) answers the ownership questions. The
+platform's reader, backed by the database, and the visibility rules of registered models and datasets (so listings
+and path areas follow one rule) are in `services/access.py`.
 """
 
 from __future__ import annotations
@@ -24,17 +25,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import BaseModel
-from sqlalchemy import or_
-from sqlmodel import Session, select
 
 from training_platform.core.errors import FieldError
 from training_platform.core.settings import Settings
 from training_platform.core.userpath import PathMarker, path_limit_problem, user_paths
-from training_platform.db.models import Dataset, DatasetVersionRecord, Job, RegisteredModel, User
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _JOB_DIR = re.compile(r"^job-(\d{1,18})(?:\.attempt-\d{1,9})?$")
@@ -44,99 +42,26 @@ _USER_AREA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
 EVERYONE_AREAS = ("demo", "shared")
 
 
-# ---------------------------------------------------------------------------------------------- visibility
-
-
-def model_visible(user: User, model: RegisteredModel) -> bool:
-    return user.is_admin or model.owner_id is None or model.owner_id == user.id or bool(model.shared)
-
-
-def model_visible_clause(user: User):
-    return or_(RegisteredModel.owner_id == user.id, RegisteredModel.owner_id.is_(None),
-               RegisteredModel.shared == True)  # noqa: E712 - SQL
-
-
-def dataset_visible(user: User, dataset: Dataset) -> bool:
-    return user.is_admin or dataset.owner_id == user.id or bool(dataset.shared)
-
-
-def dataset_visible_clause(user: User):
-    return or_(Dataset.owner_id == user.id, Dataset.shared == True)  # noqa: E712 - SQL
-
-
-def visible_model_by_name(session: Session, user: User, name: str) -> RegisteredModel | None:
-    model = session.exec(select(RegisteredModel).where(RegisteredModel.name == name)).first()
-    return model if model is not None and model_visible(user, model) else None
-
-
 # ---------------------------------------------------------------------------------------------- the reader
 
 
-@dataclass
-class Reader:
-    """Who reads: a user, with database lookups for the areas that depend on ownership (cached per instance)."""
-
-    user: User
-    session: Session
-    _jobs: dict[int, bool] = field(default_factory=dict)
-    _shas: dict[str, bool] = field(default_factory=dict)
-    _models: list[Path] | None = None
-    _run_dirs: list[Path] | None = None
+class Reader(Protocol):
+    """Who reads, and the ownership questions the areas depend on (services/access.py answers them from the
+    database)."""
 
     @property
-    def is_admin(self) -> bool:
-        return bool(self.user.is_admin)
+    def user_name(self) -> str: ...
 
-    def owns_job(self, job_id: int) -> bool:
-        if job_id not in self._jobs:
-            job = self.session.get(Job, job_id) if job_id < 2**63 else None
-            self._jobs[job_id] = job is not None and job.owner_id == self.user.id
-        return self._jobs[job_id]
+    @property
+    def is_admin(self) -> bool: ...
 
-    def can_read_content(self, sha256: str) -> bool:
-        if sha256 not in self._shas:
-            row = self.session.exec(
-                select(DatasetVersionRecord.id).join(Dataset, Dataset.id == DatasetVersionRecord.dataset_id)
-                .where(DatasetVersionRecord.sha256 == sha256, dataset_visible_clause(self.user)).limit(1)).first()
-            self._shas[sha256] = row is not None
-        return self._shas[sha256]
+    def owns_job(self, job_id: int) -> bool: ...
 
-    def model_dirs(self, settings: Settings) -> list[Path]:
-        if self._models is None:
-            rows = self.session.exec(select(RegisteredModel.path).where(model_visible_clause(self.user))).all()
-            self._models = []
-            for path in rows:
-                try:
-                    self._models.append(resolve_path(path, settings))
-                except (OSError, RuntimeError):
-                    continue
-        return self._models
+    def can_read_content(self, sha256: str) -> bool: ...
 
+    def model_dirs(self, settings: Settings) -> list[Path]: ...
 
-    def run_dirs(self, settings: Settings) -> list[Path]:
-        """The directories the workers recorded for this user's jobs (`runs/job-N`, `evals/job-N` normally)."""
-        if self._run_dirs is None:
-            rows = self.session.exec(select(Job.run_dir).where(Job.owner_id == self.user.id,
-                                                               Job.run_dir.is_not(None))).all()
-            self._run_dirs = []
-            for path in rows:
-                try:
-                    resolved = resolve_path(path, settings)
-                except (OSError, RuntimeError):
-                    continue
-                if inside_allowed_roots(resolved, settings) and resolved != settings.data_path:
-                    self._run_dirs.append(resolved)
-        return self._run_dirs
-
-
-def reader_for(session: Session, user: User) -> Reader:
-    return Reader(user=user, session=session)
-
-
-def reader_for_owner(session: Session, owner_id: int) -> Reader | None:
-    """The reader for a job's owner (the workers' re-check); None when the user no longer exists."""
-    user = session.get(User, owner_id)
-    return None if user is None else Reader(user=user, session=session)
+    def run_dirs(self, settings: Settings) -> list[Path]: ...
 
 
 # ---------------------------------------------------------------------------------------------- paths
@@ -180,8 +105,8 @@ def _area_root(settings: Settings, *parts: str) -> Path:
 def readable(path: Path, reader: Reader, settings: Settings) -> bool:
     """Is the resolved `path` inside an area `reader` may read?"""
     roots = [_area_root(settings, name) for name in EVERYONE_AREAS] + _model_roots(settings)
-    if _USER_AREA.match(reader.user.name or ""):  # one plain component (never "..": that would be D itself)
-        roots.append(_area_root(settings, "users", reader.user.name))
+    if _USER_AREA.match(reader.user_name or ""):  # one plain component (never "..": that would be D itself)
+        roots.append(_area_root(settings, "users", reader.user_name))
     if any(_under(path, root) for root in roots):
         return True
     if reader.is_admin:
@@ -222,7 +147,7 @@ def check_path(loc: str, value: str, settings: Settings, reader: Reader) -> Fiel
         return FieldError(loc, f"{name!r} is outside the allowed directories ({where})")
     # One message whatever lies behind the name (a symlink out, another user's file, nothing): nothing to probe.
     areas = ("anything in the allowed directories" if reader.is_admin else
-             f"runs/job-N and evals/job-N of your jobs, users/{reader.user.name}/, the files of your datasets and of "
+             f"runs/job-N and evals/job-N of your jobs, users/{reader.user_name}/, the files of your datasets and of "
              "shared ones, demo/, shared/, the model roots, registered models you may use")
     return FieldError(loc, f"{name!r} resolves outside the allowed directories or the areas you may read ({areas})")
 
@@ -255,17 +180,3 @@ def check_marked(paths: Iterable[tuple[str, str, PathMarker]], settings: Setting
 def check_model_paths(model: BaseModel, settings: Settings, reader: Reader, prefix: str = "") -> list[FieldError]:
     """Every marked path field of a validated model."""
     return check_marked(user_paths(model), settings, reader, prefix)
-
-
-def training_config_paths(cfg) -> list[tuple[str, str, PathMarker]]:
-    """The marked paths of a validated JobConfig, reward params included (they are validated per reward)."""
-    from training_platform.training.rewards import get_reward
-
-    found = list(user_paths(cfg))
-    for i, reward in enumerate(cfg.rewards):
-        try:
-            params = get_reward(reward.name).params_model.model_validate(reward.params)
-        except Exception:  # noqa: BLE001 - reported by the config rules; nothing to check here
-            continue
-        found += list(user_paths(params, f"rewards[{i}].params"))
-    return found

@@ -523,3 +523,18 @@ def effective_config(cfg: JobConfig) -> dict:
 
 def json_schema() -> dict:
     return JobConfig.model_json_schema()
+
+
+def training_config_paths(cfg) -> list:
+    """The marked paths of a validated JobConfig, reward params included (they are validated per reward)."""
+    from training_platform.core.userpath import user_paths
+    from training_platform.training.rewards import get_reward
+
+    found = list(user_paths(cfg))
+    for i, reward in enumerate(cfg.rewards):
+        try:
+            params = get_reward(reward.name).params_model.model_validate(reward.params)
+        except Exception:  # noqa: BLE001 - reported by the config rules; nothing to check here
+            continue
+        found += list(user_paths(params, f"rewards[{i}].params"))
+    return found

@@ -300,9 +300,9 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         """A quality gate on a version (training_platform/data/gate.py): the report is stored with the job's
         success in one transaction; failing checks are the report's verdict, not the job's failure."""
         from training_platform.core.files import sha256_file
-        from training_platform.core.path_policy import reader_for_owner
         from training_platform.data.gate import GateError
         from training_platform.db import gates_crud
+        from training_platform.services.access import reader_for_owner
 
         try:
             version = self._input_version(config)
@@ -373,7 +373,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         """The input version exists and its file is intact; the parameters are still valid, their paths still
         readable by the job's owner (the path policy again, right before the files are opened)."""
         from training_platform.core.files import sha256_file
-        from training_platform.core.path_policy import reader_for_owner
+        from training_platform.services.access import reader_for_owner
 
         if not isinstance(config, dict) or config.get("operation") not in dcrud.OPERATIONS:
             raise DataJobFailed("operation", f"not a dataset operation job config: {config!r:.200}")

@@ -164,7 +164,8 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
     def _path_problems(self, job: Job, config) -> list[tuple[str, str]]:
         """The path policy again, for the job's owner, right before anything is opened: the model directory and
         every path field of the benchmarks (a symlink swapped in after submission is refused here)."""
-        from training_platform.core.path_policy import check_model_paths, check_path, is_hub_id, reader_for_owner
+        from training_platform.core.path_policy import check_model_paths, check_path, is_hub_id
+        from training_platform.services.access import reader_for_owner
 
         with session_scope() as session:
             reader = reader_for_owner(session, job.owner_id)

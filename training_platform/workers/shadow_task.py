@@ -18,7 +18,8 @@ log = logging.getLogger("training_platform.workers.shadow")
 
 def run_shadow(sup, job_id: int, config: dict, owner_id: int) -> str:
     """`sup`: the DataJobSupervisor that claimed the job."""
-    from training_platform.core.path_policy import check_path, reader_for_owner, resolve_path
+    from training_platform.core.path_policy import check_path, resolve_path
+    from training_platform.services.access import reader_for_owner
     from training_platform.training.rewards.shadow import ShadowInputError, shadow_report
     from training_platform.workers.data_tasks import DataJobFailed
 

@@ -414,8 +414,9 @@ class JobSupervisor:
         """The path policy again, for the job's owner, before preflight opens anything: every path field of the
         config (a symlink swapped in after submission, a dataset unshared since, is refused here)."""
         from training_platform.core.errors import FieldError
-        from training_platform.core.path_policy import check_marked, reader_for_owner, training_config_paths
-        from training_platform.training.config import ConfigError, parse_config
+        from training_platform.core.path_policy import check_marked
+        from training_platform.services.access import reader_for_owner
+        from training_platform.training.config import ConfigError, parse_config, training_config_paths
 
         try:
             cfg = parse_config(job.config)

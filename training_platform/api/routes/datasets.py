@@ -35,18 +35,12 @@ from training_platform.api import errors, schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, conflict, forbidden, not_found
 from training_platform.api.limits import drain
-from training_platform.core.path_policy import (
-    check_path,
-    dataset_visible,
-    dataset_visible_clause,
-    reader_for,
-    resolve_path,
-    shown,
-)
+from training_platform.core.path_policy import check_path, resolve_path, shown
 from training_platform.core.settings import Settings
 from training_platform.db import crud
 from training_platform.db import datasets_crud as dcrud
 from training_platform.db.models import TERMINAL, Dataset, DatasetVersionRecord, Job, User
+from training_platform.services.access import dataset_visible, dataset_visible_clause, reader_for
 
 log = logging.getLogger("training_platform.api.datasets")
 

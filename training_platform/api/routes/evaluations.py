@@ -21,11 +21,11 @@ from sqlmodel import Session, select
 from training_platform.api import errors, schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, not_found
-from training_platform.core.path_policy import reader_for
 from training_platform.core.settings import Settings
 from training_platform.db import eval_crud
 from training_platform.db.models import EvalSample, Evaluation, Job, JobStatus, User
 from training_platform.evaluation.request import EvalRequest, RequestError
+from training_platform.services.access import reader_for
 
 log = logging.getLogger("training_platform.api.evaluations")
 

@@ -24,7 +24,6 @@ from sqlmodel import select
 from training_platform.api import schemas
 from training_platform.api.deps import AdminUser, CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, conflict, not_found
-from training_platform.core.path_policy import reader_for
 from training_platform.core.timeutil import utcnow
 from training_platform.core.userpath import UserFile
 from training_platform.data.gate import (
@@ -38,6 +37,7 @@ from training_platform.data.gate import (
 from training_platform.db import crud
 from training_platform.db import gates_crud as gcrud
 from training_platform.db.models import GateProfileRecord, GateReportRecord, JobEvent, JobStatus
+from training_platform.services.access import reader_for
 
 log = logging.getLogger("training_platform.api.gates")
 

@@ -18,16 +18,10 @@ from sqlmodel import Session, select
 from training_platform.api import errors, schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, conflict, forbidden, not_found
-from training_platform.core.path_policy import (
-    check_path,
-    model_visible,
-    model_visible_clause,
-    reader_for,
-    resolve_path,
-    shown,
-)
+from training_platform.core.path_policy import check_path, resolve_path, shown
 from training_platform.core.settings import Settings
 from training_platform.db.models import RegisteredModel, User
+from training_platform.services.access import model_visible, model_visible_clause, reader_for
 
 log = logging.getLogger("training_platform.api.models")
 

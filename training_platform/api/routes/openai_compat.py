@@ -50,9 +50,9 @@ from training_platform.api.routes.playground import (
     resolve_registered,
     usage_of,
 )
-from training_platform.core.path_policy import model_visible_clause, visible_model_by_name
 from training_platform.core.settings import get_settings
 from training_platform.db.models import Checkpoint, Job, RegisteredModel, User
+from training_platform.services.access import model_visible_clause, visible_model_by_name
 
 router = APIRouter(prefix="/openai/v1", tags=["openai"])
 

@@ -33,9 +33,10 @@ from starlette.concurrency import run_in_threadpool
 
 from training_platform.api import inference_client, schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, can_see
-from training_platform.core.path_policy import check_path, model_visible, reader_for, resolve_path
+from training_platform.core.path_policy import check_path, resolve_path
 from training_platform.core.settings import Settings, get_settings
 from training_platform.db.models import Checkpoint, Job, RegisteredModel, User
+from training_platform.services.access import model_visible, reader_for
 
 router = APIRouter(prefix="/playground", tags=["playground"])
 

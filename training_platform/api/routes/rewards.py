@@ -12,8 +12,9 @@ from pydantic import Field, StringConstraints, model_validator
 from training_platform.api import schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed
-from training_platform.core.path_policy import check_path, reader_for, resolve_path
+from training_platform.core.path_policy import check_path, resolve_path
 from training_platform.db import crud
+from training_platform.services.access import reader_for
 from training_platform.training.rewards import shadow
 from training_platform.training.rewards.shadow import SHADOW_OPERATION
 

@@ -15,7 +15,6 @@ from sqlmodel import Session, select
 from training_platform.api import errors, schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, conflict, not_found
-from training_platform.core.path_policy import reader_for
 from training_platform.core.settings import Settings
 from training_platform.core.timeutil import utcnow
 from training_platform.db import eval_crud
@@ -27,6 +26,7 @@ from training_platform.evaluation.request import (
     parse_cron,
     parse_metric_key,
 )
+from training_platform.services.access import reader_for
 
 log = logging.getLogger("training_platform.api.schedules")
 
