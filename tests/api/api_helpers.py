@@ -21,6 +21,7 @@ from sqlmodel import select
 from training_platform.db import crud
 from training_platform.db.models import Checkpoint, Job, JobEvent, JobStatus, MetricPoint, RegisteredModel
 from training_platform.db.session import session_scope
+from training_platform.services import jobs as job_service
 
 API = "/api/v1"
 REDIS_TEST_URL = os.environ.get("TP_TEST_API_REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -51,7 +52,7 @@ def set_status(job_id: int, status: str, **fields) -> None:
     with session_scope() as s:
         job = s.get(Job, job_id)
         for step in PATH_TO[status]:
-            crud.transition(s, job, JobStatus(step), reason="test")
+            job_service.transition(s, job, JobStatus(step), reason="test")
         for key, value in fields.items():
             setattr(job, key, value)
         s.add(job)
@@ -67,7 +68,7 @@ def update_job(job_id: int, **fields) -> None:
 
 def transition(job_id: int, to: str, reason: str = "test") -> None:
     with session_scope() as s:
-        crud.transition(s, s.get(Job, job_id), JobStatus(to), reason=reason)
+        job_service.transition(s, s.get(Job, job_id), JobStatus(to), reason=reason)
 
 
 def get_job_row(job_id: int) -> Job | None:
@@ -185,7 +186,6 @@ def running_api(data_dir: Path, db_url: str, **env: str) -> Iterator[Api]:
     from fastapi.testclient import TestClient
 
     from training_platform.api.app import create_app
-    from training_platform.db import crud
     from training_platform.db.session import session_scope
 
     with platform_env(data_dir, db_url, **env):

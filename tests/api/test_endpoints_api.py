@@ -313,7 +313,7 @@ def test_an_endpoint_redirecting_elsewhere_never_hands_over_the_key(api, listene
 
 
 def test_keyed_client_stays_on_its_host(listeners, monkeypatch):
-    from training_platform.endpoints import Endpoint, OutboundRefused, keyed_client
+    from training_platform.core.endpoints import Endpoint, OutboundRefused, keyed_client
 
     attacker, operator = listeners
     monkeypatch.setenv("OPERATOR_KEY", OPERATOR_SECRET)

@@ -22,6 +22,7 @@ from api_helpers import database, ingested, running_api, set_status, valid_confi
 from training_platform.db import crud
 from training_platform.db.models import Evaluation, Job, JobStatus, User
 from training_platform.db.session import session_scope
+from training_platform.services import jobs as job_service
 
 pytestmark = pytest.mark.integration
 
@@ -260,7 +261,7 @@ def _no_queued(kind: str) -> None:
         from sqlmodel import select
 
         for job in s.exec(select(Job).where(Job.kind == kind, Job.status == "queued")).all():
-            crud.transition(s, job, JobStatus.cancelled, reason="test: out of the way")
+            job_service.transition(s, job, JobStatus.cancelled, reason="test: out of the way")
 
 
 def _job(job_id: int) -> Job:

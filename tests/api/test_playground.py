@@ -319,7 +319,7 @@ def test_openai_client_library(served: Served):
 def test_evaluation_backend_on_the_platform_endpoint(served: Served, monkeypatch):
     """The evaluation's OpenAI backend, pointed at this route as an operator's TP_ENDPOINTS entry would be (the
     token as its key), gets the platform model's replies: n samples, seeded."""
-    from training_platform.endpoints import make_endpoint
+    from training_platform.core.endpoints import make_endpoint
     from training_platform.evaluation.generation import GenerationRequest, OpenAIBackend, SamplingParams
 
     monkeypatch.setenv("TP_SELF_KEY", served.api.tokens["alice"])

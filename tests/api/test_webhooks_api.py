@@ -9,8 +9,9 @@ import logging
 import pytest
 from api_helpers import database, running_api
 
-from training_platform import webhooks
 from training_platform.core.settings import get_settings
+from training_platform.services import jobs as job_service
+from training_platform.services import webhooks
 
 pytestmark = pytest.mark.integration
 
@@ -221,12 +222,12 @@ def test_notification_only_when_the_transition_commits(hook_api, monkeypatch):
         job_id = crud.create_job(s, owner=s.get(User, hook_api.user_ids["alice"]), name="hooked",
                                  config=valid_config()).id
     with pytest.raises(RuntimeError), session_scope() as s:
-        crud.transition(s, s.get(Job, job_id), JobStatus.failed, "test")
+        job_service.transition(s, s.get(Job, job_id), JobStatus.failed, "test")
         raise RuntimeError("rolled back")
     assert sent == []
     with session_scope() as s:
         job = s.get(Job, job_id)
-        crud.transition(s, job, JobStatus.failed, "test")
+        job_service.transition(s, job, JobStatus.failed, "test")
         job.error = "boom (set after the transition, before the commit)"
     [item] = sent
     payload = json.loads(item.body)

@@ -9,6 +9,7 @@ import httpx
 import pytest
 from data_helpers import read_jsonl, write_jsonl
 
+from training_platform.core.endpoints import Endpoint, Endpoints, UnknownEndpoint
 from training_platform.data.formats import DatasetError
 from training_platform.data.score import (
     SCORES_KEY,
@@ -18,7 +19,6 @@ from training_platform.data.score import (
     heuristic_scores,
     score_file,
 )
-from training_platform.endpoints import Endpoint, Endpoints, UnknownEndpoint
 
 # The operator's endpoints these tests name (the judge's key variable is JUDGE_KEY; "plain" has none).
 ENDPOINTS = Endpoints([Endpoint("judge", "http://judge.test/v1", "JUDGE_KEY", ("judge-1",)),

@@ -140,7 +140,7 @@ def fake_openai():
 
 @pytest.mark.integration
 def test_openai_backend(fake_openai, monkeypatch):
-    from training_platform.endpoints import Endpoint
+    from training_platform.core.endpoints import Endpoint
 
     monkeypatch.setenv("MY_EVAL_KEY", "sk-test-123")
     backend = OpenAIBackend(Endpoint("local", fake_openai, "MY_EVAL_KEY"), "served-model", max_concurrency=2)
@@ -162,8 +162,8 @@ def test_openai_backend(fake_openai, monkeypatch):
 
 @pytest.mark.integration
 def test_openai_backend_end_to_end_run_never_records_the_key(fake_openai, monkeypatch, tmp_path):
+    from training_platform.core.endpoints import Endpoints
     from training_platform.core.settings import Settings
-    from training_platform.endpoints import Endpoints
     from training_platform.evaluation.config import EvalConfig
     from training_platform.evaluation.runner import run_evaluation
 

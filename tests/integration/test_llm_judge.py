@@ -13,7 +13,7 @@ import yaml
 from _judge_server import JudgeServer
 from _tp import EXAMPLES, read_metrics
 
-from training_platform.endpoints import Endpoint, Endpoints
+from training_platform.core.endpoints import Endpoint, Endpoints
 from training_platform.training.rewards.llm_judge import JudgeReward, LLMJudgeParams, probe_judge
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""training_platform/endpoints.py on its own: definitions (names, http(s) URLs, key variables, models), the
+"""training_platform/core/endpoints.py on its own: definitions (names, http(s) URLs, key variables, models), the
 operator's TP_ENDPOINTS / TP_ENDPOINTS_FILE, resolution order, and the keyed client's headers."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ import json
 import httpx
 import pytest
 
-from training_platform.core.settings import Settings
-from training_platform.endpoints import (
+from training_platform.core.endpoints import (
     Endpoint,
     EndpointConfigError,
     EndpointError,
@@ -22,6 +21,7 @@ from training_platform.endpoints import (
     make_endpoint,
     parse_endpoints,
 )
+from training_platform.core.settings import Settings
 
 pytestmark = pytest.mark.unit
 

@@ -1,10 +1,10 @@
-"""The files of a deleted job (training_platform.job_files): what goes, what the retention rule keeps."""
+"""The files of a deleted job (training_platform.services.job_files): what goes, what the retention rule keeps."""
 
 from __future__ import annotations
 
 import pytest
 
-from training_platform.job_files import job_paths, remove_job_files
+from training_platform.services.job_files import job_paths, remove_job_files
 
 pytestmark = pytest.mark.unit
 

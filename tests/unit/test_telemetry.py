@@ -15,14 +15,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 WRITER = textwrap.dedent("""
     import sys
-    from training_platform import telemetry
+    from training_platform.core import telemetry
     for _ in range(int(sys.argv[1])):
         telemetry.observe_job_finished("train", "grpo", "succeeded", 12.5)
     telemetry.observe_request("GET", "/api/v1/jobs", 200, 0.01)
 """)
 
 READER = textwrap.dedent("""
-    from training_platform import telemetry
+    from training_platform.core import telemetry
     body, _ = telemetry.render()
     print(body.decode())
 """)
@@ -59,13 +59,13 @@ def test_counters_of_two_processes_sum(tmp_path):
     env2 = {**env, "PROMETHEUS_MULTIPROC_DIR": str(explicit)}
     _run(WRITER, env2, "1")
     assert any(explicit.iterdir())
-    _run("from training_platform import telemetry; telemetry.reset_multiproc_dir()", env2)
+    _run("from training_platform.core import telemetry; telemetry.reset_multiproc_dir()", env2)
     assert explicit.is_dir() and not any(explicit.iterdir())
     assert ("tp_jobs_finished_total", labels) not in _samples(_run(READER, env2))
 
 
 def test_label_values_are_bounded():
-    from training_platform import telemetry
+    from training_platform.core import telemetry
 
     assert telemetry.label("sft") == "sft" and telemetry.label("dedup") == "dedup"
     assert telemetry.label("?") == "other" and telemetry.label("x" * 40) == "other"

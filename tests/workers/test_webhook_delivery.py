@@ -1,4 +1,4 @@
-"""Job-end webhooks end to end: a job ends through the supervisor's own code path (crud.transition in
+"""Job-end webhooks end to end: a job ends through the supervisor's own code path (services.jobs.transition in
 JobSupervisor._finish), the notification goes through the broker to a real `celery worker -Q maintenance`, which
 POSTs it, signed, to a real HTTP receiver on 127.0.0.1 (the operator's TP_WEBHOOK_HOSTS names it); 5xx answers are
 retried with backoff; the outcome is recorded on the webhook row."""
@@ -17,7 +17,7 @@ from _wk import sft_config, wait_for
 
 from training_platform.db.models import Webhook
 from training_platform.db.session import session_scope
-from training_platform.webhooks import EVENTS
+from training_platform.services.webhooks import EVENTS
 from training_platform.workers.supervisor import run_next_job
 
 pytestmark = pytest.mark.integration
@@ -93,7 +93,7 @@ def _row(webhook_id: int) -> Webhook:
 
 def _end_job(platform, *, cancel: bool) -> int:
     """Submit a job and run it here through the supervisor: cancelled before it starts, or failed by the path policy
-    (a model outside every area the owner may read). Either ends in JobSupervisor._finish -> crud.transition."""
+    (a model outside every area the owner may read). Either ends in JobSupervisor._finish -> jobs.transition."""
     config = sft_config(5)
     if not cancel:
         config["model"]["path"] = "/etc"

@@ -2,7 +2,7 @@
 
 The log line is `METHOD /path STATUS 12.3ms` (reads: `+0.4ms queued` after it): no query string, no headers, so
 a token can never end up in a log.
-Request counters and latency histograms (training_platform.telemetry: Prometheus, shared by every API process) are
+Request counters and latency histograms (training_platform.core.telemetry: Prometheus, shared by every API process) are
 labelled by the route template (`/api/v1/jobs/{job_id}`), not the raw path, so the number of series stays bounded
 and no id or name ends up in a label.
 """
@@ -15,7 +15,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from training_platform import telemetry
+from training_platform.core import telemetry
 
 log = logging.getLogger("training_platform.api.access")
 

@@ -51,7 +51,7 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(None, validation_alias="REDIS_URL")
     model_roots: str = Field("", validation_alias="TP_MODEL_ROOTS")
     auth_mode: Literal["token", "open"] = Field("token", validation_alias="TP_AUTH_MODE")
-    # Named outbound endpoints (training_platform/endpoints.py): requests name one, never a URL or a key's variable.
+    # Named outbound endpoints (core/endpoints.py): requests name one, never a URL or a key's variable.
     endpoints_json: str | None = Field(None, validation_alias="TP_ENDPOINTS")
     endpoints_file: str | None = Field(None, validation_alias="TP_ENDPOINTS_FILE")
     # Quality-gate profiles of the operator (YAML; training_platform/data/gate.py), read-only over the API.
@@ -85,7 +85,7 @@ class Settings(BaseSettings):
     inference_pickup_timeout_s: float = Field(30.0, validation_alias="TP_INFERENCE_PICKUP_TIMEOUT", gt=0, le=3600)
     inference_timeout_s: float = Field(120.0, validation_alias="TP_INFERENCE_TIMEOUT", gt=0, le=3600)
     inference_max_inflight: int = Field(4, validation_alias="TP_INFERENCE_MAX_INFLIGHT", ge=1, le=1000)
-    # Job-end webhooks (training_platform/webhooks.py): the hosts they may POST to (empty: webhooks disabled), and
+    # Job-end webhooks (services/webhooks.py): the hosts they may POST to (empty: webhooks disabled), and
     # the retry backoff base of a failed delivery (retries after 1x, 4x, 16x it).
     webhook_hosts: str = Field("", validation_alias="TP_WEBHOOK_HOSTS", max_length=10_000)
     webhook_backoff_s: float = Field(5.0, validation_alias="TP_WEBHOOK_BACKOFF", ge=0, le=3600)

@@ -16,7 +16,7 @@ Judge: `mode: judge` sends the row's text in `prompt_template` to `/chat/complet
 the reply as a score out of `max_score` (stored normalised to [0, 1] as `judge`); `mode: reward` posts
 {"model", "input": text} to `reward_path` (vLLM's `/pooling` by default) and stores the first number of
 `data[0]` as `reward`. The server is a named endpoint the operator defined (`endpoint`; see
-training_platform/endpoints.py: TP_ENDPOINTS, or admin-defined ones the data worker looks up): its URL and key are
+training_platform/core/endpoints.py: TP_ENDPOINTS, or admin-defined ones the data worker looks up): its URL and key are
 looked up when scoring starts, never carried in the config or the report. Answers are cached
 (in memory, and in `cache_path` as JSONL when set) by model + prompt; the report counts requests, cache hits, errors
 and latency, so a simulated or cached judge is visible.
@@ -190,7 +190,7 @@ class JudgeConfig(BaseModel):
     @field_validator("endpoint")
     @classmethod
     def _endpoint_name(cls, name: str) -> str:
-        from training_platform.endpoints import EndpointError, check_name
+        from training_platform.core.endpoints import EndpointError, check_name
 
         try:
             return check_name(name)
@@ -218,7 +218,7 @@ class JudgeClient:
     simulate the server. EndpointError when the endpoint is unknown or does not serve the model. Thread-safe."""
 
     def __init__(self, config: JudgeConfig | dict, *, endpoints=None, transport=None):
-        from training_platform.endpoints import Endpoints, has_key, keyed_client
+        from training_platform.core.endpoints import Endpoints, has_key, keyed_client
 
         self.config = config if isinstance(config, JudgeConfig) else JudgeConfig.model_validate(config)
         resolver = endpoints if endpoints is not None else Endpoints.from_env()

@@ -1,6 +1,6 @@
 """Data access shared by the API and the workers: the job state machine, metrics, checkpoints, users, tokens.
 
-Every status change goes through `transition()`, which enforces the state machine and writes a JobEvent.
+Every status change goes through `services.jobs.transition()`, which enforces the state machine and writes a JobEvent.
 """
 
 from __future__ import annotations
@@ -13,15 +13,11 @@ from datetime import datetime, timedelta
 from sqlalchemy import and_, bindparam, delete, func, or_, text
 from sqlmodel import Session, select
 
-from training_platform import telemetry, webhooks
 from training_platform.core.timeutil import utcnow
 from training_platform.db import rollups
 from training_platform.db.models import (
-    TERMINAL,
-    TRANSITIONS,
     ApiToken,
     Checkpoint,
-    IllegalTransition,
     Job,
     JobEvent,
     JobStatus,
@@ -65,36 +61,6 @@ def user_for_token(session: Session, token: str) -> User | None:
 
 
 # ---------------------------------------------------------------------------------------------- jobs
-
-
-def transition(session: Session, job: Job, to: JobStatus | str, reason: str = "") -> JobEvent:
-    """Move a job along the state machine (raises IllegalTransition) and record the event."""
-    current, target = JobStatus(job.status), JobStatus(to)
-    if target not in TRANSITIONS[current]:
-        raise IllegalTransition(f"job {job.id}: {current.value} -> {target.value} is not allowed")
-    now = utcnow()
-    job.status = target.value
-    job.updated_at = now
-    if target == JobStatus.running and job.started_at is None:
-        job.started_at = now
-    if target in TERMINAL:
-        job.finished_at = now
-        started = job.started_at
-        if started is not None and started.tzinfo is None:
-            started = started.replace(tzinfo=now.tzinfo)
-        telemetry.job_finished_on_commit(session, job.kind, job.algorithm, target.value,
-                                         (now - started).total_seconds() if started is not None else None)
-    if target == JobStatus.queued:
-        job.finished_at = None
-        job.worker = None
-        job.heartbeat_at = None
-    event = JobEvent(job_id=job.id, from_status=current.value, to_status=target.value, reason=reason)
-    session.add(job)
-    session.add(event)
-    session.flush()
-    if target in TERMINAL:  # the owner's job-end webhooks, once this commits (delivered by a maintenance worker)
-        webhooks.job_ended_on_commit(session, job, event)
-    return event
 
 
 def create_job(session: Session, *, owner: User, name: str, config: dict, priority: int = 0,

@@ -627,8 +627,8 @@ def _judge_config(params: dict[str, Any]):
 def _judge_errors(judge: JudgeParams, settings: Settings) -> list[tuple[str, str]]:
     """The judge's endpoint known (operator's or admin-defined) and serving its model; checked at submission and
     again by the data worker (validate_operation runs in both)."""
+    from training_platform.core.endpoints import EndpointConfigError, EndpointError
     from training_platform.db.endpoints_crud import worker_resolver
-    from training_platform.endpoints import EndpointConfigError, EndpointError
 
     try:
         config = _judge_config(judge.model_dump())

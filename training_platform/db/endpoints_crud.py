@@ -1,4 +1,4 @@
-"""Admin-defined endpoints (table `endpoints`) as `training_platform.endpoints.Endpoint`s, and the resolver every
+"""Admin-defined endpoints (table `endpoints`) as `training_platform.core.endpoints.Endpoint`s, and the resolver every
 caller uses: the operator's endpoints (TP_ENDPOINTS / TP_ENDPOINTS_FILE) first, then these rows.
 
     endpoints = resolver(session)                       # in a request (the request's session)
@@ -12,10 +12,10 @@ import logging
 
 from sqlmodel import Session, select
 
+from training_platform.core.endpoints import Endpoint, EndpointError, Endpoints, make_endpoint
 from training_platform.db.models import Endpoint as EndpointRow
-from training_platform.endpoints import Endpoint, EndpointError, Endpoints, make_endpoint
 
-log = logging.getLogger("training_platform.endpoints")
+log = logging.getLogger("training_platform.core.endpoints")
 
 
 def from_row(row: EndpointRow) -> Endpoint | None:

@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import delete
 from sqlmodel import Session, select
 
+from training_platform.core.endpoints import EndpointConfigError, EndpointError, Endpoints
 from training_platform.core.path_policy import Reader, check_model_paths, check_path, is_hub_id, resolve_path, shown
 from training_platform.core.settings import Settings
 from training_platform.db import crud
@@ -34,7 +35,6 @@ from training_platform.db.models import (
     JobStatus,
     User,
 )
-from training_platform.endpoints import EndpointConfigError, EndpointError, Endpoints
 from training_platform.evaluation.config import EvalConfig
 from training_platform.evaluation.request import EvalRequest, RequestError, parse_metric_key
 from training_platform.services.access import reader_for, visible_model_by_name

@@ -347,7 +347,7 @@ class JobTemplate(SQLModel, table=True):
 
 class Webhook(SQLModel, table=True):
     """A user's job-end notification: POST `url` (a host in the operator's TP_WEBHOOK_HOSTS) when one of the user's
-    jobs ends with one of `events` (training_platform/webhooks.py). `secret` signs the body (HMAC-SHA256); it is
+    jobs ends with one of `events` (services/webhooks.py). `secret` signs the body (HMAC-SHA256); it is
     write-only over the API. The last delivery's outcome is kept for GET."""
 
     __tablename__ = "webhooks"

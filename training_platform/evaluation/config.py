@@ -6,7 +6,7 @@
                     BenchmarkSpec(name="humaneval", n_samples=10, temperature=0.8, k=[1, 10])],
     )
 
-`backend: openai` names an endpoint the operator defined (`endpoint`, see training_platform/endpoints.py) and the
+`backend: openai` names an endpoint the operator defined (`endpoint`, see training_platform/core/endpoints.py) and the
 model it serves (`path`); the URL and the key are looked up when the run starts, never carried in the config.
 
 Per-benchmark defaults (prompt style, max new tokens, stop sequences) live in the benchmark classes; a field left
@@ -49,7 +49,7 @@ class ModelSpec(_Strict):
     @field_validator("endpoint")
     @classmethod
     def _endpoint(cls, endpoint: str | None, info: ValidationInfo) -> str | None:
-        from training_platform.endpoints import EndpointError, check_name
+        from training_platform.core.endpoints import EndpointError, check_name
 
         backend = info.data.get("backend")
         if backend == "openai" and not endpoint:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from training_platform.endpoints import Endpoint, Endpoints
+    from training_platform.core.endpoints import Endpoint, Endpoints
     from training_platform.evaluation.config import ModelSpec
 
 __all__ = [
@@ -395,7 +395,7 @@ class VLLMBackend(Backend):
 
 class OpenAIBackend(Backend):
     """`/chat/completions` for chat requests, `/completions` for plain prompts, on a named endpoint (its URL and
-    key come from `training_platform.endpoints`; the client never follows redirects nor leaves the endpoint's
+    key come from `training_platform.core.endpoints`; the client never follows redirects nor leaves the endpoint's
     host). Errors and `describe()` name the endpoint and the model, never the URL or the key."""
 
     name = "openai"
@@ -403,7 +403,7 @@ class OpenAIBackend(Backend):
 
     def __init__(self, endpoint: Endpoint, model: str, *, max_concurrency: int = 4, timeout_s: float = 300.0,
                  max_retries: int = 4, transport: Any = None):
-        from training_platform.endpoints import has_key, keyed_client
+        from training_platform.core.endpoints import has_key, keyed_client
 
         self.endpoint = endpoint
         self.model = model
@@ -534,7 +534,7 @@ def load_backend(spec: ModelSpec, *, seed: int = 0, endpoints: Endpoints | None 
         return VLLMBackend(spec.path, dtype=spec.dtype, trust_remote_code=spec.trust_remote_code,
                            max_model_len=spec.max_model_len, seed=seed)
     if spec.backend == "openai":
-        from training_platform.endpoints import Endpoints
+        from training_platform.core.endpoints import Endpoints
 
         resolver = endpoints if endpoints is not None else Endpoints.from_env()
         endpoint = resolver.resolve(spec.endpoint, spec.path, field="model.endpoint", model_field="model.path")

@@ -30,7 +30,7 @@ from training_platform.evaluation.generation import Backend, SamplingParams, loa
 from training_platform.evaluation.metrics import Metric
 
 if TYPE_CHECKING:
-    from training_platform.endpoints import Endpoints
+    from training_platform.core.endpoints import Endpoints
 
 __all__ = ["SUMMARY_FILE", "SAMPLES_DIR", "run_evaluation", "score_predictions", "write_jsonl", "read_jsonl"]
 

@@ -29,10 +29,10 @@ import threading
 from pathlib import Path
 
 from training_platform.core.settings import Settings
-from training_platform.db import crud
 from training_platform.db import datasets_crud as dcrud
 from training_platform.db.models import Dataset, DatasetVersionRecord, JobStatus
 from training_platform.db.session import session_scope
+from training_platform.services import jobs as job_service
 from training_platform.workers import supervisor
 from training_platform.workers.celery_app import app
 
@@ -246,7 +246,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
                     reason = (f"{kind} -> identical to the existing version {version.id} (sha256 "
                               f"{version.sha256[:12]}); no new version")
                 job.current_step = 100
-                crud.transition(session, job, JobStatus.succeeded, reason)
+                job_service.transition(session, job, JobStatus.succeeded, reason)
         except DataJobFailed as exc:
             prepared.discard()
             return self._fail_ingest(config, exc.reason, {"accepted": False, "stored": False,
@@ -263,7 +263,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         stored = session.get(DatasetVersionRecord, version_id)
         if stored is None:
             job.error = f"the version was deleted while it was {doing}"
-            crud.transition(session, job, JobStatus.failed, job.error)
+            job_service.transition(session, job, JobStatus.failed, job.error)
         return job, stored
 
     def _run_audit(self, job_id: int, config: dict) -> str:
@@ -291,9 +291,9 @@ class DataJobSupervisor(supervisor.JobSupervisor):
             job.current_step = 100
             if "error" in audit:
                 job.error = f"audit failed: {audit['error']}"
-                crud.transition(session, job, JobStatus.failed, job.error)
+                job_service.transition(session, job, JobStatus.failed, job.error)
                 return JobStatus.failed.value
-            crud.transition(session, job, JobStatus.succeeded, f"audit of version {version.id} stored")
+            job_service.transition(session, job, JobStatus.succeeded, f"audit of version {version.id} stored")
         return JobStatus.succeeded.value
 
     def _run_gate(self, job_id: int, config: dict, owner_id: int) -> str:
@@ -350,7 +350,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
                                                "failed": report["failed"], "skipped": report["skipped"]}}
             job.current_step = 100
             verdict = "passed" if record.passed else f"FAILED: {', '.join(report['failed'])}"
-            crud.transition(session, job, JobStatus.succeeded,
+            job_service.transition(session, job, JobStatus.succeeded,
                             f"gate {profile.name} on version {version.id}: {verdict} (report {record.id})")
         return JobStatus.succeeded.value
 
@@ -414,7 +414,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
                 raise supervisor.JobLost()
             job.preflight = checks
             job.current_step = 0
-            crud.transition(session, job, JobStatus.running, reason)
+            job_service.transition(session, job, JobStatus.running, reason)
         self.heartbeater.step = PROGRESS_START
 
     def _progress(self, fraction: float) -> None:
@@ -479,7 +479,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
                 reason = (f"{operation} -> identical to the existing version {version.id} (sha256 "
                           f"{version.sha256[:12]}); no new version")
             job.current_step = 100
-            crud.transition(session, job, JobStatus.succeeded, reason)
+            job_service.transition(session, job, JobStatus.succeeded, reason)
         log.info("job %s: %s", job_id, reason)
         return JobStatus.succeeded.value
 

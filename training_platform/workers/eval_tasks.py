@@ -27,9 +27,10 @@ from typing import Any
 from sqlmodel import select
 
 from training_platform.core.settings import Settings
-from training_platform.db import crud, eval_crud
+from training_platform.db import eval_crud
 from training_platform.db.models import Checkpoint, Job, JobStatus
 from training_platform.db.session import session_scope
+from training_platform.services import jobs as job_service
 from training_platform.workers import supervisor
 from training_platform.workers.celery_app import app
 
@@ -103,7 +104,8 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
                 locked.preflight = {"ok": True, "checks": checks}
                 locked.run_dir = str(self.out_dir)
                 locked.current_step = 0
-                crud.transition(session, locked, JobStatus.running, f"evaluation started (attempt {locked.attempts})")
+                job_service.transition(session, locked, JobStatus.running,
+                                       f"evaluation started (attempt {locked.attempts})")
             self.heartbeater.step = 0
             return self._evaluate(job, config)
         finally:
@@ -183,8 +185,8 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
 
     def _model_problem(self, config, target: dict) -> str | None:
         if config.model.backend == "openai":  # the endpoint again: an admin may have removed it since
+            from training_platform.core.endpoints import EndpointError
             from training_platform.db.endpoints_crud import worker_resolver
-            from training_platform.endpoints import EndpointError
 
             try:
                 worker_resolver(self.settings).resolve(config.model.endpoint, config.model.path)
@@ -286,7 +288,7 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
                 if metric:
                     parts.append(f"{name}/{primary} {metric['value']:.4f} (n={metric['n']})")
             locked.current_step = 100
-            crud.transition(session, locked, JobStatus.succeeded.value,
+            job_service.transition(session, locked, JobStatus.succeeded.value,
                             f"evaluated: {', '.join(parts)}; {n} samples stored")
             best = None
             if keep_best_by and source is not None:

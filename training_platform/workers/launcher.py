@@ -560,7 +560,9 @@ def run_platform(*, host: str, port: int, app: str, grace_s: float, api_workers:
     echo(f"data directory: {data_dir}")
     echo(f"database: {_redact_url(settings.db_url)}")
     upgrade()
-    from training_platform.telemetry import reset_multiproc_dir  # /metrics' shared files: empty, exported to children
+    from training_platform.core.telemetry import (
+        reset_multiproc_dir,  # /metrics' shared files: empty, exported to children
+    )
     reset_multiproc_dir()
 
     redis = None

@@ -7,10 +7,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from training_platform.db import crud
 from training_platform.db import datasets_crud as dcrud
 from training_platform.db.models import JobStatus
 from training_platform.db.session import session_scope
+from training_platform.services import jobs as job_service
 from training_platform.workers import supervisor
 
 log = logging.getLogger("training_platform.workers.shadow")
@@ -63,7 +63,7 @@ def run_shadow(sup, job_id: int, config: dict, owner_id: int) -> str:
             raise supervisor.JobLost()
         job.config = {**config, "result": report}
         job.current_step = 100
-        crud.transition(session, job, JobStatus.succeeded,
+        job_service.transition(session, job, JobStatus.succeeded,
                         f"reward shadow test: {report['verdict']} (spearman {report['spearman']}, kendall "
                         f"{report['kendall']})")
     return JobStatus.succeeded.value

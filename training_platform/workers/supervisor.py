@@ -51,6 +51,7 @@ from training_platform.core.timeutil import utcnow
 from training_platform.db import crud
 from training_platform.db.models import Job, JobEvent, JobStatus
 from training_platform.db.session import session_scope
+from training_platform.services import jobs as job_service
 from training_platform.workers import gate
 from training_platform.workers.ingest import RunIngest
 
@@ -291,8 +292,8 @@ class JobSupervisor:
             if error is not None:
                 job.error = error
             if job.status == JobStatus.preflight.value and to in (JobStatus.succeeded.value,):
-                crud.transition(session, job, JobStatus.running, "previous attempt's process had finished")
-            crud.transition(session, job, to, reason)
+                job_service.transition(session, job, JobStatus.running, "previous attempt's process had finished")
+            job_service.transition(session, job, to, reason)
             kind, priority = job.kind, job.priority
         log.info("job %s -> %s: %s", self.job_id, to, reason)
         if requeue:
@@ -401,7 +402,7 @@ class JobSupervisor:
                     locked.current_step = 0
                     reason = f"training started (attempt {locked.attempts}){fresh_reason}"
                 locked.run_dir = str(self.run_dir)
-                crud.transition(session, locked, JobStatus.running, reason)
+                job_service.transition(session, locked, JobStatus.running, reason)
         if stop_first:  # asked to stop while we prepared: nothing was started
             if cancelled:
                 self._finish(JobStatus.cancelled.value, "cancelled by user before training started")
@@ -694,10 +695,10 @@ def recover_stale_jobs(*, send_wakeups: bool = True) -> dict[str, Any]:
             reason = f"worker lost: {what} {since} (worker {job.worker}, step {job.current_step})"
             if job.attempts >= MAX_ATTEMPTS:
                 job.error = f"gave up after {job.attempts} attempts; last: {reason}"
-                crud.transition(session, job, JobStatus.failed, job.error)
+                job_service.transition(session, job, JobStatus.failed, job.error)
                 failed.append(job_id)
             else:
-                crud.transition(session, job, JobStatus.queued, reason)
+                job_service.transition(session, job, JobStatus.queued, reason)
                 requeued.append(job_id)
                 to_wake.append((job.kind, job.priority))
         log.warning("job %s: %s", job_id, reason)

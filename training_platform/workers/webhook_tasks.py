@@ -1,5 +1,5 @@
 """Celery task: deliver one job-end notification to one webhook (queue `maintenance`; the logic lives in
-`training_platform/webhooks.py`).
+`training_platform/services/webhooks.py`).
 
 Each attempt is one POST with a 5 s timeout; a retryable failure (connection error, timeout, 5xx, 429) is sent back
 to the broker with a countdown (1x, 4x, 16x TP_WEBHOOK_BACKOFF), so a slow receiver never holds the maintenance
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 
-from training_platform import webhooks
 from training_platform.core.settings import get_settings
+from training_platform.services import webhooks
 from training_platform.workers.celery_app import WEBHOOK_TASK, app
 
 log = logging.getLogger("training_platform.workers.webhooks")

@@ -18,11 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from training_platform.api import schemas
 from training_platform.api.deps import AdminUser, CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, conflict, not_found
-from training_platform.core.timeutil import utcnow
-from training_platform.db import endpoints_crud
-from training_platform.db.models import Endpoint as EndpointRow
-from training_platform.db.models import User
-from training_platform.endpoints import (
+from training_platform.core.endpoints import (
     MAX_MODEL_NAME,
     MAX_MODELS,
     Endpoint,
@@ -31,6 +27,10 @@ from training_platform.endpoints import (
     Endpoints,
     make_endpoint,
 )
+from training_platform.core.timeutil import utcnow
+from training_platform.db import endpoints_crud
+from training_platform.db.models import Endpoint as EndpointRow
+from training_platform.db.models import User
 
 log = logging.getLogger("training_platform.api.endpoints")
 

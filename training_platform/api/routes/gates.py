@@ -37,6 +37,7 @@ from training_platform.data.gate import (
 from training_platform.db import crud
 from training_platform.db import gates_crud as gcrud
 from training_platform.db.models import GateProfileRecord, GateReportRecord, JobEvent, JobStatus
+from training_platform.services import jobs as job_service
 from training_platform.services.access import reader_for
 
 log = logging.getLogger("training_platform.api.gates")
@@ -295,7 +296,7 @@ def gate_override(admin: AdminUser, job_id: schemas.DbId, body: GateOverride, se
         session.add(JobEvent(job_id=job.id, from_status=current.value, to_status=current.value, reason=reason))
         warning = None
     else:
-        crud.transition(session, job, JobStatus.queued, reason=reason + " (re-queued)")
+        job_service.transition(session, job, JobStatus.queued, reason=reason + " (re-queued)")
         job.cancel_requested, job.error = False, None
         session.add(job)
     session.commit()

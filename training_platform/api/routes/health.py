@@ -15,10 +15,10 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import func, text
 from sqlmodel import Session, select
 
-from training_platform import telemetry
 from training_platform.api import broker, schemas
 from training_platform.api.deps import SettingsDep
 from training_platform.api.schemas import as_utc
+from training_platform.core import telemetry
 from training_platform.core.timeutil import utcnow
 from training_platform.db.models import Job, JobStatus, MetricPoint
 from training_platform.db.session import get_engine

@@ -43,7 +43,8 @@ from training_platform.db.models import (
     RegisteredModel,
     User,
 )
-from training_platform.job_files import remove_job_files
+from training_platform.services import jobs as job_service
+from training_platform.services.job_files import remove_job_files
 from training_platform.training.config import ConfigError
 from training_platform.training.launchers.status import distributed_info
 from training_platform.training.rundir import RunDir
@@ -291,7 +292,7 @@ def cancel_job(job: VisibleJob, session: SessionDep, user: CurrentUser):
         if not lock_job(session, job):
             continue
         if current == JobStatus.queued:
-            crud.transition(session, job, JobStatus.cancelled, reason=f"cancelled by {user.name}")
+            job_service.transition(session, job, JobStatus.cancelled, reason=f"cancelled by {user.name}")
         else:
             job.cancel_requested = True
             job.updated_at = crud.utcnow()
@@ -323,7 +324,7 @@ def retry_job(job: VisibleJob, session: SessionDep, user: CurrentUser):
         raise conflict(f"only failed or cancelled jobs can be retried; job {job.id} is {current.value}")
     if not lock_job(session, job):
         raise conflict(f"job {job.id} changed state meanwhile (now {job.status}); try again")
-    crud.transition(session, job, JobStatus.queued, reason=f"retry requested by {user.name}")
+    job_service.transition(session, job, JobStatus.queued, reason=f"retry requested by {user.name}")
     job.cancel_requested = False
     job.error = None
     session.add(job)

@@ -1,7 +1,7 @@
 """Job-end webhooks: a user registers URLs to be POSTed when one of their jobs (train, data, eval) succeeds, fails or
 is cancelled. Only hosts the operator allows (`TP_WEBHOOK_HOSTS`; empty: webhooks are disabled) may be named; the
 optional `secret` signs each body (`X-TP-Signature: sha256=<HMAC-SHA256 hex>`) and is never returned. Deliveries
-happen on a maintenance worker (training_platform/webhooks.py); the last one's outcome is shown here.
+happen on a maintenance worker (training_platform/services/webhooks.py); the last one's outcome is shown here.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from training_platform.api import errors, schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, conflict, not_found
 from training_platform.db.models import User, Webhook
-from training_platform.webhooks import (
+from training_platform.services.webhooks import (
     MAX_SECRET,
     MAX_URL,
     MAX_WEBHOOKS_PER_USER,

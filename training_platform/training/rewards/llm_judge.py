@@ -88,7 +88,7 @@ class LLMJudgeParams(RewardParams):
     @field_validator("endpoint")
     @classmethod
     def _endpoint_name(cls, value: str) -> str:
-        from training_platform.endpoints import EndpointError, check_name
+        from training_platform.core.endpoints import EndpointError, check_name
 
         if "://" in value or value.startswith("/"):
             raise ValueError("name an endpoint the operator defined (TP_ENDPOINTS; GET /api/v1/endpoints lists "
@@ -334,7 +334,7 @@ def probe_judge(params: LLMJudgeParams | Mapping[str, Any], *, endpoints=None, t
     """One real, uncached call with a fixed prompt/completion. Returns {endpoint, model, name, ok, latency_ms,
     score, error, at}; `ok` false (with `error`) when the endpoint is unknown, does not answer, or its reply has no
     score. Never carries the endpoint's URL or key."""
-    from training_platform.endpoints import EndpointError
+    from training_platform.core.endpoints import EndpointError
 
     if not isinstance(params, LLMJudgeParams):
         params = LLMJudgeParams.model_validate(dict(params))

@@ -12,7 +12,7 @@ Rules (the platform calls out only to hosts the operator named):
 - With a secret, `X-TP-Signature: sha256=<hex HMAC-SHA256 of the body>`. The secret is write-only over the API and
   never logged; logs name a webhook by id and host only (a URL's path may itself be a secret).
 
-How a job's end gets there: `crud.transition()` (the one place every status change is recorded, with its job
+How a job's end gets there: `services.jobs.transition()` (the one place every status change is recorded, with its job
 event) calls `job_ended_on_commit()` for the end states. The payload is taken from the job when its session
 commits (a rolled-back transition sends nothing); a background thread then looks up the owner's webhooks and sends
 one Celery task per webhook to the `maintenance` queue (`workers/webhook_tasks.py`), where it is delivered. Neither
@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 
 from training_platform.core.errors import InvalidInput
 
-log = logging.getLogger("training_platform.webhooks")
+log = logging.getLogger("training_platform.services.webhooks")
 
 EVENTS = ("job.succeeded", "job.failed", "job.cancelled")
 EVENT_FOR_STATUS = {"succeeded": "job.succeeded", "failed": "job.failed", "cancelled": "job.cancelled"}
@@ -218,7 +218,7 @@ _hooks_lock = threading.Lock()
 
 
 def job_ended_on_commit(session: Any, job: Any, event_row: Any) -> None:
-    """Called by crud.transition() for an end state: notify the owner's webhooks once the session commits."""
+    """Called by services.jobs.transition() for an end state: notify the owner's webhooks once the session commits."""
     _install_session_hooks()
     session.info.setdefault(_PENDING, []).append((job, event_row))
 

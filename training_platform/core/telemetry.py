@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("training_platform.telemetry")
+log = logging.getLogger("training_platform.core.telemetry")
 
 ENV = "PROMETHEUS_MULTIPROC_DIR"
 
