@@ -242,7 +242,7 @@ def test_report_and_compare(eval_runs, tmp_path):
 @pytest.mark.integration
 def test_compare_lists_flipped_items(tmp_path):
     from training_platform.evaluation.compare import compare_runs
-    from training_platform.evaluation.runner import SAMPLES_DIR
+    from training_platform.evaluation.report import SAMPLES_DIR
 
     def fake_run(path: Path, correct: list[bool]) -> Path:
         metrics = {"accuracy": {"value": sum(correct) / len(correct), "stderr": 0.0, "ci95": [0, 1],

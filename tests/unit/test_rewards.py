@@ -8,6 +8,7 @@ import threading
 import pytest
 from pydantic import ValidationError
 
+from training_platform.evaluation.answers import extract_answer, last_boxed
 from training_platform.training.rewards import (
     REWARDS,
     RewardDefinition,
@@ -17,7 +18,6 @@ from training_platform.training.rewards import (
     get_reward,
     register_reward,
 )
-from training_platform.training.rewards.math_answer import extract_answer, last_boxed
 
 pytestmark = pytest.mark.unit
 

@@ -287,7 +287,7 @@ def store_results(session: Session, job_id: int, out_dir: Path, summary: dict[st
     """Summary metrics and every sample record of a finished run. Idempotent (a retry replaces). Returns the
     number of samples stored."""
     from training_platform.core.files import read_jsonl
-    from training_platform.evaluation.runner import SAMPLES_DIR
+    from training_platform.evaluation.report import SAMPLES_DIR
 
     delete_evaluation_results(session, job_id)
     stored = 0

@@ -1,8 +1,8 @@
 """Answer extraction and comparison for the evaluation benchmarks.
 
 The generic pieces (brace-matched last `\\boxed{}`, the `\\boxed` -> `####` -> `Answer:` -> last-number chain, exact
-number parsing) are the ones the GRPO reward `math_answer` uses, imported from
-`training_platform.training.rewards.math_answer` so training rewards and evaluation agree. This module adds what
+number parsing) are `evaluation/answers.py`, which the GRPO reward `math_answer` uses too, so training rewards and
+evaluation agree. This module adds what
 evaluation needs on top:
 
 * GSM8K, lm-evaluation-harness compatible: *strict* = the first `#### N` (else the first `The answer is N`),
@@ -20,8 +20,8 @@ import re
 from fractions import Fraction
 from typing import Any
 
+from training_platform.evaluation.answers import as_number, extract_answer, last_boxed
 from training_platform.evaluation.math_equiv import math_verify_equal
-from training_platform.training.rewards.math_answer import as_number, extract_answer, last_boxed
 
 __all__ = [
     "as_number",

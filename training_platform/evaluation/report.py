@@ -12,7 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from training_platform.core.files import read_jsonl
-from training_platform.evaluation.runner import SAMPLES_DIR, SUMMARY_FILE
+
+# The layout of an evaluation run directory (runner.py writes it, this module and compare.py read it).
+SUMMARY_FILE = "summary.json"
+SAMPLES_DIR = "samples"
 
 __all__ = ["format_metric", "load_run", "render_html", "render_markdown", "write_reports"]
 

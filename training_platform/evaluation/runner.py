@@ -28,14 +28,13 @@ from training_platform.evaluation.benchmarks import Benchmark, EvalDataError, It
 from training_platform.evaluation.config import BenchmarkSpec, EvalConfig, SandboxSpec
 from training_platform.evaluation.generation import Backend, SamplingParams, load_backend
 from training_platform.evaluation.metrics import Metric
+from training_platform.evaluation.report import SAMPLES_DIR, SUMMARY_FILE, write_reports
 
 if TYPE_CHECKING:
     from training_platform.core.endpoints import Endpoints
 
 __all__ = ["SUMMARY_FILE", "SAMPLES_DIR", "run_evaluation", "score_predictions", "write_jsonl", "read_jsonl"]
 
-SUMMARY_FILE = "summary.json"
-SAMPLES_DIR = "samples"
 FORMAT_VERSION = 1
 
 ProgressCallback = Callable[[dict[str, Any]], None]
@@ -157,7 +156,6 @@ def run_evaluation(config: EvalConfig, output_dir: str | Path, *, backend: Backe
     summary.update(status="completed", finished_at=now_iso(),
                    time_s={"total": round(time.perf_counter() - t0, 3), "model_load": round(load_s, 3)})
     write_json(out / SUMMARY_FILE, summary)
-    from training_platform.evaluation.report import write_reports
 
     write_reports(out)
     return summary

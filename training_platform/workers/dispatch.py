@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+
 from training_platform.workers.celery_app import app
+
+log = logging.getLogger("training_platform.workers.dispatch")
 
 TASK_FOR_KIND = {"train": "training_platform.workers.tasks.run_next_training_job",
                  "data": "training_platform.workers.data_tasks.run_next_data_job",
@@ -15,6 +19,14 @@ def wake_worker(kind: str = "train", priority: int = 0) -> str:
     celery_priority = max(0, min(9, 9 - priority))
     result = app.send_task(TASK_FOR_KIND[kind], queue=kind, priority=celery_priority)
     return result.id
+
+
+def wake_quietly(kind: str, priority: int) -> None:
+    """A wake-up that may be lost (logged): the recovery sweep re-sends lost wake-ups."""
+    try:
+        wake_worker(kind, priority)
+    except Exception as exc:  # noqa: BLE001 - see above
+        log.warning("could not send a wake-up for a %s job: %s", kind, exc)
 
 
 def waiting_messages(kind: str = "train") -> int:

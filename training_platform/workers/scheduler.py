@@ -176,7 +176,7 @@ def _already_evaluated(session: Session, schedule: EvalSchedule, step: int | Non
 
 
 def _wake_all(job_ids: list[int]) -> None:
-    from training_platform.workers.supervisor import _wake
+    from training_platform.workers.dispatch import wake_quietly
 
     for _ in job_ids:
-        _wake("eval", 0)
+        wake_quietly("eval", 0)

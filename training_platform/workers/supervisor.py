@@ -297,7 +297,9 @@ class JobSupervisor:
             kind, priority = job.kind, job.priority
         log.info("job %s -> %s: %s", self.job_id, to, reason)
         if requeue:
-            _wake(kind, priority)
+            from training_platform.workers.dispatch import wake_quietly  # imports the Celery app
+
+            wake_quietly(kind, priority)
         return True
 
     def _cancel_requested(self) -> bool:
@@ -646,15 +648,6 @@ def _checkpoint_triggers(job_id: int) -> None:
         log.warning("job %s: checkpoint triggers failed (the schedule tick retries): %s", job_id, exc)
 
 
-def _wake(kind: str, priority: int) -> None:
-    from training_platform.workers.dispatch import wake_worker
-
-    try:
-        wake_worker(kind, priority)
-    except Exception as exc:  # noqa: BLE001 - the recovery sweep re-sends lost wake-ups
-        log.warning("could not send a wake-up for a %s job: %s", kind, exc)
-
-
 def run_next_job(kind: str = "train", *, worker: str | None = None, task_id: str | None = None,
                  supervisor_class: type[JobSupervisor] | None = None) -> int | None:
     """Claim the most urgent queued job of `kind` and run it to its end here with `supervisor_class` (training:
@@ -704,12 +697,14 @@ def recover_stale_jobs(*, send_wakeups: bool = True) -> dict[str, Any]:
         log.warning("job %s: %s", job_id, reason)
     woken: dict[str, int] = {}
     if send_wakeups:
+        from training_platform.workers.dispatch import wake_quietly  # imports the Celery app
+
         for kind, priority in to_wake:
-            _wake(kind, priority)
+            wake_quietly(kind, priority)
             woken[kind] = woken.get(kind, 0) + 1
         for kind, n in _lost_wakeups().items():
             for _ in range(n):
-                _wake(kind, 0)
+                wake_quietly(kind, 0)
             if n:
                 log.warning("re-sent %d wake-up(s) for queued %s jobs with no message waiting", n, kind)
                 woken[kind] = woken.get(kind, 0) + n
