@@ -107,8 +107,8 @@ class Objects:
         return body["dataset"]["id"], body["version"]["id"]
 
     def evaluation_run(self) -> int:
-        from training_platform.db.eval_crud import Target, create_evaluation
         from training_platform.evaluation.request import EvalRequest
+        from training_platform.services.evaluations import Target, create_evaluation
 
         name = f"matrix-eval-{_uid()}"
         model_path = str(self.api.data_dir / "demo" / "model")

@@ -394,19 +394,19 @@ def test_admin_endpoints_are_resolved_by_the_worker_and_rechecked(api, listeners
 def _validate_score(api, judge: dict, **kwargs):
     """validate_operation as alice (the paths in score params are checked for their reader)."""
     from training_platform.core.settings import get_settings
-    from training_platform.db import datasets_crud as dcrud
     from training_platform.db.models import User
+    from training_platform.services import datasets as dataset_service
     from training_platform.services.access import reader_for
 
     with session_scope() as session:
         reader = reader_for(session, session.get(User, api.user_ids["alice"]))
-        return dcrud.validate_operation("score", {"judge": judge}, get_settings(), reader=reader, **kwargs)
+        return dataset_service.validate_operation("score", {"judge": judge}, get_settings(), reader=reader, **kwargs)
 
 
 def _score(api, judge: dict):
     """What POST /datasets/.../operations checks, then what the data worker runs (both in this process)."""
     from training_platform.core.settings import get_settings
-    from training_platform.db import datasets_crud as dcrud
+    from training_platform.services import datasets as dataset_service
 
     settings = get_settings()
     params = _validate_score(api, judge, input_format="messages")
@@ -416,16 +416,16 @@ def _score(api, judge: dict):
                               for i in range(3)))
     workdir = api.data_dir / "endpoint-score-work"
     workdir.mkdir(exist_ok=True)
-    return params, dcrud.run_operation("score", params, source, workdir, settings)
+    return params, dataset_service.run_operation("score", params, source, workdir, settings)
 
 
 def test_dataset_judge_names_an_endpoint_only(api, listeners):
-    from training_platform.db import datasets_crud as dcrud
+    from training_platform.services import datasets as dataset_service
 
     attacker, operator = listeners
 
     def locs(judge: dict) -> dict[str, str]:
-        with pytest.raises(dcrud.OperationInvalid) as info:
+        with pytest.raises(dataset_service.OperationInvalid) as info:
             _validate_score(api, judge)
         return dict(info.value.errors)
 

@@ -435,8 +435,8 @@ def test_dataset_listings_summarise_the_current_version(api):
 
 def test_a_cancelled_upload_leaves_its_staged_file_to_the_sweep(api):
     from training_platform.core.settings import get_settings
-    from training_platform.db import datasets_crud as dcrud
     from training_platform.db.session import session_scope
+    from training_platform.services import datasets as dataset_service
 
     accepted = upload_only(api, "never-ingested", jsonl(GOOD[:2]))
     assert accepted.status_code == 202, accepted.text
@@ -444,9 +444,9 @@ def test_a_cancelled_upload_leaves_its_staged_file_to_the_sweep(api):
     staged = job["config"]["staged"]
     assert staged.startswith("datasets/staging/") and (api.data_dir / staged).is_file()
     with session_scope() as session:  # queued: its file is kept whatever its age
-        assert dcrud.sweep_staging(session, get_settings(), older_than_s=0) == []
+        assert dataset_service.sweep_staging(session, get_settings(), older_than_s=0) == []
     assert api.post(f"/jobs/{job['id']}/cancel").json()["status"] == "cancelled"
     with session_scope() as session:
-        assert dcrud.sweep_staging(session, get_settings()) == []  # recent: perhaps still streaming in
-        assert dcrud.sweep_staging(session, get_settings(), older_than_s=0) == [staged]
+        assert dataset_service.sweep_staging(session, get_settings()) == []  # recent: perhaps still streaming in
+        assert dataset_service.sweep_staging(session, get_settings(), older_than_s=0) == [staged]
     assert staged_files(api.data_dir) == []

@@ -76,7 +76,7 @@ def test_input_progress_reads_the_position_of_open_descriptors(tmp_path):
 
 
 def test_compact_cuts_long_lists_and_says_so():
-    from training_platform.db.datasets_crud import compact
+    from training_platform.services.datasets import compact
 
     report = {"clusters": [[i, i + 1] for i in range(500)], "nested": {"rows": list(range(3))}, "n": 1}
     out = compact(report, max_items=10)

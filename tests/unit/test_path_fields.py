@@ -23,7 +23,7 @@ PATHLIKE = re.compile(r"(path|file|dir|folder|tokenizer|model|eval_sets|data)", 
 # "Model.field": why it is not a user path the policy must check.
 EXEMPT = {
     "ModelSpec.path": "the evaluated model is chosen by `model` / `job_id`+`checkpoint` of the request and checked by "
-                      "eval_crud.resolve_target; the eval worker checks it again (EvalJobSupervisor._path_problems)",
+                      "eval_service.resolve_target; the eval worker checks it again (EvalJobSupervisor._path_problems)",
     "ConvertParams.data_source": "a label written into verl rows, not a path",
     "JudgeParams.model": "the model an operator-named endpoint serves (checked against the endpoint's list)",
     "JudgeParams.reward_path": "a URL path under the operator-named endpoint, never a file",
@@ -35,8 +35,8 @@ EXEMPT = {
 def _roots() -> list[type[BaseModel]]:
     import training_platform.data.operators  # noqa: F401 - registers the operators
     from training_platform.data.operators.base import OPERATORS
-    from training_platform.db.datasets_crud import PARAMS
     from training_platform.evaluation.config import EvalConfig
+    from training_platform.services.datasets import PARAMS
     from training_platform.training.algorithms import ALGORITHMS
     from training_platform.training.config import JobConfig
     from training_platform.training.rewards import REWARDS
@@ -89,8 +89,8 @@ def test_every_pathlike_string_field_is_marked_or_exempted():
 
 def test_known_path_fields_are_marked():
     from training_platform.data.operators.length import LengthParams
-    from training_platform.db.datasets_crud import DecontaminateParams, ScoreParams
     from training_platform.evaluation.config import BenchmarkSpec
+    from training_platform.services.datasets import DecontaminateParams, ScoreParams
     from training_platform.training.algorithms import ALGORITHMS
     from training_platform.training.config import DataSection, ModelSection
 
@@ -116,7 +116,7 @@ def test_the_walk_finds_every_marked_value_with_its_field_path():
 
 
 def test_lists_of_paths_are_walked():
-    from training_platform.db.datasets_crud import DecontaminateParams
+    from training_platform.services.datasets import DecontaminateParams
 
     params = DecontaminateParams(eval_sets=["x.jsonl", "y.jsonl"])
     assert [(loc, v) for loc, v, _ in user_paths(params, "params")] == [("params.eval_sets[0]", "x.jsonl"),

@@ -13,10 +13,10 @@ from _wk import wait_for
 from sqlalchemy import func
 from sqlmodel import select
 
-from training_platform.db import eval_crud
 from training_platform.db.models import EvalSample
 from training_platform.db.session import session_scope
 from training_platform.evaluation.request import EvalRequest
+from training_platform.services import evaluations as eval_service
 
 pytestmark = pytest.mark.integration
 
@@ -37,10 +37,10 @@ def test_kill_9_of_the_eval_worker_requeues_and_completes_the_evaluation(platfor
             "benchmarks": [{"name": "gsm8k", "data": "demo/data/gsm8k_eval.jsonl"}],
             "generation": {"max_new_tokens": 128}, "backend": {"batch_size": 2, "num_threads": 1}})
         with session_scope() as s:
-            target = eval_crud.resolve_target(s, owner, model="demo/model", job_id=None, checkpoint=None,
+            target = eval_service.resolve_target(s, owner, model="demo/model", job_id=None, checkpoint=None,
                                               backend="transformers", settings=get_settings())
-            config = eval_crud.absolute_data_paths(request.to_config(target.model_path), get_settings())
-            job_id = eval_crud.create_evaluation(s, owner=owner, name="survivor", config=config, target=target).id
+            config = eval_service.absolute_data_paths(request.to_config(target.model_path), get_settings())
+            job_id = eval_service.create_evaluation(s, owner=owner, name="survivor", config=config, target=target).id
         wake_worker("eval")
 
         wait_for(lambda: platform.job(job_id).status == "running" and platform.job(job_id).current_step >= 5, 120,

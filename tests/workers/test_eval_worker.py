@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from _wk import wait_for
 
-from training_platform.db import eval_crud
 from training_platform.db.models import Evaluation
 from training_platform.db.session import session_scope
 from training_platform.evaluation.request import EvalRequest
+from training_platform.services import evaluations as eval_service
 
 pytestmark = pytest.mark.integration
 
@@ -43,10 +43,10 @@ def _submit(platform, benchmarks: list, generation: dict | None = None, model: s
     request = EvalRequest.model_validate({"benchmarks": benchmarks, "generation": generation or {},
                                           "backend": {"num_threads": 1, "batch_size": batch_size}})
     with session_scope() as s:
-        target = eval_crud.resolve_target(s, owner, model=model, job_id=None, checkpoint=None,
+        target = eval_service.resolve_target(s, owner, model=model, job_id=None, checkpoint=None,
                                           backend="transformers", settings=settings)
-        config = eval_crud.absolute_data_paths(request.to_config(target.model_path), settings)
-        job = eval_crud.create_evaluation(s, owner=owner, name="t", config=config, target=target)
+        config = eval_service.absolute_data_paths(request.to_config(target.model_path), settings)
+        job = eval_service.create_evaluation(s, owner=owner, name="t", config=config, target=target)
         job_id = job.id
     wake_worker("eval")
     return job_id

@@ -80,10 +80,10 @@ def _gate_profile_problems(session: Session, cfg: JobConfig, settings: Settings)
     if gate is None:
         return []
     from training_platform.data.gate import GateError
-    from training_platform.db import gates_crud
+    from training_platform.services import gates as gate_service
 
     try:
-        gates_crud.resolve_profile(session, settings, gate.profile, loc="data.gate.profile")
+        gate_service.resolve_profile(session, settings, gate.profile, loc="data.gate.profile")
     except GateError as exc:
         return [FieldError(loc, msg) for loc, msg in exc.errors]
     return []

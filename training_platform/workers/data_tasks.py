@@ -29,9 +29,9 @@ import threading
 from pathlib import Path
 
 from training_platform.core.settings import Settings
-from training_platform.db import datasets_crud as dcrud
 from training_platform.db.models import Dataset, DatasetVersionRecord, JobStatus
 from training_platform.db.session import session_scope
+from training_platform.services import datasets as dataset_service
 from training_platform.services import jobs as job_service
 from training_platform.workers import supervisor
 from training_platform.workers.celery_app import app
@@ -103,16 +103,16 @@ class DataJobSupervisor(supervisor.JobSupervisor):
 
     def __init__(self, job_id: int, worker: str, settings: Settings | None = None):
         super().__init__(job_id, worker, settings)
-        self.workdir = dcrud.store_dir(self.settings) / "tmp" / f"job-{job_id}"
+        self.workdir = dataset_service.store_dir(self.settings) / "tmp" / f"job-{job_id}"
 
     def _run(self) -> str:
         job = self._read_job()
         if job.cancel_requested:
             self._finish(JobStatus.cancelled.value, "cancelled by user before it started")
             return JobStatus.cancelled.value
-        if isinstance(job.config, dict) and job.config.get("operation") == dcrud.INGEST:
+        if isinstance(job.config, dict) and job.config.get("operation") == dataset_service.INGEST:
             return self._run_ingest(job.id, job.config)
-        if isinstance(job.config, dict) and job.config.get("operation") == dcrud.AUDIT:
+        if isinstance(job.config, dict) and job.config.get("operation") == dataset_service.AUDIT:
             return self._run_audit(job.id, job.config)
         if isinstance(job.config, dict) and job.config.get("operation") == "reward_shadow":
             from training_platform.workers.shadow_task import run_shadow
@@ -141,11 +141,11 @@ class DataJobSupervisor(supervisor.JobSupervisor):
     # -- ingest (upload / register) and audit jobs
 
     def _staged_file(self, config: dict) -> Path:
-        staging = dcrud.staging_dir(self.settings).resolve()
+        staging = dataset_service.staging_dir(self.settings).resolve()
         staged = config.get("staged")
         if not isinstance(staged, str) or not isinstance(config.get("dataset_id"), int):
             raise DataJobFailed("staged", "the job config names no staged file and dataset")
-        path = dcrud.absolute(staged, self.settings).resolve()
+        path = dataset_service.absolute(staged, self.settings).resolve()
         if not path.is_relative_to(staging):
             raise DataJobFailed("staged", f"{staged} is not in the staging area")
         if not path.is_file():
@@ -163,7 +163,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
             fields["preflight"] = preflight
         if self._finish(JobStatus.failed.value, reason, error=error, **fields):
             with session_scope() as session:
-                if dcrud.drop_if_empty(session, config["dataset_id"], except_job=self.job_id):
+                if dataset_service.drop_if_empty(session, config["dataset_id"], except_job=self.job_id):
                     log.info("job %s: dataset %s had nothing but this refused upload: removed", self.job_id,
                              config["dataset_id"])
             with contextlib.suppress(OSError, DataJobFailed):
@@ -174,7 +174,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         kind = config.get("kind", "upload")
         try:  # files of ingest jobs cancelled or deleted while queued
             with session_scope() as session:
-                swept = dcrud.sweep_staging(session, self.settings)
+                swept = dataset_service.sweep_staging(session, self.settings)
             if swept:
                 log.info("job %s: removed %d abandoned staged file(s)", job_id, len(swept))
         except Exception:  # noqa: BLE001 - housekeeping must not fail the job
@@ -197,12 +197,12 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         progress = InputProgress(staged, self._progress)
         progress.start()
         try:
-            prepared = dcrud.prepare_ingest(staged, suffix=config.get("suffix") or staged.suffix,
+            prepared = dataset_service.prepare_ingest(staged, suffix=config.get("suffix") or staged.suffix,
                                             settings=self.settings, fmt=config.get("format"),
                                             policy=config.get("policy", "reject"), source=config.get("source"))
             self.heartbeater.step = PROGRESS_END
-            audit = dcrud.compute_audit(prepared.content, prepared.described.format)
-        except dcrud.IngestRefused as exc:
+            audit = dataset_service.compute_audit(prepared.content, prepared.described.format)
+        except dataset_service.IngestRefused as exc:
             detail = [{"loc": loc, "msg": msg} for loc, msg in exc.errors]
             shown_rows = {loc.split(":", 1)[0] for loc, _ in exc.errors if loc.startswith("line ")}
             if exc.bad_rows > len(shown_rows):
@@ -232,7 +232,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
                 dataset = session.get(Dataset, config["dataset_id"])
                 if dataset is None:
                     raise DataJobFailed("dataset deleted", "the dataset was deleted while the upload was checked")
-                done = dcrud.store_ingest(session, dataset, prepared, settings=self.settings, operation=kind,
+                done = dataset_service.store_ingest(session, dataset, prepared, settings=self.settings, operation=kind,
                                           recipe=config.get("recipe"), job_id=job_id, audit=audit)
                 version = done.version
                 report = done.report
@@ -274,11 +274,11 @@ class DataJobSupervisor(supervisor.JobSupervisor):
                                                                             f"{exc.error}")
             return JobStatus.failed.value
         self._start_running("audit started", {"ok": True, "checks": [{"name": "input", "ok": True}]})
-        path = dcrud.absolute(version.path, self.settings)
+        path = dataset_service.absolute(version.path, self.settings)
         progress = InputProgress(path, self._progress)
         progress.start()
         try:
-            audit = dcrud.compute_audit(path, version.format)
+            audit = dataset_service.compute_audit(path, version.format)
         finally:
             progress.stop()
         self.heartbeater.stop()
@@ -286,7 +286,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
             job, stored = self._locked_version(session, version.id, "audited")
             if stored is None:
                 return JobStatus.failed.value
-            stored.audit = dcrud.compact(audit)
+            stored.audit = dataset_service.compact(audit)
             session.add(stored)
             job.current_step = 100
             if "error" in audit:
@@ -301,24 +301,24 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         success in one transaction; failing checks are the report's verdict, not the job's failure."""
         from training_platform.core.files import sha256_file
         from training_platform.data.gate import GateError
-        from training_platform.db import gates_crud
+        from training_platform.services import gates as gate_service
         from training_platform.services.access import reader_for_owner
 
         try:
             version = self._input_version(config)
-            path = dcrud.absolute(version.path, self.settings)
+            path = dataset_service.absolute(version.path, self.settings)
             if sha256_file(path) != version.sha256:
                 raise DataJobFailed("version_id", f"the file of version {version.id} was modified")
             with session_scope() as session:
                 reader = reader_for_owner(session, owner_id)
                 if reader is None:
                     raise DataJobFailed("owner", f"the job's owner (user {owner_id}) no longer exists")
-                problems = gates_crud.check_inputs(list(config.get("eval_sets") or []), config.get("reference"),
+                problems = gate_service.check_inputs(list(config.get("eval_sets") or []), config.get("reference"),
                                                    self.settings, reader)
                 if problems:
                     raise DataJobFailed(problems[0][0], "; ".join(f"{loc}: {msg}" for loc, msg in problems))
                 try:
-                    profile = gates_crud.resolve_profile(session, self.settings, str(config.get("profile")))
+                    profile = gate_service.resolve_profile(session, self.settings, str(config.get("profile")))
                 except GateError as exc:
                     raise DataJobFailed("profile", str(exc)) from None
         except DataJobFailed as exc:
@@ -331,7 +331,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         progress = InputProgress(path, self._progress)
         progress.start()
         try:
-            report = gates_crud.run_on_file(path, profile, self.settings, eval_sets=config.get("eval_sets"),
+            report = gate_service.run_on_file(path, profile, self.settings, eval_sets=config.get("eval_sets"),
                                             reference=config.get("reference"), fmt=version.format)
         except Exception as exc:  # noqa: BLE001 - bad eval set rows, limits: the job fails with why
             self._finish(JobStatus.failed.value, "gate failed to run",
@@ -345,7 +345,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
             job, stored = self._locked_version(session, version.id, "gated")
             if stored is None:
                 return JobStatus.failed.value
-            record = gates_crud.store_report(session, stored, report, job_id)
+            record = gate_service.store_report(session, stored, report, job_id)
             job.config = {**config, "result": {"report_id": record.id, "passed": record.passed,
                                                "failed": report["failed"], "skipped": report["skipped"]}}
             job.current_step = 100
@@ -363,7 +363,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
                 raise DataJobFailed("version_id", f"dataset {config['dataset_id']} version "
                                                   f"{config['version_id']} no longer exists")
             session.expunge(version)
-        if not dcrud.absolute(version.path, self.settings).is_file():
+        if not dataset_service.absolute(version.path, self.settings).is_file():
             raise DataJobFailed("version_id", f"the file of version {version.id} is missing: {version.path}")
         return version
 
@@ -375,7 +375,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         from training_platform.core.files import sha256_file
         from training_platform.services.access import reader_for_owner
 
-        if not isinstance(config, dict) or config.get("operation") not in dcrud.OPERATIONS:
+        if not isinstance(config, dict) or config.get("operation") not in dataset_service.OPERATIONS:
             raise DataJobFailed("operation", f"not a dataset operation job config: {config!r:.200}")
         if not isinstance(config.get("version_id"), int) or not isinstance(config.get("dataset_id"), int):
             raise DataJobFailed("version_id", "the job config names no dataset version")
@@ -386,7 +386,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
                 raise DataJobFailed("version_id", f"dataset {config.get('dataset_id')} version "
                                                   f"{config.get('version_id')} no longer exists")
             session.expunge(version)
-        path = dcrud.absolute(version.path, self.settings)
+        path = dataset_service.absolute(version.path, self.settings)
         if not path.is_file():
             raise DataJobFailed("version_id", f"the file of version {version.id} is missing: {version.path}")
         actual = sha256_file(path)
@@ -398,9 +398,9 @@ class DataJobSupervisor(supervisor.JobSupervisor):
             if reader is None:
                 raise DataJobFailed("owner", f"the job's owner (user {owner_id}) no longer exists")
             try:
-                params = dcrud.validate_operation(config["operation"], config.get("params") or {}, self.settings,
-                                                  reader=reader, input_format=version.format)
-            except dcrud.OperationInvalid as exc:
+                params = dataset_service.validate_operation(config["operation"], config.get("params") or {},
+                                                            self.settings, reader=reader, input_format=version.format)
+            except dataset_service.OperationInvalid as exc:
                 raise DataJobFailed("params", str(exc)) from None
         checks = {"ok": True, "checks": [{"name": "input", "ok": True, "detail": f"version {version.id} sha256 "
                                                                                  f"verified"},
@@ -422,7 +422,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
 
     def _operate(self, job_id: int, operation: str, params: dict, dataset_id: int,
                  source: DatasetVersionRecord) -> str:
-        source_path = dcrud.absolute(source.path, self.settings)
+        source_path = dataset_service.absolute(source.path, self.settings)
         if _needs_transformers(operation, params):
             from training_platform.workers.tasks import _wait_for_warm_up
 
@@ -430,7 +430,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         progress = InputProgress(source_path, self._progress)
         progress.start()
         try:
-            output = dcrud.run_operation(operation, params, source_path, self.workdir, self.settings)
+            output = dataset_service.run_operation(operation, params, source_path, self.workdir, self.settings)
         except Exception as exc:  # noqa: BLE001 - the operation's own failure (bad rows, recipe, tokenizer, ...)
             log.warning("job %s: %s failed: %s", job_id, operation, _first_lines(exc, 3))
             self._finish(JobStatus.failed.value, f"{operation} failed",
@@ -445,7 +445,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         from training_platform.data.versions import describe_dataset
 
         described = describe_dataset(output.file, fmt=output.format)
-        audit = dcrud.compute_audit(output.file, described.format)
+        audit = dataset_service.compute_audit(output.file, described.format)
         try:
             return self._store(job_id, operation, params, dataset_id, source, output, described, audit)
         except DataJobFailed as exc:  # the transaction was rolled back: nothing stored
@@ -453,7 +453,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
             return JobStatus.failed.value
 
     def _store(self, job_id: int, operation: str, params: dict, dataset_id: int, source: DatasetVersionRecord,
-               output: dcrud.OperationOutput, described=None, audit: dict | None = None) -> str:
+               output: dataset_service.OperationOutput, described=None, audit: dict | None = None) -> str:
         """The new version and the job's success in one transaction (if the job is still ours)."""
         self.heartbeater.stop()
         full_report = output.report
@@ -465,11 +465,11 @@ class DataJobSupervisor(supervisor.JobSupervisor):
             parent = session.get(DatasetVersionRecord, source.id)
             if dataset is None or parent is None:
                 raise DataJobFailed("dataset deleted", "the dataset was deleted while the operation ran")
-            report = dcrud.compact(full_report)
+            report = dataset_service.compact(full_report)
             if report != full_report:
-                report["full_report"] = dcrud.write_full_report(full_report, dataset.id,
+                report["full_report"] = dataset_service.write_full_report(full_report, dataset.id,
                                                                 f"job-{job_id}-{operation}", self.settings)
-            version, created = dcrud.add_version(
+            version, created = dataset_service.add_version(
                 session, dataset, output.file, suffix=output.suffix, operation=operation, settings=self.settings,
                 fmt=output.format, parent=parent, recipe=params, report=report, stats=output.stats, job_id=job_id,
                 described=described, audit=audit)

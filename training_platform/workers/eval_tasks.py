@@ -27,9 +27,9 @@ from typing import Any
 from sqlmodel import select
 
 from training_platform.core.settings import Settings
-from training_platform.db import eval_crud
 from training_platform.db.models import Checkpoint, Job, JobStatus
 from training_platform.db.session import session_scope
+from training_platform.services import evaluations as eval_service
 from training_platform.services import jobs as job_service
 from training_platform.workers import supervisor
 from training_platform.workers.celery_app import app
@@ -114,7 +114,7 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
             self._log_file = None
 
     def _release(self, job: Job) -> None:
-        eval_crud.release_pin(job)
+        eval_service.release_pin(job)
 
     # -- preflight
 
@@ -147,7 +147,7 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
         if target.get("run_dir") and target.get("checkpoint_step") is not None:  # again, for a retry or requeue
             from training_platform.training.rundir import RunDir
 
-            RunDir(target["run_dir"]).pin(target["model_path"], eval_crud.eval_pin(job.id))
+            RunDir(target["run_dir"]).pin(target["model_path"], eval_service.eval_pin(job.id))
         try:
             prepared = prepare_benchmarks(config)
         except EvalDataError as exc:
@@ -280,7 +280,7 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
             locked = supervisor.lock_job(session, self.job_id)
             if not supervisor._owned(locked, self.worker):
                 raise supervisor.JobLost()
-            n = eval_crud.store_results(session, self.job_id, self.out_dir, summary)
+            n = eval_service.store_results(session, self.job_id, self.out_dir, summary)
             parts = []
             for name, result in summary["benchmarks"].items():
                 primary = result.get("primary_metric")
@@ -293,7 +293,7 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
             best = None
             if keep_best_by and source is not None:
                 session.flush()
-                best = eval_crud.update_best_checkpoint(session, source, keep_best_by)
+                best = eval_service.update_best_checkpoint(session, source, keep_best_by)
         self._log(f"done: {', '.join(parts)}")
         if best:
             self._log(f"best checkpoint of job {source} by {keep_best_by}: step {best['step']} ({best['value']:.4f})")

@@ -88,8 +88,8 @@ def check_data_gate(cfg, *, job_id: int | None, data_dir: Path) -> tuple[dict[st
     from training_platform.core.paths import resolve_data_path
     from training_platform.core.settings import get_settings
     from training_platform.data.gate import GateError
-    from training_platform.db import gates_crud
     from training_platform.db.session import session_scope
+    from training_platform.services import gates as gate_service
     from training_platform.training.gate_check import OVERRIDE_FILE, SHADOW_FILE, failing_summary, shadow_rule
 
     settings = get_settings()
@@ -99,17 +99,17 @@ def check_data_gate(cfg, *, job_id: int | None, data_dir: Path) -> tuple[dict[st
     reference_sha = sha256_file(resolve_data_path(gate.reference)) if gate.reference else None
     with session_scope() as session:
         try:
-            profile = gates_crud.resolve_profile(session, settings, gate.profile, loc="data.gate.profile")
+            profile = gate_service.resolve_profile(session, settings, gate.profile, loc="data.gate.profile")
         except GateError as exc:
             return _check("gate", False, str(exc)), [{"loc": loc, "msg": msg} for loc, msg in exc.errors]
-        version = gates_crud.version_for_file(session, train, settings)
+        version = gate_service.version_for_file(session, train, settings)
         sha = sha256_file(train)
-        found = gates_crud.passing_report(session, sha, profile, eval_shas, reference_sha)
+        found = gate_service.passing_report(session, sha, profile, eval_shas, reference_sha)
         report, report_id = (found.report, found.id) if found is not None else (None, None)
         version_id = version.id if version is not None else None
     how = f"stored report {report_id}"
     if report is None:
-        report = gates_crud.run_on_file(train, profile, settings, eval_sets=gate.eval_sets, reference=gate.reference,
+        report = gate_service.run_on_file(train, profile, settings, eval_sets=gate.eval_sets, reference=gate.reference,
                                         fmt=None if cfg.data.format == "auto" else cfg.data.format)
         how = "run now"
         if version_id is not None:
@@ -119,7 +119,7 @@ def check_data_gate(cfg, *, job_id: int | None, data_dir: Path) -> tuple[dict[st
                 stored = session.get(DatasetVersionRecord, version_id)
                 if stored is not None and stored.sha256 == report["dataset"]["sha256"]:
                     report["dataset"]["path"] = stored.path
-                    report_id = gates_crud.store_report(session, stored, report, job_id).id
+                    report_id = gate_service.store_report(session, stored, report, job_id).id
                     how = f"run now, stored as report {report_id}"
     shadow, shadow_problem = None, None
     min_spearman = shadow_rule(profile, cfg)

@@ -24,10 +24,10 @@ from sqlmodel import Session, select
 
 from training_platform.core.settings import get_settings
 from training_platform.core.timeutil import utcnow
-from training_platform.db import eval_crud
 from training_platform.db.models import Checkpoint, EvalSchedule, Job, User
 from training_platform.db.session import session_scope
 from training_platform.evaluation.request import EvalRequest, RequestError, next_fire_time
+from training_platform.services import evaluations as eval_service
 
 log = logging.getLogger("training_platform.workers.scheduler")
 
@@ -130,10 +130,10 @@ def _fire(session: Session, schedule: EvalSchedule, *, checkpoint: int | None, w
         settings = get_settings()
         backend = str(request.backend.get("backend", "transformers"))
         if schedule.model is not None:
-            target = eval_crud.resolve_target(session, owner, model=schedule.model, job_id=None, checkpoint=None,
+            target = eval_service.resolve_target(session, owner, model=schedule.model, job_id=None, checkpoint=None,
                                               backend=backend, settings=settings)
         else:
-            target = eval_crud.resolve_target(session, owner, model=None, job_id=schedule.job_id,
+            target = eval_service.resolve_target(session, owner, model=None, job_id=schedule.job_id,
                                               checkpoint=checkpoint if checkpoint is not None else "latest",
                                               backend=backend, settings=settings)
             if checkpoint is None and not force and _already_evaluated(session, schedule, target.checkpoint_step):
@@ -142,14 +142,14 @@ def _fire(session: Session, schedule: EvalSchedule, *, checkpoint: int | None, w
                                          f"by this schedule")
                 session.add(schedule)
                 return None
-        config = eval_crud.absolute_data_paths(request.to_config(target.model_path, name=schedule.name), settings)
+        config = eval_service.absolute_data_paths(request.to_config(target.model_path, name=schedule.name), settings)
         from training_platform.db.endpoints_crud import resolver
 
-        problems = eval_crud.check_endpoint(config, resolver(session, settings),
+        problems = eval_service.check_endpoint(config, resolver(session, settings),
                                             job_id=None if schedule.model is not None else schedule.job_id)
         if problems:
             raise RequestError(problems)
-        job = eval_crud.create_evaluation(session, owner=owner, name=f"{schedule.name}: {target.label}"[:200],
+        job = eval_service.create_evaluation(session, owner=owner, name=f"{schedule.name}: {target.label}"[:200],
                                           config=config, target=target, priority=schedule.priority,
                                           schedule_id=schedule.id, keep_best_by=schedule.keep_best_by,
                                           request=schedule.request)

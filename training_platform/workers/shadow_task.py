@@ -7,9 +7,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from training_platform.db import datasets_crud as dcrud
 from training_platform.db.models import JobStatus
 from training_platform.db.session import session_scope
+from training_platform.services import datasets as dataset_service
 from training_platform.services import jobs as job_service
 from training_platform.workers import supervisor
 
@@ -37,7 +37,7 @@ def run_shadow(sup, job_id: int, config: dict, owner_id: int) -> str:
                 raise DataJobFailed("path", f"no such file: {config['path']}")
         else:
             version = sup._input_version(config)
-            path = dcrud.absolute(version.path, sup.settings)
+            path = dataset_service.absolute(version.path, sup.settings)
     except DataJobFailed as exc:
         sup._finish(JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc.reason}: {exc.error}")
         return JobStatus.failed.value

@@ -11,15 +11,15 @@ from sqlmodel import select
 from training_platform.api import schemas
 from training_platform.api.deps import SessionDep, VisibleJob
 from training_platform.api.errors import ValidationFailed, not_found
-from training_platform.db import eval_crud
 from training_platform.db.models import Checkpoint
+from training_platform.services import evaluations as eval_service
 
 router = APIRouter(prefix="/jobs", tags=["checkpoints"])
 
 
 @router.get("/{job_id}/checkpoints", response_model=list[schemas.CheckpointRead])
 def job_checkpoints(job: VisibleJob, session: SessionDep):
-    results = eval_crud.checkpoint_results(session, job.id)
+    results = eval_service.checkpoint_results(session, job.id)
     best_step = (job.best_checkpoint or {}).get("step")
     out = []
     for ckpt in session.exec(select(Checkpoint).where(Checkpoint.job_id == job.id).order_by(Checkpoint.step)).all():
@@ -40,7 +40,7 @@ def best_checkpoint(job: VisibleJob, session: SessionDep,
             raise not_found(f"best checkpoint of job {job.id} (no schedule keeps one: pass ?metric=)")
         return job.best_checkpoint
     try:
-        best = eval_crud.best_checkpoint(session, job.id, metric)
+        best = eval_service.best_checkpoint(session, job.id, metric)
     except ValueError as exc:
         raise ValidationFailed([("query.metric", str(exc))]) from None
     if best is None:

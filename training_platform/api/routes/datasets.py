@@ -38,8 +38,8 @@ from training_platform.api.limits import drain
 from training_platform.core.path_policy import check_path, resolve_path, shown
 from training_platform.core.settings import Settings
 from training_platform.db import crud
-from training_platform.db import datasets_crud as dcrud
 from training_platform.db.models import TERMINAL, Dataset, DatasetVersionRecord, Job, User
+from training_platform.services import datasets as dataset_service
 from training_platform.services.access import dataset_visible, dataset_visible_clause, reader_for
 
 log = logging.getLogger("training_platform.api.datasets")
@@ -210,7 +210,8 @@ def _version_out(version: DatasetVersionRecord) -> dict:
 
 def _version_detail(session: Session, version: DatasetVersionRecord) -> dict:
     return {**version.model_dump(exclude={"audit"}), "audit_cached": version.audit is not None,
-            "lineage": [v.model_dump(include=set(LineageItem.model_fields)) for v in dcrud.lineage(session, version)]}
+            "lineage": [v.model_dump(include=set(LineageItem.model_fields))
+                        for v in dataset_service.lineage(session, version)]}
 
 
 def _queue_ingest(session: Session, user: User, staged: Path, settings: Settings, *, name: str, suffix: str,
@@ -221,7 +222,7 @@ def _queue_ingest(session: Session, user: User, staged: Path, settings: Settings
 
     for attempt in range(2):
         try:
-            dataset, _ = dcrud.get_or_create_dataset(session, user, name, description)
+            dataset, _ = dataset_service.get_or_create_dataset(session, user, name, description)
             session.commit()
             break
         except IntegrityError:  # a concurrent request created the same dataset first
@@ -229,11 +230,11 @@ def _queue_ingest(session: Session, user: User, staged: Path, settings: Settings
             if attempt:
                 raise conflict(f"dataset {name!r} was changed by a concurrent request; try again") from None
     size = staged.stat().st_size
-    config = {"operation": dcrud.INGEST, "kind": kind, "dataset_id": dataset.id,
+    config = {"operation": dataset_service.INGEST, "kind": kind, "dataset_id": dataset.id,
               "staged": str(staged.relative_to(settings.data_path)), "suffix": suffix, "format": fmt,
               "policy": policy, "source": source, "recipe": recipe, "size_bytes": size}
     job = crud.create_job(session, owner=user, name=f"{kind} {name}"[:200], config=config, kind="data")
-    job.algorithm = dcrud.INGEST
+    job.algorithm = dataset_service.INGEST
     job.max_steps = 100  # progress in percent
     session.add(job)
     session.commit()
@@ -378,11 +379,11 @@ class UploadForm(MultipartStream):
             if self.path is not None:
                 raise ValidationFailed([("file", "send one file per upload")])
             try:
-                self.suffix = dcrud.normalize_suffix(filename or "")
+                self.suffix = dataset_service.normalize_suffix(filename or "")
             except ValueError as exc:
                 raise ValidationFailed([("file", f"{filename!r}: {exc}")]) from None
             self.filename = Path(filename or "").name
-            self.path = dcrud.new_staging_path(self.settings, self.suffix)
+            self.path = dataset_service.new_staging_path(self.settings, self.suffix)
             self._file = self.path.open("wb")
             return
         if name not in FORM_FIELDS:
@@ -561,14 +562,14 @@ def register_dataset(body: RegisterBody, session: SessionDep, user: CurrentUser,
     if not source.is_file():
         raise ValidationFailed([("path", f"no such file: {body.path}")])
     try:
-        suffix = dcrud.normalize_suffix(source.name)
+        suffix = dataset_service.normalize_suffix(source.name)
     except ValueError as exc:
         raise ValidationFailed([("path", str(exc))]) from None
     limit = int(settings.max_dataset_expanded_mb * 2**20)
     if source.stat().st_size > limit:
         raise ValidationFailed([("path", f"the file is larger than the limit of {settings.max_dataset_expanded_mb:g} "
                                          f"MB per dataset file (TP_MAX_DATASET_EXPANDED_MB)")])
-    staged = dcrud.new_staging_path(settings, suffix)
+    staged = dataset_service.new_staging_path(settings, suffix)
     try:
         shutil.copyfile(source, staged)  # a snapshot: the original may change after this
         recipe = {"source": body.path, "resolved": shown(source, settings), "policy": body.policy,
@@ -615,7 +616,7 @@ def list_operations(user: CurrentUser) -> dict[str, Any]:
     """The operations `POST /datasets/{id}/versions/{v}/operations` runs, each with the JSON Schema of its
     `params` (defaults included)."""
     return {name: {"params_schema": model.model_json_schema(), "description": (model.__doc__ or "").strip()}
-            for name, model in dcrud.PARAMS.items()}
+            for name, model in dataset_service.PARAMS.items()}
 
 
 @router.get("/{dataset_id}", response_model=DatasetRead)
@@ -647,7 +648,7 @@ def delete_dataset(dataset_id: schemas.DbId, session: SessionDep, user: CurrentU
     shares is kept), its quarantine files and reports. 409 while any job config names one of its version files
     (e.g. a training job's `data.train_file`; delete that job first) or a data job is still working on it."""
     dataset = _owned_dataset(session, user, dataset_id, "delete")
-    refs = dcrud.referencing_jobs(session, dataset, settings)
+    refs = dataset_service.referencing_jobs(session, dataset, settings)
     if refs:
         from training_platform.db.models import Job
 
@@ -656,9 +657,9 @@ def delete_dataset(dataset_id: schemas.DbId, session: SessionDep, user: CurrentU
         others = len(refs) - len(mine)  # a shared dataset: other users' jobs are counted, never named
         listed = "; ".join(mine[:10] + ([f"{others} job(s) of other users"] if others else []))
         raise conflict(f"dataset {dataset_id} is in use by {len(refs)} job(s): {listed}")
-    files = dcrud.delete_dataset(session, dataset, settings)
+    files = dataset_service.delete_dataset(session, dataset, settings)
     session.commit()
-    dcrud.remove_files(files, settings)
+    dataset_service.remove_files(files, settings)
     log.info("dataset %s (%s) deleted by %s", dataset_id, dataset.name, user.name)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
@@ -693,7 +694,7 @@ def get_version(dataset_id: schemas.DbId, version_id: schemas.DbId, session: Ses
 
 
 def _stored_file(version: DatasetVersionRecord, settings: Settings) -> Path:
-    path = dcrud.absolute(version.path, settings)
+    path = dataset_service.absolute(version.path, settings)
     if not path.is_file():
         raise HTTPException(status.HTTP_410_GONE, detail=f"the file of version {version.id} is missing from the "
                                                          f"content store ({version.path})")
@@ -732,7 +733,7 @@ def version_rows(
     items: list[dict] = []
     matched = 0
     complete = True
-    for scanned, record in enumerate(iter_records(path, dcrud.read_limits(settings))):
+    for scanned, record in enumerate(iter_records(path, dataset_service.read_limits(settings))):
         if scanned >= SEARCH_SCAN_ROWS:
             complete = False
             break
@@ -769,15 +770,15 @@ def version_stats(dataset_id: schemas.DbId, version_id: schemas.DbId, session: S
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                                 detail=f"cannot audit version {version.id}: {version.audit['error']}")
         return {"version_id": version.id, "sha256": version.sha256, "cached": True, **version.audit}
-    active = session.exec(select(Job).where(Job.kind == "data", Job.algorithm == dcrud.AUDIT,
+    active = session.exec(select(Job).where(Job.kind == "data", Job.algorithm == dataset_service.AUDIT,
                                             Job.status.not_in([s.value for s in TERMINAL]))).all()
     job = next((j for j in active if j.config.get("version_id") == version.id), None)
     warning = None
     if job is None:
-        config = {"operation": dcrud.AUDIT, "dataset_id": dataset.id, "version_id": version.id}
+        config = {"operation": dataset_service.AUDIT, "dataset_id": dataset.id, "version_id": version.id}
         job = crud.create_job(session, owner=user, name=f"audit {dataset.name} v{version.id}"[:200], config=config,
                               kind="data")
-        job.algorithm = dcrud.AUDIT
+        job.algorithm = dataset_service.AUDIT
         job.max_steps = 100
         session.add(job)
         session.commit()
@@ -799,9 +800,9 @@ def create_operation(dataset_id: schemas.DbId, version_id: schemas.DbId, body: O
     dataset = _owned_dataset(session, user, dataset_id, "add versions to")
     version = _version_of(session, dataset, version_id)
     try:
-        params = dcrud.validate_operation(body.operation, body.params, settings, reader=reader_for(session, user),
-                                          input_format=version.format)
-    except dcrud.OperationInvalid as exc:
+        params = dataset_service.validate_operation(body.operation, body.params, settings,
+                                                    reader=reader_for(session, user), input_format=version.format)
+    except dataset_service.OperationInvalid as exc:
         raise ValidationFailed(exc.errors) from None
     config = {"dataset_id": dataset.id, "version_id": version.id, "operation": body.operation, "params": params}
     name = body.name or f"{body.operation} {dataset.name} v{version.id}"[:200]

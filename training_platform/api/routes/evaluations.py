@@ -22,9 +22,9 @@ from training_platform.api import errors, schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, not_found
 from training_platform.core.settings import Settings
-from training_platform.db import eval_crud
 from training_platform.db.models import EvalSample, Evaluation, Job, JobStatus, User
 from training_platform.evaluation.request import EvalRequest, RequestError
+from training_platform.services import evaluations as eval_service
 from training_platform.services.access import reader_for
 
 log = logging.getLogger("training_platform.api.evaluations")
@@ -142,7 +142,7 @@ def _read(session: Session, evaluation: Evaluation, job: Job, metrics: dict | No
         owner = session.get(User, job.owner_id)
         owner_name = owner.name if owner is not None else f"#{job.owner_id}"
     if metrics is None:
-        metrics = eval_crud.metrics_of(session, [job.id])[job.id]
+        metrics = eval_service.metrics_of(session, [job.id])[job.id]
     data = {"id": job.id, "name": job.name, "owner": owner_name, "status": job.status, "progress": job.current_step,
             "error": job.error, "model": evaluation.model_label, "model_path": evaluation.model_path,
             "source_job_id": evaluation.source_job_id, "checkpoint_step": evaluation.checkpoint_step,
@@ -164,19 +164,19 @@ def build_evaluation(session: Session, user: User, body: EvaluationCreate, setti
     errors: list[tuple[str, str]] = []
     target = None
     try:
-        target = eval_crud.resolve_target(session, user, model=body.model, job_id=body.job_id,
+        target = eval_service.resolve_target(session, user, model=body.model, job_id=body.job_id,
                                           checkpoint=body.checkpoint, backend=str(body.backend.get("backend",
                                                                                                    "transformers")),
                                           settings=settings)
     except RequestError as exc:
         errors += exc.errors
-    config, problems = eval_crud.check_request(body, target.model_path if target else "<unresolved>", settings,
+    config, problems = eval_service.check_request(body, target.model_path if target else "<unresolved>", settings,
                                                keep_best_by=body.keep_best_by, job_id=body.job_id, name=body.name,
                                                session=session, reader=reader_for(session, user))
     errors += problems
     if errors:
         raise RequestError(errors)
-    return eval_crud.absolute_data_paths(config, settings), target
+    return eval_service.absolute_data_paths(config, settings), target
 
 
 # ---------------------------------------------------------------------------------------------- endpoints
@@ -194,7 +194,7 @@ def create_evaluation(body: EvaluationCreate, session: SessionDep, user: Current
     except RequestError as exc:
         raise _request_failed(exc) from None
     request = body.model_dump(mode="json", include=set(EvalRequest.model_fields))
-    job = eval_crud.create_evaluation(session, owner=user, name=body.name, config=config, target=target,
+    job = eval_service.create_evaluation(session, owner=user, name=body.name, config=config, target=target,
                                       priority=body.priority, keep_best_by=body.keep_best_by, request=request)
     session.commit()
     log.info("evaluation %s submitted by %s: %s on %s", job.id, user.name, target.label,
@@ -232,7 +232,7 @@ def list_evaluations(
     else:
         total = session.exec(select(func.count()).select_from(base.subquery())).one()
         page = session.exec(base.order_by(Job.id.desc()).limit(limit).offset(offset)).all()
-    metrics = eval_crud.metrics_of(session, [job.id for _, job, _ in page])
+    metrics = eval_service.metrics_of(session, [job.id for _, job, _ in page])
     return {"items": [_read(session, e, j, metrics[j.id], owner) for e, j, owner in page], "total": total,
             "limit": limit, "offset": offset}
 
@@ -255,7 +255,7 @@ def leaderboard(
         raise ValidationFailed([("query.benchmark", f"unknown benchmark {benchmark!r}; known: "
                                                     f"{', '.join(sorted(BENCHMARKS))}")])
     metric = metric or BENCHMARKS[benchmark].primary_metric
-    entries = eval_crud.leaderboard(session, user, benchmark, metric, job_id=job_id)
+    entries = eval_service.leaderboard(session, user, benchmark, metric, job_id=job_id)
     return {"items": entries[offset: offset + limit], "total": len(entries), "limit": limit, "offset": offset,
             "benchmark": benchmark, "metric": metric}
 

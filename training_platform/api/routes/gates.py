@@ -35,8 +35,8 @@ from training_platform.data.gate import (
     parse_profile,
 )
 from training_platform.db import crud
-from training_platform.db import gates_crud as gcrud
 from training_platform.db.models import GateProfileRecord, GateReportRecord, JobEvent, JobStatus
+from training_platform.services import gates as gate_service
 from training_platform.services import jobs as job_service
 from training_platform.services.access import reader_for
 
@@ -104,7 +104,7 @@ def _invalid(exc: GateError, prefix: str = "") -> ValidationFailed:
 
 def _profiles(session, user, settings) -> dict:
     try:
-        return gcrud.all_profiles(session, settings)
+        return gate_service.all_profiles(session, settings)
     except GateError as exc:  # the operator's file is broken: say so (admins see why)
         log.error("gate profiles: %s", exc)
         raise conflict(str(exc) if user.is_admin else "the operator's gate profiles file is invalid; ask them to "
@@ -129,7 +129,7 @@ def get_profile(name: ProfilePath, session: SessionDep, user: CurrentUser, setti
 
 
 def _read_only(session, settings, name: str) -> None:
-    local = gcrud.file_profiles(settings)
+    local = gate_service.file_profiles(settings)
     if name in local:
         where = "built in" if local[name][1] == "builtin" else "defined by the operator (TP_GATE_PROFILES_FILE)"
         raise conflict(f"gate profile {name!r} is {where}: read-only here")
@@ -217,17 +217,17 @@ def run_gate(dataset_id: schemas.DbId, version_id: schemas.DbId, body: GateRun, 
     dataset, version = _version(session, user, dataset_id, version_id)
     errors: list[tuple[str, str]] = []
     try:
-        gcrud.resolve_profile(session, settings, body.profile)
+        gate_service.resolve_profile(session, settings, body.profile)
     except GateError as exc:
         errors += exc.errors
-    errors += gcrud.check_inputs(body.eval_sets, body.reference, settings, reader_for(session, user))
+    errors += gate_service.check_inputs(body.eval_sets, body.reference, settings, reader_for(session, user))
     if errors:
         raise ValidationFailed(errors)
-    config = {"operation": gcrud.GATE, "dataset_id": dataset.id, "version_id": version.id, "profile": body.profile,
-              "eval_sets": body.eval_sets, "reference": body.reference}
+    config = {"operation": gate_service.GATE, "dataset_id": dataset.id, "version_id": version.id,
+              "profile": body.profile, "eval_sets": body.eval_sets, "reference": body.reference}
     job = crud.create_job(session, owner=user, name=f"gate {body.profile} {dataset.name} v{version.id}"[:200],
                           config=config, priority=body.priority, kind="data")
-    job.algorithm = gcrud.GATE
+    job.algorithm = gate_service.GATE
     job.max_steps = 100
     session.add(job)
     session.commit()

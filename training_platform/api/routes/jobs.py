@@ -378,13 +378,13 @@ def delete_job(job: VisibleJob, session: SessionDep, settings: SettingsDep, user
         raise conflict(f"job {job.id} is {job.status}; cancel it first (only finished jobs can be deleted)")
     if not lock_job(session, job):
         raise conflict(f"job {job.id} changed state meanwhile (now {job.status}); try again")
-    from training_platform.db import eval_crud
+    from training_platform.services import evaluations as eval_service
 
     job_id, run_dir = job.id, job.run_dir
     if job.kind == "eval":  # its results go with it (leaderboard entries included); its checkpoint pin too
-        eval_crud.delete_evaluation_rows(session, job.id)
-        eval_crud.release_pin(job)
-    eval_crud.disable_schedules_of_job(session, job.id, f"job {job.id} was deleted by {user.name}")
+        eval_service.delete_evaluation_rows(session, job.id)
+        eval_service.release_pin(job)
+    eval_service.disable_schedules_of_job(session, job.id, f"job {job.id} was deleted by {user.name}")
     for model in (JobEvent, MetricPoint, Checkpoint):
         session.exec(delete(model).where(model.job_id == job.id))
     session.delete(job)

@@ -17,7 +17,6 @@ from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, Settin
 from training_platform.api.errors import ValidationFailed, conflict, not_found
 from training_platform.core.settings import Settings
 from training_platform.core.timeutil import utcnow
-from training_platform.db import eval_crud
 from training_platform.db.models import Checkpoint, EvalSchedule, Job, User
 from training_platform.evaluation.request import (
     EvalRequest,
@@ -26,6 +25,7 @@ from training_platform.evaluation.request import (
     parse_cron,
     parse_metric_key,
 )
+from training_platform.services import evaluations as eval_service
 from training_platform.services.access import reader_for
 
 log = logging.getLogger("training_platform.api.schedules")
@@ -137,11 +137,11 @@ def _validate(session: Session, user: User, body: ScheduleCreate, settings: Sett
     backend = str(body.backend.get("backend", "transformers"))
     if body.model is not None and body.job_id is None:
         try:
-            eval_crud.resolve_target(session, user, model=body.model, job_id=None, checkpoint=None, backend=backend,
+            eval_service.resolve_target(session, user, model=body.model, job_id=None, checkpoint=None, backend=backend,
                                      settings=settings)
         except RequestError as exc:
             errors += exc.errors
-    errors += eval_crud.check_request(body, body.model or "<checkpoint>", settings, keep_best_by=body.keep_best_by,
+    errors += eval_service.check_request(body, body.model or "<checkpoint>", settings, keep_best_by=body.keep_best_by,
                                       job_id=body.job_id, name=body.name, session=session,
                                       reader=reader_for(session, user))[1]
     if errors:

@@ -493,7 +493,7 @@ def delete_dataset(session: Session, dataset: Dataset, settings: Settings) -> li
     session.exec(update(DatasetVersionRecord).where(DatasetVersionRecord.dataset_id == dataset.id)
                  .values(parent_version_id=None).execution_options(synchronize_session=False))
     session.flush()
-    from training_platform.db.gates_crud import delete_version_reports
+    from training_platform.services.gates import delete_version_reports
 
     delete_version_reports(session, [v.id for v in versions])  # their quality-gate reports go with them
     for version in versions:

@@ -69,7 +69,7 @@ def check_inputs(eval_sets: list[str], reference: str | None, settings: Settings
 def run_on_file(path: Path, profile: GateProfile, settings: Settings, *, eval_sets: list[str] | None = None,
                 reference: str | None = None, fmt: str | None = None) -> dict[str, Any]:
     from training_platform.data.gate import run_gate
-    from training_platform.db.datasets_crud import read_limits
+    from training_platform.services.datasets import read_limits
 
     return run_gate(path, profile, eval_sets=[resolve_path(p, settings) for p in eval_sets or []],
                     reference=resolve_path(reference, settings) if reference else None, fmt=fmt,
