@@ -16,10 +16,12 @@ $(BIN)/tp: pyproject.toml constraints.txt
 
 test: setup
 	$(BIN)/ruff check training_platform tests bench
+	$(BIN)/lint-imports  # the layers of DESIGN.md (.importlinter)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/pytest -q --durations=30 tests
 
 lint: setup
 	$(BIN)/ruff check training_platform tests bench
+	$(BIN)/lint-imports
 
 up: setup
 	$(BIN)/tp up
