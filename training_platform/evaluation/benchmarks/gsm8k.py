@@ -48,6 +48,8 @@ class GSM8K(Benchmark):
             return format_template(self.spec.prompt_template, item.row)
         return item.row["question"]
 
+    # The same shape as math_problems.build_request on purpose: each task's few-shot layout follows its reference
+    # harness (fields, separators, worked answers); a shared template would hide what each prompt looks like.
     def build_request(self, item: Item, shots: list[Item], chat: bool) -> GenerationRequest:
         if chat:
             instruction = "" if self.spec.prompt_template else CHAT_INSTRUCTION

@@ -48,6 +48,8 @@ class MATH(Benchmark):
             return str(solution)
         return f"The final answer is $\\boxed{{{item.reference}}}$."
 
+    # The same shape as gsm8k.build_request on purpose: each task's few-shot layout follows its reference
+    # harness (fields, separators, worked answers); a shared template would hide what each prompt looks like.
     def build_request(self, item: Item, shots: list[Item], chat: bool) -> GenerationRequest:
         if chat:
             instruction = "" if self.spec.prompt_template else CHAT_INSTRUCTION

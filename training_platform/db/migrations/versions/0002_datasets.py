@@ -5,6 +5,8 @@ Revises: 0001
 Create Date: 2026-11-29 10:00:00.000000
 """
 
+# Alembic's revision layout (header, create_table calls) repeats in every revision on purpose: a revision is frozen
+# once released, so revisions share no code (the duplicates tool's migration pairs are this).
 from __future__ import annotations
 
 import sqlalchemy as sa

@@ -6,6 +6,8 @@ Revises: 0006
 Create Date: 2026-11-25 12:00:00
 """
 
+# Alembic's revision layout (header, create_table calls) repeats in every revision on purpose: a revision is frozen
+# once released, so revisions share no code (the duplicates tool's migration pairs are this).
 from __future__ import annotations
 
 import sqlalchemy as sa
