@@ -32,10 +32,13 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from training_platform.core.errors import InvalidInput
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "PLATFORM_ENDPOINT",
@@ -327,7 +330,7 @@ def _origin(url: str) -> tuple[str, str, int]:
 
 
 def keyed_client(endpoint: Endpoint, *, timeout: float, transport: Any = None,
-                 environ: Mapping[str, str] | None = None):
+                 environ: Mapping[str, str] | None = None) -> httpx.Client:
     """The httpx.Client for `endpoint`: base URL set, `Authorization: Bearer <key>` when its `api_key_env` is set
     in the environment, redirects never followed, and every request checked to go to the endpoint's own
     scheme://host:port before it is sent (OutboundRefused otherwise)."""

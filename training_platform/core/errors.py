@@ -21,19 +21,19 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 
-class FieldError(tuple):
+class FieldError(tuple[str, str]):
     """(path, reason); printed as `path: reason` (the reason alone when the problem has no field)."""
 
-    def __new__(cls, path: str, reason: str):
+    def __new__(cls, path: str, reason: str) -> FieldError:
         return super().__new__(cls, (path, reason))
 
     @property
     def path(self) -> str:
-        return self[0]
+        return str(self[0])
 
     @property
     def reason(self) -> str:
-        return self[1]
+        return str(self[1])
 
     def __str__(self) -> str:
         return f"{self.path}: {self.reason}" if self.path else self.reason
@@ -97,7 +97,7 @@ def _is_union_member(item: object) -> bool:
     return isinstance(item, str) and bool(_UNION_MEMBER.match(item))
 
 
-def loc_to_path(loc: tuple, union_tags: Mapping[str, Collection[str]] | None = None) -> str:
+def loc_to_path(loc: tuple[Any, ...], union_tags: Mapping[str, Collection[str]] | None = None) -> str:
     """('rewards', 0, 'params', 'x') -> `rewards[0].params.x`. pydantic inserts a union member's name (`int`,
     `list[str]`) or, for a discriminated union, the tag (`algorithm.grpo.beta`) into the location: both dropped."""
     parts: list[str] = []

@@ -94,7 +94,7 @@ def _metrics() -> _Metrics:
                     from prometheus_client import values
 
                     if not getattr(values.ValueClass, "_multiprocess", False):
-                        values.ValueClass = values.get_value_class()
+                        values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
                 _instance = _Metrics()
     return _instance
 
@@ -127,12 +127,12 @@ _SESSION_KEY = "tp_finished_jobs"
 _hooks_installed = False
 
 
-def job_finished_on_commit(session, kind: str, algorithm: str, outcome: str, seconds: float | None) -> None:
+def job_finished_on_commit(session: Any, kind: str, algorithm: str, outcome: str, seconds: float | None) -> None:
     _install_session_hooks()
     session.info.setdefault(_SESSION_KEY, []).append((kind, algorithm, outcome, seconds))
 
 
-def _after_commit(session) -> None:
+def _after_commit(session: Any) -> None:
     for entry in session.info.pop(_SESSION_KEY, ()):
         try:
             observe_job_finished(*entry)
@@ -140,7 +140,7 @@ def _after_commit(session) -> None:
             log.exception("could not record a finished job in the metrics")
 
 
-def _after_rollback(session) -> None:
+def _after_rollback(session: Any) -> None:
     session.info.pop(_SESSION_KEY, None)
 
 
@@ -161,14 +161,14 @@ def _install_session_hooks() -> None:
 # -- exposition
 
 
-def render(extra_collectors: tuple = ()) -> tuple[bytes, str]:
+def render(extra_collectors: tuple[Any, ...] = ()) -> tuple[bytes, str]:
     """(body, content type): every process's counters and histograms summed, plus collectors evaluated now."""
     _metrics()
     from prometheus_client import CollectorRegistry, generate_latest, multiprocess
     from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
     registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry, path=os.environ[ENV])
+    multiprocess.MultiProcessCollector(registry, path=os.environ[ENV])  # type: ignore[no-untyped-call]
     for collector in extra_collectors:
         registry.register(collector)
     return generate_latest(registry), CONTENT_TYPE_PLAIN_0_0_4  # the text format generate_latest writes

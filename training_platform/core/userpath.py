@@ -62,7 +62,7 @@ UserDir = Annotated[str, PathMarker("dir"), AfterValidator(_bounded)]
 ModelRef = Annotated[str, PathMarker("model"), AfterValidator(_bounded)]
 
 
-def marker_of(annotation: Any, metadata: list | tuple = ()) -> PathMarker | None:
+def marker_of(annotation: Any, metadata: list[Any] | tuple[Any, ...] = ()) -> PathMarker | None:
     """The PathMarker of a field (its metadata, or anywhere inside its annotation: `X | None`, `list[X]`)."""
     for item in metadata:
         if isinstance(item, PathMarker):

@@ -139,7 +139,7 @@ class TransformersBackend(Backend):
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.path, trust_remote_code=trust_remote_code)
+        self.tokenizer: Any = AutoTokenizer.from_pretrained(self.path, trust_remote_code=trust_remote_code)
         if self.tokenizer.pad_token_id is None:
             if self.tokenizer.eos_token_id is None:
                 raise ValueError(f"{self.path}: the tokenizer has neither a pad nor an eos token")
@@ -148,9 +148,10 @@ class TransformersBackend(Backend):
             torch_dtype: Any = "auto" if self.device.type == "cuda" else torch.float32
         else:
             torch_dtype = getattr(torch, dtype)
-        self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=torch_dtype,
-                                                          trust_remote_code=trust_remote_code)
-        self.model.to(self.device).eval()
+        model: Any = AutoModelForCausalLM.from_pretrained(self.path, dtype=torch_dtype,
+                                                         trust_remote_code=trust_remote_code)
+        model.to(self.device).eval()
+        self.model: Any = model
         eos: set[int] = set()
         for candidate in (self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None),
                           getattr(self.model.config, "eos_token_id", None)):

@@ -80,6 +80,7 @@ class _Worker:
             if self._proc is None or self._proc.poll() is not None:
                 self._proc = self._start()
             proc = self._proc
+            assert proc.stdin is not None and proc.stdout is not None  # started with pipes
             try:
                 proc.stdin.write(json.dumps([gold, pred, timeout]) + "\n")
                 proc.stdin.flush()
@@ -106,7 +107,8 @@ def _package_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _readline(proc: subprocess.Popen, timeout: float) -> str | None:
+def _readline(proc: subprocess.Popen[str], timeout: float) -> str | None:
+    assert proc.stdout is not None
     ready, _, _ = select.select([proc.stdout], [], [], timeout)
     if not ready:
         return None

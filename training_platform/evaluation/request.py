@@ -152,7 +152,12 @@ def _join(prefix: str, loc: tuple) -> str:
 
 def _unique(errors: list[tuple[str, str]]) -> list[tuple[str, str]]:
     seen: set[tuple[str, str]] = set()
-    return [e for e in errors if not (e in seen or seen.add(e))]
+    out = []
+    for e in errors:
+        if e not in seen:
+            seen.add(e)
+            out.append(e)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- metric keys

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from training_platform.core.files import read_jsonl, sha256_file, write_json, write_jsonl
 from training_platform.core.timeutil import now_iso
 from training_platform.evaluation.benchmarks import Benchmark, EvalDataError, Item, get_benchmark
+from training_platform.evaluation.benchmarks.humaneval import HumanEval
 from training_platform.evaluation.config import BenchmarkSpec, EvalConfig, SandboxSpec
 from training_platform.evaluation.generation import Backend, SamplingParams, load_backend
 from training_platform.evaluation.metrics import Metric
@@ -174,7 +175,8 @@ def _run_benchmark(bench: Benchmark, items: list[Item], backend: Backend, config
                             bench.primary_metric}
 
     if bench.kind == "loglikelihood":
-        pairs, spans = [], []
+        pairs: list[tuple[str, str]] = []
+        spans: list[tuple[int, int]] = []
         for item, prompt in zip(items, prompts, strict=True):
             continuations = bench.continuations(item)
             spans.append((len(pairs), len(continuations)))
@@ -204,9 +206,10 @@ def _run_benchmark(bench: Benchmark, items: list[Item], backend: Backend, config
         start = time.perf_counter()
         with _bar(len(flat), f"{spec.name}: score", progress, on_progress,
                   {"benchmark": spec.name, "stage": "score"}) as update:
-            scored = bench.score_many([f[0] for f in flat], [f[3].text for f in flat], progress=update, chat=chat)
+            scored_rows = bench.score_many([f[0] for f in flat], [f[3].text for f in flat], progress=update,
+                                           chat=chat)
         timing["score"] = time.perf_counter() - start
-        for (item, prompt, j, gen), fields in zip(flat, scored, strict=True):
+        for (item, prompt, j, gen), fields in zip(flat, scored_rows, strict=True):
             records.append({"benchmark": spec.name, "id": item.id, "sample_index": j, "prompt": prompt,
                             "output": gen.text, **fields, "reference": item.reference,
                             "latency_s": round(gen.latency_s, 6), "finish_reason": gen.finish_reason,
@@ -237,7 +240,7 @@ def score_predictions(benchmark: str | BenchmarkSpec, rows: Sequence[dict[str, A
     field = bench.output_field()
     if spec.name == "humaneval":
         items, outputs = _humaneval_items(bench, rows, source)
-        if sandbox is not None:
+        if sandbox is not None and isinstance(bench, HumanEval):
             bench.sandbox_spec = sandbox
     else:
         items = bench.parse_rows([dict(r) for r in rows], source)

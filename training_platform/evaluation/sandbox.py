@@ -416,12 +416,15 @@ def _run_bwrap(bwrap: str, python: str, root_mode: bool, limits: SandboxLimits, 
         shutil.rmtree(host, ignore_errors=True)
 
 
-def _feed_stdin(proc: subprocess.Popen, data: str) -> None:
+def _feed_stdin(proc: subprocess.Popen[bytes], data: str) -> None:
+    stdin = proc.stdin
+    assert stdin is not None
+
     def feed() -> None:
         with contextlib.suppress(BrokenPipeError, OSError):
-            proc.stdin.write(data.encode("utf-8"))
+            stdin.write(data.encode("utf-8"))
         with contextlib.suppress(BrokenPipeError, OSError):
-            proc.stdin.close()
+            stdin.close()
 
     threading.Thread(target=feed, daemon=True).start()
 
@@ -500,7 +503,9 @@ class Sandbox:
         if timeout is not None:
             limits = replace(limits, wall_timeout_s=float(timeout))
         files = dict(files or {})
+        assert self.python is not None, "no Python interpreter for the sandbox"
         if self.info.available:
+            assert self.info.bwrap is not None
             return _run_bwrap(self.info.bwrap, self.python, self.info.mode == "root-drop", limits, source,
                               args, files, stdin)
         return _run_unsandboxed(self.python, limits, source, args, files, stdin)

@@ -141,7 +141,7 @@ def format_template(template: str, row: dict[str, Any]) -> str:
 
 
 class Benchmark(ABC):
-    name: ClassVar[str] = ""
+    name: str = ""  # the registry name on the class; an instance carries its spec's
     kind: ClassVar[str] = "generate"  # or "loglikelihood"
     default_max_new_tokens: ClassVar[int] = 256
     primary_metric: ClassVar[str] = "accuracy"
@@ -203,7 +203,7 @@ class Benchmark(ABC):
         return items
 
     def shots_for(self, item: Item, pool: list[Item]) -> list[Item]:
-        shots = []
+        shots: list[Item] = []
         for candidate in pool:
             if len(shots) >= self.spec.n_shot:
                 break
@@ -242,13 +242,22 @@ class Benchmark(ABC):
         """Fields for the record: at least `extracted` and `correct`."""
 
     def score_many(self, items: Sequence[Item], outputs: Sequence[str], *,
-                   progress: Callable[[int], None] | None = None, chat: bool = False) -> list[dict[str, Any]]:
+                   progress: Callable[[int], None] | None = None, chat: bool = False,
+                   completions: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Score every output; `completions` (the code to run, HumanEval) when the caller already has them."""
         results = []
         for item, output in zip(items, outputs, strict=True):
             results.append(self.score(item, output))
             if progress:
                 progress(1)
         return results
+
+    # -- log-likelihood benchmarks (kind "loglikelihood") answer these two
+    def continuations(self, item: Item) -> list[str]:
+        raise NotImplementedError(f"{self.name} is not a log-likelihood benchmark")
+
+    def score_loglikelihoods(self, item: Item, scores: Sequence[tuple[float, bool]]) -> dict[str, Any]:
+        raise NotImplementedError(f"{self.name} is not a log-likelihood benchmark")
 
     def prepare(self) -> None:  # noqa: B027 - optional hook
         """Acquire what scoring needs before generation starts (e.g. the code sandbox): fail early."""

@@ -227,10 +227,12 @@ class HumanEval(Benchmark):
     @property
     def isolation(self) -> str:
         self.prepare()
+        assert self._sandbox is not None
         return self._sandbox.isolation
 
     def execute(self, problem: dict[str, Any], completion: str) -> dict[str, Any]:
         self.prepare()
+        assert self._sandbox is not None
         marker = f"@@tp-result-{secrets.token_hex(16)}@@"
         run = self._sandbox.run_python(_RUNNER, args=[marker, repr(self.timeout_s)],
                                        files={"program.py": check_program(problem, completion)})
