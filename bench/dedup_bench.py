@@ -1,7 +1,7 @@
 """Near-duplicate dedup: training_platform's MinHash LSH (`tp data dedup`) vs datatrove's MinHash pipeline, on the same
 generated corpus with the same parameters.
 
-The corpus (`training_platform.data.synthetic.planted_corpus`) has N rows of random made-up words with planted
+The corpus (the tests' `tests/data/synthetic_corpus.py`) has N rows of random made-up words with planted
 duplicates at known word-5-gram Jaccard similarities (0.8, 0.85, 0.9, 0.95, exact copies, case/punctuation variants)
 and hard negatives (0.3, 0.45, 0.6); the ground truth is measured exactly on the shingle sets. Each engine runs in
 its own fresh process on the same JSONL file and writes a deduplicated JSONL; we record its wall time (input read to
@@ -39,6 +39,15 @@ REPO = Path(__file__).resolve().parent.parent
 
 # ---------------------------------------------------------------------------------------------- children
 
+
+
+def _corpus():
+    """The planted-duplicates corpus generator the dedup tests use (a test fixture, not part of the product)."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "data"))
+    return importlib.import_module("synthetic_corpus")
 
 def child_ours(args: argparse.Namespace) -> dict[str, Any]:
     from training_platform.data.dedup import DedupConfig, dedup_file
@@ -183,7 +192,7 @@ def run_child(engine: str, args: argparse.Namespace, **extra: Any) -> dict[str, 
 
 
 def evaluate(result: dict[str, Any], corpus, n_rows: int) -> dict[str, Any]:
-    from training_platform.data.synthetic import pairwise_scores, planted_pair_recall
+    pairwise_scores, planted_pair_recall = _corpus().pairwise_scores, _corpus().planted_pair_recall
 
     scores = pairwise_scores(result["clusters"], corpus)
     buckets = planted_pair_recall(result["clusters"], corpus)
@@ -228,7 +237,7 @@ def main() -> None:
 
     sys.path.insert(0, str(REPO))
     from training_platform.data.dedup import DedupConfig
-    from training_platform.data.synthetic import planted_corpus
+    planted_corpus = _corpus().planted_corpus
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="dedup_bench_"))
     workdir.mkdir(parents=True, exist_ok=True)

@@ -7,8 +7,7 @@ import json
 import pytest
 import yaml
 from data_helpers import CONV, USER, read_jsonl, write_jsonl
-
-from training_platform.data.synthetic import pairwise_scores, planted_corpus
+from synthetic_corpus import pairwise_scores, planted_corpus
 
 pytestmark = pytest.mark.unit
 

@@ -9,6 +9,7 @@ import tracemalloc
 import numpy as np
 import pytest
 from data_helpers import read_jsonl, write_jsonl
+from synthetic_corpus import pairwise_scores, planted_corpus, planted_pair_recall
 
 from training_platform.data.dedup import (
     DedupConfig,
@@ -19,7 +20,6 @@ from training_platform.data.dedup import (
     jaccard,
     lsh_params,
 )
-from training_platform.data.synthetic import pairwise_scores, planted_corpus, planted_pair_recall
 
 pytestmark = pytest.mark.unit
 
