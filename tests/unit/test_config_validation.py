@@ -530,9 +530,11 @@ def test_apply_overrides_creates_nested_keys_and_keeps_input():
     assert raw == {"training": {"max_steps": 5}, "model": {"path": "m"}}  # deep copy: the input is untouched
 
 
-def test_apply_overrides_later_wins_and_replaces_scalars_on_the_way():
-    out = apply_overrides({"model": "m"}, ["a=1", "a=2", "model.path=x"])
-    assert out == {"model": {"path": "x"}, "a": 2}
+def test_apply_overrides_later_wins_and_never_descends_into_a_scalar():
+    assert apply_overrides({"model": "m"}, ["a=1", "a=2"]) == {"model": "m", "a": 2}
+    with pytest.raises(ConfigError) as info:  # the same rule as the API's overrides (core/overrides.py)
+        apply_overrides({"model": "m"}, ["model.path=x"])
+    assert info.value.errors == [FieldError("model.path", "model is a str, not a mapping or list")]
 
 
 def test_apply_overrides_without_equals_raises():

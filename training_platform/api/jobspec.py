@@ -16,7 +16,8 @@ from typing import Any
 
 from sqlmodel import Session
 
-from training_platform.core.errors import FieldError, InvalidInput
+from training_platform.core import overrides as core_overrides
+from training_platform.core.errors import FieldError
 from training_platform.core.path_policy import check_marked, check_path
 from training_platform.core.settings import Settings
 from training_platform.core.userpath import raw_user_paths
@@ -89,50 +90,6 @@ def _gate_profile_problems(session: Session, cfg: JobConfig, settings: Settings)
     return []
 
 
-MAX_OVERRIDES = 100  # keys per clone request
-MAX_OVERRIDE_DEPTH = 16  # dotted parts per key (a config is 4 deep)
-
-
-class OverrideError(InvalidInput):
-    def __init__(self, key: str, reason: str):
-        self.key, self.reason = key, reason
-        super().__init__([(key, reason)])
-
-
 def apply_overrides(config: dict, overrides: dict[str, Any]) -> dict:
-    """`{"training.max_steps": 50, "rewards.0.weight": 0.5}` -> a changed copy. Values are JSON values (a
-    mapping value replaces the whole section). Missing intermediate mappings are created; descending into a
-    scalar is an error. At most MAX_OVERRIDES keys of at most MAX_OVERRIDE_DEPTH parts (the values' own nesting
-    is bounded where the request body is read)."""
-    if len(overrides) > MAX_OVERRIDES:
-        raise OverrideError("", f"at most {MAX_OVERRIDES} keys, got {len(overrides)}")
-    result = copy.deepcopy(config)
-    for key, value in overrides.items():
-        parts = key.split(".")
-        if not key or any(not p for p in parts):
-            raise OverrideError(key, "expected a dotted key such as 'training.max_steps'")
-        if len(parts) > MAX_OVERRIDE_DEPTH:
-            raise OverrideError(key[:100], f"at most {MAX_OVERRIDE_DEPTH} dotted parts, got {len(parts)}")
-        node: Any = result
-        for depth, part in enumerate(parts):
-            last = depth == len(parts) - 1
-            where = ".".join(parts[: depth + 1])
-            if isinstance(node, list):
-                if not part.isdigit() or int(part) >= len(node):
-                    raise OverrideError(key, f"no list item {part!r} at {where} (the list has {len(node)} items)")
-                if last:
-                    node[int(part)] = copy.deepcopy(value)
-                else:
-                    node = node[int(part)]
-                continue
-            if not isinstance(node, dict):
-                raise OverrideError(key, f"{'.'.join(parts[:depth])} is not a mapping")
-            if last:
-                node[part] = copy.deepcopy(value)
-            else:
-                if node.get(part) is None:
-                    node[part] = {}
-                elif not isinstance(node[part], dict | list):
-                    raise OverrideError(key, f"{where} is a {type(node[part]).__name__}, not a mapping or list")
-                node = node[part]
-    return result
+    """The API's overrides (clone, sweeps): JSON values by dotted key (core/overrides.py)."""
+    return core_overrides.apply_overrides(config, overrides.items())

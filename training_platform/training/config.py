@@ -10,7 +10,6 @@ Validation happens in three layers, and every layer reports ALL its errors as (f
 
 from __future__ import annotations
 
-import copy
 import re
 from typing import Annotated, Any, Literal, Union
 
@@ -477,38 +476,25 @@ def load_yaml(path: str) -> Any:
 
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
-    """`--set training.max_steps=50`: the value is parsed as YAML (50 -> int, true -> bool, [a,b] -> list).
-    A numeric part indexes a list: `--set rewards.0.weight=0.5`."""
-    result = copy.deepcopy(raw)
+    """`--set training.max_steps=50`: the value is parsed as YAML (50 -> int, true -> bool, [a,b] -> list), then set
+    by core/overrides.py (a numeric part indexes a list: `--set rewards.0.weight=0.5`)."""
+    from training_platform.core.overrides import OverrideError
+    from training_platform.core.overrides import apply_overrides as apply_pairs
+
+    pairs = []
     for item in overrides:
         if "=" not in item:
             raise ConfigError([FieldError("--set", f"expected KEY=VALUE, got {item!r}")])
         key, _, text = item.partition("=")
         try:
-            value = yaml_load(text) if text != "" else ""
+            pairs.append((key.strip(), yaml_load(text) if text != "" else ""))
         except yaml.YAMLError as exc:
             raise ConfigError([FieldError(key, f"cannot parse override value {text!r}: {_yaml_problem(exc)}")]) \
                 from None
-        node: Any = result
-        parts = key.strip().split(".")
-        for depth, part in enumerate(parts):
-            last = depth == len(parts) - 1
-            if isinstance(node, list):
-                if not part.isdigit() or int(part) >= len(node):
-                    raise ConfigError([FieldError(".".join(parts[: depth + 1]),
-                                                  f"no list item {part!r} (the list has {len(node)} items)")])
-                if last:
-                    node[int(part)] = value
-                else:
-                    node = node[int(part)]
-                continue
-            if last:
-                node[part] = value
-            else:
-                if not isinstance(node.get(part), dict | list):
-                    node[part] = {}
-                node = node[part]
-    return result
+    try:
+        return apply_pairs(raw, pairs)
+    except OverrideError as exc:
+        raise ConfigError(exc.errors) from None
 
 
 def effective_config(cfg: JobConfig) -> dict:

@@ -30,7 +30,8 @@ from training_platform.api.deps import (
     lock_job,
 )
 from training_platform.api.errors import ValidationFailed, config_error, conflict, scrub
-from training_platform.api.jobspec import OverrideError, apply_overrides, check_job_config
+from training_platform.api.jobspec import apply_overrides, check_job_config
+from training_platform.core.overrides import OverrideError
 from training_platform.core.settings import Settings
 from training_platform.db import crud
 from training_platform.db.models import (

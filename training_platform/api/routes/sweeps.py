@@ -32,9 +32,10 @@ from sqlmodel import Session, select
 from training_platform.api import schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, not_found
-from training_platform.api.jobspec import OverrideError, apply_overrides, check_job_config
+from training_platform.api.jobspec import apply_overrides, check_job_config
 from training_platform.api.routes import jobs as jobs_routes
 from training_platform.core.errors import FieldError
+from training_platform.core.overrides import OverrideError
 from training_platform.core.settings import Settings
 from training_platform.db import crud
 from training_platform.db.models import TERMINAL, Job, JobStatus, MetricPoint, Sweep, User
