@@ -7,7 +7,6 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
@@ -89,18 +88,6 @@ def _visible_job(session: SessionDep, user: CurrentUser,
 
 
 VisibleJob = Annotated[Job, Depends(_visible_job)]
-
-
-def lock_job(session: Session, job: Job) -> bool:
-    """Take the job's row for this transaction if its status is still the one we read (a no-op UPDATE: a row lock
-    on PostgreSQL, the write lock on SQLite). Returns False, with `job` refreshed, when a worker changed it first;
-    the caller then decides again on the fresh state."""
-    result = session.exec(
-        update(Job).where(Job.id == job.id, Job.status == job.status).values(updated_at=Job.updated_at)
-        .execution_options(synchronize_session=False)
-    )
-    session.refresh(job)
-    return (result.rowcount or 0) == 1
 
 
 async def require_json(request: Request) -> None:

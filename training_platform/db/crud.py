@@ -10,7 +10,7 @@ import secrets
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, bindparam, delete, func, or_, text
+from sqlalchemy import and_, bindparam, delete, func, or_, text, update
 from sqlmodel import Session, select
 
 from training_platform.core.timeutil import utcnow
@@ -177,3 +177,32 @@ def mark_checkpoints_removed(session: Session, job_id: int, paths: Iterable[str]
         if ckpt.path in paths and not ckpt.removed:
             ckpt.removed = True
             session.add(ckpt)
+
+
+# ---------------------------------------------------------------------------------------------- row locks
+
+
+def lock_job_row(session: Session, job_id: int) -> Job | None:
+    """Lock the job's row for the rest of the transaction and return it freshly read.
+
+    PostgreSQL: SELECT ... FOR UPDATE. SQLite: a no-op UPDATE as the transaction's first statement takes the
+    database write lock (pysqlite starts the transaction lazily at the first write), so nothing changes the row
+    between our read and our write."""
+    if session.get_bind().dialect.name == "postgresql":
+        return session.exec(select(Job).where(Job.id == job_id).with_for_update()
+                            .execution_options(populate_existing=True)).first()
+    session.exec(update(Job).where(Job.id == job_id).values(updated_at=Job.updated_at)
+                 .execution_options(synchronize_session=False))
+    return session.exec(select(Job).where(Job.id == job_id).execution_options(populate_existing=True)).first()
+
+
+def lock_job_if_unchanged(session: Session, job: Job) -> bool:
+    """Take the job's row for this transaction if its status is still the one we read (a no-op UPDATE: a row lock
+    on PostgreSQL, the write lock on SQLite). Returns False, with `job` refreshed, when a worker changed it first;
+    the caller then decides again on the fresh state."""
+    result = session.exec(
+        update(Job).where(Job.id == job.id, Job.status == job.status).values(updated_at=Job.updated_at)
+        .execution_options(synchronize_session=False)
+    )
+    session.refresh(job)
+    return (result.rowcount or 0) == 1

@@ -29,6 +29,7 @@ import threading
 from pathlib import Path
 
 from training_platform.core.settings import Settings
+from training_platform.db import crud
 from training_platform.db.models import Dataset, DatasetVersionRecord, JobStatus
 from training_platform.db.session import session_scope
 from training_platform.services import datasets as dataset_service
@@ -226,7 +227,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         self.heartbeater.stop()
         try:
             with session_scope() as session:
-                job = supervisor.lock_job(session, self.job_id)
+                job = crud.lock_job_row(session, self.job_id)
                 if not supervisor._owned(job, self.worker):
                     raise supervisor.JobLost()
                 dataset = session.get(Dataset, config["dataset_id"])
@@ -257,7 +258,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
     def _locked_version(self, session, version_id: int, doing: str):
         """This worker's job, locked, and the dataset version it worked on; (job, None) with the job failed when
         the version was deleted meanwhile. Raises JobLost when the job is no longer this worker's."""
-        job = supervisor.lock_job(session, self.job_id)
+        job = crud.lock_job_row(session, self.job_id)
         if not supervisor._owned(job, self.worker):
             raise supervisor.JobLost()
         stored = session.get(DatasetVersionRecord, version_id)
@@ -409,7 +410,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
 
     def _start_running(self, reason: str, checks: dict) -> None:
         with session_scope() as session:
-            job = supervisor.lock_job(session, self.job_id)
+            job = crud.lock_job_row(session, self.job_id)
             if not supervisor._owned(job, self.worker):
                 raise supervisor.JobLost()
             job.preflight = checks
@@ -458,7 +459,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         self.heartbeater.stop()
         full_report = output.report
         with session_scope() as session:
-            job = supervisor.lock_job(session, self.job_id)
+            job = crud.lock_job_row(session, self.job_id)
             if not supervisor._owned(job, self.worker):
                 raise supervisor.JobLost()
             dataset = session.get(Dataset, dataset_id)

@@ -27,6 +27,7 @@ from typing import Any
 from sqlmodel import select
 
 from training_platform.core.settings import Settings
+from training_platform.db import crud
 from training_platform.db.models import Checkpoint, Job, JobStatus
 from training_platform.db.session import session_scope
 from training_platform.services import evaluations as eval_service
@@ -98,7 +99,7 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
         self._log_file = (self.out_dir / "eval.log").open("a", encoding="utf-8")
         try:
             with session_scope() as session:
-                locked = supervisor.lock_job(session, self.job_id)
+                locked = crud.lock_job_row(session, self.job_id)
                 if not supervisor._owned(locked, self.worker):
                     raise supervisor.JobLost()
                 locked.preflight = {"ok": True, "checks": checks}
@@ -277,7 +278,7 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
         keep_best_by = (job.config or {}).get("keep_best_by")
         source = ((job.config or {}).get("target") or {}).get("source_job_id")
         with session_scope() as session:
-            locked = supervisor.lock_job(session, self.job_id)
+            locked = crud.lock_job_row(session, self.job_id)
             if not supervisor._owned(locked, self.worker):
                 raise supervisor.JobLost()
             n = eval_service.store_results(session, self.job_id, self.out_dir, summary)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from training_platform.db import crud
 from training_platform.db.models import JobStatus
 from training_platform.db.session import session_scope
 from training_platform.services import datasets as dataset_service
@@ -58,7 +59,7 @@ def run_shadow(sup, job_id: int, config: dict, owner_id: int) -> str:
     report["data"] = config.get("path") or f"dataset {config.get('dataset_id')} version {config.get('version_id')}"
     sup.heartbeater.stop()
     with session_scope() as session:
-        job = supervisor.lock_job(session, sup.job_id)
+        job = crud.lock_job_row(session, sup.job_id)
         if not supervisor._owned(job, sup.worker):
             raise supervisor.JobLost()
         job.config = {**config, "result": report}

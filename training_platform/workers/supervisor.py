@@ -43,7 +43,7 @@ from typing import Any
 import yaml
 from sqlalchemy import case, func, update
 from sqlalchemy.exc import SQLAlchemyError
-from sqlmodel import Session, select
+from sqlmodel import select
 
 from training_platform.core.procutil import die_with_parent, load_libc
 from training_platform.core.settings import Settings, get_settings
@@ -115,20 +115,6 @@ def claim_next_job(kind: str, worker: str, task_id: str | None = None) -> int | 
             return None
         time.sleep(0.05)
     return None
-
-
-def lock_job(session: Session, job_id: int) -> Job | None:
-    """Lock the job's row for the rest of the transaction and return it freshly read.
-
-    PostgreSQL: SELECT ... FOR UPDATE. SQLite: a no-op UPDATE as the transaction's first statement takes the
-    database write lock (pysqlite starts the transaction lazily at the first write), so nothing changes the row
-    between our read and our write."""
-    if session.get_bind().dialect.name == "postgresql":
-        return session.exec(select(Job).where(Job.id == job_id).with_for_update()
-                            .execution_options(populate_existing=True)).first()
-    session.exec(update(Job).where(Job.id == job_id).values(updated_at=Job.updated_at)
-                 .execution_options(synchronize_session=False))
-    return session.exec(select(Job).where(Job.id == job_id).execution_options(populate_existing=True)).first()
 
 
 def _owned(job: Job | None, worker: str) -> bool:
@@ -268,7 +254,7 @@ class JobSupervisor:
 
     def _update_owned(self, **fields: Any) -> None:
         with session_scope() as session:
-            job = lock_job(session, self.job_id)
+            job = crud.lock_job_row(session, self.job_id)
             if not _owned(job, self.worker):
                 raise JobLost()
             for key, value in fields.items():
@@ -280,7 +266,7 @@ class JobSupervisor:
         requeue = to == JobStatus.queued.value
         self.heartbeater.stop()  # the job leaves this worker now
         with session_scope() as session:
-            job = lock_job(session, self.job_id)
+            job = crud.lock_job_row(session, self.job_id)
             if not _owned(job, self.worker):
                 log.warning("job %s: not finishing as %s, it is no longer ours", self.job_id, to)
                 return False
@@ -389,7 +375,7 @@ class JobSupervisor:
         self.config_file.write_text(yaml.safe_dump(job.config, sort_keys=False))
 
         with session_scope() as session:
-            locked = lock_job(session, self.job_id)
+            locked = crud.lock_job_row(session, self.job_id)
             if not _owned(locked, self.worker):
                 raise JobLost()
             cancelled, stop_first = locked.cancel_requested, locked.cancel_requested or self.shutting_down
@@ -676,7 +662,7 @@ def recover_stale_jobs(*, send_wakeups: bool = True) -> dict[str, Any]:
         stale = [job.id for job in crud.stale_jobs(session, timeout)]
     for job_id in stale:
         with session_scope() as session:
-            job = lock_job(session, job_id)
+            job = crud.lock_job_row(session, job_id)
             cutoff = utcnow() - timedelta(seconds=timeout)
             # crud.stale_jobs' rule, re-checked under the lock: the last heartbeat (or, if there never was one,
             # the last update) is older than the timeout.

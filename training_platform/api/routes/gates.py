@@ -278,7 +278,7 @@ def get_gate_report(dataset_id: schemas.DbId, version_id: schemas.DbId, report_i
 def gate_override(admin: AdminUser, job_id: schemas.DbId, body: GateOverride, session: SessionDep):
     """Admins only: let a training job with `data.gate` start despite a failing quality gate. Recorded as a job
     event (who, why); a failed or cancelled job is re-queued, a queued one keeps its place."""
-    from training_platform.api.deps import get_visible_job, lock_job
+    from training_platform.api.deps import get_visible_job
     from training_platform.api.routes.jobs import job_read, wake
 
     job = get_visible_job(session, admin, job_id)
@@ -289,7 +289,7 @@ def gate_override(admin: AdminUser, job_id: schemas.DbId, body: GateOverride, se
     if current not in (JobStatus.failed, JobStatus.cancelled, JobStatus.queued):
         raise conflict(f"job {job.id} is {current.value}: only a queued, failed or cancelled job's gate can be "
                        f"overridden")
-    if not lock_job(session, job):
+    if not crud.lock_job_if_unchanged(session, job):
         raise conflict(f"job {job.id} changed state meanwhile (now {job.status}); try again")
     reason = f"{GATE_OVERRIDE_PREFIX}{admin.name}: {body.reason}"
     if current == JobStatus.queued:

@@ -27,7 +27,6 @@ from training_platform.api.deps import (
     SessionDep,
     SettingsDep,
     VisibleJob,
-    lock_job,
 )
 from training_platform.api.errors import ValidationFailed, config_error, conflict, scrub
 from training_platform.api.jobspec import apply_overrides, check_job_config
@@ -290,7 +289,7 @@ def cancel_job(job: VisibleJob, session: SessionDep, user: CurrentUser):
         current = JobStatus(job.status)
         if current in TERMINAL:
             raise conflict(f"job {job.id} is already {current.value}")
-        if not lock_job(session, job):
+        if not crud.lock_job_if_unchanged(session, job):
             continue
         if current == JobStatus.queued:
             job_service.transition(session, job, JobStatus.cancelled, reason=f"cancelled by {user.name}")
@@ -323,7 +322,7 @@ def retry_job(job: VisibleJob, session: SessionDep, user: CurrentUser):
     current = JobStatus(job.status)
     if current not in (JobStatus.failed, JobStatus.cancelled):
         raise conflict(f"only failed or cancelled jobs can be retried; job {job.id} is {current.value}")
-    if not lock_job(session, job):
+    if not crud.lock_job_if_unchanged(session, job):
         raise conflict(f"job {job.id} changed state meanwhile (now {job.status}); try again")
     job_service.transition(session, job, JobStatus.queued, reason=f"retry requested by {user.name}")
     job.cancel_requested = False
@@ -377,7 +376,7 @@ def delete_job(job: VisibleJob, session: SessionDep, settings: SettingsDep, user
     behind a symlink are never touched. What was kept is listed in the `X-TP-Kept-Files` response header."""
     if JobStatus(job.status) not in TERMINAL:
         raise conflict(f"job {job.id} is {job.status}; cancel it first (only finished jobs can be deleted)")
-    if not lock_job(session, job):
+    if not crud.lock_job_if_unchanged(session, job):
         raise conflict(f"job {job.id} changed state meanwhile (now {job.status}); try again")
     from training_platform.services import evaluations as eval_service
 
