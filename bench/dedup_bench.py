@@ -40,7 +40,6 @@ REPO = Path(__file__).resolve().parent.parent
 # ---------------------------------------------------------------------------------------------- children
 
 
-
 def _corpus():
     """The planted-duplicates corpus generator the dedup tests use (a test fixture, not part of the product)."""
     import importlib
@@ -49,6 +48,7 @@ def _corpus():
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "data"))
     return importlib.import_module("synthetic_corpus")
 
+
 def child_ours(args: argparse.Namespace) -> dict[str, Any]:
     from training_platform.data.dedup import DedupConfig, dedup_file
 
@@ -56,8 +56,13 @@ def child_ours(args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     report = dedup_file(args.input, Path(args.workdir) / "ours_out.jsonl", config, fmt="text")
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "clusters": report["clusters"], "output_rows": report["output_rows"],
-            "timings_s": report["timings_s"], "params": report["params"]}
+    return {
+        "seconds": seconds,
+        "clusters": report["clusters"],
+        "output_rows": report["output_rows"],
+        "timings_s": report["timings_s"],
+        "params": report["params"],
+    }
 
 
 def _patch_datatrove_xxhash() -> None:
@@ -116,23 +121,50 @@ def child_datatrove(args: argparse.Namespace) -> dict[str, Any]:
 
     start = time.perf_counter()
     stages = [
-        LocalPipelineExecutor(pipeline=[reader(), MinhashDedupSignature(output_folder=str(work / "sigs"),
-                                                                        config=config,
-                                                                        language=WhitespaceTokenizer())],
-                              tasks=1, workers=1, logging_dir=str(work / "logs1")),
-        LocalPipelineExecutor(pipeline=[MinhashDedupBuckets(input_folder=str(work / "sigs"),
-                                                            output_folder=str(work / "buckets"), config=config)],
-                              tasks=config.num_buckets, workers=1, logging_dir=str(work / "logs2")),
-        LocalPipelineExecutor(pipeline=[MinhashDedupCluster(input_folder=str(work / "buckets"),
-                                                            output_folder=str(work / "remove"), config=config,
-                                                            save_cluster_id=True)],
-                              tasks=1, workers=1, logging_dir=str(work / "logs3")),
-        LocalPipelineExecutor(pipeline=[reader(),
-                                        MinhashDedupFilter(input_folder=str(work / "remove"), load_cluster_ids=True,
-                                                           exclusion_writer=JsonlWriter(str(work / "removed"),
-                                                                                        compression=None)),
-                                        JsonlWriter(str(work / "kept"), compression=None)],
-                              tasks=1, workers=1, logging_dir=str(work / "logs4")),
+        LocalPipelineExecutor(
+            pipeline=[
+                reader(),
+                MinhashDedupSignature(output_folder=str(work / "sigs"), config=config, language=WhitespaceTokenizer()),
+            ],
+            tasks=1,
+            workers=1,
+            logging_dir=str(work / "logs1"),
+        ),
+        LocalPipelineExecutor(
+            pipeline=[
+                MinhashDedupBuckets(input_folder=str(work / "sigs"), output_folder=str(work / "buckets"), config=config)
+            ],
+            tasks=config.num_buckets,
+            workers=1,
+            logging_dir=str(work / "logs2"),
+        ),
+        LocalPipelineExecutor(
+            pipeline=[
+                MinhashDedupCluster(
+                    input_folder=str(work / "buckets"),
+                    output_folder=str(work / "remove"),
+                    config=config,
+                    save_cluster_id=True,
+                )
+            ],
+            tasks=1,
+            workers=1,
+            logging_dir=str(work / "logs3"),
+        ),
+        LocalPipelineExecutor(
+            pipeline=[
+                reader(),
+                MinhashDedupFilter(
+                    input_folder=str(work / "remove"),
+                    load_cluster_ids=True,
+                    exclusion_writer=JsonlWriter(str(work / "removed"), compression=None),
+                ),
+                JsonlWriter(str(work / "kept"), compression=None),
+            ],
+            tasks=1,
+            workers=1,
+            logging_dir=str(work / "logs4"),
+        ),
     ]
     timings = {}
     for i, stage in enumerate(stages, start=1):
@@ -154,8 +186,13 @@ def child_datatrove(args: argparse.Namespace) -> dict[str, Any]:
                     if cluster != -1:
                         members.setdefault(int(cluster), []).append(int(metadata["row"]))
     clusters = sorted(sorted(m) for m in members.values() if len(m) >= 2)
-    return {"seconds": seconds, "clusters": clusters, "output_rows": kept, "timings_s": timings,
-            "params": {"ngram": args.ngram, "bands": args.bands, "rows": args.rows}}
+    return {
+        "seconds": seconds,
+        "clusters": clusters,
+        "output_rows": kept,
+        "timings_s": timings,
+        "params": {"ngram": args.ngram, "bands": args.bands, "rows": args.rows},
+    }
 
 
 # ---------------------------------------------------------------------------------------------- parent
@@ -175,9 +212,24 @@ def _peak_rss_mib() -> float:
 def run_child(engine: str, args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
     """Run one engine in a fresh process (it reports its own peak RSS)."""
     out = Path(args.workdir) / f"result_{engine}_{extra.get('bands', '')}x{extra.get('rows', '')}.json"
-    cmd = [sys.executable, __file__, "--child", engine, "--input", str(args.input), "--workdir", str(args.workdir),
-           "--threshold", str(args.threshold), "--num-perm", str(args.num_perm), "--ngram", str(args.ngram),
-           "--child-output", str(out)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        engine,
+        "--input",
+        str(args.input),
+        "--workdir",
+        str(args.workdir),
+        "--threshold",
+        str(args.threshold),
+        "--num-perm",
+        str(args.num_perm),
+        "--ngram",
+        str(args.ngram),
+        "--child-output",
+        str(out),
+    ]
     for key, value in extra.items():
         cmd += [f"--{key}", str(value)]
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
@@ -197,11 +249,18 @@ def evaluate(result: dict[str, Any], corpus, n_rows: int) -> dict[str, Any]:
     scores = pairwise_scores(result["clusters"], corpus)
     buckets = planted_pair_recall(result["clusters"], corpus)
     return {
-        "rows_per_s": n_rows / result["seconds"], "seconds": result["seconds"],
-        "process_wall_s": result["process_wall_s"], "peak_rss_mib": result["peak_rss_mib"],
-        "precision": scores["precision"], "recall": scores["recall"], "predicted_pairs": scores["predicted_pairs"],
-        "true_pairs": scores["true_pairs"], "clusters": len(result["clusters"]), "output_rows": result["output_rows"],
-        "recall_by_bucket": {k: v["rate"] for k, v in buckets.items()}, "timings_s": result["timings_s"],
+        "rows_per_s": n_rows / result["seconds"],
+        "seconds": result["seconds"],
+        "process_wall_s": result["process_wall_s"],
+        "peak_rss_mib": result["peak_rss_mib"],
+        "precision": scores["precision"],
+        "recall": scores["recall"],
+        "predicted_pairs": scores["predicted_pairs"],
+        "true_pairs": scores["true_pairs"],
+        "clusters": len(result["clusters"]),
+        "output_rows": result["output_rows"],
+        "recall_by_bucket": {k: v["rate"] for k, v in buckets.items()},
+        "timings_s": result["timings_s"],
         "params": result["params"],
     }
 
@@ -213,8 +272,11 @@ def main() -> None:
     parser.add_argument("--threshold", type=float, default=0.8)
     parser.add_argument("--num-perm", type=int, default=128)
     parser.add_argument("--ngram", type=int, default=5)
-    parser.add_argument("--anchor-configs", default="same,default",
-                        help="datatrove runs: same (our bands x rows), default (14 x 8); comma-separated, or none")
+    parser.add_argument(
+        "--anchor-configs",
+        default="same,default",
+        help="datatrove runs: same (our bands x rows), default (14 x 8); comma-separated, or none",
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="Scratch dir (default: a temp dir, removed).")
     parser.add_argument("--json", type=Path, default=None, help="Also write the results here.")
     # child mode
@@ -237,6 +299,7 @@ def main() -> None:
 
     sys.path.insert(0, str(REPO))
     from training_platform.data.dedup import DedupConfig
+
     planted_corpus = _corpus().planted_corpus
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="dedup_bench_"))
@@ -250,9 +313,12 @@ def main() -> None:
             for i, text in enumerate(corpus.texts):
                 f.write(json.dumps({"id": i, "row": i, "text": text}) + "\n")  # datatrove keeps "row" in metadata
         size_mib = args.input.stat().st_size / 2**20
-        print(f"corpus: {args.rows} rows, {size_mib:.1f} MiB, {len(corpus.groups)} true duplicate groups, "
-              f"{sum(len(g) * (len(g) - 1) // 2 for g in corpus.groups)} true pairs "
-              f"(generated in {time.perf_counter() - t:.1f}s)", flush=True)
+        print(
+            f"corpus: {args.rows} rows, {size_mib:.1f} MiB, {len(corpus.groups)} true duplicate groups, "
+            f"{sum(len(g) * (len(g) - 1) // 2 for g in corpus.groups)} true pairs "
+            f"(generated in {time.perf_counter() - t:.1f}s)",
+            flush=True,
+        )
 
         params = DedupConfig(threshold=args.threshold, num_perm=args.num_perm, ngram=args.ngram).resolved()
         bands, rows = params["bands"], params["rows"]
@@ -263,25 +329,40 @@ def main() -> None:
         for anchor in anchors:
             b, r = (bands, rows) if anchor == "same" else (14, 8)
             print(f"running datatrove {b}x{r} ...", flush=True)
-            results[f"datatrove_{b}x{r}"] = evaluate(run_child("datatrove", args, bands=b, **{"rows-per-band": r}),
-                                                     corpus, args.rows)
+            results[f"datatrove_{b}x{r}"] = evaluate(
+                run_child("datatrove", args, bands=b, **{"rows-per-band": r}), corpus, args.rows
+            )
 
         print()
-        header = f"{'engine':22s} {'rows/s':>9s} {'seconds':>8s} {'peak MiB':>9s} {'precision':>9s} {'recall':>7s} " \
-                 f"{'R@0.80':>7s} {'FP@0.60':>7s}"
+        header = (
+            f"{'engine':22s} {'rows/s':>9s} {'seconds':>8s} {'peak MiB':>9s} {'precision':>9s} {'recall':>7s} "
+            f"{'R@0.80':>7s} {'FP@0.60':>7s}"
+        )
         print(header)
         print("-" * len(header))
         for name, r in results.items():
-            print(f"{name:22s} {r['rows_per_s']:9.0f} {r['seconds']:8.1f} {r['peak_rss_mib']:9.0f} "
-                  f"{r['precision']:9.4f} {r['recall']:7.4f} {r['recall_by_bucket'].get('near@0.8', 0):7.4f} "
-                  f"{r['recall_by_bucket'].get('negative@0.6', 0):7.4f}")
+            print(
+                f"{name:22s} {r['rows_per_s']:9.0f} {r['seconds']:8.1f} {r['peak_rss_mib']:9.0f} "
+                f"{r['precision']:9.4f} {r['recall']:7.4f} {r['recall_by_bucket'].get('near@0.8', 0):7.4f} "
+                f"{r['recall_by_bucket'].get('negative@0.6', 0):7.4f}"
+            )
         ours = results["training_platform"]
         for name, r in results.items():
             if name != "training_platform":
                 print(f"speed ratio training_platform / {name}: {ours['rows_per_s'] / r['rows_per_s']:.2f}x")
-        summary = {"rows": args.rows, "seed": args.seed, "threshold": args.threshold, "num_perm": args.num_perm,
-                   "ngram": args.ngram, "bands": bands, "rows_per_band": rows, "corpus_mib": size_mib,
-                   "true_groups": len(corpus.groups), "cpu_count": os.cpu_count(), "results": results}
+        summary = {
+            "rows": args.rows,
+            "seed": args.seed,
+            "threshold": args.threshold,
+            "num_perm": args.num_perm,
+            "ngram": args.ngram,
+            "bands": bands,
+            "rows_per_band": rows,
+            "corpus_mib": size_mib,
+            "true_groups": len(corpus.groups),
+            "cpu_count": os.cpu_count(),
+            "results": results,
+        }
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(summary, indent=2) + "\n")

@@ -119,8 +119,9 @@ print("BENCH_RESULT " + json.dumps({"step": trainer.state.global_step, "metrics"
 '''
 
 
-def job_settings(steps: int, save_steps: int | None, logging_steps: int | None,
-                 trl_defaults: bool = False) -> dict[str, Any]:
+def job_settings(
+    steps: int, save_steps: int | None, logging_steps: int | None, trl_defaults: bool = False
+) -> dict[str, Any]:
     """The SFT job both sides run, read from sft_tiny.yaml so the two can never drift apart (the defaults used when
     a key is absent are TrainingSection's, i.e. what tp would use)."""
     cfg = yaml.safe_load(SFT_CONFIG.read_text(encoding="utf-8"))
@@ -147,8 +148,13 @@ def job_settings(steps: int, save_steps: int | None, logging_steps: int | None,
 
 
 def run_tp(job: dict[str, Any], out_dir: Path, env: dict[str, str], log_dir: Path) -> dict[str, Any]:
-    sets = [f"training.max_steps={job['max_steps']}", f"training.save_steps={job['save_steps']}",
-            f"training.logging_steps={job['logging_steps']}", "training.eval_steps=null", "data.eval_file=null"]
+    sets = [
+        f"training.max_steps={job['max_steps']}",
+        f"training.save_steps={job['save_steps']}",
+        f"training.logging_steps={job['logging_steps']}",
+        "training.eval_steps=null",
+        "data.eval_file=null",
+    ]
     cmd = [*tp_command(), "train", str(SFT_CONFIG), "--output", str(out_dir)]
     for item in sets:
         cmd += ["--set", item]
@@ -165,18 +171,28 @@ def run_tp(job: dict[str, Any], out_dir: Path, env: dict[str, str], log_dir: Pat
     return result
 
 
-def run_bare(job: dict[str, Any], out_dir: Path, script: Path, data_dir: Path, env: dict[str, str],
-             log_dir: Path) -> dict[str, Any]:
+def run_bare(
+    job: dict[str, Any], out_dir: Path, script: Path, data_dir: Path, env: dict[str, str], log_dir: Path
+) -> dict[str, Any]:
     out_dir.mkdir(parents=True)
-    spec = dict(job, model=str(data_dir / job["model"]), train_file=str(data_dir / job["train_file"]),
-                output_dir=str(out_dir / "checkpoints"), final_dir=str(out_dir / "final"))
+    spec = dict(
+        job,
+        model=str(data_dir / job["model"]),
+        train_file=str(data_dir / job["train_file"]),
+        output_dir=str(out_dir / "checkpoints"),
+        final_dir=str(out_dir / "final"),
+    )
     spec_path = out_dir / "spec.json"
     spec_path.write_text(json.dumps(spec, indent=2), encoding="utf-8")
     log = log_dir / f"{out_dir.name}.log"
-    result: dict[str, Any] = {"engine": "bare", **run_measured([sys.executable, str(script), str(spec_path)], env, log),
-                              "log": str(log)}
-    lines = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines()
-             if ln.startswith("BENCH_RESULT ")]
+    result: dict[str, Any] = {
+        "engine": "bare",
+        **run_measured([sys.executable, str(script), str(spec_path)], env, log),
+        "log": str(log),
+    }
+    lines = [
+        ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.startswith("BENCH_RESULT ")
+    ]
     if result["exit_code"] != 0 or not lines:
         result["error"] = tail(log)
         return result
@@ -254,50 +270,85 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 result = run_bare(job, out_dir, script, data_dir, env, log_dir)
             result["pair"] = i
             runs.append(add_rate(result))
-            status = "FAILED" if "error" in result else (
-                f"{result['steps']} steps, train_runtime {fmt(result.get('train_runtime'))} s "
-                f"({fmt(result.get('steps_per_second'))} steps/s), wall {result['wall_seconds']:.1f} s, "
-                f"cpu {result['cpu_seconds']:.1f} s, load {fmt(result.get('load_avg_1m_before'))}")
+            status = (
+                "FAILED"
+                if "error" in result
+                else (
+                    f"{result['steps']} steps, train_runtime {fmt(result.get('train_runtime'))} s "
+                    f"({fmt(result.get('steps_per_second'))} steps/s), wall {result['wall_seconds']:.1f} s, "
+                    f"cpu {result['cpu_seconds']:.1f} s, load {fmt(result.get('load_avg_1m_before'))}"
+                )
+            )
             print(f"[pair {i}] {engine:4s}: {status}", flush=True)
             if not args.keep_checkpoints:
                 shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
 
-    report = {"bench": "engine_overhead", "machine": machine_info(), "data_dir": str(data_dir), "job": job,
-              "repeats": args.repeats, "runs": runs, "summary": summarise(runs)}
+    report = {
+        "bench": "engine_overhead",
+        "machine": machine_info(),
+        "data_dir": str(data_dir),
+        "job": job,
+        "repeats": args.repeats,
+        "runs": runs,
+        "summary": summarise(runs),
+    }
     return report
 
 
 def print_report(report: dict[str, Any]) -> None:
-    rows = [[str(r["pair"]), r["engine"], str(r.get("steps", "-")), fmt(r.get("train_runtime")),
-             fmt(r.get("steps_per_second")), fmt(r["wall_seconds"]), fmt(r["cpu_seconds"]),
-             fmt(r.get("load_avg_1m_before")), fmt(r.get("train_loss"), ".4f"), "FAILED" if "error" in r else "ok"]
-            for r in report["runs"]]
+    rows = [
+        [
+            str(r["pair"]),
+            r["engine"],
+            str(r.get("steps", "-")),
+            fmt(r.get("train_runtime")),
+            fmt(r.get("steps_per_second")),
+            fmt(r["wall_seconds"]),
+            fmt(r["cpu_seconds"]),
+            fmt(r.get("load_avg_1m_before")),
+            fmt(r.get("train_loss"), ".4f"),
+            "FAILED" if "error" in r else "ok",
+        ]
+        for r in report["runs"]
+    ]
     print()
-    print_table(["pair", "engine", "steps", "train_runtime s", "steps/s", "wall s", "cpu s", "load", "train_loss", ""],
-                rows)
+    print_table(
+        ["pair", "engine", "steps", "train_runtime s", "steps/s", "wall s", "cpu s", "load", "train_loss", ""], rows
+    )
     s = report["summary"]
     print()
     for engine in ("tp", "bare"):
         e = s[engine]
-        print(f"{engine:4s}: median {fmt(e['median_steps_per_second'])} steps/s, median train_runtime "
-              f"{fmt(e['median_train_runtime'])} s, median wall {fmt(e['median_wall_seconds'])} s, median cpu "
-              f"{fmt(e['median_cpu_seconds'])} s ({e['runs']} runs)")
-    for key, label in (("throughput", "training-loop steps/s"), ("wall", "whole-process wall s"),
-                       ("cpu", "whole-process cpu s")):
-        print(f"tp/bare {label:22s}: ratio of medians {fmt(s.get(f'{key}_ratio_tp_over_bare'), '.3f')}, "
-              f"median of per-pair ratios {fmt(s[f'median_pair_{key}_ratio'], '.3f')} {s[f'pair_{key}_ratios']}")
+        print(
+            f"{engine:4s}: median {fmt(e['median_steps_per_second'])} steps/s, median train_runtime "
+            f"{fmt(e['median_train_runtime'])} s, median wall {fmt(e['median_wall_seconds'])} s, median cpu "
+            f"{fmt(e['median_cpu_seconds'])} s ({e['runs']} runs)"
+        )
+    for key, label in (
+        ("throughput", "training-loop steps/s"),
+        ("wall", "whole-process wall s"),
+        ("cpu", "whole-process cpu s"),
+    ):
+        print(
+            f"tp/bare {label:22s}: ratio of medians {fmt(s.get(f'{key}_ratio_tp_over_bare'), '.3f')}, "
+            f"median of per-pair ratios {fmt(s[f'median_pair_{key}_ratio'], '.3f')} {s[f'pair_{key}_ratios']}"
+        )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--steps", type=int, default=200, help="training steps per run")
     p.add_argument("--repeats", type=int, default=3, help="tp/bare pairs, run alternately")
     p.add_argument("--save-steps", type=int, default=None, help="checkpoint interval (default: sft_tiny.yaml's)")
     p.add_argument("--logging-steps", type=int, default=None, help="logging interval (default: sft_tiny.yaml's)")
-    p.add_argument("--bare-trl-defaults", action="store_true",
-                   help="bare side keeps SFTConfig's own bf16=True, gradient_checkpointing=True, fused AdamW "
-                        "(what a script that sets only the job's hyper-parameters gets) instead of matching tp")
+    p.add_argument(
+        "--bare-trl-defaults",
+        action="store_true",
+        help="bare side keeps SFTConfig's own bf16=True, gradient_checkpointing=True, fused AdamW "
+        "(what a script that sets only the job's hyper-parameters gets) instead of matching tp",
+    )
     p.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip the untimed warm-up runs")
     p.add_argument("--data-dir", help="TP_DATA_DIR to build the demo in (default: a fresh temp dir)")
     p.add_argument("--report", type=Path, default=RESULTS_DIR / "engine_overhead.json")

@@ -46,12 +46,35 @@ ENGINES = ("trl", "verl")
 def one_run(engine: str, base: Path, env: dict[str, str], steps: int, batch: int, index: int) -> dict[str, Any]:
     run_dir = base / f"run-{index}-{engine}"
     log_path = base / f"run-{index}-{engine}.log"
-    cmd = [*tp_command(), "train", str(CONFIGS / "sft_tiny.yaml"), "--output", str(run_dir),
-           "--set", f"engine={engine}", "--set", "model.dtype=fp32", "--set", "resources.device=cpu",
-           "--set", f"training.max_steps={steps}", "--set", f"training.save_steps={steps}",
-           "--set", "training.logging_steps=1", "--set", "training.eval_steps=null", "--set", "data.eval_file=null",
-           "--set", f"training.per_device_batch_size={batch}", "--set", "training.warmup_ratio=0",
-           "--set", "training.lr_scheduler=constant"]
+    cmd = [
+        *tp_command(),
+        "train",
+        str(CONFIGS / "sft_tiny.yaml"),
+        "--output",
+        str(run_dir),
+        "--set",
+        f"engine={engine}",
+        "--set",
+        "model.dtype=fp32",
+        "--set",
+        "resources.device=cpu",
+        "--set",
+        f"training.max_steps={steps}",
+        "--set",
+        f"training.save_steps={steps}",
+        "--set",
+        "training.logging_steps=1",
+        "--set",
+        "training.eval_steps=null",
+        "--set",
+        "data.eval_file=null",
+        "--set",
+        f"training.per_device_batch_size={batch}",
+        "--set",
+        "training.warmup_ratio=0",
+        "--set",
+        "training.lr_scheduler=constant",
+    ]
     load = os.getloadavg()[0]
     with log_path.open("w") as log:
         started = time.perf_counter()
@@ -62,10 +85,15 @@ def one_run(engine: str, base: Path, env: dict[str, str], steps: int, batch: int
         raise SystemExit(f"{engine}: tp train failed:\n{tail(log_path, 30)}")
     rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "loss" in r]
     per_step = [r["sec_per_step"] for r in rows if r["step"] > 2 and r.get("sec_per_step")]
-    result = {"engine": engine, "steps_per_s": round(1 / statistics.median(per_step), 3),
-              "wall_seconds": round(wall, 2), "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
-              "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "load_avg_1m_before": round(load, 2),
-              "losses": [round(r["loss"], 4) for r in rows]}
+    result = {
+        "engine": engine,
+        "steps_per_s": round(1 / statistics.median(per_step), 3),
+        "wall_seconds": round(wall, 2),
+        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
+        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "load_avg_1m_before": round(load, 2),
+        "losses": [round(r["loss"], 4) for r in rows],
+    }
     shutil.rmtree(run_dir, ignore_errors=True)
     return result
 
@@ -88,27 +116,54 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.rounds):
             for engine in ENGINES if i % 2 == 0 else reversed(ENGINES):
                 r = one_run(engine, base, env, args.steps, args.batch, i)
-                print(f"[round {i + 1}] {engine:5s} {r['steps_per_s']:6.2f} steps/s, wall {r['wall_seconds']} s, "
-                      f"cpu {r['cpu_seconds']} s, peak RSS {r['peak_rss_mb']} MB, load {r['load_avg_1m_before']}",
-                      flush=True)
+                print(
+                    f"[round {i + 1}] {engine:5s} {r['steps_per_s']:6.2f} steps/s, wall {r['wall_seconds']} s, "
+                    f"cpu {r['cpu_seconds']} s, peak RSS {r['peak_rss_mb']} MB, load {r['load_avg_1m_before']}",
+                    flush=True,
+                )
                 runs.append(r)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
-    summary = {e: {k: median([r[k] for r in runs if r["engine"] == e]) for k in
-                   ("steps_per_s", "wall_seconds", "cpu_seconds", "peak_rss_mb")} for e in ENGINES}
-    rows = [[e, fmt(s["steps_per_s"], ".2f"), fmt(s["steps_per_s"] / summary["trl"]["steps_per_s"], ".3f"),
-             fmt(s["wall_seconds"], ".1f"), fmt(s["cpu_seconds"], ".1f"), fmt(s["peak_rss_mb"], ".0f")]
-            for e, s in summary.items()]
+    summary = {
+        e: {
+            k: median([r[k] for r in runs if r["engine"] == e])
+            for k in ("steps_per_s", "wall_seconds", "cpu_seconds", "peak_rss_mb")
+        }
+        for e in ENGINES
+    }
+    rows = [
+        [
+            e,
+            fmt(s["steps_per_s"], ".2f"),
+            fmt(s["steps_per_s"] / summary["trl"]["steps_per_s"], ".3f"),
+            fmt(s["wall_seconds"], ".1f"),
+            fmt(s["cpu_seconds"], ".1f"),
+            fmt(s["peak_rss_mb"], ".0f"),
+        ]
+        for e, s in summary.items()
+    ]
     print()
     print_table(["engine", "steps/s (median)", "vs trl", "wall s", "cpu s", "peak RSS MB"], rows)
     first = {e: next(r["losses"] for r in runs if r["engine"] == e) for e in ENGINES}
     print("\nloss every 10 steps (round 1):")
-    print_table(["step", *ENGINES], [[str(s + 1), *(fmt(first[e][s], ".3f") for e in ENGINES)]
-                                     for s in range(0, args.steps, 10)] +
-                [[str(args.steps), *(fmt(first[e][-1], ".3f") for e in ENGINES)]])
-    write_json(args.output, {"bench": "engines", "machine": machine_info(), "rounds": args.rounds,
-                             "steps": args.steps, "batch": args.batch, "runs": runs, "median": summary})
+    print_table(
+        ["step", *ENGINES],
+        [[str(s + 1), *(fmt(first[e][s], ".3f") for e in ENGINES)] for s in range(0, args.steps, 10)]
+        + [[str(args.steps), *(fmt(first[e][-1], ".3f") for e in ENGINES)]],
+    )
+    write_json(
+        args.output,
+        {
+            "bench": "engines",
+            "machine": machine_info(),
+            "rounds": args.rounds,
+            "steps": args.steps,
+            "batch": args.batch,
+            "runs": runs,
+            "median": summary,
+        },
+    )
     print(f"\nwrote {args.output}")
     return 0
 

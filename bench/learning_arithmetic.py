@@ -56,8 +56,9 @@ DEFAULT_GRPO_SETS = [
 # ------------------------------------------------------------------------------------------------ evaluation
 
 
-def exact_match(model_dir: Path, rows: list[dict[str, Any]], *, max_new_tokens: int = 6,
-                batch_size: int = 64) -> dict[str, Any]:
+def exact_match(
+    model_dir: Path, rows: list[dict[str, Any]], *, max_new_tokens: int = 6, batch_size: int = 64
+) -> dict[str, Any]:
     """Greedy-decode every prompt with the chat template; exact match of the text before eos against `answer`.
 
     Left padding, so every prompt in a batch ends right where generation starts. Stricter than the GRPO
@@ -77,38 +78,56 @@ def exact_match(model_dir: Path, rows: list[dict[str, Any]], *, max_new_tokens: 
 
     predictions: list[str] = []
     for start in range(0, len(rows), batch_size):
-        chunk = rows[start:start + batch_size]
-        texts = [tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False)
-                 for r in chunk]
+        chunk = rows[start : start + batch_size]
+        texts = [tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in chunk]
         enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         with torch.no_grad():
-            out = model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos,
-                                 pad_token_id=tokenizer.pad_token_id)
-        for ids in out[:, enc["input_ids"].shape[1]:].tolist():
+            out = model.generate(
+                **enc,
+                do_sample=False,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=eos,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        for ids in out[:, enc["input_ids"].shape[1] :].tolist():
             if eos in ids:
-                ids = ids[:ids.index(eos)]
+                ids = ids[: ids.index(eos)]
             predictions.append(tokenizer.decode(ids, skip_special_tokens=True).strip())
 
     correct = [p == r["answer"] for p, r in zip(predictions, rows, strict=True)]
-    wrong = [{"prompt": r["prompt"][-1]["content"], "answer": r["answer"], "predicted": p}
-             for p, r, ok in zip(predictions, rows, correct, strict=True) if not ok]
-    return {"correct": sum(correct), "n": len(rows), "exact_match": sum(correct) / len(rows) if rows else None,
-            "wrong_examples": wrong[:10]}
+    wrong = [
+        {"prompt": r["prompt"][-1]["content"], "answer": r["answer"], "predicted": p}
+        for p, r, ok in zip(predictions, rows, correct, strict=True)
+        if not ok
+    ]
+    return {
+        "correct": sum(correct),
+        "n": len(rows),
+        "exact_match": sum(correct) / len(rows) if rows else None,
+        "wrong_examples": wrong[:10],
+    }
 
 
 # ------------------------------------------------------------------------------------------------ stages
 
 
-def train_stage(name: str, config: Path, out_dir: Path, overrides: list[str], env: dict[str, str],
-                log_dir: Path) -> dict[str, Any]:
+def train_stage(
+    name: str, config: Path, out_dir: Path, overrides: list[str], env: dict[str, str], log_dir: Path
+) -> dict[str, Any]:
     """One `tp train` subprocess; returns its wall time, the trainer's train_runtime and the final step."""
     cmd = [*tp_command(), "train", str(config), "--output", str(out_dir)]
     for item in overrides:
         cmd += ["--set", item]
     print(f"[{name}] {' '.join(cmd)}", flush=True)
     rc, wall = run_logged(cmd, env, log_dir / f"{name}.log")
-    stage: dict[str, Any] = {"stage": name, "command": cmd, "overrides": overrides, "exit_code": rc,
-                             "wall_seconds": round(wall, 2), "log": str(log_dir / f"{name}.log")}
+    stage: dict[str, Any] = {
+        "stage": name,
+        "command": cmd,
+        "overrides": overrides,
+        "exit_code": rc,
+        "wall_seconds": round(wall, 2),
+        "log": str(log_dir / f"{name}.log"),
+    }
     if rc != 0 or not (out_dir / "final").is_dir():
         stage["error"] = f"tp train exited {rc}:\n{tail(log_dir / f'{name}.log')}"
         return stage
@@ -132,15 +151,19 @@ def curve_summary(metrics_file: Path) -> dict[str, Any]:
     return out
 
 
-def evaluate(stage: dict[str, Any], model_dir: Path, held_out: list[dict], train_sample: list[dict],
-             max_new_tokens: int) -> None:
+def evaluate(
+    stage: dict[str, Any], model_dir: Path, held_out: list[dict], train_sample: list[dict], max_new_tokens: int
+) -> None:
     start = time.perf_counter()
     stage["held_out"] = exact_match(model_dir, held_out, max_new_tokens=max_new_tokens)
     stage["train_sample"] = exact_match(model_dir, train_sample, max_new_tokens=max_new_tokens)
     stage["eval_seconds"] = round(time.perf_counter() - start, 2)
     h, t = stage["held_out"], stage["train_sample"]
-    print(f"[{stage['stage']}] held-out EM {h['correct']}/{h['n']} ({h['exact_match']:.1%}), "
-          f"train-sample EM {t['correct']}/{t['n']} ({t['exact_match']:.1%})", flush=True)
+    print(
+        f"[{stage['stage']}] held-out EM {h['correct']}/{h['n']} ({h['exact_match']:.1%}), "
+        f"train-sample EM {t['correct']}/{t['n']} ({t['exact_match']:.1%})",
+        flush=True,
+    )
 
 
 def run(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
@@ -148,9 +171,13 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
     data_dir = Path(args.data_dir).resolve() if args.data_dir else Path(tempfile.mkdtemp(prefix="tp-bench-learn-"))
     log_dir = data_dir / "bench-logs"
     env = bench_env(data_dir)
-    report: dict[str, Any] = {"bench": "learning_arithmetic", "machine": machine_info(), "data_dir": str(data_dir),
-                              "settings": {"sft_steps": args.sft_steps, "grpo_steps": args.grpo_steps,
-                                           "max_new_tokens": args.max_new_tokens}, "stages": []}
+    report: dict[str, Any] = {
+        "bench": "learning_arithmetic",
+        "machine": machine_info(),
+        "data_dir": str(data_dir),
+        "settings": {"sft_steps": args.sft_steps, "grpo_steps": args.grpo_steps, "max_new_tokens": args.max_new_tokens},
+        "stages": [],
+    }
     stages = report["stages"]
 
     print(f"data dir: {data_dir}", flush=True)
@@ -159,16 +186,24 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
     held_out = read_jsonl(data / "rl_eval.jsonl")
     train_rows = read_jsonl(data / "rl.jsonl")
     train_sample = random.Random(0).sample(train_rows, min(args.train_sample, len(train_rows)))
-    report["data"] = {"held_out_rows": len(held_out), "train_rows": len(train_rows),
-                      "train_sample_rows": len(train_sample)}
+    report["data"] = {
+        "held_out_rows": len(held_out),
+        "train_rows": len(train_rows),
+        "train_sample_rows": len(train_sample),
+    }
 
     base = {"stage": "base", "steps": 0, "wall_seconds": None, "model": str(data_dir / "demo" / "model")}
     evaluate(base, Path(base["model"]), held_out, train_sample, args.max_new_tokens)
     stages.append(base)
 
     runs = data_dir / "runs"
-    sft_sets = [f"training.max_steps={args.sft_steps}", "training.eval_steps=null", "data.eval_file=null",
-                f"training.save_steps={args.save_steps}", *args.sft_set]
+    sft_sets = [
+        f"training.max_steps={args.sft_steps}",
+        "training.eval_steps=null",
+        "data.eval_file=null",
+        f"training.save_steps={args.save_steps}",
+        *args.sft_set,
+    ]
     sft = train_stage("sft", CONFIGS / "sft_tiny.yaml", runs / "sft", sft_sets, env, log_dir)
     stages.append(sft)
     if "error" in sft:
@@ -176,9 +211,13 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
     evaluate(sft, Path(sft["model"]), held_out, train_sample, args.max_new_tokens)
 
     if args.grpo_steps > 0:
-        grpo_sets = [f"model.path={sft['model']}", f"training.max_steps={args.grpo_steps}",
-                     f"training.save_steps={args.save_steps}",
-                     *(DEFAULT_GRPO_SETS if not args.no_default_grpo_sets else []), *args.grpo_set]
+        grpo_sets = [
+            f"model.path={sft['model']}",
+            f"training.max_steps={args.grpo_steps}",
+            f"training.save_steps={args.save_steps}",
+            *(DEFAULT_GRPO_SETS if not args.no_default_grpo_sets else []),
+            *args.grpo_set,
+        ]
         grpo = train_stage("grpo", CONFIGS / "grpo_tiny.yaml", runs / "grpo", grpo_sets, env, log_dir)
         stages.append(grpo)
         if "error" in grpo:
@@ -191,33 +230,57 @@ def print_report(report: dict[str, Any]) -> None:
     rows = []
     for s in report["stages"]:
         h, t = s.get("held_out"), s.get("train_sample")
-        rows.append([
-            s["stage"], str(s.get("steps", "-")), fmt(s.get("wall_seconds"), ".1f"), fmt(s.get("train_runtime"), ".1f"),
-            f"{h['correct']}/{h['n']} = {h['exact_match']:.1%}" if h else "FAILED",
-            f"{t['correct']}/{t['n']} = {t['exact_match']:.1%}" if t else "-",
-        ])
+        rows.append(
+            [
+                s["stage"],
+                str(s.get("steps", "-")),
+                fmt(s.get("wall_seconds"), ".1f"),
+                fmt(s.get("train_runtime"), ".1f"),
+                f"{h['correct']}/{h['n']} = {h['exact_match']:.1%}" if h else "FAILED",
+                f"{t['correct']}/{t['n']} = {t['exact_match']:.1%}" if t else "-",
+            ]
+        )
     print()
-    print_table(["stage", "steps", "wall s", "train_runtime s", "held-out exact match", "train-sample exact match"],
-                rows)
+    print_table(
+        ["stage", "steps", "wall s", "train_runtime s", "held-out exact match", "train-sample exact match"], rows
+    )
     for s in report["stages"]:
         for key, v in s.get("curve", {}).items():
             print(f"{s['stage']}: {key} {v['first']:.3f} (first fifth of logs) -> {v['last']:.3f} (last fifth)")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--data-dir", help="TP_DATA_DIR to build the demo in (default: a fresh temp dir)")
     p.add_argument("--sft-steps", type=int, default=850, help="SFT steps (sft_tiny.yaml: batch 32, lr 2e-3 cosine)")
     p.add_argument("--grpo-steps", type=int, default=600, help="GRPO steps of 8 prompts x 8 completions; 0 skips GRPO")
-    p.add_argument("--sft-set", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra `tp train --set` for SFT (repeatable)")
-    p.add_argument("--grpo-set", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra `tp train --set` for GRPO, applied after the defaults (repeatable)")
-    p.add_argument("--no-default-grpo-sets", action="store_true",
-                   help=f"run grpo_tiny.yaml as it is instead of adding {' '.join(DEFAULT_GRPO_SETS)}")
-    p.add_argument("--save-steps", type=int, default=100_000,
-                   help="checkpoint interval (large: only the final step is checkpointed)")
+    p.add_argument(
+        "--sft-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra `tp train --set` for SFT (repeatable)",
+    )
+    p.add_argument(
+        "--grpo-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra `tp train --set` for GRPO, applied after the defaults (repeatable)",
+    )
+    p.add_argument(
+        "--no-default-grpo-sets",
+        action="store_true",
+        help=f"run grpo_tiny.yaml as it is instead of adding {' '.join(DEFAULT_GRPO_SETS)}",
+    )
+    p.add_argument(
+        "--save-steps",
+        type=int,
+        default=100_000,
+        help="checkpoint interval (large: only the final step is checkpointed)",
+    )
     p.add_argument("--max-new-tokens", type=int, default=6)
     p.add_argument("--train-sample", type=int, default=100, help="training prompts scored for context")
     p.add_argument("--report", type=Path, default=RESULTS_DIR / "learning_arithmetic.json")

@@ -67,12 +67,32 @@ LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # keep Ray on 127.0.0.1 (
 def one_run(name: str, base: Path, env: dict[str, str], steps: int, per_rank: int, index: int) -> dict[str, Any]:
     processes, multiple, extra = SETUPS[name]
     run_dir = base / f"run-{index}-{processes}"
-    cmd = [*tp_command(), "train", str(CONFIGS / "sft_tiny.yaml"), "--output", str(run_dir),
-           "--set", f"training.max_steps={steps}", "--set", f"training.save_steps={steps}",
-           "--set", "training.logging_steps=10", "--set", "training.eval_steps=null", "--set", "data.eval_file=null",
-           "--set", "model.dtype=fp32", "--set", "resources.device=cpu",
-           "--set", f"resources.num_devices={processes}",
-           "--set", f"training.per_device_batch_size={per_rank * multiple}", *extra]
+    cmd = [
+        *tp_command(),
+        "train",
+        str(CONFIGS / "sft_tiny.yaml"),
+        "--output",
+        str(run_dir),
+        "--set",
+        f"training.max_steps={steps}",
+        "--set",
+        f"training.save_steps={steps}",
+        "--set",
+        "training.logging_steps=10",
+        "--set",
+        "training.eval_steps=null",
+        "--set",
+        "data.eval_file=null",
+        "--set",
+        "model.dtype=fp32",
+        "--set",
+        "resources.device=cpu",
+        "--set",
+        f"resources.num_devices={processes}",
+        "--set",
+        f"training.per_device_batch_size={per_rank * multiple}",
+        *extra,
+    ]
     started = time.time()
     measured = run_measured(cmd, env, base / f"run-{index}-{processes}.log")
     if measured["exit_code"] != 0:
@@ -81,10 +101,16 @@ def one_run(name: str, base: Path, env: dict[str, str], steps: int, per_rank: in
     rows = read_jsonl(run_dir / "metrics.jsonl")
     runtime = info["summary"]["train_runtime"]
     samples = steps * per_rank * 2
-    result = {"setup": name, "world_size": info.get("world_size"), "launcher": info.get("launcher"),
-              "train_runtime_s": runtime, "samples_per_s": round(samples / runtime, 2),
-              "first_step_after_s": round(rows[0]["ts"] - started, 2) if rows else None,
-              "train_loss": info["summary"].get("train_loss"), **measured}
+    result = {
+        "setup": name,
+        "world_size": info.get("world_size"),
+        "launcher": info.get("launcher"),
+        "train_runtime_s": runtime,
+        "samples_per_s": round(samples / runtime, 2),
+        "first_step_after_s": round(rows[0]["ts"] - started, 2) if rows else None,
+        "train_loss": info["summary"].get("train_loss"),
+        **measured,
+    }
     shutil.rmtree(run_dir, ignore_errors=True)
     return result
 
@@ -92,8 +118,9 @@ def one_run(name: str, base: Path, env: dict[str, str], steps: int, per_rank: in
 def _job_config(name: str, per_rank: int) -> dict[str, Any]:
     processes, multiple, extra = SETUPS[name]
     config = yaml.safe_load((CONFIGS / "sft_tiny.yaml").read_text())
-    config["training"].update(max_steps=100000, save_steps=100000, logging_steps=1,
-                              per_device_batch_size=per_rank * multiple)
+    config["training"].update(
+        max_steps=100000, save_steps=100000, logging_steps=1, per_device_batch_size=per_rank * multiple
+    )
     config["training"].pop("eval_steps", None)
     config["data"].pop("eval_file", None)
     config["model"]["dtype"] = "fp32"
@@ -118,8 +145,12 @@ def post_to_first_step(base: Path, address: str, rounds: int, per_rank: int) -> 
                 def job(job_id: int = job_id) -> dict[str, Any]:
                     return client.get(f"/jobs/{job_id}").json()
 
-                first = wait(lambda: (j := job())["current_step"] >= 1 or j["status"] in ("failed", "cancelled"),
-                             600, f"{name}: the first step", interval=0.1)
+                first = wait(
+                    lambda: (j := job())["current_step"] >= 1 or j["status"] in ("failed", "cancelled"),
+                    600,
+                    f"{name}: the first step",
+                    interval=0.1,
+                )
                 seconds = time.monotonic() - started
                 if job()["status"] in ("failed", "cancelled"):
                     raise SystemExit(f"{name}: the job ended before its first step: {job().get('error')}")
@@ -156,12 +187,18 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.rounds):
             for name in SETUPS if i % 2 == 0 else reversed(SETUPS):
                 r = one_run(name, base, env, args.steps, args.per_rank_batch, i)
-                print(f"[round {i + 1}] {name:19s} {r['samples_per_s']:8.1f} samples/s, first step after "
-                      f"{r['first_step_after_s']} s, wall {r['wall_seconds']} s, cpu {r['cpu_seconds']} s, "
-                      f"load {r['load_avg_1m_before']}", flush=True)
+                print(
+                    f"[round {i + 1}] {name:19s} {r['samples_per_s']:8.1f} samples/s, first step after "
+                    f"{r['first_step_after_s']} s, wall {r['wall_seconds']} s, cpu {r['cpu_seconds']} s, "
+                    f"load {r['load_avg_1m_before']}",
+                    flush=True,
+                )
                 runs.append(r)
-        platform_runs = post_to_first_step(base, cluster.address, args.platform_rounds, args.per_rank_batch) \
-            if args.platform_rounds else []
+        platform_runs = (
+            post_to_first_step(base, cluster.address, args.platform_rounds, args.per_rank_batch)
+            if args.platform_rounds
+            else []
+        )
     finally:
         cluster.shutdown()
         shutil.rmtree(base, ignore_errors=True)
@@ -169,21 +206,52 @@ def main(argv: list[str] | None = None) -> int:
     summary = {}
     for name in SETUPS:
         mine = [r for r in runs if r["setup"] == name]
-        summary[name] = {k: median([r[k] for r in mine]) for k in
-                         ("samples_per_s", "first_step_after_s", "wall_seconds", "cpu_seconds")}
-        summary[name]["post_to_first_step_s"] = median([r["post_to_first_step_s"] for r in platform_runs
-                                                        if r["setup"] == name])
+        summary[name] = {
+            k: median([r[k] for r in mine])
+            for k in ("samples_per_s", "first_step_after_s", "wall_seconds", "cpu_seconds")
+        }
+        summary[name]["post_to_first_step_s"] = median(
+            [r["post_to_first_step_s"] for r in platform_runs if r["setup"] == name]
+        )
     base_name = next(iter(SETUPS))
-    rows = [[name, fmt(s["samples_per_s"], ".1f"), fmt(s["samples_per_s"] / summary[base_name]["samples_per_s"], ".3f"),
-             fmt(s["first_step_after_s"], ".1f"), fmt(s["post_to_first_step_s"], ".1f"), fmt(s["wall_seconds"], ".1f"),
-             fmt(s["cpu_seconds"], ".1f")] for name, s in summary.items()]
+    rows = [
+        [
+            name,
+            fmt(s["samples_per_s"], ".1f"),
+            fmt(s["samples_per_s"] / summary[base_name]["samples_per_s"], ".3f"),
+            fmt(s["first_step_after_s"], ".1f"),
+            fmt(s["post_to_first_step_s"], ".1f"),
+            fmt(s["wall_seconds"], ".1f"),
+            fmt(s["cpu_seconds"], ".1f"),
+        ]
+        for name, s in summary.items()
+    ]
     print()
-    print_table(["setup", "samples/s (median)", "vs world 1", "first step after s (tp train)",
-                 "POST -> first step s", "wall s", "cpu s"], rows)
-    write_json(args.output, {"bench": "scaling", "machine": machine_info(), "rounds": args.rounds,
-                             "steps": args.steps, "per_rank_batch": args.per_rank_batch, "runs": runs,
-                             "platform_runs": platform_runs,
-                             "median": summary})
+    print_table(
+        [
+            "setup",
+            "samples/s (median)",
+            "vs world 1",
+            "first step after s (tp train)",
+            "POST -> first step s",
+            "wall s",
+            "cpu s",
+        ],
+        rows,
+    )
+    write_json(
+        args.output,
+        {
+            "bench": "scaling",
+            "machine": machine_info(),
+            "rounds": args.rounds,
+            "steps": args.steps,
+            "per_rank_batch": args.per_rank_batch,
+            "runs": runs,
+            "platform_runs": platform_runs,
+            "median": summary,
+        },
+    )
     print(f"\nwrote {args.output}")
     return 0
 

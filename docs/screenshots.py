@@ -41,8 +41,13 @@ def main() -> int:
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
     env.update(TP_DATA_DIR=str(data_dir), HF_HUB_OFFLINE="1", TP_SCHEDULE_TICK="1")
-    up = subprocess.Popen([sys.executable, "-m", "training_platform.cli", "up", "--port", str(port)], env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    up = subprocess.Popen(
+        [sys.executable, "-m", "training_platform.cli", "up", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         wait(lambda: _ok(f"{base}/health"), 180, "tp up")
@@ -51,26 +56,53 @@ def main() -> int:
         config = yaml.safe_load((REPO / "configs/examples/sft_tiny.yaml").read_text())
         config["training"].update(max_steps=600, save_steps=100, logging_steps=5, eval_steps=100)
         job = api.post("/jobs", json={"name": "sft arithmetic", "config": config}).json()
-        bench = {"name": "gsm8k", "data": "demo/data/gsm8k_eval.jsonl", "prompt_template": "{question}",
-                 "limit": 40}
+        bench = {"name": "gsm8k", "data": "demo/data/gsm8k_eval.jsonl", "prompt_template": "{question}", "limit": 40}
         _write_eval_set(data_dir)
         bench["data"] = "evalsets/arithmetic_gsm8k.jsonl"
-        api.post("/schedules", json={"name": "every 2nd checkpoint", "trigger": "on_new_checkpoint",
-                                     "job_id": job["id"], "every_n": 2, "keep_best_by": "gsm8k/accuracy",
-                                     "benchmarks": [bench], "generation": {"max_new_tokens": 8}})
+        api.post(
+            "/schedules",
+            json={
+                "name": "every 2nd checkpoint",
+                "trigger": "on_new_checkpoint",
+                "job_id": job["id"],
+                "every_n": 2,
+                "keep_best_by": "gsm8k/accuracy",
+                "benchmarks": [bench],
+                "generation": {"max_new_tokens": 8},
+            },
+        )
         wait(lambda: api.get(f"/jobs/{job['id']}").json()["status"] == "succeeded", 600, "the job")
-        wait(lambda: all(e["status"] == "succeeded" for e in api.get("/evaluations").json()["items"])
-             and api.get("/evaluations").json()["total"] == 3, 300, "the evaluations")
+        wait(
+            lambda: (
+                all(e["status"] == "succeeded" for e in api.get("/evaluations").json()["items"])
+                and api.get("/evaluations").json()["total"] == 3
+            ),
+            300,
+            "the evaluations",
+        )
         # A second learning rate, both finals evaluated: the compare page's subject.
         config2 = yaml.safe_load(yaml.safe_dump(config))
         config2["training"].update(learning_rate=5e-4, eval_steps=None, save_steps=600)
         job2 = api.post("/jobs", json={"name": "sft arithmetic lr=5e-4", "config": config2}).json()
         wait(lambda: api.get(f"/jobs/{job2['id']}").json()["status"] == "succeeded", 600, "the second job")
         for j in (job, job2):
-            api.post("/evaluations", json={"job_id": j["id"], "checkpoint": "final", "benchmarks": [bench],
-                                           "generation": {"max_new_tokens": 8}})
-        wait(lambda: all(e["status"] == "succeeded" for e in api.get("/evaluations").json()["items"])
-             and api.get("/evaluations").json()["total"] == 5, 300, "the final evaluations")
+            api.post(
+                "/evaluations",
+                json={
+                    "job_id": j["id"],
+                    "checkpoint": "final",
+                    "benchmarks": [bench],
+                    "generation": {"max_new_tokens": 8},
+                },
+            )
+        wait(
+            lambda: (
+                all(e["status"] == "succeeded" for e in api.get("/evaluations").json()["items"])
+                and api.get("/evaluations").json()["total"] == 5
+            ),
+            300,
+            "the final evaluations",
+        )
         grpo = yaml.safe_load((REPO / "configs/examples/grpo_tiny.yaml").read_text())
         grpo["model"]["path"] = f"runs/job-{job['id']}/final"
         grpo["training"].update(max_steps=30, logging_steps=2, save_steps=30)

@@ -86,8 +86,9 @@ def main(argv: list[str] | None = None) -> int:
         current = extract_block(text)
         if args.check:
             if current != block:
-                print("README.md's feature table is stale: run python scripts/feature_table.py --write",
-                      file=sys.stderr)
+                print(
+                    "README.md's feature table is stale: run python scripts/feature_table.py --write", file=sys.stderr
+                )
                 return 1
             return 0
         if current != block:

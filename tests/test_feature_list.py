@@ -65,8 +65,11 @@ def test_shape_ids_and_keys(doc):
             continue
         if len(set(tests)) != len(tests):
             problems.append(f"{where}: a test is listed twice")
-        problems += [f"{where}: {node!r} is not a node id `tests/...py::test[::test]` without [params]"
-                     for node in tests if not isinstance(node, str) or not NODE.match(node)]
+        problems += [
+            f"{where}: {node!r} is not a node id `tests/...py::test[::test]` without [params]"
+            for node in tests
+            if not isinstance(node, str) or not NODE.match(node)
+        ]
     ids = [feature.get("id") for feature in features]
     problems += [f"id {name!r} is used {ids.count(name)} times" for name in sorted(set(ids)) if ids.count(name) > 1]
     assert not problems, "\n".join(problems)
@@ -79,8 +82,11 @@ def _defined_in(path: Path) -> set[str]:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             names.add(node.name)
         elif isinstance(node, ast.ClassDef):
-            names |= {f"{node.name}::{item.name}" for item in node.body
-                      if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)}
+            names |= {
+                f"{node.name}::{item.name}"
+                for item in node.body
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
+            }
     return names
 
 
@@ -91,12 +97,17 @@ def test_every_named_test_exists_and_is_collected(doc):
     assert not absent, f"test files named in feature_list.json that do not exist: {absent}"
 
     env = {key: value for key, value in os.environ.items() if key != "PYTEST_ADDOPTS"} | {"HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-rs", "-p", "no:cacheprovider",
-                           *files], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-rs", "-p", "no:cacheprovider", *files],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     output = proc.stdout + proc.stderr
     # 5: nothing collected, every module named was skipped (checked below); 2 or more: a collection error.
-    assert proc.returncode in (0, 5), \
-        f"collecting the feature tests failed (exit {proc.returncode}):\n{output[-6000:]}"
+    assert proc.returncode in (0, 5), f"collecting the feature tests failed (exit {proc.returncode}):\n{output[-6000:]}"
 
     collected = {re.sub(r"\[.*\]$", "", line.strip()) for line in proc.stdout.splitlines() if "::" in line}
     # A module skipped as a whole (an optional dependency missing here) lists no tests: check its source instead.
@@ -114,13 +125,23 @@ def test_every_named_test_exists_and_is_collected(doc):
 
 def test_readme_table_is_the_rendered_feature_list(doc, feature_table):
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert feature_table.extract_block(readme) == feature_table.render(doc), \
+    assert feature_table.extract_block(readme) == feature_table.render(doc), (
         "README.md's feature table is stale: run .venv/bin/python scripts/feature_table.py --write"
+    )
 
 
 def test_render_escapes_cells_and_counts_tests(feature_table):
-    doc = {"features": [{"id": "x", "area": "A", "name": "n | m", "description": "two\nlines",
-                         "tests": ["tests/a/test_a.py::test_1", "tests/a/test_a.py::test_2", "tests/test_b.py::t"]}]}
+    doc = {
+        "features": [
+            {
+                "id": "x",
+                "area": "A",
+                "name": "n | m",
+                "description": "two\nlines",
+                "tests": ["tests/a/test_a.py::test_1", "tests/a/test_a.py::test_2", "tests/test_b.py::t"],
+            }
+        ]
+    }
     table = feature_table.render(doc)
     assert "| A | n \\| m | two lines | 3 tests: `a/test_a.py`, `test_b.py` |" in table.splitlines()
     readme = f"intro\n{feature_table.START}\nold\n{feature_table.END}\nrest\n"

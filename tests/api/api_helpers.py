@@ -26,8 +26,9 @@ from training_platform.services import jobs as job_service
 API = "/api/v1"
 REDIS_TEST_URL = os.environ.get("TP_TEST_API_REDIS_URL", "redis://127.0.0.1:6379/15")
 # Overridable to run the PostgreSQL half elsewhere: the admin DSN creates/drops tp_test_* databases.
-PG_ADMIN_DSN = os.environ.get("TP_TEST_PG_ADMIN_DSN",
-                              "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=3")
+PG_ADMIN_DSN = os.environ.get(
+    "TP_TEST_PG_ADMIN_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=3"
+)
 PG_URL = os.environ.get("TP_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/{name}")
 
 # The paths a job takes through the state machine to reach each status.
@@ -43,8 +44,10 @@ PATH_TO = {
 
 def row_counts() -> dict[str, int]:
     with session_scope() as s:
-        return {model.__name__: s.exec(select(func.count()).select_from(model)).one()
-                for model in (Job, JobEvent, MetricPoint, Checkpoint, RegisteredModel)}
+        return {
+            model.__name__: s.exec(select(func.count()).select_from(model)).one()
+            for model in (Job, JobEvent, MetricPoint, Checkpoint, RegisteredModel)
+        }
 
 
 def set_status(job_id: int, status: str, **fields) -> None:
@@ -225,12 +228,18 @@ def run_data_job(job_id: int, timeout: float = 60) -> None:
 
     worker = "in-test@local"
     with session_scope() as session:
-        claimed = session.exec(update(Job).where(Job.id == job_id, Job.status == "queued").values(
-            status="preflight", worker=worker, heartbeat_at=utcnow(), attempts=Job.attempts + 1, updated_at=utcnow())
-            .execution_options(synchronize_session=False)).rowcount
+        claimed = session.exec(
+            update(Job)
+            .where(Job.id == job_id, Job.status == "queued")
+            .values(
+                status="preflight", worker=worker, heartbeat_at=utcnow(), attempts=Job.attempts + 1, updated_at=utcnow()
+            )
+            .execution_options(synchronize_session=False)
+        ).rowcount
         if claimed:
-            session.add(JobEvent(job_id=job_id, from_status="queued", to_status="preflight",
-                                 reason=f"claimed by {worker}"))
+            session.add(
+                JobEvent(job_id=job_id, from_status="queued", to_status="preflight", reason=f"claimed by {worker}")
+            )
     if claimed:
         DataJobSupervisor(job_id, worker).run()
         return
@@ -256,6 +265,9 @@ def ingested(api, accepted, user: str = "alice") -> dict:
     assert job["status"] == "succeeded", job
     result = job["config"]["result"]
     dataset_id, version_id = result["dataset_id"], result["version_id"]
-    return {"dataset": api.get(f"/datasets/{dataset_id}", user=user).json(),
-            "version": api.get(f"/datasets/{dataset_id}/versions/{version_id}", user=user).json(),
-            "created": result["created"], "job": job}
+    return {
+        "dataset": api.get(f"/datasets/{dataset_id}", user=user).json(),
+        "version": api.get(f"/datasets/{dataset_id}/versions/{version_id}", user=user).json(),
+        "created": result["created"],
+        "job": job,
+    }

@@ -76,19 +76,28 @@ class Objects:
         run_dir = self.api.data_dir / "runs" / f"job-{job_id}-matrix-{_uid()}"  # one data dir, two databases
         (run_dir / "checkpoints").mkdir(parents=True)
         (run_dir / "train.log").write_text("line 1\nline 2\n")
-        set_status(job_id, status, run_dir=str(run_dir), best_checkpoint={"step": 10, "metric": "gsm8k/accuracy",
-                                                                          "value": 0.5})
+        set_status(
+            job_id, status, run_dir=str(run_dir), best_checkpoint={"step": 10, "metric": "gsm8k/accuracy", "value": 0.5}
+        )
         with session_scope() as s:
-            s.add(Checkpoint(job_id=job_id, step=10, path=str(run_dir / "checkpoints" / "step_000010"),
-                             sha256="0" * 64, size_bytes=1))
+            s.add(
+                Checkpoint(
+                    job_id=job_id,
+                    step=10,
+                    path=str(run_dir / "checkpoints" / "step_000010"),
+                    sha256="0" * 64,
+                    size_bytes=1,
+                )
+            )
         self.names.setdefault("job", name)
         return job_id
 
     def registered_model(self) -> int:
         name = f"matrix-model-{_uid()}"
         with session_scope() as s:
-            model = RegisteredModel(name=name, path=str(self.api.data_dir / "demo" / "model"),
-                                    owner_id=self.api.user_ids[OWNER], info={})
+            model = RegisteredModel(
+                name=name, path=str(self.api.data_dir / "demo" / "model"), owner_id=self.api.user_ids[OWNER], info={}
+            )
             s.add(model)
             s.flush()
             model_id = model.id
@@ -97,11 +106,19 @@ class Objects:
 
     def uploaded_dataset(self) -> tuple[int, int]:
         name = f"matrix-ds-{_uid()}"
-        content = "".join(json.dumps({"messages": [{"role": "user", "content": f"q{i} {name}"},
-                                                    {"role": "assistant", "content": f"a{i}"}]}) + "\n"
-                          for i in range(3)).encode()
-        r = self.api.post("/datasets", user=OWNER, files={"file": ("d.jsonl", content, "application/octet-stream")},
-                          data={"name": name})
+        content = "".join(
+            json.dumps(
+                {"messages": [{"role": "user", "content": f"q{i} {name}"}, {"role": "assistant", "content": f"a{i}"}]}
+            )
+            + "\n"
+            for i in range(3)
+        ).encode()
+        r = self.api.post(
+            "/datasets",
+            user=OWNER,
+            files={"file": ("d.jsonl", content, "application/octet-stream")},
+            data={"name": name},
+        )
         body = ingested(self.api, r, OWNER)  # 202: the ingest data job, run here
         self.names.setdefault("dataset", name)
         return body["dataset"]["id"], body["version"]["id"]
@@ -114,8 +131,13 @@ class Objects:
         model_path = str(self.api.data_dir / "demo" / "model")
         config = EvalRequest.model_validate(SMALL).to_config(model_path)
         with session_scope() as s:
-            job = create_evaluation(s, owner=self.user(s), name=name, config=config,  # one leaderboard entry each
-                                    target=Target(model_path=f"matrix/{name}", label=name))
+            job = create_evaluation(
+                s,
+                owner=self.user(s),
+                name=name,
+                config=config,  # one leaderboard entry each
+                target=Target(model_path=f"matrix/{name}", label=name),
+            )
             job_id = job.id
         out = self.api.data_dir / "evals" / f"job-{job_id}-matrix-{_uid()}"
         out.mkdir(parents=True)
@@ -127,8 +149,18 @@ class Objects:
             evaluation = s.get(Evaluation, job_id)
             evaluation.output_dir = str(out)
             s.add(evaluation)
-            s.add(EvalMetric(job_id=job_id, benchmark="gsm8k", metric="accuracy", value=0.5, stderr=0.1,
-                             ci_low=0.3, ci_high=0.7, n=2))
+            s.add(
+                EvalMetric(
+                    job_id=job_id,
+                    benchmark="gsm8k",
+                    metric="accuracy",
+                    value=0.5,
+                    stderr=0.1,
+                    ci_low=0.3,
+                    ci_high=0.7,
+                    n=2,
+                )
+            )
         self.names.setdefault("evaluation", name)
         return job_id
 
@@ -138,9 +170,15 @@ class Objects:
 
         name = f"matrix-schedule-{_uid()}"
         with session_scope() as s:
-            schedule = EvalSchedule(owner_id=self.api.user_ids[OWNER], name=name, trigger="cron", cron="0 3 * * *",
-                                    model="demo/model", next_fire_at=utcnow(),
-                                    request=EvalRequest.model_validate(SMALL).model_dump(mode="json"))
+            schedule = EvalSchedule(
+                owner_id=self.api.user_ids[OWNER],
+                name=name,
+                trigger="cron",
+                cron="0 3 * * *",
+                model="demo/model",
+                next_fire_at=utcnow(),
+                request=EvalRequest.model_validate(SMALL).model_dump(mode="json"),
+            )
             s.add(schedule)
             s.flush()
             schedule_id = schedule.id
@@ -173,13 +211,24 @@ class Objects:
         if "sweep" not in self.names:
             name = f"matrix-sweep-{_uid()}"
             with session_scope() as s:
-                sweep = Sweep(owner_id=self.api.user_ids[OWNER], name=name, config=valid_config(),
-                              grid={"training.learning_rate": [1e-4]}, seeds=[0])
+                sweep = Sweep(
+                    owner_id=self.api.user_ids[OWNER],
+                    name=name,
+                    config=valid_config(),
+                    grid={"training.learning_rate": [1e-4]},
+                    seeds=[0],
+                )
                 s.add(sweep)
                 s.flush()
-                crud.create_job(s, owner=self.user(s), name=f"{name} lr=0.0001 seed=0", sweep_id=sweep.id,
-                                config=valid_config(training={"max_steps": 5, "per_device_batch_size": 4,
-                                                              "learning_rate": 1e-4, "seed": 0}))
+                crud.create_job(
+                    s,
+                    owner=self.user(s),
+                    name=f"{name} lr=0.0001 seed=0",
+                    sweep_id=sweep.id,
+                    config=valid_config(
+                        training={"max_steps": 5, "per_device_batch_size": 4, "learning_rate": 1e-4, "seed": 0}
+                    ),
+                )
                 self.names["sweep"], self.names["sweep_id"] = name, str(sweep.id)
         return int(self.names["sweep_id"])
 
@@ -279,13 +328,18 @@ def _mount_file(path: str) -> Callable[[Objects], Req]:
         directory = Path(mount.app.directory)
         first = next(p for p in sorted(directory.rglob("*")) if p.is_file())
         return Req("GET", f"{path}/{first.relative_to(directory)}")
+
     return make
 
 
 def _upload(o: Objects) -> Req:
     content = json.dumps({"text": f"upload {_uid()}"}).encode() + b"\n"
-    return Req("POST", f"{API}/datasets", files={"file": ("u.jsonl", content, "application/octet-stream")},
-               data={"name": f"matrix-up-{_uid()}"})
+    return Req(
+        "POST",
+        f"{API}/datasets",
+        files={"file": ("u.jsonl", content, "application/octet-stream")},
+        data={"name": f"matrix-up-{_uid()}"},
+    )
 
 
 def _fresh_dataset(o: Objects) -> Req:
@@ -326,8 +380,14 @@ def _gate_report(o: Objects) -> int:
     if "gate_report" not in o.names:
         with session_scope() as s:
             version = s.get(DatasetVersionRecord, o.version)
-            row = GateReportRecord(dataset_version_id=version.id, sha256=version.sha256, profile_name="default",
-                                   profile_hash="0" * 64, passed=True, report={"passed": True, "failed": []})
+            row = GateReportRecord(
+                dataset_version_id=version.id,
+                sha256=version.sha256,
+                profile_name="default",
+                profile_hash="0" * 64,
+                passed=True,
+                report={"passed": True, "failed": []},
+            )
             s.add(row)
             s.flush()
             o.names["gate_report"] = str(row.id)
@@ -365,8 +425,7 @@ ROUTES: dict[str, Case] = {
     "MOUNT /ui": Case("public", lambda o: Req("GET", "/ui/")),
     # -- jobs
     "POST /api/v1/jobs": Case("user", lambda o: Req("POST", J, json={"name": "m", "config": valid_config()})),
-    "POST /api/v1/jobs/validate": Case("user", lambda o: Req("POST", f"{J}/validate",
-                                                             json={"config": valid_config()})),
+    "POST /api/v1/jobs/validate": Case("user", lambda o: Req("POST", f"{J}/validate", json={"config": valid_config()})),
     "GET /api/v1/jobs": Case("user", lambda o: Req("GET", f"{J}?q={o.names['job']}"), hidden="job"),
     "GET /api/v1/jobs/{job_id}": Case("owned", lambda o: Req("GET", f"{J}/{o.job}")),
     "GET /api/v1/jobs/{job_id}/events": Case("owned", lambda o: Req("GET", f"{J}/{o.job}/events")),
@@ -379,130 +438,210 @@ ROUTES: dict[str, Case] = {
     "GET /api/v1/jobs/{job_id}/logs/stream": Case("owned", lambda o: Req("GET", f"{J}/{o.job}/logs/stream")),
     "GET /api/v1/jobs/{job_id}/files/{name}": Case("owned", lambda o: Req("GET", f"{J}/{o.job}/files/train.log")),
     "GET /api/v1/jobs/{job_id}/checkpoints": Case("owned", lambda o: Req("GET", f"{J}/{o.job}/checkpoints")),
-    "GET /api/v1/jobs/{job_id}/best_checkpoint": Case("owned",
-                                                      lambda o: Req("GET", f"{J}/{o.job}/best_checkpoint")),
+    "GET /api/v1/jobs/{job_id}/best_checkpoint": Case("owned", lambda o: Req("GET", f"{J}/{o.job}/best_checkpoint")),
     "GET /api/v1/jobs/{job_id}/rollouts": Case("owned", lambda o: Req("GET", f"{J}/{o.job}/rollouts?limit=5")),
     # -- registered models
-    "POST /api/v1/models": Case("user", lambda o: Req("POST", f"{API}/models",
-                                                      json={"name": f"m-{_uid()}", "path": "demo/model"})),
+    "POST /api/v1/models": Case(
+        "user", lambda o: Req("POST", f"{API}/models", json={"name": f"m-{_uid()}", "path": "demo/model"})
+    ),
     "GET /api/v1/models": Case("user", lambda o: Req("GET", f"{API}/models?limit=200"), hidden="model"),
     "GET /api/v1/models/{model_id}": Case("owned", lambda o: Req("GET", f"{API}/models/{o.model}")),
-    "PATCH /api/v1/models/{model_id}": Case("owned", lambda o: Req("PATCH", f"{API}/models/{o.model}",
-                                                                   json={"shared": False})),
-    "DELETE /api/v1/models/{model_id}": Case("owned",
-                                             lambda o: Req("DELETE", f"{API}/models/{o.registered_model()}")),
+    "PATCH /api/v1/models/{model_id}": Case(
+        "owned", lambda o: Req("PATCH", f"{API}/models/{o.model}", json={"shared": False})
+    ),
+    "DELETE /api/v1/models/{model_id}": Case("owned", lambda o: Req("DELETE", f"{API}/models/{o.registered_model()}")),
     # -- datasets
     "POST /api/v1/datasets": Case("user", _upload),
-    "POST /api/v1/datasets/register": Case("user", lambda o: Req("POST", f"{D}/register", json={
-        "name": f"matrix-reg-{_uid()}", "path": "demo/data/sft.jsonl"})),
+    "POST /api/v1/datasets/register": Case(
+        "user",
+        lambda o: Req("POST", f"{D}/register", json={"name": f"matrix-reg-{_uid()}", "path": "demo/data/sft.jsonl"}),
+    ),
     "GET /api/v1/datasets": Case("user", lambda o: Req("GET", f"{D}?q={o.names['dataset']}"), hidden="dataset"),
     "GET /api/v1/datasets/operations": Case("user", lambda o: Req("GET", f"{D}/operations")),
     "GET /api/v1/datasets/{dataset_id}": Case("owned", lambda o: Req("GET", f"{D}/{o.dataset}")),
-    "PATCH /api/v1/datasets/{dataset_id}": Case("owned", lambda o: Req("PATCH", f"{D}/{o.dataset}",
-                                                                       json={"description": "matrix"})),
+    "PATCH /api/v1/datasets/{dataset_id}": Case(
+        "owned", lambda o: Req("PATCH", f"{D}/{o.dataset}", json={"description": "matrix"})
+    ),
     "DELETE /api/v1/datasets/{dataset_id}": Case("owned", _fresh_dataset),
     "GET /api/v1/datasets/{dataset_id}/versions": Case("owned", lambda o: Req("GET", f"{D}/{o.dataset}/versions")),
     "GET /api/v1/datasets/{dataset_id}/versions/{version_id}": Case(
-        "owned", lambda o: Req("GET", f"{D}/{o.dataset}/versions/{o.version}")),
+        "owned", lambda o: Req("GET", f"{D}/{o.dataset}/versions/{o.version}")
+    ),
     "GET /api/v1/datasets/{dataset_id}/versions/{version_id}/rows": Case(
-        "owned", lambda o: Req("GET", f"{D}/{o.dataset}/versions/{o.version}/rows")),
+        "owned", lambda o: Req("GET", f"{D}/{o.dataset}/versions/{o.version}/rows")
+    ),
     "GET /api/v1/datasets/{dataset_id}/versions/{version_id}/stats": Case(
-        "owned", lambda o: Req("GET", f"{D}/{o.dataset}/versions/{o.version}/stats")),
+        "owned", lambda o: Req("GET", f"{D}/{o.dataset}/versions/{o.version}/stats")
+    ),
     "POST /api/v1/datasets/{dataset_id}/versions/{version_id}/operations": Case(
-        "owned", lambda o: Req("POST", f"{D}/{o.dataset}/versions/{o.version}/operations",
-                               json={"operation": "dedup", "params": {}})),
-    "POST /api/v1/rewards/shadow": Case("owned", lambda o: Req("POST", f"{API}/rewards/shadow", json={
-        "old": "length_penalty", "new": "length_penalty:unit=chars", "dataset_id": o.dataset,
-        "version_id": o.version, "limit": 5, "repeats": 1})),
+        "owned",
+        lambda o: Req(
+            "POST", f"{D}/{o.dataset}/versions/{o.version}/operations", json={"operation": "dedup", "params": {}}
+        ),
+    ),
+    "POST /api/v1/rewards/shadow": Case(
+        "owned",
+        lambda o: Req(
+            "POST",
+            f"{API}/rewards/shadow",
+            json={
+                "old": "length_penalty",
+                "new": "length_penalty:unit=chars",
+                "dataset_id": o.dataset,
+                "version_id": o.version,
+                "limit": 5,
+                "repeats": 1,
+            },
+        ),
+    ),
     # -- evaluations
     "POST /api/v1/evaluations": Case("user", lambda o: Req("POST", E, json={"model": "demo/model", **SMALL})),
     "GET /api/v1/evaluations": Case("user", lambda o: Req("GET", f"{E}?limit=200"), hidden="evaluation"),
-    "GET /api/v1/evaluations/leaderboard": Case("user", lambda o: Req("GET", f"{E}/leaderboard?benchmark=gsm8k"
-                                                                             "&limit=500"), hidden="evaluation"),
-    "GET /api/v1/evaluations/compare": Case("owned", lambda o: Req("GET", f"{E}/compare?a={o.evaluation}"
-                                                                          f"&b={o.evaluation_b}")),
+    "GET /api/v1/evaluations/leaderboard": Case(
+        "user", lambda o: Req("GET", f"{E}/leaderboard?benchmark=gsm8k&limit=500"), hidden="evaluation"
+    ),
+    "GET /api/v1/evaluations/compare": Case(
+        "owned", lambda o: Req("GET", f"{E}/compare?a={o.evaluation}&b={o.evaluation_b}")
+    ),
     "GET /api/v1/evaluations/{evaluation_id}": Case("owned", lambda o: Req("GET", f"{E}/{o.evaluation}")),
-    "GET /api/v1/evaluations/{evaluation_id}/samples": Case("owned",
-                                                            lambda o: Req("GET", f"{E}/{o.evaluation}/samples")),
-    "GET /api/v1/evaluations/{evaluation_id}/report": Case("owned",
-                                                           lambda o: Req("GET", f"{E}/{o.evaluation}/report")),
+    "GET /api/v1/evaluations/{evaluation_id}/samples": Case(
+        "owned", lambda o: Req("GET", f"{E}/{o.evaluation}/samples")
+    ),
+    "GET /api/v1/evaluations/{evaluation_id}/report": Case("owned", lambda o: Req("GET", f"{E}/{o.evaluation}/report")),
     # -- schedules
-    "POST /api/v1/schedules": Case("user", lambda o: Req("POST", f"{API}/schedules", json={
-        "name": "m", "trigger": "cron", "cron": "0 3 * * *", "model": "demo/model", **SMALL})),
+    "POST /api/v1/schedules": Case(
+        "user",
+        lambda o: Req(
+            "POST",
+            f"{API}/schedules",
+            json={"name": "m", "trigger": "cron", "cron": "0 3 * * *", "model": "demo/model", **SMALL},
+        ),
+    ),
     "GET /api/v1/schedules": Case("user", lambda o: Req("GET", f"{API}/schedules?limit=200"), hidden="schedule"),
     "GET /api/v1/schedules/{schedule_id}": Case("owned", lambda o: Req("GET", f"{API}/schedules/{o.schedule}")),
-    "PATCH /api/v1/schedules/{schedule_id}": Case("owned", lambda o: Req("PATCH", f"{API}/schedules/{o.schedule}",
-                                                                         json={"enabled": True})),
-    "DELETE /api/v1/schedules/{schedule_id}": Case("owned",
-                                                   lambda o: Req("DELETE", f"{API}/schedules/{o.eval_schedule()}")),
-    "POST /api/v1/schedules/{schedule_id}/run": Case("owned",
-                                                     lambda o: Req("POST", f"{API}/schedules/{o.schedule}/run")),
+    "PATCH /api/v1/schedules/{schedule_id}": Case(
+        "owned", lambda o: Req("PATCH", f"{API}/schedules/{o.schedule}", json={"enabled": True})
+    ),
+    "DELETE /api/v1/schedules/{schedule_id}": Case(
+        "owned", lambda o: Req("DELETE", f"{API}/schedules/{o.eval_schedule()}")
+    ),
+    "POST /api/v1/schedules/{schedule_id}/run": Case(
+        "owned", lambda o: Req("POST", f"{API}/schedules/{o.schedule}/run")
+    ),
     # -- users, monitoring, config
     "GET /api/v1/users/me": Case("user", lambda o: Req("GET", f"{API}/users/me")),
     "POST /api/v1/users": Case("admin", lambda o: Req("POST", f"{API}/users", json={"name": f"u-{_uid()}"})),
     "GET /api/v1/users": Case("admin", lambda o: Req("GET", f"{API}/users")),
-    "GET /api/v1/monitoring/dashboard": Case("user", lambda o: Req("GET", f"{API}/monitoring/dashboard"),
-                                             hidden="worker"),
+    "GET /api/v1/monitoring/dashboard": Case(
+        "user", lambda o: Req("GET", f"{API}/monitoring/dashboard"), hidden="worker"
+    ),
     "GET /api/v1/monitoring/ray": Case("user", lambda o: Req("GET", f"{API}/monitoring/ray")),
     "GET /api/v1/config/schema": Case("user", lambda o: Req("GET", f"{API}/config/schema")),
     "GET /api/v1/config/examples": Case("user", lambda o: Req("GET", f"{API}/config/examples")),
     # -- named endpoints: the operator's (admins write; every user lists names and models)
     "GET /api/v1/endpoints": Case("user", lambda o: Req("GET", f"{API}/endpoints")),
     "GET /api/v1/endpoints/{name}": Case("user", lambda o: Req("GET", f"{API}/endpoints/{o.endpoint()}")),
-    "POST /api/v1/endpoints": Case("admin", lambda o: Req("POST", f"{API}/endpoints", json={
-        "name": f"matrix-ep-{_uid()}", "base_url": "http://127.0.0.1:9/v1"})),
-    "PATCH /api/v1/endpoints/{name}": Case("admin", lambda o: Req("PATCH", f"{API}/endpoints/{o.endpoint()}",
-                                                                  json={"models": ["m", "n"]})),
+    "POST /api/v1/endpoints": Case(
+        "admin",
+        lambda o: Req(
+            "POST", f"{API}/endpoints", json={"name": f"matrix-ep-{_uid()}", "base_url": "http://127.0.0.1:9/v1"}
+        ),
+    ),
+    "PATCH /api/v1/endpoints/{name}": Case(
+        "admin", lambda o: Req("PATCH", f"{API}/endpoints/{o.endpoint()}", json={"models": ["m", "n"]})
+    ),
     "DELETE /api/v1/endpoints/{name}": Case("admin", lambda o: Req("DELETE", f"{API}/endpoints/{o.endpoint()}")),
     # -- sweeps and job templates
-    "POST /api/v1/sweeps": Case("user", lambda o: Req("POST", f"{API}/sweeps", json={
-        "name": "m", "config": valid_config(), "grid": {"training.learning_rate": [1e-4]}, "seeds": [0]})),
+    "POST /api/v1/sweeps": Case(
+        "user",
+        lambda o: Req(
+            "POST",
+            f"{API}/sweeps",
+            json={"name": "m", "config": valid_config(), "grid": {"training.learning_rate": [1e-4]}, "seeds": [0]},
+        ),
+    ),
     "GET /api/v1/sweeps": Case("user", lambda o: Req("GET", f"{API}/sweeps?q={o.named('sweep')}"), hidden="sweep"),
     "GET /api/v1/sweeps/{sweep_id}": Case("owned", lambda o: Req("GET", f"{API}/sweeps/{o.sweep_of_alice()}")),
-    "POST /api/v1/sweeps/{sweep_id}/cancel": Case("owned",
-                                                  lambda o: Req("POST", f"{API}/sweeps/{o.sweep_of_alice()}/cancel")),
-    "POST /api/v1/templates": Case("user", lambda o: Req("POST", f"{API}/templates", json={
-        "name": f"m-{_uid()}", "config": valid_config()})),
-    "GET /api/v1/templates": Case("user", lambda o: Req("GET", f"{API}/templates?q={o.named('template')}"),
-                                  hidden="template"),
+    "POST /api/v1/sweeps/{sweep_id}/cancel": Case(
+        "owned", lambda o: Req("POST", f"{API}/sweeps/{o.sweep_of_alice()}/cancel")
+    ),
+    "POST /api/v1/templates": Case(
+        "user", lambda o: Req("POST", f"{API}/templates", json={"name": f"m-{_uid()}", "config": valid_config()})
+    ),
+    "GET /api/v1/templates": Case(
+        "user", lambda o: Req("GET", f"{API}/templates?q={o.named('template')}"), hidden="template"
+    ),
     "GET /api/v1/templates/{template_id}": Case("owned", lambda o: Req("GET", f"{API}/templates/{o.job_template()}")),
-    "PATCH /api/v1/templates/{template_id}": Case("owned", lambda o: Req(
-        "PATCH", f"{API}/templates/{o.job_template()}", json={"description": "matrix"})),
-    "DELETE /api/v1/templates/{template_id}": Case("owned", lambda o: Req(
-        "DELETE", f"{API}/templates/{o.job_template(first=False)}")),
+    "PATCH /api/v1/templates/{template_id}": Case(
+        "owned", lambda o: Req("PATCH", f"{API}/templates/{o.job_template()}", json={"description": "matrix"})
+    ),
+    "DELETE /api/v1/templates/{template_id}": Case(
+        "owned", lambda o: Req("DELETE", f"{API}/templates/{o.job_template(first=False)}")
+    ),
     # -- checkpoint archives, job-end webhooks
     "GET /api/v1/jobs/{job_id}/checkpoints/{name}/archive": Case(
-        "owned", lambda o: Req("GET", f"{J}/{o.job_with_checkpoint()}/checkpoints/step_000010/archive")),
-    "POST /api/v1/webhooks": Case("user", lambda o: (_allow_webhook_hosts(), Req(
-        "POST", f"{API}/webhooks", json={"url": f"https://hooks.example.test/{_uid()}", "events": ["job.failed"]}))[1]),
+        "owned", lambda o: Req("GET", f"{J}/{o.job_with_checkpoint()}/checkpoints/step_000010/archive")
+    ),
+    "POST /api/v1/webhooks": Case(
+        "user",
+        lambda o: (
+            _allow_webhook_hosts(),
+            Req(
+                "POST",
+                f"{API}/webhooks",
+                json={"url": f"https://hooks.example.test/{_uid()}", "events": ["job.failed"]},
+            ),
+        )[1],
+    ),
     "GET /api/v1/webhooks": Case("user", lambda o: (o.webhook(), Req("GET", f"{API}/webhooks"))[1], hidden="webhook"),
-    "DELETE /api/v1/webhooks/{webhook_id}": Case("owned",
-                                                 lambda o: Req("DELETE", f"{API}/webhooks/{o.webhook(first=False)}")),
+    "DELETE /api/v1/webhooks/{webhook_id}": Case(
+        "owned", lambda o: Req("DELETE", f"{API}/webhooks/{o.webhook(first=False)}")
+    ),
     # -- quality gates: profiles (everyone reads, admins write), gate runs and reports on versions, the override
     "GET /api/v1/gate-profiles": Case("user", lambda o: Req("GET", f"{API}/gate-profiles")),
     "GET /api/v1/gate-profiles/{name}": Case("user", lambda o: Req("GET", f"{API}/gate-profiles/strict")),
-    "POST /api/v1/gate-profiles": Case("admin", lambda o: Req("POST", f"{API}/gate-profiles", json={
-        "name": f"matrix-{_uid()}", "checks": {"schema": {}}})),
-    "PUT /api/v1/gate-profiles/{name}": Case("admin", lambda o: Req("PUT", f"{API}/gate-profiles/{_gate_profile()}",
-                                                                    json={"checks": {"duplicates": {}}})),
-    "DELETE /api/v1/gate-profiles/{name}": Case("admin", lambda o: Req("DELETE",
-                                                                       f"{API}/gate-profiles/{_gate_profile()}")),
+    "POST /api/v1/gate-profiles": Case(
+        "admin",
+        lambda o: Req("POST", f"{API}/gate-profiles", json={"name": f"matrix-{_uid()}", "checks": {"schema": {}}}),
+    ),
+    "PUT /api/v1/gate-profiles/{name}": Case(
+        "admin", lambda o: Req("PUT", f"{API}/gate-profiles/{_gate_profile()}", json={"checks": {"duplicates": {}}})
+    ),
+    "DELETE /api/v1/gate-profiles/{name}": Case(
+        "admin", lambda o: Req("DELETE", f"{API}/gate-profiles/{_gate_profile()}")
+    ),
     "POST /api/v1/datasets/{dataset_id}/versions/{version_id}/gate": Case(
-        "owned", lambda o: Req("POST", f"{D}/{o.dataset}/versions/{o.version}/gate", json={"profile": "default"})),
+        "owned", lambda o: Req("POST", f"{D}/{o.dataset}/versions/{o.version}/gate", json={"profile": "default"})
+    ),
     "GET /api/v1/datasets/{dataset_id}/versions/{version_id}/gate-reports": Case(
-        "owned", lambda o: Req("GET", f"{D}/{o.dataset}/versions/{o.version}/gate-reports")),
+        "owned", lambda o: Req("GET", f"{D}/{o.dataset}/versions/{o.version}/gate-reports")
+    ),
     "GET /api/v1/datasets/{dataset_id}/versions/{version_id}/gate-reports/{report_id}": Case(
-        "owned", lambda o: Req("GET", f"{D}/{o.dataset}/versions/{o.version}/gate-reports/{_gate_report(o)}")),
-    "POST /api/v1/jobs/{job_id}/gate-override": Case("admin", lambda o: Req(
-        "POST", f"{J}/{_gated_job(o)}/gate-override", json={"reason": "matrix override"})),
+        "owned", lambda o: Req("GET", f"{D}/{o.dataset}/versions/{o.version}/gate-reports/{_gate_report(o)}")
+    ),
+    "POST /api/v1/jobs/{job_id}/gate-override": Case(
+        "admin", lambda o: Req("POST", f"{J}/{_gated_job(o)}/gate-override", json={"reason": "matrix override"})
+    ),
     # -- the playground and the OpenAI-compatible route (generation needs an inference worker: see `serving`)
-    "POST /api/v1/playground/generate": Case("serving", lambda o: Req("POST", f"{API}/playground/generate", json={
-        "model": {"job_id": _served(o), "checkpoint": "final"}, "messages": HI, "max_new_tokens": 2})),
-    "POST /api/v1/openai/v1/chat/completions": Case("serving", lambda o: Req(
-        "POST", f"{API}/openai/v1/chat/completions", json={"model": f"job-{_served(o)}/final", "messages": HI,
-                                                           "max_tokens": 2})),
-    "GET /api/v1/openai/v1/models": Case("user", lambda o: (_served(o), Req(
-        "GET", f"{API}/openai/v1/models?limit=1000"))[1], hidden="served"),
+    "POST /api/v1/playground/generate": Case(
+        "serving",
+        lambda o: Req(
+            "POST",
+            f"{API}/playground/generate",
+            json={"model": {"job_id": _served(o), "checkpoint": "final"}, "messages": HI, "max_new_tokens": 2},
+        ),
+    ),
+    "POST /api/v1/openai/v1/chat/completions": Case(
+        "serving",
+        lambda o: Req(
+            "POST",
+            f"{API}/openai/v1/chat/completions",
+            json={"model": f"job-{_served(o)}/final", "messages": HI, "max_tokens": 2},
+        ),
+    ),
+    "GET /api/v1/openai/v1/models": Case(
+        "user", lambda o: (_served(o), Req("GET", f"{API}/openai/v1/models?limit=1000"))[1], hidden="served"
+    ),
 }
 
 EXPECTED = {  # class -> caller -> "2xx" | "<400" | status

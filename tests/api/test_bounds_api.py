@@ -17,20 +17,23 @@ def _locs(r) -> list[str]:
     return [item["loc"] for item in r.json()["detail"]]
 
 
-@pytest.mark.parametrize("path, loc", [
-    (f"/jobs/{BIG}", "path.job_id"),
-    (f"/jobs/{2**63}/events", "path.job_id"),
-    ("/jobs/0", "path.job_id"),
-    (f"/datasets/{BIG}", "path.dataset_id"),
-    (f"/datasets/1/versions/{BIG}", "path.version_id"),
-    (f"/evaluations/{10**30}", "path.evaluation_id"),
-    (f"/schedules/{BIG}", "path.schedule_id"),
-    (f"/models/{BIG}", "path.model_id"),
-    (f"/jobs?offset={BIG}", "query.offset"),
-    (f"/evaluations?job_id={BIG}", "query.job_id"),
-    (f"/evaluations/compare?a={BIG}&b=1", "query.a"),
-    ("/jobs?q=a%00b", "query.q"),
-])
+@pytest.mark.parametrize(
+    "path, loc",
+    [
+        (f"/jobs/{BIG}", "path.job_id"),
+        (f"/jobs/{2**63}/events", "path.job_id"),
+        ("/jobs/0", "path.job_id"),
+        (f"/datasets/{BIG}", "path.dataset_id"),
+        (f"/datasets/1/versions/{BIG}", "path.version_id"),
+        (f"/evaluations/{10**30}", "path.evaluation_id"),
+        (f"/schedules/{BIG}", "path.schedule_id"),
+        (f"/models/{BIG}", "path.model_id"),
+        (f"/jobs?offset={BIG}", "query.offset"),
+        (f"/evaluations?job_id={BIG}", "query.job_id"),
+        (f"/evaluations/compare?a={BIG}&b=1", "query.a"),
+        ("/jobs?q=a%00b", "query.q"),
+    ],
+)
 def test_out_of_range_parameters_are_422(api, path, loc):
     assert loc in _locs(api.get(path))
 
@@ -40,14 +43,17 @@ def test_largest_id_is_a_plain_404(api):
     assert api.get(f"/datasets/{BIG - 1}").status_code == 404
 
 
-@pytest.mark.parametrize("section, field, value", [
-    ("training", "max_steps", 10**30),
-    ("training", "max_steps", 10**7 + 1),
-    ("training", "save_steps", 2**31),
-    ("training", "warmup_steps", 2**63),
-    ("data", "shuffle_seed", 2**32),
-    ("data", "max_train_samples", 10**12),
-])
+@pytest.mark.parametrize(
+    "section, field, value",
+    [
+        ("training", "max_steps", 10**30),
+        ("training", "max_steps", 10**7 + 1),
+        ("training", "save_steps", 2**31),
+        ("training", "warmup_steps", 2**63),
+        ("data", "shuffle_seed", 2**32),
+        ("data", "max_train_samples", 10**12),
+    ],
+)
 def test_config_integers_have_maxima(api, section, field, value):
     config = valid_config()
     config[section] = {**config[section], field: value}
@@ -63,8 +69,11 @@ def test_non_finite_numbers_anywhere_in_a_body_are_422(api, constant):
     assert "finite" in r.json()["detail"][0]["msg"]
     # ... also where the schema takes any JSON value (a clone override)
     job = api.post("/jobs", json={"name": "ok", "config": valid_config()}).json()["id"]
-    r = api.post(f"/jobs/{job}/clone", content=f'{{"overrides": {{"training.learning_rate": {constant}}}}}',
-                 headers={"Content-Type": "application/json"})
+    r = api.post(
+        f"/jobs/{job}/clone",
+        content=f'{{"overrides": {{"training.learning_rate": {constant}}}}}',
+        headers={"Content-Type": "application/json"},
+    )
     assert _locs(r) == ["overrides.training.learning_rate"]
 
 
@@ -74,8 +83,11 @@ def test_nul_characters_are_422(api):
     config["data"]["field_map"] = {"prompt\x00": "x"}
     assert _locs(api.post("/jobs", json={"name": "n", "config": config})) == ["data.field_map"]
     assert _locs(api.post("/models", json={"name": "m", "path": "demo/\x00model"})) == ["path"]
-    r = api.post("/jobs", content='{"name": "lone \\ud800 surrogate", "config": {}}',
-                 headers={"Content-Type": "application/json"})
+    r = api.post(
+        "/jobs",
+        content='{"name": "lone \\ud800 surrogate", "config": {}}',
+        headers={"Content-Type": "application/json"},
+    )
     assert _locs(r) == ["name"] and "surrogate" in r.text
 
 
@@ -116,7 +128,8 @@ def test_openapi_documents_the_real_422_and_every_status(api):
                 assert "404" in codes, (method, path)
             if "422" in codes:
                 assert op["responses"]["422"]["content"]["application/json"]["schema"]["$ref"].endswith(
-                    "/ValidationErrorOut"), (method, path)
+                    "/ValidationErrorOut"
+                ), (method, path)
     clone = spec["paths"][f"{API}/jobs/{{job_id}}/clone"]["post"]
     assert {"401", "404", "409", "413", "415", "422"} <= set(clone["responses"])
     assert clone["parameters"][0]["schema"]["maximum"] == BIG - 1

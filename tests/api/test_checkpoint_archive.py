@@ -24,8 +24,7 @@ pytestmark = pytest.mark.integration
 
 def _job_with_run(api, owner: str = "alice") -> tuple[int, Path]:
     with session_scope() as s:
-        job_id = crud.create_job(s, owner=s.get(User, api.user_ids[owner]), name="archive",
-                                 config=valid_config()).id
+        job_id = crud.create_job(s, owner=s.get(User, api.user_ids[owner]), name="archive", config=valid_config()).id
     run = api.data_dir / "runs" / f"job-{job_id}-archive-{uuid.uuid4().hex[:8]}"
     step = run / "checkpoints" / "step_000020"
     (step / "sub").mkdir(parents=True)
@@ -109,17 +108,20 @@ def test_archive_streams_in_bounded_chunks(job):
     assert len(sizes) > 3 and max(sizes) <= CHUNK + 2 * 10240  # never a whole file at once
 
 
-@pytest.mark.parametrize("name, codes", [
-    ("step_000030", {404}),            # a symlink to /etc in place of a checkpoint
-    ("final_adapter", {404}),          # a symlink to another directory
-    ("step_000099", {404}),            # missing
-    ("latest", {422}),
-    ("step_1", {422}),
-    ("..", {404, 422}),
-    ("..%2F..%2Fetc", {404, 422}),
-    ("step_000020%2F..%2F..", {404, 422}),
-    ("final%00", {404, 422}),
-])
+@pytest.mark.parametrize(
+    "name, codes",
+    [
+        ("step_000030", {404}),  # a symlink to /etc in place of a checkpoint
+        ("final_adapter", {404}),  # a symlink to another directory
+        ("step_000099", {404}),  # missing
+        ("latest", {422}),
+        ("step_1", {422}),
+        ("..", {404, 422}),
+        ("..%2F..%2Fetc", {404, 422}),
+        ("step_000020%2F..%2F..", {404, 422}),
+        ("final%00", {404, 422}),
+    ],
+)
 def test_archive_refuses_bad_names(sqlite_api, job, name, codes):
     job_id, _ = job
     r = sqlite_api.get(f"/jobs/{job_id}/checkpoints/{name}/archive")
@@ -130,14 +132,17 @@ def test_archive_of_another_users_job_is_404(sqlite_api, job):
     job_id, _ = job
     r = sqlite_api.get(f"/jobs/{job_id}/checkpoints/step_000020/archive", user="bob")
     assert r.status_code == 404 and "root:" not in r.text
-    assert sqlite_api.get(f"/jobs/{job_id}/checkpoints/step_000020/archive", headers={"Authorization": ""}
-                          ).status_code == 401
+    assert (
+        sqlite_api.get(f"/jobs/{job_id}/checkpoints/step_000020/archive", headers={"Authorization": ""}).status_code
+        == 401
+    )
 
 
 def test_archive_of_a_run_dir_outside_the_data_dir_is_404(sqlite_api, tmp_path):
     with session_scope() as s:
-        job_id = crud.create_job(s, owner=s.get(User, sqlite_api.user_ids["alice"]), name="outside",
-                                 config=valid_config()).id
+        job_id = crud.create_job(
+            s, owner=s.get(User, sqlite_api.user_ids["alice"]), name="outside", config=valid_config()
+        ).id
     (tmp_path / "final").mkdir()
     (tmp_path / "final" / "x").write_text("x")
     set_status(job_id, "succeeded", run_dir=str(tmp_path))

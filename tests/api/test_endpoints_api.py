@@ -88,8 +88,10 @@ def _handler(listener_ref: list[Listener]):
             body = json.loads(entry["body"] or "{}")
             n = body.get("n", 1)
             if self.path.endswith("/chat/completions"):
-                choices = [{"message": {"role": "assistant", "content": "The answer. #### 4"},
-                            "finish_reason": "stop"} for _ in range(n)]
+                choices = [
+                    {"message": {"role": "assistant", "content": "The answer. #### 4"}, "finish_reason": "stop"}
+                    for _ in range(n)
+                ]
             else:
                 choices = [{"text": " #### 4", "finish_reason": "stop"} for _ in range(n)]
             self._send(200, {"choices": choices})
@@ -123,8 +125,12 @@ def api(data_dir, redis_client, db_url, listeners):
         "good": {"base_url": f"{operator.url}/v1", "api_key_env": "OPERATOR_KEY", "models": ["served-model"]},
         "bouncy": {"base_url": f"{operator.url}/bounce/v1", "api_key_env": "OPERATOR_KEY"},
     }
-    env = {"TP_ENDPOINTS": json.dumps(endpoints), "HF_TOKEN": HF_SECRET, "OPENAI_API_KEY": OPENAI_SECRET,
-           "OPERATOR_KEY": OPERATOR_SECRET}
+    env = {
+        "TP_ENDPOINTS": json.dumps(endpoints),
+        "HF_TOKEN": HF_SECRET,
+        "OPENAI_API_KEY": OPENAI_SECRET,
+        "OPERATOR_KEY": OPERATOR_SECRET,
+    }
     with running_api(data_dir, db_url, **env) as api:
         yield api
 
@@ -157,8 +163,7 @@ def _run_queued_evaluations() -> list[int]:
 
 
 def _evaluation(backend: dict, model: str = "served-model", **extra) -> dict:
-    return {"benchmarks": [GSM8K], "generation": {"max_new_tokens": 16}, "backend": backend, "model": model,
-            **extra}
+    return {"benchmarks": [GSM8K], "generation": {"max_new_tokens": 16}, "backend": backend, "model": model, **extra}
 
 
 # ---------------------------------------------------------------------------------------------- visibility, CRUD
@@ -168,8 +173,13 @@ def test_users_see_names_and_models_admins_also_see_where(api):
     users = api.get("/endpoints", "alice")
     assert users.status_code == 200, users.text
     items = {e["name"]: e for e in users.json()["items"]}
-    assert items["good"] == {"name": "good", "models": ["served-model"], "source": "env", "base_url": None,
-                             "api_key_env": None}
+    assert items["good"] == {
+        "name": "good",
+        "models": ["served-model"],
+        "source": "env",
+        "base_url": None,
+        "api_key_env": None,
+    }
     assert "127.0.0.1" not in users.text and "OPERATOR_KEY" not in users.text
     admin = {e["name"]: e for e in api.get("/endpoints", "root").json()["items"]}
     assert admin["good"]["base_url"].endswith("/v1") and admin["good"]["api_key_env"] == "OPERATOR_KEY"
@@ -182,22 +192,37 @@ def test_users_see_names_and_models_admins_also_see_where(api):
 
 
 def test_admins_manage_endpoints_plain_users_cannot(api):
-    spec = {"name": "judge-a", "base_url": "https://judge.example.com/v1/", "api_key_env": "JUDGE_A_KEY",
-            "models": ["m1", "m2"]}
+    spec = {
+        "name": "judge-a",
+        "base_url": "https://judge.example.com/v1/",
+        "api_key_env": "JUDGE_A_KEY",
+        "models": ["m1", "m2"],
+    }
     assert api.post("/endpoints", "alice", json=spec).status_code == 403
     created = api.post("/endpoints", "root", json=spec)
     assert created.status_code == 201, created.text
-    assert created.json() == {"name": "judge-a", "models": ["m1", "m2"], "source": "admin",
-                              "base_url": "https://judge.example.com/v1", "api_key_env": "JUDGE_A_KEY"}
+    assert created.json() == {
+        "name": "judge-a",
+        "models": ["m1", "m2"],
+        "source": "admin",
+        "base_url": "https://judge.example.com/v1",
+        "api_key_env": "JUDGE_A_KEY",
+    }
     assert api.post("/endpoints", "root", json=spec).status_code == 409  # the name is taken
     seen = {e["name"]: e for e in api.get("/endpoints", "alice").json()["items"]}
-    assert seen["judge-a"] == {"name": "judge-a", "models": ["m1", "m2"], "source": "admin", "base_url": None,
-                               "api_key_env": None}
+    assert seen["judge-a"] == {
+        "name": "judge-a",
+        "models": ["m1", "m2"],
+        "source": "admin",
+        "base_url": None,
+        "api_key_env": None,
+    }
 
     patch = api.client.patch("/api/v1/endpoints/judge-a", headers=api.h("alice"), json={"models": []})
     assert patch.status_code == 403
-    patch = api.client.patch("/api/v1/endpoints/judge-a", headers=api.h("root"),
-                             json={"models": ["m3"], "api_key_env": None})
+    patch = api.client.patch(
+        "/api/v1/endpoints/judge-a", headers=api.h("root"), json={"models": ["m3"], "api_key_env": None}
+    )
     assert patch.status_code == 200, patch.text
     assert patch.json()["models"] == ["m3"] and patch.json()["api_key_env"] is None
     bad = api.client.patch("/api/v1/endpoints/judge-a", headers=api.h("root"), json={"base_url": "file:///etc"})
@@ -219,27 +244,46 @@ def test_environment_endpoints_are_read_only(api):
     assert api.get("/endpoints/good", "root").json()["models"] == ["served-model"]
 
 
-@pytest.mark.parametrize("url", [
-    "file:///etc/passwd", "ftp://files.example.com/v1", "gopher://127.0.0.1:6379/_INFO", "javascript:alert(1)",
-    "data:text/plain,hi", "unix:///var/run/docker.sock", "//127.0.0.1/v1", "127.0.0.1:8000/v1",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "file:///etc/passwd",
+        "ftp://files.example.com/v1",
+        "gopher://127.0.0.1:6379/_INFO",
+        "javascript:alert(1)",
+        "data:text/plain,hi",
+        "unix:///var/run/docker.sock",
+        "//127.0.0.1/v1",
+        "127.0.0.1:8000/v1",
+    ],
+)
 def test_only_http_and_https_urls(api, url):
     response = api.post("/endpoints", "root", json={"name": "bad", "base_url": url})
     locs = _locs(response)
     assert "only http:// and https:// URLs are allowed" in locs["base_url"], locs
 
 
-@pytest.mark.parametrize(("body", "loc", "message"), [
-    ({"name": "x", "base_url": "http://user:pw@example.com/v1"}, "base_url", "no user:password"),
-    ({"name": "x", "base_url": "http://example.com/v1?key=1"}, "base_url", "no query string"),
-    ({"name": "x", "base_url": "http:///v1"}, "base_url", "has no host"),
-    ({"name": "platform", "base_url": "http://example.com/v1"}, "name", "reserved"),
-    ({"name": "../x", "base_url": "http://example.com/v1"}, "name", "an endpoint name is"),
-    ({"name": "x", "base_url": "http://example.com/v1", "api_key_env": "DATABASE_URL"}, "api_key_env",
-     "a setting of the platform itself"),
-    ({"name": "x", "base_url": "http://example.com/v1", "api_key_env": "A B"}, "api_key_env", "environment variable"),
-    ({"name": "x", "base_url": "http://example.com/v1", "api_key": "sk-x"}, "api_key", "unknown field"),
-])
+@pytest.mark.parametrize(
+    ("body", "loc", "message"),
+    [
+        ({"name": "x", "base_url": "http://user:pw@example.com/v1"}, "base_url", "no user:password"),
+        ({"name": "x", "base_url": "http://example.com/v1?key=1"}, "base_url", "no query string"),
+        ({"name": "x", "base_url": "http:///v1"}, "base_url", "has no host"),
+        ({"name": "platform", "base_url": "http://example.com/v1"}, "name", "reserved"),
+        ({"name": "../x", "base_url": "http://example.com/v1"}, "name", "an endpoint name is"),
+        (
+            {"name": "x", "base_url": "http://example.com/v1", "api_key_env": "DATABASE_URL"},
+            "api_key_env",
+            "a setting of the platform itself",
+        ),
+        (
+            {"name": "x", "base_url": "http://example.com/v1", "api_key_env": "A B"},
+            "api_key_env",
+            "environment variable",
+        ),
+        ({"name": "x", "base_url": "http://example.com/v1", "api_key": "sk-x"}, "api_key", "unknown field"),
+    ],
+)
 def test_endpoint_definitions_are_checked(api, body, loc, message):
     locs = _locs(api.post("/endpoints", "root", json=body))
     assert message in locs.get(loc, ""), locs
@@ -263,31 +307,43 @@ def test_requests_cannot_choose_where_a_key_goes(api, listeners):
     assert "unknown endpoint 'mine'" in unknown["backend.endpoint"]
     missing = _locs(api.post("/evaluations", "alice", json=_evaluation({"backend": "openai"})))
     assert "needs `endpoint`" in missing["backend.endpoint"]
-    not_served = _locs(api.post("/evaluations", "alice",
-                                json=_evaluation({"backend": "openai", "endpoint": "good"}, model="gpt-other")))
+    not_served = _locs(
+        api.post(
+            "/evaluations", "alice", json=_evaluation({"backend": "openai", "endpoint": "good"}, model="gpt-other")
+        )
+    )
     assert "serves 'served-model'; not 'gpt-other'" in not_served["model"]
-    url_as_name = _locs(api.post("/evaluations", "alice",
-                                 json=_evaluation({"backend": "openai", "endpoint": f"{attacker.url}/v1"})))
+    url_as_name = _locs(
+        api.post("/evaluations", "alice", json=_evaluation({"backend": "openai", "endpoint": f"{attacker.url}/v1"}))
+    )
     assert "backend.endpoint" in url_as_name
-    wrong_backend = _locs(api.post("/evaluations", "alice",
-                                   json=_evaluation({"endpoint": "good"}, model="demo/model")))
+    wrong_backend = _locs(api.post("/evaluations", "alice", json=_evaluation({"endpoint": "good"}, model="demo/model")))
     assert wrong_backend["backend.endpoint"] == "only with backend 'openai'"
 
-    schedule = {"name": "nightly", "trigger": "cron", "cron": "0 3 * * *", "model": "served-model",
-                "benchmarks": [GSM8K]}
-    for backend, loc in (({"backend": "openai", "endpoint": "good", "base_url": attacker.url}, "backend.base_url"),
-                         ({"backend": "openai", "endpoint": "good", "api_key_env": "HF_TOKEN"}, "backend.api_key_env"),
-                         ({"backend": "openai", "endpoint": "nope"}, "backend.endpoint")):
+    schedule = {
+        "name": "nightly",
+        "trigger": "cron",
+        "cron": "0 3 * * *",
+        "model": "served-model",
+        "benchmarks": [GSM8K],
+    }
+    for backend, loc in (
+        ({"backend": "openai", "endpoint": "good", "base_url": attacker.url}, "backend.base_url"),
+        ({"backend": "openai", "endpoint": "good", "api_key_env": "HF_TOKEN"}, "backend.api_key_env"),
+        ({"backend": "openai", "endpoint": "nope"}, "backend.endpoint"),
+    ):
         assert loc in _locs(api.post("/schedules", "alice", json={**schedule, "backend": backend}))
     # defining their own endpoint is the admins' (403), and naming it afterwards finds nothing
     for user in ("alice", "bob"):
-        own = api.post("/endpoints", user, json={"name": "mine", "base_url": f"{attacker.url}/v1",
-                                                 "api_key_env": "HF_TOKEN"})
+        own = api.post(
+            "/endpoints", user, json={"name": "mine", "base_url": f"{attacker.url}/v1", "api_key_env": "HF_TOKEN"}
+        )
         assert own.status_code == 403
         _no_secret(own)
     assert api.get("/endpoints/mine", "root").status_code == 404
-    assert "backend.endpoint" in _locs(api.post("/evaluations", "alice",
-                                                json=_evaluation({"backend": "openai", "endpoint": "mine"})))
+    assert "backend.endpoint" in _locs(
+        api.post("/evaluations", "alice", json=_evaluation({"backend": "openai", "endpoint": "mine"}))
+    )
     assert api.get("/evaluations", "root").json()["total"] == before  # nothing was stored
     assert attacker.requests == []
 
@@ -342,8 +398,12 @@ def test_a_real_evaluation_sends_the_key_to_its_endpoint_only(api, listeners):
     assert body["status"] == "succeeded", body["error"]
     assert body["metrics"]["gsm8k/accuracy"]["n"] == 2
     assert body["config"]["model"]["endpoint"] == "good" and "base_url" not in body["config"]["model"]
-    assert body["summary"]["model"] == {"backend": "openai", "model": "served-model", "endpoint": "good",
-                                        "authenticated": True}
+    assert body["summary"]["model"] == {
+        "backend": "openai",
+        "model": "served-model",
+        "endpoint": "good",
+        "authenticated": True,
+    }
     calls = operator.requests
     assert len(calls) >= 2 and {c["path"] for c in calls} == {"/v1/chat/completions"}  # (+ a retry on a busy box)
     assert {c["headers"].get("Authorization") for c in calls} == {f"Bearer {OPERATOR_SECRET}"}
@@ -355,8 +415,7 @@ def test_a_real_evaluation_sends_the_key_to_its_endpoint_only(api, listeners):
     with session_scope() as s:
         job = s.get(Job, job_id)
         evaluation = s.get(Evaluation, job_id)
-        stored = json.dumps({"config": job.config, "summary": evaluation.summary, "error": job.error},
-                            default=str)
+        stored = json.dumps({"config": job.config, "summary": evaluation.summary, "error": job.error}, default=str)
     for secret in SECRETS:
         assert secret not in stored
     for path in (api.data_dir / "evals" / f"job-{job_id}").rglob("*"):
@@ -367,18 +426,21 @@ def test_a_real_evaluation_sends_the_key_to_its_endpoint_only(api, listeners):
 
 def test_admin_endpoints_are_resolved_by_the_worker_and_rechecked(api, listeners):
     attacker, operator = listeners
-    created = api.post("/endpoints", "root", json={"name": "team", "base_url": f"{operator.url}/v1",
-                                                   "api_key_env": "OPERATOR_KEY"})
+    created = api.post(
+        "/endpoints", "root", json={"name": "team", "base_url": f"{operator.url}/v1", "api_key_env": "OPERATOR_KEY"}
+    )
     assert created.status_code == 201, created.text
-    first = api.post("/evaluations", "alice", json=_evaluation({"backend": "openai", "endpoint": "team"},
-                                                               model="any-model"))
+    first = api.post(
+        "/evaluations", "alice", json=_evaluation({"backend": "openai", "endpoint": "team"}, model="any-model")
+    )
     assert first.status_code == 201, first.text
     _run_queued_evaluations()
     assert api.get(f"/evaluations/{first.json()['id']}", "alice").json()["status"] == "succeeded"
     assert {c["headers"].get("Authorization") for c in operator.requests} == {f"Bearer {OPERATOR_SECRET}"}
 
-    second = api.post("/evaluations", "alice", json=_evaluation({"backend": "openai", "endpoint": "team"},
-                                                                model="any-model"))
+    second = api.post(
+        "/evaluations", "alice", json=_evaluation({"backend": "openai", "endpoint": "team"}, model="any-model")
+    )
     assert second.status_code == 201
     assert api.delete("/endpoints/team", "root").status_code == 204  # removed before the worker got to it
     operator.requests.clear()
@@ -411,9 +473,13 @@ def _score(api, judge: dict):
     settings = get_settings()
     params = _validate_score(api, judge, input_format="messages")
     source = api.data_dir / "endpoint-score-src.jsonl"
-    source.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"q{i}"},
-                                                       {"role": "assistant", "content": f"a{i}"}]}) + "\n"
-                              for i in range(3)))
+    source.write_text(
+        "".join(
+            json.dumps({"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]})
+            + "\n"
+            for i in range(3)
+        )
+    )
     workdir = api.data_dir / "endpoint-score-work"
     workdir.mkdir(exist_ok=True)
     return params, dataset_service.run_operation("score", params, source, workdir, settings)
@@ -429,16 +495,16 @@ def test_dataset_judge_names_an_endpoint_only(api, listeners):
             _validate_score(api, judge)
         return dict(info.value.errors)
 
-    assert "params.judge.base_url" in locs({"endpoint": "good", "model": "served-model",
-                                            "base_url": attacker.url})
-    assert "params.judge.api_key_env" in locs({"endpoint": "good", "model": "served-model",
-                                               "api_key_env": "HF_TOKEN"})
+    assert "params.judge.base_url" in locs({"endpoint": "good", "model": "served-model", "base_url": attacker.url})
+    assert "params.judge.api_key_env" in locs({"endpoint": "good", "model": "served-model", "api_key_env": "HF_TOKEN"})
     assert "unknown endpoint 'mine'" in locs({"endpoint": "mine", "model": "m"})["params.judge.endpoint"]
     assert "not 'other'" in locs({"endpoint": "good", "model": "other"})["params.judge.model"]
-    assert "params.judge.reward_path" in locs({"endpoint": "bouncy", "model": "m", "mode": "reward",
-                                               "reward_path": f"{attacker.url}/pooling"})
-    assert "params.judge.reward_path" in locs({"endpoint": "bouncy", "model": "m", "mode": "reward",
-                                               "reward_path": "//127.0.0.1/pooling"})
+    assert "params.judge.reward_path" in locs(
+        {"endpoint": "bouncy", "model": "m", "mode": "reward", "reward_path": f"{attacker.url}/pooling"}
+    )
+    assert "params.judge.reward_path" in locs(
+        {"endpoint": "bouncy", "model": "m", "mode": "reward", "reward_path": "//127.0.0.1/pooling"}
+    )
 
     params, output = _score(api, {"endpoint": "good", "model": "served-model"})
     assert params["judge"]["endpoint"] == "good"
@@ -463,12 +529,27 @@ def test_dataset_judge_names_an_endpoint_only(api, listeners):
 
 def test_a_schedule_checks_its_endpoint_again_when_it_fires(api, listeners):
     attacker, operator = listeners
-    assert api.post("/endpoints", "root", json={"name": "nightly-ep", "base_url": f"{operator.url}/v1",
-                                                "api_key_env": "OPERATOR_KEY"}).status_code == 201
-    schedule = api.post("/schedules", "alice", json={
-        "name": "nightly", "trigger": "cron", "cron": "0 3 * * *", "model": "served-model",
-        "backend": {"backend": "openai", "endpoint": "nightly-ep"}, "benchmarks": [GSM8K],
-        "generation": {"max_new_tokens": 16}})
+    assert (
+        api.post(
+            "/endpoints",
+            "root",
+            json={"name": "nightly-ep", "base_url": f"{operator.url}/v1", "api_key_env": "OPERATOR_KEY"},
+        ).status_code
+        == 201
+    )
+    schedule = api.post(
+        "/schedules",
+        "alice",
+        json={
+            "name": "nightly",
+            "trigger": "cron",
+            "cron": "0 3 * * *",
+            "model": "served-model",
+            "backend": {"backend": "openai", "endpoint": "nightly-ep"},
+            "benchmarks": [GSM8K],
+            "generation": {"max_new_tokens": 16},
+        },
+    )
     assert schedule.status_code == 201, schedule.text
     assert schedule.json()["request"]["backend"] == {"backend": "openai", "endpoint": "nightly-ep"}
     schedule_id = schedule.json()["id"]
@@ -489,8 +570,7 @@ def test_a_broken_operator_configuration_is_reported_not_used(api, listeners, mo
     from training_platform.core.settings import get_settings
 
     attacker, _ = listeners
-    monkeypatch.setenv("TP_ENDPOINTS", json.dumps({"x": {"base_url": "file:///etc/passwd",
-                                                         "api_key_env": "HF_TOKEN"}}))
+    monkeypatch.setenv("TP_ENDPOINTS", json.dumps({"x": {"base_url": "file:///etc/passwd", "api_key_env": "HF_TOKEN"}}))
     get_settings.cache_clear()
     try:
         users = api.get("/endpoints", "alice")

@@ -23,8 +23,10 @@ SMALL = {"benchmarks": [GSM8K], "generation": {"max_new_tokens": 4}, "backend": 
 
 def _counts() -> dict[str, int]:
     with session_scope() as s:
-        return {m.__name__: s.exec(select(func.count()).select_from(m)).one()
-                for m in (Job, Evaluation, EvalMetric, EvalSample, EvalSchedule)}
+        return {
+            m.__name__: s.exec(select(func.count()).select_from(m)).one()
+            for m in (Job, Evaluation, EvalMetric, EvalSample, EvalSchedule)
+        }
 
 
 def _locs(response) -> dict[str, str]:
@@ -66,23 +68,35 @@ def test_bad_submissions_list_every_problem_and_store_nothing(api):
         ({"model": "demo/model", "job_id": job_id, "benchmarks": [GSM8K]}, {"model": "give either"}),
         ({"model": "demo/model", "benchmarks": []}, {"benchmarks": "at least 1"}),
         ({"model": "demo/model", "benchmarks": ["gsm8k"]}, {"benchmarks.0.data": "gsm8k needs a local data file"}),
-        ({"model": "demo/model", "benchmarks": [{"name": "gsm8k", "data": "escape/passwd"}]},
-         {"benchmarks.0.data": "outside the allowed directories"}),
-        ({"model": "demo/model", "benchmarks": [{"name": "gsm8k", "data": "demo/data/nope.jsonl"}]},
-         {"benchmarks.0.data": "no such file"}),
+        (
+            {"model": "demo/model", "benchmarks": [{"name": "gsm8k", "data": "escape/passwd"}]},
+            {"benchmarks.0.data": "outside the allowed directories"},
+        ),
+        (
+            {"model": "demo/model", "benchmarks": [{"name": "gsm8k", "data": "demo/data/nope.jsonl"}]},
+            {"benchmarks.0.data": "no such file"},
+        ),
         ({"model": "demo/nope", "benchmarks": [GSM8K]}, {"model": "no model directory"}),
         ({"model": "/etc", "benchmarks": [GSM8K]}, {"model": "outside the allowed directories"}),
-        ({"model": "demo/model", "benchmarks": [GSM8K, "nope"], "generation": {"temperature": -1}},
-         {"benchmarks.1.name": "unknown benchmark 'nope'", "generation.temperature": "must be >= 0.0, got -1.0"}),
-        ({"model": "demo/model", "benchmarks": [GSM8K], "keep_best_by": "gsm8k/accuracy"},
-         {"keep_best_by": "needs job_id"}),
+        (
+            {"model": "demo/model", "benchmarks": [GSM8K, "nope"], "generation": {"temperature": -1}},
+            {"benchmarks.1.name": "unknown benchmark 'nope'", "generation.temperature": "must be >= 0.0, got -1.0"},
+        ),
+        (
+            {"model": "demo/model", "benchmarks": [GSM8K], "keep_best_by": "gsm8k/accuracy"},
+            {"keep_best_by": "needs job_id"},
+        ),
         ({"job_id": job_id, "benchmarks": [GSM8K]}, {"job_id": f"job {job_id} not found"}),  # bob's job
-        ({"model": "demo/model", "benchmarks": [GSM8K], "backend": {"batch_size": 0, "dtype": 3}},
-         {"backend.batch_size": "must be >= 1, got"}),
+        (
+            {"model": "demo/model", "benchmarks": [GSM8K], "backend": {"batch_size": 0, "dtype": 3}},
+            {"backend.batch_size": "must be >= 1, got"},
+        ),
         ({"model": "demo/model", "benchmarks": [GSM8K], "temprature": 1}, {"temprature": "unknown field"}),
         ({"model": "demo/model", "benchmarks": [GSM8K], "priority": "high"}, {"priority": "integer"}),
-        ({"model": "demo/model", "benchmarks": ["humaneval"], "sandbox": {"allow_unsandboxed": True}},
-         {"sandbox.allow_unsandboxed": "only the operator"}),
+        (
+            {"model": "demo/model", "benchmarks": ["humaneval"], "sandbox": {"allow_unsandboxed": True}},
+            {"sandbox.allow_unsandboxed": "only the operator"},
+        ),
     ]
     for body, expected in cases:
         locs = _locs(api.post("/evaluations", json=body))
@@ -145,11 +159,13 @@ def test_an_evaluation_runs_and_its_results_are_served(api):
     board = api.get("/evaluations/leaderboard", params={"benchmark": "gsm8k"}).json()
     entry = next(e for e in board["items"] if e["evaluation_id"] == created["id"])
     assert entry["value"] == accuracy["value"] and entry["data_sha256"] and board["metric"] == "accuracy"
-    assert all(e["evaluation_id"] != created["id"]
-               for e in api.get("/evaluations/leaderboard", params={"benchmark": "gsm8k"}, user="bob")
-               .json()["items"]), "bob does not see alice's results"
-    assert "unknown benchmark" in _locs(api.get("/evaluations/leaderboard", params={"benchmark": "x"}))[
-        "query.benchmark"]
+    assert all(
+        e["evaluation_id"] != created["id"]
+        for e in api.get("/evaluations/leaderboard", params={"benchmark": "gsm8k"}, user="bob").json()["items"]
+    ), "bob does not see alice's results"
+    assert (
+        "unknown benchmark" in _locs(api.get("/evaluations/leaderboard", params={"benchmark": "x"}))["query.benchmark"]
+    )
     listed = api.get("/evaluations", params={"benchmark": "gsm8k", "status": "succeeded"}).json()
     assert created["id"] in [e["id"] for e in listed["items"]]
 
@@ -160,16 +176,16 @@ def test_an_evaluation_runs_and_its_results_are_served(api):
     assert api.delete(f"/jobs/{created['id']}").status_code == 204
     assert api.get(f"/evaluations/{created['id']}").status_code == 404
     with session_scope() as s:
-        assert s.exec(select(func.count()).select_from(EvalSample)
-                      .where(EvalSample.job_id == created["id"])).one() == 0
+        assert s.exec(select(func.count()).select_from(EvalSample).where(EvalSample.job_id == created["id"])).one() == 0
 
 
 def test_checkpoint_results_attach_and_the_best_is_kept(api):
     job_id = _training_job(api, "alice", [10, 20, 30])
     ids = []
     for step in (30, 10):
-        response = api.post("/evaluations", json={"job_id": job_id, "checkpoint": step,
-                                                  "keep_best_by": "gsm8k/accuracy", **SMALL})
+        response = api.post(
+            "/evaluations", json={"job_id": job_id, "checkpoint": step, "keep_best_by": "gsm8k/accuracy", **SMALL}
+        )
         assert response.status_code == 201, response.text
         ids.append(response.json()["id"])
     with session_scope() as s:
@@ -201,23 +217,49 @@ def test_schedules_validate_list_update_run_and_delete(api):
     job_id = _training_job(api, "alice", [10])
     cases = [
         ({"name": "x", "trigger": "cron", **SMALL, "model": "demo/model"}, {"cron": "needs `cron`"}),
-        ({"name": "x", "trigger": "cron", "cron": "61 * * * *", **SMALL, "model": "demo/model"},
-         {"cron": "invalid cron expression"}),
-        ({"name": "x", "trigger": "cron", "cron": "0 3 * *", **SMALL, "model": "demo/model"},
-         {"cron": "expected 5 fields"}),
+        (
+            {"name": "x", "trigger": "cron", "cron": "61 * * * *", **SMALL, "model": "demo/model"},
+            {"cron": "invalid cron expression"},
+        ),
+        (
+            {"name": "x", "trigger": "cron", "cron": "0 3 * *", **SMALL, "model": "demo/model"},
+            {"cron": "expected 5 fields"},
+        ),
         ({"name": "x", "trigger": "cron", "cron": "0 3 * * *", **SMALL}, {"model": "either `model`"}),
-        ({"name": "x", "trigger": "cron", "cron": "0 3 * * *", "every_n": 2, "model": "demo/model", **SMALL},
-         {"every_n": "only for on_new_checkpoint"}),
+        (
+            {"name": "x", "trigger": "cron", "cron": "0 3 * * *", "every_n": 2, "model": "demo/model", **SMALL},
+            {"every_n": "only for on_new_checkpoint"},
+        ),
         ({"name": "x", "trigger": "on_new_checkpoint", **SMALL}, {"job_id": "give its id"}),
-        ({"name": "x", "trigger": "on_new_checkpoint", "job_id": job_id, "model": "demo/model", **SMALL},
-         {"model": "not a model"}),
-        ({"name": "x", "trigger": "on_new_checkpoint", "job_id": job_id, "keep_best_by": "math/accuracy", **SMALL},
-         {"keep_best_by": "'math' is not evaluated here"}),
+        (
+            {"name": "x", "trigger": "on_new_checkpoint", "job_id": job_id, "model": "demo/model", **SMALL},
+            {"model": "not a model"},
+        ),
+        (
+            {"name": "x", "trigger": "on_new_checkpoint", "job_id": job_id, "keep_best_by": "math/accuracy", **SMALL},
+            {"keep_best_by": "'math' is not evaluated here"},
+        ),
         ({"name": "x", "trigger": "weekly", **SMALL}, {"trigger": "cron"}),
-        ({"name": "x", "trigger": "on_new_checkpoint", "job_id": job_id, **SMALL,
-          "sandbox": {"allow_unsandboxed": True}}, {"sandbox.allow_unsandboxed": "only the operator"}),
-        ({"name": "x", "trigger": "on_new_checkpoint", "job_id": job_id, "benchmarks": ["humaneval"],
-          "generation": {"n_samples": 4}}, {"generation.n_samples": "needs sampling"}),
+        (
+            {
+                "name": "x",
+                "trigger": "on_new_checkpoint",
+                "job_id": job_id,
+                **SMALL,
+                "sandbox": {"allow_unsandboxed": True},
+            },
+            {"sandbox.allow_unsandboxed": "only the operator"},
+        ),
+        (
+            {
+                "name": "x",
+                "trigger": "on_new_checkpoint",
+                "job_id": job_id,
+                "benchmarks": ["humaneval"],
+                "generation": {"n_samples": 4},
+            },
+            {"generation.n_samples": "needs sampling"},
+        ),
     ]
     before = _counts()
     for body, expected in cases:
@@ -226,13 +268,23 @@ def test_schedules_validate_list_update_run_and_delete(api):
             assert loc in locs and fragment in locs[loc], (body, locs)
     assert _counts() == before
 
-    response = api.post("/schedules", json={"name": "nightly", "trigger": "cron", "cron": "0  3 * * *",
-                                            "model": "demo/model", **SMALL})
+    response = api.post(
+        "/schedules", json={"name": "nightly", "trigger": "cron", "cron": "0  3 * * *", "model": "demo/model", **SMALL}
+    )
     assert response.status_code == 201, response.text
     nightly = response.json()
     assert nightly["cron"] == "0 3 * * *" and nightly["next_fire_at"].endswith("03:00:00Z")
-    response = api.post("/schedules", json={"name": "ckpt", "trigger": "on_new_checkpoint", "job_id": job_id,
-                                            "every_n": 3, "keep_best_by": "gsm8k/accuracy", **SMALL})
+    response = api.post(
+        "/schedules",
+        json={
+            "name": "ckpt",
+            "trigger": "on_new_checkpoint",
+            "job_id": job_id,
+            "every_n": 3,
+            "keep_best_by": "gsm8k/accuracy",
+            **SMALL,
+        },
+    )
     assert response.status_code == 201, response.text
     on_ckpt = response.json()
     assert on_ckpt["last_checkpoint_step"] == 10, "existing checkpoints are not 'new'"
@@ -240,8 +292,9 @@ def test_schedules_validate_list_update_run_and_delete(api):
     listed = api.get("/schedules", params={"trigger": "cron"}).json()["items"]
     assert nightly["id"] in [s["id"] for s in listed] and on_ckpt["id"] not in [s["id"] for s in listed]
 
-    patched = api.client.patch(f"/api/v1/schedules/{nightly['id']}", headers=api.h("alice"),
-                               json={"cron": "30 4 * * *", "enabled": False})
+    patched = api.client.patch(
+        f"/api/v1/schedules/{nightly['id']}", headers=api.h("alice"), json={"cron": "30 4 * * *", "enabled": False}
+    )
     assert patched.status_code == 200, patched.text
     assert patched.json()["next_fire_at"].endswith("04:30:00Z") and patched.json()["enabled"] is False
     bad = api.client.patch(f"/api/v1/schedules/{on_ckpt['id']}", headers=api.h("alice"), json={"cron": "* * * * *"})
@@ -257,8 +310,10 @@ def test_schedules_validate_list_update_run_and_delete(api):
 
     # Checkpoints saved while a schedule was disabled do not fire in a burst when it is enabled again.
     patch = api.client.patch
-    assert patch(f"/api/v1/schedules/{on_ckpt['id']}", headers=api.h("alice"), json={"enabled": False}).json()[
-        "enabled"] is False
+    assert (
+        patch(f"/api/v1/schedules/{on_ckpt['id']}", headers=api.h("alice"), json={"enabled": False}).json()["enabled"]
+        is False
+    )
     with session_scope() as s:
         s.add(Checkpoint(job_id=job_id, step=20, path="/nowhere/step_000020", sha256="0" * 64, size_bytes=1))
     enabled = patch(f"/api/v1/schedules/{on_ckpt['id']}", headers=api.h("alice"), json={"enabled": True}).json()
@@ -270,8 +325,10 @@ def test_schedules_validate_list_update_run_and_delete(api):
 
 
 def test_evaluations_are_paginated_newest_first(api):
-    ids = [api.post("/evaluations", json={"model": "demo/model", "name": f"page {i}", **SMALL}).json()["id"]
-           for i in range(3)]
+    ids = [
+        api.post("/evaluations", json={"model": "demo/model", "name": f"page {i}", **SMALL}).json()["id"]
+        for i in range(3)
+    ]
     everything = api.get("/evaluations", params={"limit": 200}).json()
     assert [e["id"] for e in everything["items"][:3]] == ids[::-1] and everything["total"] >= 3
     page = api.get("/evaluations", params={"limit": 2, "offset": 1}).json()

@@ -28,8 +28,12 @@ def _jsonl(rows) -> bytes:
 
 
 def _upload(api, rows, name: str, user: str = "alice") -> dict:
-    r = api.post("/datasets", user=user, files={"file": ("d.jsonl", _jsonl(rows), "application/octet-stream")},
-                 data={"name": name})
+    r = api.post(
+        "/datasets",
+        user=user,
+        files={"file": ("d.jsonl", _jsonl(rows), "application/octet-stream")},
+        data={"name": name},
+    )
     return ingested(api, r, user)
 
 
@@ -45,9 +49,14 @@ def run_train_job(job_id: int) -> None:
 
     worker = "in-test@local"
     with session_scope() as session:
-        claimed = session.exec(update(Job).where(Job.id == job_id, Job.status == "queued").values(
-            status="preflight", worker=worker, heartbeat_at=utcnow(), attempts=Job.attempts + 1,
-            updated_at=utcnow()).execution_options(synchronize_session=False)).rowcount
+        claimed = session.exec(
+            update(Job)
+            .where(Job.id == job_id, Job.status == "queued")
+            .values(
+                status="preflight", worker=worker, heartbeat_at=utcnow(), attempts=Job.attempts + 1, updated_at=utcnow()
+            )
+            .execution_options(synchronize_session=False)
+        ).rowcount
         assert claimed, f"job {job_id} is not queued"
         session.add(JobEvent(job_id=job_id, from_status="queued", to_status="preflight", reason=f"claimed by {worker}"))
     JobSupervisor(job_id, worker).run()
@@ -61,27 +70,30 @@ def test_profiles_builtin_read_only_admin_crud(sqlite_api):
     names = {p["name"]: p for p in api.get("/gate-profiles", user="bob").json()["items"]}
     assert {"default", "strict"} <= set(names) and names["strict"]["source"] == "builtin"
     assert names["strict"]["checks"]["difficulty_mix"] == {"min_hard": 0.3, "max_easy": 0.3}
-    for method in (api.delete, ):
+    for method in (api.delete,):
         assert method("/gate-profiles/strict", user="root").status_code == 409
-    assert api.client.put("/api/v1/gate-profiles/default", headers=api.h("root"),
-                          json={"checks": {"schema": {}}}).status_code == 409
-    assert api.post("/gate-profiles", user="root", json={"name": "strict", "checks": {"schema": {}}}).status_code \
+    assert (
+        api.client.put(
+            "/api/v1/gate-profiles/default", headers=api.h("root"), json={"checks": {"schema": {}}}
+        ).status_code
         == 409
-    r = api.post("/gate-profiles", user="root", json={"name": "team", "checks": {"nope": {}, "duplicates": {
-        "max_rate": 7}}})
+    )
+    assert api.post("/gate-profiles", user="root", json={"name": "strict", "checks": {"schema": {}}}).status_code == 409
+    r = api.post(
+        "/gate-profiles", user="root", json={"name": "team", "checks": {"nope": {}, "duplicates": {"max_rate": 7}}}
+    )
     assert r.status_code == 422
     locs = {tuple(d["loc"]) if isinstance(d["loc"], list) else d["loc"] for d in r.json()["detail"]}
     assert any("checks.nope" in str(loc) for loc in locs) and any("max_rate" in str(loc) for loc in locs)
-    assert api.post("/gate-profiles", user="alice", json={"name": "team", "checks": {"schema": {}}}).status_code \
-        == 403
+    assert api.post("/gate-profiles", user="alice", json={"name": "team", "checks": {"schema": {}}}).status_code == 403
     r = api.post("/gate-profiles", user="root", json={"name": "team", "checks": {"duplicates": {"max_rate": 0.1}}})
     assert r.status_code == 201, r.text
     first_hash = r.json()["hash"]
     assert r.json()["checks"]["duplicates"]["threshold"] == 0.8  # defaults filled in
-    assert api.post("/gate-profiles", user="root", json={"name": "team", "checks": {"schema": {}}}).status_code \
-        == 409
-    r = api.client.put("/api/v1/gate-profiles/team", headers=api.h("root"),
-                       json={"checks": {"duplicates": {"max_rate": 0.2}}})
+    assert api.post("/gate-profiles", user="root", json={"name": "team", "checks": {"schema": {}}}).status_code == 409
+    r = api.client.put(
+        "/api/v1/gate-profiles/team", headers=api.h("root"), json={"checks": {"duplicates": {"max_rate": 0.2}}}
+    )
     assert r.status_code == 200 and r.json()["hash"] != first_hash
     assert api.get("/gate-profiles/team", user="bob").json()["source"] == "admin"
     assert api.delete("/gate-profiles/team", user="alice").status_code == 403
@@ -150,7 +162,8 @@ def test_an_unknown_gate_profile_is_refused_at_submission(sqlite_api):
     r = sqlite_api.post("/jobs", user="alice", json={"name": "gated", "config": config})
     assert r.status_code == 422, r.text
     assert [(e["loc"], e["msg"].split(";")[0]) for e in r.json()["detail"]] == [
-        ("data.gate.profile", "unknown gate profile 'no-such-profile'")]
+        ("data.gate.profile", "unknown gate profile 'no-such-profile'")
+    ]
     out = sqlite_api.post("/jobs/validate", user="alice", json={"config": config}).json()
     assert [e["loc"] for e in out["errors"]] == [["data", "gate", "profile"]]
     config["data"]["gate"]["profile"] = "strict"
@@ -173,14 +186,20 @@ def test_0008_up_down(kind, tmp_path):
         try:
             assert "gate_reports" not in inspect(engine).get_table_names()
             upgrade(url, "0008")
-            assert {c["name"] for c in inspect(engine).get_columns("gate_profiles")} \
-                == set(GateProfileRecord.model_fields)
-            assert {c["name"] for c in inspect(engine).get_columns("gate_reports")} \
-                == set(GateReportRecord.model_fields)
+            assert {c["name"] for c in inspect(engine).get_columns("gate_profiles")} == set(
+                GateProfileRecord.model_fields
+            )
+            assert {c["name"] for c in inspect(engine).get_columns("gate_reports")} == set(
+                GateReportRecord.model_fields
+            )
             with engine.begin() as conn:
-                conn.execute(text("INSERT INTO gate_reports (dataset_version_id, sha256, profile_name, profile_hash, "
-                                  "passed, report, created_at) VALUES (1, 's', 'strict', 'h', true, '{}', "
-                                  "CURRENT_TIMESTAMP)"))
+                conn.execute(
+                    text(
+                        "INSERT INTO gate_reports (dataset_version_id, sha256, profile_name, profile_hash, "
+                        "passed, report, created_at) VALUES (1, 's', 'strict', 'h', true, '{}', "
+                        "CURRENT_TIMESTAMP)"
+                    )
+                )
             command.downgrade(alembic_config(url), "0007")
             assert "gate_reports" not in inspect(engine).get_table_names()
             assert "gate_profiles" not in inspect(engine).get_table_names()
@@ -197,8 +216,7 @@ def test_training_refused_by_the_gate_then_started_after_an_admin_override(sqlit
     rows, _ = _variant("duplicates", {})
     body = _upload(api, rows, "gate-dups")
     version = body["version"]
-    config = valid_config(training={"max_steps": 1, "per_device_batch_size": 2, "save_steps": 1,
-                                    "logging_steps": 1})
+    config = valid_config(training={"max_steps": 1, "per_device_batch_size": 2, "save_steps": 1, "logging_steps": 1})
     config["data"] = {"train_file": version["path"], "max_length": 512, "gate": {"profile": "strict"}}
     r = api.post("/jobs", json={"name": "gated", "config": config})
     assert r.status_code == 201, r.text
@@ -247,13 +265,21 @@ def test_a_profile_with_reward_shadow_needs_the_owners_passing_shadow_report(sql
     from training_platform.workers.gate import gate_dir, run_preflight
 
     api = sqlite_api
-    r = api.post("/gate-profiles", user="root", json={"name": "shadowed", "checks": {
-        "schema": {}, "reward_shadow": {"min_spearman": 0.9}}})
+    r = api.post(
+        "/gate-profiles",
+        user="root",
+        json={"name": "shadowed", "checks": {"schema": {}, "reward_shadow": {"min_spearman": 0.9}}},
+    )
     assert r.status_code == 201, r.text
-    rewards = [{"name": "math_answer", "weight": 1.0},
-               {"name": "length_penalty", "weight": 0.1, "params": {"max_length": 8, "buffer": 4}}]
-    config = valid_config(algorithm={"name": "grpo", "num_generations": 2, "max_completion_length": 8},
-                          rewards=rewards, training={"max_steps": 1, "per_device_batch_size": 2})
+    rewards = [
+        {"name": "math_answer", "weight": 1.0},
+        {"name": "length_penalty", "weight": 0.1, "params": {"max_length": 8, "buffer": 4}},
+    ]
+    config = valid_config(
+        algorithm={"name": "grpo", "num_generations": 2, "max_completion_length": 8},
+        rewards=rewards,
+        training={"max_steps": 1, "per_device_batch_size": 2},
+    )
     config["data"] = {"train_file": "demo/data/rl.jsonl", "max_length": 64, "gate": {"profile": "shadowed"}}
 
     def preflight(user: str) -> tuple[int, dict]:
@@ -269,12 +295,21 @@ def test_a_profile_with_reward_shadow_needs_the_owners_passing_shadow_report(sql
     assert "no succeeded shadow test" in report["errors"][0]["msg"]
 
     # alice's shadow test: completions within the length budget, so new ranks exactly as old (spearman 1)
-    items = [{"prompt": f"What is {i} + {i}?", "completion": str(2 * i if i % 3 else 2 * i + 1), "answer": str(2 * i)}
-             for i in range(30)]
+    items = [
+        {"prompt": f"What is {i} + {i}?", "completion": str(2 * i if i % 3 else 2 * i + 1), "answer": str(2 * i)}
+        for i in range(30)
+    ]
     upload = _upload(api, items, "shadow-items")
-    r = api.post("/rewards/shadow", json={"old": "math_answer", "new": json.dumps(rewards), "repeats": 1,
-                                          "dataset_id": upload["dataset"]["id"],
-                                          "version_id": upload["version"]["id"]})
+    r = api.post(
+        "/rewards/shadow",
+        json={
+            "old": "math_answer",
+            "new": json.dumps(rewards),
+            "repeats": 1,
+            "dataset_id": upload["dataset"]["id"],
+            "version_id": upload["version"]["id"],
+        },
+    )
     assert r.status_code == 202, r.text
     run_data_job(r.json()["id"])
     shadow_job = api.get(f"/jobs/{r.json()['id']}").json()

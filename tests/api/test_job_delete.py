@@ -15,8 +15,11 @@ from training_platform.db.session import session_scope
 
 pytestmark = pytest.mark.integration
 
-SMALL_EVAL = {"benchmarks": [{"name": "gsm8k", "data": "demo/data/gsm8k_eval.jsonl", "limit": 2}],
-              "generation": {"max_new_tokens": 2}, "backend": {"num_threads": 1}}
+SMALL_EVAL = {
+    "benchmarks": [{"name": "gsm8k", "data": "demo/data/gsm8k_eval.jsonl", "limit": 2}],
+    "generation": {"max_new_tokens": 2},
+    "backend": {"num_threads": 1},
+}
 
 
 def _submit(api, name: str = "job") -> int:
@@ -75,8 +78,9 @@ def test_delete_keeps_a_registered_models_directory_and_says_so(api):
     files = _leave_files(api.data_dir, job_id)
     set_status(job_id, "succeeded", run_dir=str(files["run"]))
     with session_scope() as s:
-        model = RegisteredModel(name=f"from-job-{job_id}", path=str(files["run"] / "final"),
-                                owner_id=api.user_ids["alice"])
+        model = RegisteredModel(
+            name=f"from-job-{job_id}", path=str(files["run"] / "final"), owner_id=api.user_ids["alice"]
+        )
         s.add(model)
 
     response = api.delete(f"/jobs/{job_id}")
@@ -95,16 +99,20 @@ def test_delete_keeps_a_registered_models_directory_and_says_so(api):
 def test_delete_of_an_evaluation_removes_its_output_and_its_pin(api):
     data_dir = api.data_dir
     with session_scope() as s:
-        trained = crud.create_job(s, owner=s.get(User, api.user_ids["alice"]), name="trained",
-                                  config={"algorithm": {"name": "sft"}})
+        trained = crud.create_job(
+            s, owner=s.get(User, api.user_ids["alice"]), name="trained", config={"algorithm": {"name": "sft"}}
+        )
         train_id = trained.id
     run = data_dir / "runs" / f"job-{train_id}"
     shutil.rmtree(run, ignore_errors=True)
     shutil.copytree(data_dir / "demo" / "model", run / "checkpoints" / "step_000004")
     set_status(train_id, "succeeded", run_dir=str(run))
     with session_scope() as s:
-        s.add(Checkpoint(job_id=train_id, step=4, path=str(run / "checkpoints" / "step_000004"), sha256="0" * 64,
-                         size_bytes=1))
+        s.add(
+            Checkpoint(
+                job_id=train_id, step=4, path=str(run / "checkpoints" / "step_000004"), sha256="0" * 64, size_bytes=1
+            )
+        )
     created = api.post("/evaluations", json={"job_id": train_id, "checkpoint": 4, **SMALL_EVAL})
     assert created.status_code == 201, created.text
     eval_id = created.json()["id"]
@@ -127,8 +135,9 @@ def test_a_schedule_of_a_deleted_job_is_disabled_with_a_message(api):
     job_id = _submit(api, "watched")
     files = _leave_files(api.data_dir, job_id)
     set_status(job_id, "succeeded", run_dir=str(files["run"]))
-    created = api.post("/schedules", json={"name": "on ckpt", "trigger": "on_new_checkpoint", "job_id": job_id,
-                                           **SMALL_EVAL})
+    created = api.post(
+        "/schedules", json={"name": "on ckpt", "trigger": "on_new_checkpoint", "job_id": job_id, **SMALL_EVAL}
+    )
     assert created.status_code == 201, created.text
     schedule_id = created.json()["id"]
     assert created.json()["enabled"] is True

@@ -70,32 +70,58 @@ def test_create_job_returns_201_and_stores_a_queued_job(api, redis_client):
     assert any(redis_client.llen(key) for key in redis_client.keys("train*"))
 
     got = api.get(f"/jobs/{job['id']}").json()
-    expected_fields = {"id", "name", "owner", "algorithm", "status", "priority", "attempts", "worker",
-                       "heartbeat_at", "current_step", "max_steps", "run_dir", "error", "preflight",
-                       "cancel_requested", "created_at", "updated_at", "started_at", "finished_at", "config",
-                       "cloned_from"}
+    expected_fields = {
+        "id",
+        "name",
+        "owner",
+        "algorithm",
+        "status",
+        "priority",
+        "attempts",
+        "worker",
+        "heartbeat_at",
+        "current_step",
+        "max_steps",
+        "run_dir",
+        "error",
+        "preflight",
+        "cancel_requested",
+        "created_at",
+        "updated_at",
+        "started_at",
+        "finished_at",
+        "config",
+        "cloned_from",
+    }
     assert expected_fields <= set(got)
     assert "token" not in r.text and api.tokens["alice"] not in r.text
 
 
 def test_create_job_accepts_hub_ids_and_absolute_paths_inside_the_data_dir(api):
-    cfg = valid_config(model={"path": "Qwen/Qwen2.5-0.5B-Instruct"},
-                       data={"train_file": str(api.data_dir / "demo/data/sft.jsonl"),
-                             "eval_file": "demo/data/../data/sft_eval.jsonl"})
+    cfg = valid_config(
+        model={"path": "Qwen/Qwen2.5-0.5B-Instruct"},
+        data={"train_file": str(api.data_dir / "demo/data/sft.jsonl"), "eval_file": "demo/data/../data/sft_eval.jsonl"},
+    )
     job = submitted(api, name="hub", config=cfg)
     assert job["config"]["model"]["path"] == "Qwen/Qwen2.5-0.5B-Instruct"
 
 
 def test_validation_lists_every_error_with_field_paths(api):
     before = row_counts()
-    cfg = valid_config(algorithm={"name": "grpo", "num_generations": 1},
-                       training={"learning_rate": -1, "max_steps": 0}, trainig={})
+    cfg = valid_config(
+        algorithm={"name": "grpo", "num_generations": 1}, training={"learning_rate": -1, "max_steps": 0}, trainig={}
+    )
     cfg["data"]["train_file"] = "/etc/passwd"
     r = submit(api, config=cfg)
     assert r.status_code == 422
     found = locs(r)
-    assert {"algorithm.num_generations", "training.learning_rate", "training.max_steps", "trainig",
-            "data.train_file"} <= set(found), found
+    assert {
+        "algorithm.num_generations",
+        "training.learning_rate",
+        "training.max_steps",
+        "trainig",
+        "data.train_file",
+    } <= set(found), found
     msgs = {d["loc"]: d["msg"] for d in r.json()["detail"]}
     assert msgs["algorithm.num_generations"] == "must be >= 2, got 1"
     assert "did you mean 'training'" in msgs["trainig"]
@@ -103,8 +129,12 @@ def test_validation_lists_every_error_with_field_paths(api):
     assert row_counts() == before
 
     # Layer 2 (cross-field rules) is reported too.
-    r = submit(api, config=valid_config(algorithm={"name": "grpo", "num_generations": 2},
-                                        training={"warmup_ratio": 0.1, "warmup_steps": 3}))
+    r = submit(
+        api,
+        config=valid_config(
+            algorithm={"name": "grpo", "num_generations": 2}, training={"warmup_ratio": 0.1, "warmup_steps": 3}
+        ),
+    )
     assert r.status_code == 422
     assert {"rewards", "training.warmup_steps"} <= set(locs(r))
 
@@ -122,31 +152,68 @@ BAD_SUBMISSIONS = [
     ("config-is-a-list", {"name": "n", "config": [1, 2]}, 422, "config"),
     ("config-is-a-string", {"name": "n", "config": "model: x"}, 422, "config"),
     ("unknown-config-key", {"name": "n", "config": {**valid_config(), "trainig": {}}}, 422, "trainig"),
-    ("unknown-nested-key", {"name": "n", "config": valid_config(training={"max_step": 5})}, 422,
-     "training.max_step"),
+    ("unknown-nested-key", {"name": "n", "config": valid_config(training={"max_step": 5})}, 422, "training.max_step"),
     ("bad-algorithm", {"name": "n", "config": valid_config(algorithm={"name": "sftt"})}, 422, "algorithm.name"),
-    ("missing-algorithm", {"name": "n", "config": {k: v for k, v in valid_config().items() if k != "algorithm"}},
-     422, "algorithm"),
-    ("lr-out-of-range", {"name": "n", "config": valid_config(training={"learning_rate": 5})}, 422,
-     "training.learning_rate"),
-    ("batch-size-zero", {"name": "n", "config": valid_config(training={"per_device_batch_size": 0})}, 422,
-     "training.per_device_batch_size"),
-    ("wrong-type-in-config", {"name": "n", "config": valid_config(training={"max_steps": "ten"})}, 422,
-     "training.max_steps"),
-    ("path-etc-passwd", {"name": "n", "config": valid_config(data={"train_file": "/etc/passwd"})}, 422,
-     "data.train_file"),
+    (
+        "missing-algorithm",
+        {"name": "n", "config": {k: v for k, v in valid_config().items() if k != "algorithm"}},
+        422,
+        "algorithm",
+    ),
+    (
+        "lr-out-of-range",
+        {"name": "n", "config": valid_config(training={"learning_rate": 5})},
+        422,
+        "training.learning_rate",
+    ),
+    (
+        "batch-size-zero",
+        {"name": "n", "config": valid_config(training={"per_device_batch_size": 0})},
+        422,
+        "training.per_device_batch_size",
+    ),
+    (
+        "wrong-type-in-config",
+        {"name": "n", "config": valid_config(training={"max_steps": "ten"})},
+        422,
+        "training.max_steps",
+    ),
+    (
+        "path-etc-passwd",
+        {"name": "n", "config": valid_config(data={"train_file": "/etc/passwd"})},
+        422,
+        "data.train_file",
+    ),
     ("path-dotdot", {"name": "n", "config": valid_config(data={"train_file": "../../x"})}, 422, "data.train_file"),
-    ("path-symlink-escape", {"name": "n", "config": valid_config(data={"train_file": "escape/passwd"})}, 422,
-     "data.train_file"),
-    ("eval-file-outside", {"name": "n", "config": valid_config(data={"train_file": "demo/data/sft.jsonl",
-                                                                     "eval_file": "/tmp/../etc/hosts"})}, 422,
-     "data.eval_file"),
+    (
+        "path-symlink-escape",
+        {"name": "n", "config": valid_config(data={"train_file": "escape/passwd"})},
+        422,
+        "data.train_file",
+    ),
+    (
+        "eval-file-outside",
+        {
+            "name": "n",
+            "config": valid_config(data={"train_file": "demo/data/sft.jsonl", "eval_file": "/tmp/../etc/hosts"}),
+        },
+        422,
+        "data.eval_file",
+    ),
     ("model-path-outside", {"name": "n", "config": valid_config(model={"path": "/usr/lib"})}, 422, "model.path"),
-    ("model-path-through-symlink", {"name": "n", "config": valid_config(model={"path": "escape/ssl"})}, 422,
-     "model.path"),
+    (
+        "model-path-through-symlink",
+        {"name": "n", "config": valid_config(model={"path": "escape/ssl"})},
+        422,
+        "model.path",
+    ),
     ("model-path-dotdot", {"name": "n", "config": valid_config(model={"path": "../model"})}, 422, "model.path"),
-    ("ppo-reward-model-outside", {"name": "n", "config": valid_config(
-        data={"train_file": "demo/data/rl.jsonl"}, algorithm=PPO)}, 422, "algorithm.reward_model_path"),
+    (
+        "ppo-reward-model-outside",
+        {"name": "n", "config": valid_config(data={"train_file": "demo/data/rl.jsonl"}, algorithm=PPO)},
+        422,
+        "algorithm.reward_model_path",
+    ),
     ("priority-too-high", {"name": "n", "config": valid_config(), "priority": 1001}, 422, "priority"),
     ("priority-too-low", {"name": "n", "config": valid_config(), "priority": -1001}, 422, "priority"),
     ("priority-string", {"name": "n", "config": valid_config(), "priority": "high"}, 422, "priority"),
@@ -154,18 +221,38 @@ BAD_SUBMISSIONS = [
     ("priority-bool", {"name": "n", "config": valid_config(), "priority": True}, 422, "priority"),
     ("unknown-body-field", {"name": "n", "config": valid_config(), "owner": "bob"}, 422, "owner"),
     ("body-is-a-list", [{"name": "n"}], 422, "<body>"),
-    ("malformed-json", {"content": b'{"name": "n", "config": {', "headers": {"Content-Type": "application/json"}},
-     422, "<body>"),
+    (
+        "malformed-json",
+        {"content": b'{"name": "n", "config": {', "headers": {"Content-Type": "application/json"}},
+        422,
+        "<body>",
+    ),
     ("empty-json-body", {"content": b"", "headers": {"Content-Type": "application/json"}}, 422, "<body>"),
-    ("wrong-content-type", {"content": b'{"name": "n"}', "headers": {"Content-Type": "text/plain"}}, 415,
-     "application/json"),
+    (
+        "wrong-content-type",
+        {"content": b'{"name": "n"}', "headers": {"Content-Type": "text/plain"}},
+        415,
+        "application/json",
+    ),
     ("form-encoded", {"data": {"name": "n"}}, 415, "application/json"),
-    ("no-content-type", {"content": b'{"name": "n", "config": {}}', "headers": {"Content-Type": ""}}, 415,
-     "no Content-Type"),
-    ("no-token", {"json": {"name": "n", "config": valid_config()}, "headers": {"Authorization": ""}}, 401,
-     "not authenticated"),
-    ("wrong-token", {"json": {"name": "n", "config": valid_config()}, "headers": {"Authorization": "Bearer tp_x"}},
-     401, "invalid"),
+    (
+        "no-content-type",
+        {"content": b'{"name": "n", "config": {}}', "headers": {"Content-Type": ""}},
+        415,
+        "no Content-Type",
+    ),
+    (
+        "no-token",
+        {"json": {"name": "n", "config": valid_config()}, "headers": {"Authorization": ""}},
+        401,
+        "not authenticated",
+    ),
+    (
+        "wrong-token",
+        {"json": {"name": "n", "config": valid_config()}, "headers": {"Authorization": "Bearer tp_x"}},
+        401,
+        "invalid",
+    ),
 ]
 
 
@@ -200,8 +287,12 @@ def test_bad_submission_is_rejected_and_leaves_no_row(api, case, body, status, w
 def jobs(api):
     """alice: queued, running (with a run dir), succeeded; bob: queued."""
     ids = {}
-    for key, user, status in (("queued", "alice", "queued"), ("running", "alice", "running"),
-                              ("succeeded", "alice", "succeeded"), ("bob", "bob", "queued")):
+    for key, user, status in (
+        ("queued", "alice", "queued"),
+        ("running", "alice", "running"),
+        ("succeeded", "alice", "succeeded"),
+        ("bob", "bob", "queued"),
+    ):
         ids[key] = submitted(api, user=user, name=f"fixture {key}")["id"]
         extra = {}
         if status == "running":
@@ -229,19 +320,48 @@ def _other_bad_requests(jobs):
         ("offset-negative", "get", "/jobs?offset=-1", None, 422, "query.offset"),
         ("bad-sort", "get", "/jobs?sort=name", None, 422, "query.sort"),
         ("bad-status-filter", "get", "/jobs?status=done", None, 422, "query.status[0]"),
-        ("metrics-max-points-zero", "get", f"/jobs/{j['queued']}/metrics?max_points=0", None, 422,
-         "query.max_points"),
-        ("metrics-max-points-huge", "get", f"/jobs/{j['queued']}/metrics?max_points=20000", None, 422,
-         "query.max_points"),
-        ("metrics-inverted-range", "get", f"/jobs/{j['queued']}/metrics?min_step=10&max_step=5", None, 422,
-         "query.min_step"),
+        ("metrics-max-points-zero", "get", f"/jobs/{j['queued']}/metrics?max_points=0", None, 422, "query.max_points"),
+        (
+            "metrics-max-points-huge",
+            "get",
+            f"/jobs/{j['queued']}/metrics?max_points=20000",
+            None,
+            422,
+            "query.max_points",
+        ),
+        (
+            "metrics-inverted-range",
+            "get",
+            f"/jobs/{j['queued']}/metrics?min_step=10&max_step=5",
+            None,
+            422,
+            "query.min_step",
+        ),
         ("logs-tail-zero", "get", f"/jobs/{j['queued']}/logs?tail=0", None, 422, "query.tail"),
-        ("clone-bad-override-value", "post", f"/jobs/{j['queued']}/clone",
-         {"overrides": {"training.max_steps": 0}}, 422, "training.max_steps"),
-        ("clone-bad-override-key", "post", f"/jobs/{j['queued']}/clone",
-         {"overrides": {"data.train_file.x": 1}}, 422, "overrides.data.train_file.x"),
-        ("clone-empty-override-key", "post", f"/jobs/{j['queued']}/clone",
-         {"overrides": {"training..x": 1}}, 422, "overrides.training..x"),
+        (
+            "clone-bad-override-value",
+            "post",
+            f"/jobs/{j['queued']}/clone",
+            {"overrides": {"training.max_steps": 0}},
+            422,
+            "training.max_steps",
+        ),
+        (
+            "clone-bad-override-key",
+            "post",
+            f"/jobs/{j['queued']}/clone",
+            {"overrides": {"data.train_file.x": 1}},
+            422,
+            "overrides.data.train_file.x",
+        ),
+        (
+            "clone-empty-override-key",
+            "post",
+            f"/jobs/{j['queued']}/clone",
+            {"overrides": {"training..x": 1}},
+            422,
+            "overrides.training..x",
+        ),
         ("clone-unknown-field", "post", f"/jobs/{j['queued']}/clone", {"override": {}}, 422, "override"),
         ("clone-other-users-job", "post", f"/jobs/{j['bob']}/clone", {}, 404, "not found"),
         ("users-create-not-admin", "post", "/users", {"name": "mallory"}, 403, "admin only"),
@@ -276,9 +396,9 @@ def test_auth_matrix(api, jobs):
     assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
     assert api.client.get(url, headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert api.client.get(url, headers={"Authorization": f"Basic {api.tokens['alice']}"}).status_code == 401
-    assert api.get(url[len(API):], user="alice").status_code == 200
-    assert api.get(url[len(API):], user="bob").status_code == 404
-    assert api.get(url[len(API):], user="root").status_code == 200
+    assert api.get(url[len(API) :], user="alice").status_code == 200
+    assert api.get(url[len(API) :], user="bob").status_code == 404
+    assert api.get(url[len(API) :], user="root").status_code == 200
 
     bob_ids = {j["id"] for j in api.get("/jobs?limit=200", user="bob").json()["items"]}
     assert jobs["queued"] not in bob_ids and jobs["bob"] in bob_ids
@@ -332,9 +452,15 @@ def test_listing_items_equal_the_job_detail(api, jobs):
     """The listing reads columns and passes JSON columns through as stored text (no JobRead validation); every
     field must still come out exactly as GET /jobs/{id} (which goes through JobRead) shows it."""
     job = submitted(api, name="fully populated")
-    update_job(job["id"], preflight={"checks": [{"name": "rows", "ok": True, "value": 1.5, "text": "é \"q\""}]},
-               best_checkpoint={"metric": "accuracy", "step": 20, "value": 0.25, "evaluation_id": None},
-               error="Traceback: é\nline 2", worker="w-1", current_step=7, cloned_from=jobs["queued"])
+    update_job(
+        job["id"],
+        preflight={"checks": [{"name": "rows", "ok": True, "value": 1.5, "text": 'é "q"'}]},
+        best_checkpoint={"metric": "accuracy", "step": 20, "value": 0.25, "evaluation_id": None},
+        error="Traceback: é\nline 2",
+        worker="w-1",
+        current_step=7,
+        cloned_from=jobs["queued"],
+    )
     set_status(job["id"], "failed")
     listed = {j["id"]: j for j in api.get("/jobs?limit=200", user="root").json()["items"]}
     assert job["id"] in listed and len(listed) >= 5
@@ -343,7 +469,7 @@ def test_listing_items_equal_the_job_detail(api, jobs):
         detail.pop("distributed")  # the detail's own addition: the job's processes
         assert item == detail, job_id
     item = listed[job["id"]]
-    assert item["preflight"]["checks"][0]["text"] == "é \"q\"" and item["best_checkpoint"]["step"] == 20
+    assert item["preflight"]["checks"][0]["text"] == 'é "q"' and item["best_checkpoint"]["step"] == 20
     assert item["finished_at"].endswith("Z") and item["owner"] == "alice"
 
 
@@ -395,9 +521,16 @@ def test_retry_a_failed_job(api):
 
 def test_clone_with_overrides(api, jobs):
     source = submitted(api, name="original", priority=4)
-    r = api.post(f"/jobs/{source['id']}/clone",
-                 json={"overrides": {"training.max_steps": 50, "training.learning_rate": 0.001,
-                                     "data.eval_file": "demo/data/sft_eval.jsonl"}})
+    r = api.post(
+        f"/jobs/{source['id']}/clone",
+        json={
+            "overrides": {
+                "training.max_steps": 50,
+                "training.learning_rate": 0.001,
+                "data.eval_file": "demo/data/sft_eval.jsonl",
+            }
+        },
+    )
     assert r.status_code == 201, r.text
     clone = r.json()
     assert clone["cloned_from"] == source["id"] and clone["name"] == "original (clone)"
@@ -426,8 +559,9 @@ def test_delete_removes_rows_and_files(api):
     set_status(job_id, "succeeded", run_dir=str(run))
     with session_scope() as s:
         crud.add_metric_points(s, job_id, [(i, "loss", 1.0 / i) for i in range(1, 101)])
-        crud.upsert_checkpoint(s, job_id, step=10, path=str(run / "checkpoints/step_000010"), sha256="0" * 64,
-                               size_bytes=10)
+        crud.upsert_checkpoint(
+            s, job_id, step=10, path=str(run / "checkpoints/step_000010"), sha256="0" * 64, size_bytes=10
+        )
     before = row_counts()
 
     r = api.delete(f"/jobs/{job_id}", user="bob")
@@ -461,15 +595,25 @@ def test_checkpoints_are_listed_by_step(api):
     job = submitted(api, name="ckpts")
     with session_scope() as s:
         for step in (30, 10, 20):
-            crud.upsert_checkpoint(s, job["id"], step=step, path=f"/runs/x/step_{step:06d}", sha256=f"{step:064d}",
-                                   size_bytes=step * 1000)
+            crud.upsert_checkpoint(
+                s, job["id"], step=step, path=f"/runs/x/step_{step:06d}", sha256=f"{step:064d}", size_bytes=step * 1000
+            )
         crud.mark_checkpoints_removed(s, job["id"], ["/runs/x/step_000010"])
     r = api.get(f"/jobs/{job['id']}/checkpoints")
     assert r.status_code == 200
     items = r.json()
     assert [c["step"] for c in items] == [10, 20, 30]
-    assert set(items[0]) == {"step", "path", "sha256", "size_bytes", "removed", "created_at", "evaluation_id",
-                             "eval_metrics", "is_best"}
+    assert set(items[0]) == {
+        "step",
+        "path",
+        "sha256",
+        "size_bytes",
+        "removed",
+        "created_at",
+        "evaluation_id",
+        "eval_metrics",
+        "is_best",
+    }
     assert items[0]["evaluation_id"] is None and items[0]["eval_metrics"] == {} and items[0]["is_best"] is False
     assert [c["removed"] for c in items] == [True, False, False] and items[2]["size_bytes"] == 30000
     assert api.get(f"/jobs/{job['id']}/checkpoints", user="bob").status_code == 404
@@ -500,12 +644,12 @@ def _read_sse(response) -> tuple[list[str], str | None]:
     data, end, event = [], None, None
     for line in response.iter_lines():
         if line.startswith("event: "):
-            event = line[len("event: "):]
+            event = line[len("event: ") :]
         elif line.startswith("data: "):
             if event == "end":
-                end = line[len("data: "):]
+                end = line[len("data: ") :]
                 break
-            data.append(line[len("data: "):])
+            data.append(line[len("data: ") :])
         elif line == "":
             event = None
     return data, end
@@ -575,7 +719,7 @@ def test_metrics_downsampling_keeps_every_bucket_extreme(api):
     rows = [(s, "loss", v) for s, v in truth.items()] + [(s * 10, "lr", 1e-3 / s) for s in range(1, 11)]
     with session_scope() as s:
         for i in range(0, len(rows), 5000):  # crud.add_metric_points sends one multi-row INSERT per call
-            crud.add_metric_points(s, job["id"], rows[i:i + 5000])
+            crud.add_metric_points(s, job["id"], rows[i : i + 5000])
 
     r = api.get(f"/jobs/{job['id']}/metrics?names=loss,lr,nope&max_points=1000")
     assert r.status_code == 200, r.text
@@ -631,13 +775,21 @@ def test_metrics_of_a_million_points_answer_fast(api):
     job = submitted(api, name="a million points")
     n = 1_000_000
     with session_scope() as s:
-        s.exec(text("""
+        s.exec(
+            text("""
             INSERT INTO metric_points (job_id, name, step, value, ts)
             WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < :n)
             SELECT :job_id, 'loss', x, ((CAST(x AS BIGINT) * 7919) % 10007) / 10007.0, CURRENT_TIMESTAMP FROM c
-        """), params={"n": n, "job_id": job["id"]})
-        s.exec(text("UPDATE metric_points SET value = CASE step WHEN 777 THEN 50.0 ELSE -50.0 END "
-                    "WHERE job_id = :job_id AND name = 'loss' AND step IN (777, 424242)"), params={"job_id": job["id"]})
+        """),
+            params={"n": n, "job_id": job["id"]},
+        )
+        s.exec(
+            text(
+                "UPDATE metric_points SET value = CASE step WHEN 777 THEN 50.0 ELSE -50.0 END "
+                "WHERE job_id = :job_id AND name = 'loss' AND step IN (777, 424242)"
+            ),
+            params={"job_id": job["id"]},
+        )
         rollups.rebuild(s, job["id"])  # a bulk load that bypassed crud
     for max_points in (1000, 10_000):
         started = time.perf_counter()
@@ -757,13 +909,29 @@ def test_docs_openapi_and_config_schema(api):
         assert api.client.get(f"/static-offline-docs/{asset}").status_code == 200
     spec = api.client.get(f"{API}/openapi.json").json()
     assert api.client.get("/openapi.json").json() == spec
-    for path in ("/api/v1/jobs", "/api/v1/jobs/{job_id}", "/api/v1/jobs/{job_id}/cancel", "/api/v1/jobs/{job_id}/retry",
-                 "/api/v1/jobs/{job_id}/clone", "/api/v1/jobs/{job_id}/metrics", "/api/v1/jobs/{job_id}/logs",
-                 "/api/v1/jobs/{job_id}/logs/stream", "/api/v1/jobs/{job_id}/checkpoints", "/api/v1/models",
-                 "/api/v1/users", "/api/v1/users/me", "/api/v1/monitoring/dashboard", "/api/v1/health",
-                 "/api/v1/config/schema", "/api/v1/evaluations", "/api/v1/evaluations/leaderboard",
-                 "/api/v1/evaluations/{evaluation_id}/samples", "/api/v1/schedules", "/api/v1/schedules/{schedule_id}",
-                 "/api/v1/jobs/{job_id}/best_checkpoint"):
+    for path in (
+        "/api/v1/jobs",
+        "/api/v1/jobs/{job_id}",
+        "/api/v1/jobs/{job_id}/cancel",
+        "/api/v1/jobs/{job_id}/retry",
+        "/api/v1/jobs/{job_id}/clone",
+        "/api/v1/jobs/{job_id}/metrics",
+        "/api/v1/jobs/{job_id}/logs",
+        "/api/v1/jobs/{job_id}/logs/stream",
+        "/api/v1/jobs/{job_id}/checkpoints",
+        "/api/v1/models",
+        "/api/v1/users",
+        "/api/v1/users/me",
+        "/api/v1/monitoring/dashboard",
+        "/api/v1/health",
+        "/api/v1/config/schema",
+        "/api/v1/evaluations",
+        "/api/v1/evaluations/leaderboard",
+        "/api/v1/evaluations/{evaluation_id}/samples",
+        "/api/v1/schedules",
+        "/api/v1/schedules/{schedule_id}",
+        "/api/v1/jobs/{job_id}/best_checkpoint",
+    ):
         assert path in spec["paths"], path
     assert "HTTPBearer" in spec["components"]["securitySchemes"]
     assert api.client.get(f"{API}/config/schema").status_code == 401  # like every /api/v1 route but health/openapi
@@ -777,10 +945,16 @@ def test_job_detail_shows_launcher_world_size_and_each_rank(api):
     assert job.status_code == 201, job.text
     job_id = job.json()["id"]
     dist = api.get(f"/jobs/{job_id}").json()["distributed"]
-    assert (dist["launcher"], dist["num_nodes"], dist["processes_per_node"], dist["world_size"]) == \
-        ("torchrun", 1, 2, 2)
-    assert [(r["rank"], r["state"], r["log"]) for r in dist["ranks"]] == \
-        [(0, "pending", "train.log"), (1, "pending", "ranks/rank_1.log")]
+    assert (dist["launcher"], dist["num_nodes"], dist["processes_per_node"], dist["world_size"]) == (
+        "torchrun",
+        1,
+        2,
+        2,
+    )
+    assert [(r["rank"], r["state"], r["log"]) for r in dist["ranks"]] == [
+        (0, "pending", "train.log"),
+        (1, "pending", "ranks/rank_1.log"),
+    ]
 
     run_dir = make_run_dir(api.data_dir, job_id, ["step 1"])
     (run_dir / "ranks").mkdir()

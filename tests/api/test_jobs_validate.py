@@ -27,8 +27,10 @@ def test_a_valid_config_gets_its_effective_config_and_creates_nothing(sqlite_api
 
 
 def test_every_problem_is_listed_at_its_field_as_a_list_path(sqlite_api):
-    config = valid_config(training={"max_steps": 5, "per_device_batch_size": 0, "learning_rate": "fast"},
-                          rewards=[{"name": "no_such_reward", "weight": 1.0}])
+    config = valid_config(
+        training={"max_steps": 5, "per_device_batch_size": 0, "learning_rate": "fast"},
+        rewards=[{"name": "no_such_reward", "weight": 1.0}],
+    )
     config["model"]["path"] = "../../etc"
     out = validate(sqlite_api, config)
     assert out["valid"] is False and out["effective_config"] is None, "the config does not parse"
@@ -40,16 +42,21 @@ def test_every_problem_is_listed_at_its_field_as_a_list_path(sqlite_api):
 
 
 def test_list_items_are_integers_in_the_path_and_rules_keep_the_effective_config(sqlite_api):
-    config = valid_config(algorithm={"name": "grpo", "num_generations": 4},
-                          data={"train_file": "demo/data/rl.jsonl", "max_length": 64},
-                          rewards=[{"name": "math_answer", "weight": -1.0}])
+    config = valid_config(
+        algorithm={"name": "grpo", "num_generations": 4},
+        data={"train_file": "demo/data/rl.jsonl", "max_length": 64},
+        rewards=[{"name": "math_answer", "weight": -1.0}],
+    )
     out = validate(sqlite_api, config)
     assert not out["valid"]
     assert ["rewards", 0, "weight"] in [e["loc"] for e in out["errors"]], out["errors"]
 
-    engine = valid_config(engine="trl", algorithm={"name": "reinforce_pp"},
-                          data={"train_file": "demo/data/rl.jsonl", "max_length": 64},
-                          rewards=[{"name": "math_answer", "weight": 1.0}])
+    engine = valid_config(
+        engine="trl",
+        algorithm={"name": "reinforce_pp"},
+        data={"train_file": "demo/data/rl.jsonl", "max_length": 64},
+        rewards=[{"name": "math_answer", "weight": 1.0}],
+    )
     out = validate(sqlite_api, engine)
     assert [e["loc"] for e in out["errors"]] == [["engine"]], out["errors"]
     assert out["effective_config"]["algorithm"]["name"] == "reinforce_pp", "parsed: the form can still show it"
@@ -63,10 +70,13 @@ def test_warnings_say_what_would_run_but_not_as_meant(sqlite_api):
 
 def test_verl_jobs_are_checked_against_the_generated_verl_config(sqlite_api):
     pytest.importorskip("verl")
-    grpo = valid_config(engine="verl", algorithm={"name": "grpo", "num_generations": 4},
-                        data={"train_file": "demo/data/rl.jsonl", "max_length": 64},
-                        rewards=[{"name": "math_answer", "weight": 1.0}],
-                        verl={"overrides": {"algorithm.adv_estimator": "no_such_estimator"}})
+    grpo = valid_config(
+        engine="verl",
+        algorithm={"name": "grpo", "num_generations": 4},
+        data={"train_file": "demo/data/rl.jsonl", "max_length": 64},
+        rewards=[{"name": "math_answer", "weight": 1.0}],
+        verl={"overrides": {"algorithm.adv_estimator": "no_such_estimator"}},
+    )
     out = validate(sqlite_api, grpo)
     assert not out["valid"]
     assert [e["loc"] for e in out["errors"]] == [["verl", "overrides", "algorithm.adv_estimator"]], out["errors"]

@@ -41,8 +41,13 @@ def _expected(points: dict[tuple[str, int], float]) -> set[tuple]:
 
 def _stored(job_id: int) -> set[tuple]:
     with session_scope() as s:
-        rows = s.execute(text("SELECT name, width, bucket, min_value, min_step, max_value, max_step "
-                              "FROM metric_rollups WHERE job_id = :j"), {"j": job_id}).all()
+        rows = s.execute(
+            text(
+                "SELECT name, width, bucket, min_value, min_step, max_value, max_step "
+                "FROM metric_rollups WHERE job_id = :j"
+            ),
+            {"j": job_id},
+        ).all()
     return {tuple(r) for r in rows}
 
 
@@ -97,11 +102,18 @@ def test_downsampled_series_keeps_every_aligned_bucket_extreme(api):
     rows = [(s, "loss", v) for s, v in truth.items()]
     with session_scope() as s:
         for i in range(0, len(rows), 10_000):
-            crud.add_metric_points(s, job_id, rows[i:i + 10_000])
+            crud.add_metric_points(s, job_id, rows[i : i + 10_000])
         assert crud.metric_names(s, job_id) == ["loss"]
 
-    for max_points, lo, hi in ((1000, None, None), (300, None, None), (2, None, None), (10_000, None, None),
-                               (500, 12_345, 67_891), (100, 1000, 1500), (40, 50_000, None)):
+    for max_points, lo, hi in (
+        (1000, None, None),
+        (300, None, None),
+        (2, None, None),
+        (10_000, None, None),
+        (500, 12_345, 67_891),
+        (100, 1000, 1500),
+        (40, 50_000, None),
+    ):
         params = {"names": "loss", "max_points": max_points}
         if lo is not None:
             params["min_step"] = lo

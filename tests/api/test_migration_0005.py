@@ -20,23 +20,38 @@ def test_0005_backfills_rollups(kind, tmp_path):
         engine = make_engine(url)
         try:
             with engine.begin() as conn:
-                conn.execute(text("INSERT INTO users (name, is_admin, created_at) VALUES ('u', false, "
-                                  "CURRENT_TIMESTAMP)"))
+                conn.execute(
+                    text("INSERT INTO users (name, is_admin, created_at) VALUES ('u', false, CURRENT_TIMESTAMP)")
+                )
                 uid = conn.execute(text("SELECT id FROM users")).scalar_one()
                 for name in ("a", "b"):
-                    conn.execute(text(
-                        "INSERT INTO jobs (owner_id, name, kind, algorithm, status, priority, attempts, "
-                        "current_step, config, cancel_requested, created_at, updated_at) VALUES (:u, :n, 'train', "
-                        "'sft', 'succeeded', 0, 0, 0, '{}', false, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"),
-                        {"u": uid, "n": name})
+                    conn.execute(
+                        text(
+                            "INSERT INTO jobs (owner_id, name, kind, algorithm, status, priority, attempts, "
+                            "current_step, config, cancel_requested, created_at, updated_at) VALUES (:u, :n, 'train', "
+                            "'sft', 'succeeded', 0, 0, 0, '{}', false, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+                        ),
+                        {"u": uid, "n": name},
+                    )
                 jobs = [r[0] for r in conn.execute(text("SELECT id FROM jobs ORDER BY id"))]
-                rows = [{"j": j, "n": n, "s": s, "v": ((s * 7919 + j) % 1013) / 7.0}
-                        for j in jobs for n in ("loss", "lr") for s in range(0, 30_000, 3 if n == "lr" else 1)]
-                conn.execute(text("INSERT INTO metric_points (job_id, name, step, value, ts) "
-                                  "VALUES (:j, :n, :s, :v, CURRENT_TIMESTAMP)"), rows)
+                rows = [
+                    {"j": j, "n": n, "s": s, "v": ((s * 7919 + j) % 1013) / 7.0}
+                    for j in jobs
+                    for n in ("loss", "lr")
+                    for s in range(0, 30_000, 3 if n == "lr" else 1)
+                ]
+                conn.execute(
+                    text(
+                        "INSERT INTO metric_points (job_id, name, step, value, ts) "
+                        "VALUES (:j, :n, :s, :v, CURRENT_TIMESTAMP)"
+                    ),
+                    rows,
+                )
             upgrade(url, "0005")
-            query = text("SELECT job_id, name, width, bucket, min_value, min_step, max_value, max_step "
-                         "FROM metric_rollups ORDER BY 1, 2, 3, 4")
+            query = text(
+                "SELECT job_id, name, width, bucket, min_value, min_step, max_value, max_step "
+                "FROM metric_rollups ORDER BY 1, 2, 3, 4"
+            )
             with engine.connect() as conn:
                 migrated = conn.execute(query).all()
             from sqlmodel import Session

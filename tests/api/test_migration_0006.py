@@ -39,13 +39,18 @@ def test_0006_adds_sweeps_and_templates(kind, tmp_path):
         engine = make_engine(url)
         try:
             with engine.begin() as conn:
-                conn.execute(text("INSERT INTO users (name, is_admin, created_at) VALUES ('u', false, "
-                                  "CURRENT_TIMESTAMP)"))
+                conn.execute(
+                    text("INSERT INTO users (name, is_admin, created_at) VALUES ('u', false, CURRENT_TIMESTAMP)")
+                )
                 uid = conn.execute(text("SELECT id FROM users")).scalar_one()
-                conn.execute(text(
-                    "INSERT INTO jobs (owner_id, name, kind, algorithm, status, priority, attempts, current_step, "
-                    "config, cancel_requested, created_at, updated_at) VALUES (:u, 'old', 'train', 'sft', "
-                    "'succeeded', 0, 0, 0, '{}', false, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"), {"u": uid})
+                conn.execute(
+                    text(
+                        "INSERT INTO jobs (owner_id, name, kind, algorithm, status, priority, attempts, current_step, "
+                        "config, cancel_requested, created_at, updated_at) VALUES (:u, 'old', 'train', 'sft', "
+                        "'succeeded', 0, 0, 0, '{}', false, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+                    ),
+                    {"u": uid},
+                )
             upgrade(url, "0006")
             with engine.connect() as conn:
                 insp = inspect(conn)
@@ -57,14 +62,22 @@ def test_0006_adds_sweeps_and_templates(kind, tmp_path):
                     ddl = conn.execute(text("SELECT sql FROM sqlite_master WHERE name = 'jobs'")).scalar_one()
                     assert "AUTOINCREMENT" in ddl
             with engine.begin() as conn:
-                conn.execute(text("INSERT INTO job_templates (owner_id, name, description, config, created_at, "
-                                  "updated_at) VALUES (:u, 't', '', '{}', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"),
-                             {"u": uid})
+                conn.execute(
+                    text(
+                        "INSERT INTO job_templates (owner_id, name, description, config, created_at, "
+                        "updated_at) VALUES (:u, 't', '', '{}', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+                    ),
+                    {"u": uid},
+                )
                 assert conn.execute(text("SELECT shared FROM job_templates")).scalar_one() in (False, 0)
             with pytest.raises(Exception, match="(?i)unique"), engine.begin() as conn:
-                conn.execute(text("INSERT INTO job_templates (owner_id, name, description, config, created_at, "
-                                  "updated_at) VALUES (:u, 't', '', '{}', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"),
-                             {"u": uid})
+                conn.execute(
+                    text(
+                        "INSERT INTO job_templates (owner_id, name, description, config, created_at, "
+                        "updated_at) VALUES (:u, 't', '', '{}', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+                    ),
+                    {"u": uid},
+                )
             engine.dispose()
             downgrade(alembic_config(url), "0005")
             with engine.connect() as conn:

@@ -30,15 +30,21 @@ def test_0007_up_down(kind, tmp_path):
         try:
             assert "webhooks" not in inspect(engine).get_table_names()
             with engine.begin() as conn:
-                conn.execute(text("INSERT INTO users (name, is_admin, created_at) VALUES ('u', false, "
-                                  "CURRENT_TIMESTAMP)"))
+                conn.execute(
+                    text("INSERT INTO users (name, is_admin, created_at) VALUES ('u', false, CURRENT_TIMESTAMP)")
+                )
             upgrade(url, "0007")
             columns = {c["name"] for c in inspect(engine).get_columns("webhooks")}
             assert columns == set(Webhook.model_fields)
             with engine.begin() as conn:
                 uid = conn.execute(text("SELECT id FROM users")).scalar_one()
-                conn.execute(text("INSERT INTO webhooks (owner_id, url, events, created_at) VALUES "
-                                  "(:u, 'https://h.example/x', '[\"job.failed\"]', CURRENT_TIMESTAMP)"), {"u": uid})
+                conn.execute(
+                    text(
+                        "INSERT INTO webhooks (owner_id, url, events, created_at) VALUES "
+                        "(:u, 'https://h.example/x', '[\"job.failed\"]', CURRENT_TIMESTAMP)"
+                    ),
+                    {"u": uid},
+                )
                 assert conn.execute(text("SELECT last_attempts FROM webhooks")).scalar_one() == 0
             command.downgrade(alembic_config(url), "0006")
             assert "webhooks" not in inspect(engine).get_table_names()

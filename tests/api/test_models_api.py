@@ -44,15 +44,19 @@ def test_register_use_and_delete_a_model(sqlite_api):
     # Unshared: another user neither sees it nor can use it by name; shared: both.
     assert api.get(f"/models/{model['id']}", user="bob").status_code == 404
     assert "tiny-qwen" not in {m["name"] for m in api.get("/models?limit=200", user="bob").json()["items"]}
-    assert api.client.patch(f"/api/v1/models/{model['id']}", json={"shared": True}, headers=api.h("bob")) \
-        .status_code == 404
+    assert (
+        api.client.patch(f"/api/v1/models/{model['id']}", json={"shared": True}, headers=api.h("bob")).status_code
+        == 404
+    )
     r = api.client.patch(f"/api/v1/models/{model['id']}", json={"shared": True}, headers=api.h("alice"))
     assert r.status_code == 200 and r.json()["shared"] is True, r.text
     assert api.get(f"/models/{model['id']}", user="bob").json()["name"] == "tiny-qwen"
     listing = api.get("/models?limit=10", user="bob").json()
     assert listing["total"] >= 1 and "tiny-qwen" in {m["name"] for m in listing["items"]}
-    assert api.client.patch(f"/api/v1/models/{model['id']}", json={"shared": False}, headers=api.h("bob")) \
-        .status_code == 403
+    assert (
+        api.client.patch(f"/api/v1/models/{model['id']}", json={"shared": False}, headers=api.h("bob")).status_code
+        == 403
+    )
 
     # A registered name works as model.path; the stored config carries its path.
     r = api.post("/jobs", json={"name": "on tiny", "config": valid_config(model={"path": "tiny-qwen"})})
@@ -69,18 +73,21 @@ def test_register_use_and_delete_a_model(sqlite_api):
     assert api.delete(f"/models/{other.json()['id']}", user="root").status_code == 204
 
 
-@pytest.mark.parametrize(("case", "body", "status", "fragment"), [
-    ("does-not-load", {"name": "garbage", "path": "broken_models/garbage"}, 422, "cannot load the model config"),
-    ("no-tokenizer", {"name": "notok", "path": "broken_models/no_tokenizer"}, 422, "cannot load the tokenizer"),
-    ("no-weights", {"name": "noweights", "path": "broken_models/no_weights"}, 422, "no weights"),
-    ("empty-dir", {"name": "empty", "path": "broken_models/empty"}, 422, "cannot load the model config"),
-    ("missing-dir", {"name": "missing", "path": "broken_models/nope"}, 422, "is not a directory"),
-    ("outside", {"name": "etc", "path": "/etc"}, 422, "outside the allowed directories"),
-    ("symlink-escape", {"name": "esc", "path": "escape/ssl"}, 422, "outside the allowed directories"),
-    ("bad-name", {"name": "a/b", "path": "demo/model"}, 422, "may only contain"),
-    ("missing-path", {"name": "x"}, 422, "required field is missing"),
-    ("duplicate", {"name": "dup", "path": "demo/model"}, 409, "already exists"),
-])
+@pytest.mark.parametrize(
+    ("case", "body", "status", "fragment"),
+    [
+        ("does-not-load", {"name": "garbage", "path": "broken_models/garbage"}, 422, "cannot load the model config"),
+        ("no-tokenizer", {"name": "notok", "path": "broken_models/no_tokenizer"}, 422, "cannot load the tokenizer"),
+        ("no-weights", {"name": "noweights", "path": "broken_models/no_weights"}, 422, "no weights"),
+        ("empty-dir", {"name": "empty", "path": "broken_models/empty"}, 422, "cannot load the model config"),
+        ("missing-dir", {"name": "missing", "path": "broken_models/nope"}, 422, "is not a directory"),
+        ("outside", {"name": "etc", "path": "/etc"}, 422, "outside the allowed directories"),
+        ("symlink-escape", {"name": "esc", "path": "escape/ssl"}, 422, "outside the allowed directories"),
+        ("bad-name", {"name": "a/b", "path": "demo/model"}, 422, "may only contain"),
+        ("missing-path", {"name": "x"}, 422, "required field is missing"),
+        ("duplicate", {"name": "dup", "path": "demo/model"}, 409, "already exists"),
+    ],
+)
 def test_bad_model_registrations(sqlite_api, broken_models, case, body, status, fragment):
     api = sqlite_api
     if body.get("path", "").startswith("broken_models/"):

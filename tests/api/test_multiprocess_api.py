@@ -30,8 +30,12 @@ def _free_port() -> int:
 
 
 def _requests_total(text: str, route: str) -> float:
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-               if s.name == "tp_http_requests_total" and s.labels.get("route") == route)
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "tp_http_requests_total" and s.labels.get("route") == route
+    )
 
 
 def test_two_api_processes_share_state_and_metrics(data_dir, redis_client, tmp_path):
@@ -40,12 +44,34 @@ def test_two_api_processes_share_state_and_metrics(data_dir, redis_client, tmp_p
         with session_scope() as s:
             _user, token = crud.create_user(s, "mp-admin", is_admin=True)
         port = _free_port()
-        env = {**os.environ, "TP_DATA_DIR": str(data_dir), "DATABASE_URL": url, "REDIS_URL": REDIS_TEST_URL,
-               "TP_AUTH_MODE": "token", "PYTHONPATH": str(REPO), "PROMETHEUS_MULTIPROC_DIR": str(multiproc)}
+        env = {
+            **os.environ,
+            "TP_DATA_DIR": str(data_dir),
+            "DATABASE_URL": url,
+            "REDIS_URL": REDIS_TEST_URL,
+            "TP_AUTH_MODE": "token",
+            "PYTHONPATH": str(REPO),
+            "PROMETHEUS_MULTIPROC_DIR": str(multiproc),
+        }
         multiproc.mkdir()
-        proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "training_platform.api.app:app", "--host",
-                                 "127.0.0.1", "--port", str(port), "--workers", "2"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "training_platform.api.app:app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                "2",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         base = f"http://127.0.0.1:{port}"
         headers = {"Authorization": f"Bearer {token}"}
         try:
@@ -62,8 +88,12 @@ def test_two_api_processes_share_state_and_metrics(data_dir, redis_client, tmp_p
             time.sleep(3)
             ids = []
             for i in range(10):  # new connections: the kernel spreads them over both processes
-                r = httpx.post(f"{base}/api/v1/jobs", headers=headers, timeout=30,
-                               json={"name": f"mp-{i}", "config": valid_config()})
+                r = httpx.post(
+                    f"{base}/api/v1/jobs",
+                    headers=headers,
+                    timeout=30,
+                    json={"name": f"mp-{i}", "config": valid_config()},
+                )
                 assert r.status_code == 201, r.text
                 ids.append(r.json()["id"])
             n = 40

@@ -73,8 +73,12 @@ def _refused(api, r, loc: str) -> str:
 
 def _bob_dataset_file(api, name: str = "bobs-set") -> tuple[int, str]:
     row = {"messages": [{"role": "user", "content": f"{name}?"}, {"role": "assistant", "content": "x"}]}
-    r = api.post("/datasets", user="bob", files={"file": ("b.jsonl", json.dumps(row).encode() + b"\n",
-                                                          "application/octet-stream")}, data={"name": name})
+    r = api.post(
+        "/datasets",
+        user="bob",
+        files={"file": ("b.jsonl", json.dumps(row).encode() + b"\n", "application/octet-stream")},
+        data={"name": name},
+    )
     body = ingested(api, r, "bob")  # 202: the ingest data job, run here
     return body["dataset"]["id"], body["version"]["path"]
 
@@ -97,9 +101,20 @@ def _escapes(api) -> dict[str, str]:
     }
 
 
-ESCAPE_CASES = ["symlink-out", "dotdot", "dotdot-inside", "absolute", "absolute-inside-other-run", "other-run",
-                "other-run-dotdot", "other-dataset-file", "other-eval-dir", "platform-files", "long-component",
-                "long-path"]
+ESCAPE_CASES = [
+    "symlink-out",
+    "dotdot",
+    "dotdot-inside",
+    "absolute",
+    "absolute-inside-other-run",
+    "other-run",
+    "other-run-dotdot",
+    "other-dataset-file",
+    "other-eval-dir",
+    "platform-files",
+    "long-component",
+    "long-path",
+]
 
 
 @pytest.mark.parametrize("case", ESCAPE_CASES)
@@ -114,15 +129,27 @@ def test_training_data_files_are_refused(env, case):
 
 @pytest.mark.parametrize("case", ["symlink-out", "absolute", "other-run", "other-eval-dir", "long-component"])
 def test_model_paths_are_refused(env, case):
-    path = {**_escapes(env), "other-run": f"runs/job-{env.bob_run}/final",
-            "other-eval-dir": f"evals/job-{env.bob_eval}"}[case]
+    path = {
+        **_escapes(env),
+        "other-run": f"runs/job-{env.bob_run}/final",
+        "other-eval-dir": f"evals/job-{env.bob_eval}",
+    }[case]
     _refused(env, env.post("/jobs", json={"name": "x", "config": valid_config(model={"path": path})}), "model.path")
     ppo = valid_config(algorithm={"name": "ppo", "reward_model_path": path, "value_model_path": path})
     msgs = _detail(env.post("/jobs", json={"name": "x", "config": ppo}))
     assert {"algorithm.reward_model_path", "algorithm.value_model_path"} <= set(msgs), msgs
     _refused(env, env.post("/models", json={"name": "stolen", "path": path}), "path")
-    _refused(env, env.post("/evaluations", json={"model": path, "benchmarks": [
-        {"name": "custom", "data": "users/alice/bench.jsonl", "scorer": "exact"}]}), "model")
+    _refused(
+        env,
+        env.post(
+            "/evaluations",
+            json={
+                "model": path,
+                "benchmarks": [{"name": "custom", "data": "users/alice/bench.jsonl", "scorer": "exact"}],
+            },
+        ),
+        "model",
+    )
 
 
 @pytest.mark.parametrize("case", ESCAPE_CASES)
@@ -142,17 +169,24 @@ def test_benchmark_and_fewshot_files_are_refused(env, case):
 def test_dataset_registration_and_operation_paths_are_refused(env, case):
     path = _escapes(env)[case]
     _refused(env, env.post("/datasets/register", json={"name": "stolen", "path": path}), "path")
-    r = env.post("/datasets", files={"file": ("a.jsonl", json.dumps(SFT_ROW).encode() + b"\n",
-                                              "application/octet-stream")}, data={"name": "alices-set"})
+    r = env.post(
+        "/datasets",
+        files={"file": ("a.jsonl", json.dumps(SFT_ROW).encode() + b"\n", "application/octet-stream")},
+        data={"name": "alices-set"},
+    )
     body = ingested(env, r)
     dataset, version = body["dataset"]["id"], body["version"]["id"]
     url = f"/datasets/{dataset}/versions/{version}/operations"
-    _refused(env, env.post(url, json={"operation": "decontaminate", "params": {"eval_sets": [path]}}),
-             "params.eval_sets[0]")
+    _refused(
+        env, env.post(url, json={"operation": "decontaminate", "params": {"eval_sets": [path]}}), "params.eval_sets[0]"
+    )
     if case in ("symlink-out", "absolute", "other-run", "long-component"):
         model = {**_escapes(env), "other-run": f"runs/job-{env.bob_run}/final"}[case]
-        _refused(env, env.post(url, json={"operation": "score", "params": {"perplexity_model": model}}),
-                 "params.perplexity_model")
+        _refused(
+            env,
+            env.post(url, json={"operation": "score", "params": {"perplexity_model": model}}),
+            "params.perplexity_model",
+        )
         recipe = {"operators": [{"op": "length_filter", "unit": "tokens", "min": 1, "tokenizer": model}]}
         msgs = _detail(env.post(url, json={"operation": "clean", "params": {"recipe": recipe}}))
         assert any(loc.startswith("params.recipe.operators[0]") for loc in msgs), msgs
@@ -162,23 +196,37 @@ def test_another_users_registered_model_name_is_not_usable(env):
     r = env.post("/models", user="bob", json={"name": "bobs-model", "path": f"runs/job-{env.bob_run}/final"})
     assert r.status_code == 201, r.text
     model_id = r.json()["id"]
-    _refused(env, env.post("/jobs", json={"name": "x", "config": valid_config(model={"path": "bobs-model"})}),
-             "model.path")
-    _refused(env, env.post("/evaluations", json={"model": "bobs-model", "benchmarks": [
-        {"name": "custom", "data": "users/alice/bench.jsonl", "scorer": "exact"}]}), "model")
+    _refused(
+        env, env.post("/jobs", json={"name": "x", "config": valid_config(model={"path": "bobs-model"})}), "model.path"
+    )
+    _refused(
+        env,
+        env.post(
+            "/evaluations",
+            json={
+                "model": "bobs-model",
+                "benchmarks": [{"name": "custom", "data": "users/alice/bench.jsonl", "scorer": "exact"}],
+            },
+        ),
+        "model",
+    )
     assert env.get(f"/models/{model_id}").status_code == 404
     # Shared: alice sees it and uses it by name (its directory, inside bob's run, becomes readable to her jobs).
-    assert env.client.patch(f"/api/v1/models/{model_id}", json={"shared": True}, headers=env.h("bob")).status_code \
-        == 200
+    assert (
+        env.client.patch(f"/api/v1/models/{model_id}", json={"shared": True}, headers=env.h("bob")).status_code == 200
+    )
     assert env.get(f"/models/{model_id}").json()["shared"] is True
     r = env.post("/jobs", json={"name": "on bob's", "config": valid_config(model={"path": "bobs-model"})})
     assert r.status_code == 201, r.text
     env.post(f"/jobs/{r.json()['id']}/cancel")
-    assert env.client.patch(f"/api/v1/models/{model_id}", json={"shared": False}, headers=env.h("alice")) \
-        .status_code == 403
+    assert (
+        env.client.patch(f"/api/v1/models/{model_id}", json={"shared": False}, headers=env.h("alice")).status_code
+        == 403
+    )
     assert env.delete(f"/models/{model_id}").status_code == 403
-    assert env.client.patch(f"/api/v1/models/{model_id}", json={"shared": False}, headers=env.h("bob")).status_code \
-        == 200
+    assert (
+        env.client.patch(f"/api/v1/models/{model_id}", json={"shared": False}, headers=env.h("bob")).status_code == 200
+    )
 
 
 def test_sharing_a_dataset_opens_its_files_and_nothing_else(env):
@@ -186,8 +234,10 @@ def test_sharing_a_dataset_opens_its_files_and_nothing_else(env):
     cfg = valid_config(data={"train_file": path, "max_length": 64})
     _refused(env, env.post("/jobs", json={"name": "x", "config": cfg}), "data.train_file")
     assert env.get(f"/datasets/{dataset_id}").status_code == 404
-    assert env.client.patch(f"/api/v1/datasets/{dataset_id}", json={"shared": True},
-                            headers=env.h("alice")).status_code == 404
+    assert (
+        env.client.patch(f"/api/v1/datasets/{dataset_id}", json={"shared": True}, headers=env.h("alice")).status_code
+        == 404
+    )
     r = env.client.patch(f"/api/v1/datasets/{dataset_id}", json={"shared": True}, headers=env.h("bob"))
     assert r.status_code == 200 and r.json()["shared"] is True, r.text
     listing = env.get("/datasets", params={"q": "to-share"}).json()
@@ -199,13 +249,25 @@ def test_sharing_a_dataset_opens_its_files_and_nothing_else(env):
     env.post(f"/jobs/{r.json()['id']}/cancel")
     # Read and use; never change.
     assert env.delete(f"/datasets/{dataset_id}").status_code == 403
-    assert env.post(f"/datasets/{dataset_id}/versions/{version}/operations",
-                    json={"operation": "dedup", "params": {}}).status_code == 403
-    assert env.client.patch(f"/api/v1/datasets/{dataset_id}", json={"shared": False},
-                            headers=env.h("alice")).status_code == 403
+    assert (
+        env.post(
+            f"/datasets/{dataset_id}/versions/{version}/operations", json={"operation": "dedup", "params": {}}
+        ).status_code
+        == 403
+    )
+    assert (
+        env.client.patch(f"/api/v1/datasets/{dataset_id}", json={"shared": False}, headers=env.h("alice")).status_code
+        == 403
+    )
     # Bob's other, unshared dataset files stay closed.
-    _refused(env, env.post("/jobs", json={"name": "x", "config": valid_config(
-        data={"train_file": _bob_dataset_file(env, "still-private")[1]})}), "data.train_file")
+    _refused(
+        env,
+        env.post(
+            "/jobs",
+            json={"name": "x", "config": valid_config(data={"train_file": _bob_dataset_file(env, "still-private")[1]})},
+        ),
+        "data.train_file",
+    )
 
 
 def test_own_areas_and_admin_are_accepted(env):
@@ -222,8 +284,13 @@ def test_own_areas_and_admin_are_accepted(env):
         ("alice", valid_config(data={"train_file": "users/alice/train.jsonl"})),
         ("alice", valid_config(data={"train_file": "shared/common.jsonl"})),
         ("alice", valid_config(data={"train_file": str(env.data_dir / "demo" / "data" / "sft.jsonl")})),
-        ("root", valid_config(model={"path": f"runs/job-{env.bob_run}/final"},
-                              data={"train_file": f"runs/job-{env.bob_run}/secret.jsonl"})),
+        (
+            "root",
+            valid_config(
+                model={"path": f"runs/job-{env.bob_run}/final"},
+                data={"train_file": f"runs/job-{env.bob_run}/secret.jsonl"},
+            ),
+        ),
     ]
     for user, cfg in accepted:
         r = env.post("/jobs", user=user, json={"name": "ok", "config": cfg})
@@ -232,8 +299,11 @@ def test_own_areas_and_admin_are_accepted(env):
     # Another user's own area is not alice's.
     (env.data_dir / "users" / "bob").mkdir(exist_ok=True)
     (env.data_dir / "users" / "bob" / "b.jsonl").write_text(json.dumps(SFT_ROW) + "\n")
-    _refused(env, env.post("/jobs", json={"name": "x", "config": valid_config(
-        data={"train_file": "users/bob/b.jsonl"})}), "data.train_file")
+    _refused(
+        env,
+        env.post("/jobs", json={"name": "x", "config": valid_config(data={"train_file": "users/bob/b.jsonl"})}),
+        "data.train_file",
+    )
 
 
 def test_the_same_answer_whether_or_not_the_file_exists(env):
@@ -277,8 +347,13 @@ def test_a_training_path_swapped_after_submission_is_refused_by_the_worker(env):
     planted = env.data_dir / "users" / "alice" / "swap-train.jsonl"
     planted.write_text(json.dumps(SFT_ROW) + "\n")
     _no_queued("train")
-    r = env.post("/jobs", json={"name": "swap", "config": valid_config(
-        data={"train_file": "users/alice/swap-train.jsonl", "max_length": 64})})
+    r = env.post(
+        "/jobs",
+        json={
+            "name": "swap",
+            "config": valid_config(data={"train_file": "users/alice/swap-train.jsonl", "max_length": 64}),
+        },
+    )
     assert r.status_code == 201, r.text
     job_id = r.json()["id"]
     _swap_for_symlink(planted, env.data_dir / "runs" / f"job-{env.bob_run}" / "secret.jsonl")
@@ -310,8 +385,13 @@ def test_a_benchmark_file_swapped_after_submission_is_refused_by_the_eval_worker
     planted = env.data_dir / "users" / "alice" / "swap-bench.jsonl"
     planted.write_text(json.dumps(CUSTOM_ROW) + "\n")
     _no_queued("eval")
-    r = env.post("/evaluations", json={"model": "demo/model", "benchmarks": [
-        {"name": "custom", "data": "users/alice/swap-bench.jsonl", "scorer": "exact"}]})
+    r = env.post(
+        "/evaluations",
+        json={
+            "model": "demo/model",
+            "benchmarks": [{"name": "custom", "data": "users/alice/swap-bench.jsonl", "scorer": "exact"}],
+        },
+    )
     assert r.status_code == 201, r.text
     _swap_for_symlink(planted, env.data_dir / "evals" / f"job-{env.bob_eval}" / "samples" / "gsm8k.jsonl")
     assert run_next_job("eval", worker="escape-test:1", supervisor_class=EvalJobSupervisor) == r.json()["id"]
@@ -328,13 +408,18 @@ def test_an_eval_set_swapped_after_submission_is_refused_by_the_data_worker(env)
 
     planted = env.data_dir / "users" / "alice" / "swap-evalset.jsonl"
     planted.write_text(json.dumps(SFT_ROW) + "\n")
-    r = env.post("/datasets", files={"file": ("a.jsonl", json.dumps(SFT_ROW).encode() + b"\n",
-                                              "application/octet-stream")}, data={"name": "decon-src"})
+    r = env.post(
+        "/datasets",
+        files={"file": ("a.jsonl", json.dumps(SFT_ROW).encode() + b"\n", "application/octet-stream")},
+        data={"name": "decon-src"},
+    )
     body = ingested(env, r)
     dataset, version = body["dataset"]["id"], body["version"]["id"]
     _no_queued("data")
-    r = env.post(f"/datasets/{dataset}/versions/{version}/operations",
-                 json={"operation": "decontaminate", "params": {"eval_sets": ["users/alice/swap-evalset.jsonl"]}})
+    r = env.post(
+        f"/datasets/{dataset}/versions/{version}/operations",
+        json={"operation": "decontaminate", "params": {"eval_sets": ["users/alice/swap-evalset.jsonl"]}},
+    )
     assert r.status_code == 202, r.text
     _swap_for_symlink(planted, Path("/etc/hostname"))
     assert run_next_job("data", worker="escape-test:1", supervisor_class=DataJobSupervisor) == r.json()["id"]

@@ -56,8 +56,9 @@ def _uid() -> str:
 def _job(api: Api, *, final: bool) -> int:
     demo = api.data_dir / "demo" / "model"
     with session_scope() as s:
-        job_id = crud.create_job(s, owner=s.get(User, api.user_ids["alice"]), name=f"play-{_uid()}",
-                                 config={"algorithm": {"name": "sft"}}).id
+        job_id = crud.create_job(
+            s, owner=s.get(User, api.user_ids["alice"]), name=f"play-{_uid()}", config={"algorithm": {"name": "sft"}}
+        ).id
     run_dir = api.data_dir / "runs" / f"job-{job_id}-play-{_uid()}"
     (run_dir / "checkpoints").mkdir(parents=True)
     if final:
@@ -66,10 +67,25 @@ def _job(api: Api, *, final: bool) -> int:
     set_status(job_id, "succeeded" if final else "running", run_dir=str(run_dir))
     if final:
         with session_scope() as s:
-            s.add(Checkpoint(job_id=job_id, step=10, path=str(run_dir / "checkpoints" / "step_000010"),
-                             sha256="0" * 64, size_bytes=1))
-            s.add(Checkpoint(job_id=job_id, step=5, path=str(run_dir / "checkpoints" / "step_000005"),
-                             sha256="0" * 64, size_bytes=1, removed=True))
+            s.add(
+                Checkpoint(
+                    job_id=job_id,
+                    step=10,
+                    path=str(run_dir / "checkpoints" / "step_000010"),
+                    sha256="0" * 64,
+                    size_bytes=1,
+                )
+            )
+            s.add(
+                Checkpoint(
+                    job_id=job_id,
+                    step=5,
+                    path=str(run_dir / "checkpoints" / "step_000005"),
+                    sha256="0" * 64,
+                    size_bytes=1,
+                    removed=True,
+                )
+            )
     return job_id
 
 
@@ -94,14 +110,24 @@ def served(data_dir, tmp_path_factory) -> Iterator[Served]:
     except (redis.RedisError, OSError) as exc:
         pytest.skip(f"the local Redis at {REDIS_URL} is unreachable: {exc}")
     client.flushdb()
-    settings = {"REDIS_URL": REDIS_URL, "TP_INFERENCE_PICKUP_TIMEOUT": str(PICKUP_S), "TP_INFERENCE_TIMEOUT": "60",
-                "TP_INFERENCE_CACHE": "2"}
+    settings = {
+        "REDIS_URL": REDIS_URL,
+        "TP_INFERENCE_PICKUP_TIMEOUT": str(PICKUP_S),
+        "TP_INFERENCE_TIMEOUT": "60",
+        "TP_INFERENCE_CACHE": "2",
+    }
     with database("sqlite", tmp_path_factory.mktemp("db_play")) as url, running_api(data_dir, url, **settings) as api:
         log_file = tmp_path_factory.mktemp("inference") / "worker.log"
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
         with log_file.open("wb") as log:
-            worker = subprocess.Popen(inference_worker_argv(name=f"inference-test-{_uid()}@%h"), env=env,
-                                      stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+            worker = subprocess.Popen(
+                inference_worker_argv(name=f"inference-test-{_uid()}@%h"),
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+                start_new_session=True,
+            )
         srv = Served(api=api, worker=worker, log_file=log_file)
         try:
             deadline = time.monotonic() + 90
@@ -135,8 +161,15 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _generate(srv: Served, user: str = "alice", **body):
-    body = {"model": {"job_id": srv.job, "checkpoint": "final"}, "messages": HELLO, "max_new_tokens": 16,
-            "temperature": 0.9, "top_p": 0.95, "seed": 7, **body}
+    body = {
+        "model": {"job_id": srv.job, "checkpoint": "final"},
+        "messages": HELLO,
+        "max_new_tokens": 16,
+        "temperature": 0.9,
+        "top_p": 0.95,
+        "seed": 7,
+        **body,
+    }
     return srv.api.post("/playground/generate", user=user, json=body)
 
 
@@ -148,9 +181,9 @@ def _sse(srv: Served, path: str, body: dict, user: str = "alice") -> list[tuple[
         assert r.headers["content-type"].startswith("text/event-stream")
         for line in r.iter_lines():
             if line.startswith("event: "):
-                name = line[len("event: "):]
+                name = line[len("event: ") :]
             elif line.startswith("data: "):
-                events.append((name, line[len("data: "):]))
+                events.append((name, line[len("data: ") :]))
                 name = None
     return events
 
@@ -177,9 +210,19 @@ def test_generate_reply_and_seed(served: Served):
 
 def test_generate_stream(served: Served):
     plain = _generate(served, seed=11).json()
-    events = _sse(served, "/playground/generate", {"model": {"job_id": served.job}, "messages": HELLO,
-                                                   "max_new_tokens": 16, "temperature": 0.9, "top_p": 0.95,
-                                                   "seed": 11, "stream": True})
+    events = _sse(
+        served,
+        "/playground/generate",
+        {
+            "model": {"job_id": served.job},
+            "messages": HELLO,
+            "max_new_tokens": 16,
+            "temperature": 0.9,
+            "top_p": 0.95,
+            "seed": 11,
+            "stream": True,
+        },
+    )
     tokens = [json.loads(data)["token"] for name, data in events if name is None]
     assert len(tokens) >= 2, events  # piece by piece, not one blob
     name, last = events[-1]
@@ -203,33 +246,38 @@ def test_invisible_or_missing_is_404(served: Served):
     assert _generate(served, user="bob").status_code == 404  # alice's job
     assert _generate(served, user="root").status_code == 200  # an admin may
     assert _generate(served, user="bob", model={"model_id": served.model_id}).status_code == 404  # not shared
-    for model, words in [({"job_id": served.job, "checkpoint": "step_000099"}, "no checkpoint at step 99"),
-                         ({"job_id": served.job, "checkpoint": "step_000005"}, "rotated away"),
-                         ({"job_id": served.bare_job}, "no final model"),
-                         ({"job_id": 2_000_000_000}, "job 2000000000 not found"),
-                         ({"model_id": 2_000_000_000}, "not found")]:
+    for model, words in [
+        ({"job_id": served.job, "checkpoint": "step_000099"}, "no checkpoint at step 99"),
+        ({"job_id": served.job, "checkpoint": "step_000005"}, "rotated away"),
+        ({"job_id": served.bare_job}, "no final model"),
+        ({"job_id": 2_000_000_000}, "job 2000000000 not found"),
+        ({"model_id": 2_000_000_000}, "not found"),
+    ]:
         r = _generate(served, model=model)
         assert r.status_code == 404 and words in r.json()["detail"], (model, r.text)
 
 
-@pytest.mark.parametrize("change, loc", [
-    ({"temperature": 2.5}, "temperature"),
-    ({"temperature": -0.1}, "temperature"),
-    ({"top_p": 0}, "top_p"),
-    ({"top_p": 1.5}, "top_p"),
-    ({"max_new_tokens": 5000}, "max_new_tokens"),
-    ({"max_new_tokens": 0}, "max_new_tokens"),
-    ({"seed": -1}, "seed"),
-    ({"seed": 2**40}, "seed"),
-    ({"messages": []}, "messages"),
-    ({"messages": [{"role": "user", "content": "x" * 30_000}] * 3}, "messages"),
-    ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
-    ({"model": {}}, "model"),
-    ({"model": {"job_id": 1, "model_id": 1}}, "model"),
-    ({"model": {"job_id": 1, "checkpoint": "latest"}}, "model.checkpoint"),
-    ({"stream": "yes"}, "stream"),
-    ({"top_k": 5}, "top_k"),
-])
+@pytest.mark.parametrize(
+    "change, loc",
+    [
+        ({"temperature": 2.5}, "temperature"),
+        ({"temperature": -0.1}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"max_new_tokens": 5000}, "max_new_tokens"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"seed": -1}, "seed"),
+        ({"seed": 2**40}, "seed"),
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "user", "content": "x" * 30_000}] * 3}, "messages"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
+        ({"model": {}}, "model"),
+        ({"model": {"job_id": 1, "model_id": 1}}, "model"),
+        ({"model": {"job_id": 1, "checkpoint": "latest"}}, "model.checkpoint"),
+        ({"stream": "yes"}, "stream"),
+        ({"top_k": 5}, "top_k"),
+    ],
+)
 def test_bad_values_are_422_with_the_field(served: Served, change, loc):
     r = _generate(served, **change)
     assert r.status_code == 422, r.text
@@ -248,8 +296,13 @@ def test_prompt_longer_than_the_context_is_422(served: Served):
 
 def test_openai_chat_completion(served: Served):
     name = f"job-{served.job}/final"
-    body = {"model": name, "messages": [{"role": "system", "content": "Be brief."}, *HELLO], "max_tokens": 12,
-            "temperature": 0.8, "seed": 3}
+    body = {
+        "model": name,
+        "messages": [{"role": "system", "content": "Be brief."}, *HELLO],
+        "max_tokens": 12,
+        "temperature": 0.8,
+        "seed": 3,
+    }
     r = served.api.post("/openai/v1/chat/completions", json=body)
     assert r.status_code == 200, r.text
     out = r.json()
@@ -263,8 +316,9 @@ def test_openai_chat_completion(served: Served):
     text = choice["message"]["content"]
 
     # the same request streamed: role chunk, content chunks, finish chunk, usage chunk, [DONE]
-    events = _sse(served, "/openai/v1/chat/completions",
-                  {**body, "stream": True, "stream_options": {"include_usage": True}})
+    events = _sse(
+        served, "/openai/v1/chat/completions", {**body, "stream": True, "stream_options": {"include_usage": True}}
+    )
     assert events[-1] == (None, "[DONE]")
     chunks = [json.loads(data) for _, data in events[:-1]]
     assert all(c["object"] == "chat.completion.chunk" and c["model"] == name for c in chunks)
@@ -288,9 +342,14 @@ def test_openai_chat_completion(served: Served):
         assert served.api.post("/openai/v1/chat/completions", json={**body, "model": model}).status_code == 200
     assert served.api.post("/openai/v1/chat/completions", user="bob", json=body).status_code == 404
     assert served.api.post("/openai/v1/chat/completions", json={**body, "model": "nope"}).status_code == 404
-    for change, loc in [({"temperature": 3}, "temperature"), ({"n": 17}, "n"), ({"max_tokens": 4096}, "max_tokens"),
-                        ({"presence_penalty": 1}, "presence_penalty"), ({"tools": []}, "tools"),
-                        ({"stop": ["a"] * 5}, "stop")]:
+    for change, loc in [
+        ({"temperature": 3}, "temperature"),
+        ({"n": 17}, "n"),
+        ({"max_tokens": 4096}, "max_tokens"),
+        ({"presence_penalty": 1}, "presence_penalty"),
+        ({"tools": []}, "tools"),
+        ({"stop": ["a"] * 5}, "stop"),
+    ]:
         r = served.api.post("/openai/v1/chat/completions", json={**body, **change})
         assert r.status_code == 422 and loc in [e["loc"] for e in r.json()["detail"]], (change, r.text)
 
@@ -310,8 +369,9 @@ def test_openai_models_list(served: Served):
 
 def test_openai_client_library(served: Served):
     openai = pytest.importorskip("openai")  # not a dependency: used when installed
-    client = openai.OpenAI(base_url="http://testserver/api/v1/openai/v1", api_key=served.api.tokens["alice"],
-                           http_client=served.api.client)
+    client = openai.OpenAI(
+        base_url="http://testserver/api/v1/openai/v1", api_key=served.api.tokens["alice"], http_client=served.api.client
+    )
     out = client.chat.completions.create(model=f"job-{served.job}/final", messages=HELLO, max_tokens=8, seed=1)
     assert out.choices[0].message.content and out.usage.completion_tokens > 0
 
@@ -324,8 +384,9 @@ def test_evaluation_backend_on_the_platform_endpoint(served: Served, monkeypatch
 
     monkeypatch.setenv("TP_SELF_KEY", served.api.tokens["alice"])
     endpoint = make_endpoint("self", {"base_url": "http://testserver/api/v1/openai/v1", "api_key_env": "TP_SELF_KEY"})
-    backend = OpenAIBackend(endpoint, f"job-{served.job}/final", max_concurrency=2, max_retries=0,
-                            transport=served.api.client._transport)
+    backend = OpenAIBackend(
+        endpoint, f"job-{served.job}/final", max_concurrency=2, max_retries=0, transport=served.api.client._transport
+    )
     try:
         params = SamplingParams(max_new_tokens=8, temperature=0.8, n=3, seed=4)
         out = backend.generate([GenerationRequest(messages=HELLO)] * 2, params)
@@ -357,8 +418,9 @@ def test_generation_timeout_504(served: Served, monkeypatch):
         r = _generate(served, **body)
         assert r.status_code == 504 and "TP_INFERENCE_TIMEOUT=0.3s" in r.json()["detail"], r.text
         assert time.monotonic() - t0 < 2.5
-        events = _sse(served, "/playground/generate", {"model": {"job_id": served.job}, "messages": HELLO,
-                                                       "stream": True, **body})
+        events = _sse(
+            served, "/playground/generate", {"model": {"job_id": served.job}, "messages": HELLO, "stream": True, **body}
+        )
         name, data = events[-1]
         assert name == "error" and json.loads(data)["status"] == 504, events[-3:]
     finally:

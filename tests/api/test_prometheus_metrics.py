@@ -12,9 +12,20 @@ from training_platform.db.session import session_scope
 
 pytestmark = pytest.mark.integration
 
-FAMILIES = {"tp_http_requests", "tp_http_request_duration_seconds", "tp_jobs", "tp_queue_depth", "tp_workers",
-            "tp_jobs_finished", "tp_job_duration_seconds", "tp_database_up", "tp_broker_up",
-            "tp_broker_queue_messages", "tp_metric_points", "tp_ray_nodes"}
+FAMILIES = {
+    "tp_http_requests",
+    "tp_http_request_duration_seconds",
+    "tp_jobs",
+    "tp_queue_depth",
+    "tp_workers",
+    "tp_jobs_finished",
+    "tp_job_duration_seconds",
+    "tp_database_up",
+    "tp_broker_up",
+    "tp_broker_queue_messages",
+    "tp_metric_points",
+    "tp_ray_nodes",
+}
 
 # Distinctive strings that must never show up in /metrics.
 USER_NAME = "zqx-metrics-owner"
@@ -49,16 +60,26 @@ def test_metrics_parse_have_every_family_and_no_names(api):
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
     assert samples[("tp_jobs", (("status", "queued"),))] >= 1
     assert samples[("tp_queue_depth", (("queue", "train"),))] >= 1
-    assert {q for (n, labels), _ in samples.items() if n == "tp_queue_depth" for _, q in labels} \
-        == {"train", "data", "eval", "maintenance", "inference"}
+    assert {q for (n, labels), _ in samples.items() if n == "tp_queue_depth" for _, q in labels} == {
+        "train",
+        "data",
+        "eval",
+        "maintenance",
+        "inference",
+    }
     finished = [(dict(labels), v) for (n, labels), v in samples.items() if n == "tp_jobs_finished_total"]
-    assert any(lab == {"kind": "train", "algorithm": "sft", "outcome": "succeeded"} and v >= 1
-               for lab, v in finished), finished
-    assert samples[("tp_job_duration_seconds_count",
-                    (("algorithm", "sft"), ("kind", "train"), ("outcome", "succeeded")))] >= 1
+    assert any(
+        lab == {"kind": "train", "algorithm": "sft", "outcome": "succeeded"} and v >= 1 for lab, v in finished
+    ), finished
+    assert (
+        samples[("tp_job_duration_seconds_count", (("algorithm", "sft"), ("kind", "train"), ("outcome", "succeeded")))]
+        >= 1
+    )
     # Request metrics are per route template, never per raw path (ids would be unbounded, names could leak).
-    assert samples[("tp_http_requests_total",
-                    (("method", "GET"), ("route", "/api/v1/jobs/{job_id}"), ("status", "200")))] >= 1
+    assert (
+        samples[("tp_http_requests_total", (("method", "GET"), ("route", "/api/v1/jobs/{job_id}"), ("status", "200")))]
+        >= 1
+    )
     assert f"/api/v1/jobs/{job_id}" not in text
     assert samples[("tp_ray_nodes", ())] == 0
     assert samples[("tp_database_up", ())] == 1 and samples[("tp_broker_up", ())] == 1

@@ -14,30 +14,41 @@ from training_platform.training.rundir import RunDir
 
 pytestmark = pytest.mark.integration
 
-RL = {"data": {"train_file": "demo/data/rl.jsonl", "max_length": 64},
-      "algorithm": {"name": "grpo", "num_generations": 2}, "rewards": [{"name": "math_answer"}]}
+RL = {
+    "data": {"train_file": "demo/data/rl.jsonl", "max_length": 64},
+    "algorithm": {"name": "grpo", "num_generations": 2},
+    "rewards": [{"name": "math_answer"}],
+}
 
 
 def make_job(api, *, owner: str = "alice", rl: bool = True, rows_per_step: int = 0, steps: int = 0) -> int:
     with session_scope() as s:
         user = s.get(User, api.user_ids[owner])
-        job_id = crud.create_job(s, owner=user, name=f"rollouts-{owner}",
-                                 config=valid_config(**(RL if rl else {}))).id
+        job_id = crud.create_job(s, owner=user, name=f"rollouts-{owner}", config=valid_config(**(RL if rl else {}))).id
     run_dir = make_run_dir(api.data_dir, job_id, ["step 1"])
     set_status(job_id, "running", run_dir=str(run_dir), worker="w1")
     if rows_per_step:
         writer = RolloutWriter(RunDir(run_dir), samples_per_step=rows_per_step, max_mb=1)
         for step in range(1, steps + 1):
-            writer.write_step(step * 5, [rollout_row(step * 5, f"{i}+{step}=", f"answer {step}.{i}",
-                                                     {"math_answer": float(i % 2)}, i / 10, i - 1.5)
-                                         for i in range(rows_per_step)])
+            writer.write_step(
+                step * 5,
+                [
+                    rollout_row(
+                        step * 5, f"{i}+{step}=", f"answer {step}.{i}", {"math_answer": float(i % 2)}, i / 10, i - 1.5
+                    )
+                    for i in range(rows_per_step)
+                ],
+            )
     return job_id
 
 
 @pytest.fixture(scope="module")
 def jobs(sqlite_api):
-    return {"rl": make_job(sqlite_api, rows_per_step=4, steps=3), "sft": make_job(sqlite_api, rl=False),
-            "queued_rl": make_job(sqlite_api)}
+    return {
+        "rl": make_job(sqlite_api, rows_per_step=4, steps=3),
+        "sft": make_job(sqlite_api, rl=False),
+        "queued_rl": make_job(sqlite_api),
+    }
 
 
 def page(api, job_id: int, query: str = "", user: str = "alice", status: int = 200) -> dict:
@@ -52,8 +63,14 @@ def test_all_rollouts_in_step_order_with_the_steps_available(sqlite_api, jobs):
     assert body["steps"] == [5, 10, 15]
     assert [r["step"] for r in body["items"]] == [5] * 4 + [10] * 4 + [15] * 4
     first = body["items"][0]
-    assert first == {"step": 5, "prompt": "0+1=", "completion": "answer 1.0", "rewards": {"math_answer": 0.0},
-                     "reward": 0.0, "advantage": -1.5}
+    assert first == {
+        "step": 5,
+        "prompt": "0+1=",
+        "completion": "answer 1.0",
+        "rewards": {"math_answer": 0.0},
+        "reward": 0.0,
+        "advantage": -1.5,
+    }
 
 
 def test_filters_and_pagination(sqlite_api, jobs):
@@ -73,9 +90,15 @@ def test_filters_and_pagination(sqlite_api, jobs):
 
 
 def test_bad_queries_name_the_parameter(sqlite_api, jobs):
-    for query, loc in (("?limit=0", "query.limit"), ("?limit=501", "query.limit"), ("?offset=-1", "query.offset"),
-                       ("?step=-1", "query.step"), ("?min_reward=nan", "query.min_reward"),
-                       ("?max_reward=inf", "query.max_reward"), ("?min_reward=2&max_reward=1", "query.min_reward")):
+    for query, loc in (
+        ("?limit=0", "query.limit"),
+        ("?limit=501", "query.limit"),
+        ("?offset=-1", "query.offset"),
+        ("?step=-1", "query.step"),
+        ("?min_reward=nan", "query.min_reward"),
+        ("?max_reward=inf", "query.max_reward"),
+        ("?min_reward=2&max_reward=1", "query.min_reward"),
+    ):
         body = page(sqlite_api, jobs["rl"], query, status=422)
         assert any(d["loc"] == loc for d in body["detail"]), (query, body)
 

@@ -41,8 +41,10 @@ CHECKS = [not_a_server_error, status_code_conformance, response_schema_conforman
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def fuzz_api(request, data_dir, redis_client, tmp_path_factory) -> Iterator[Api]:
-    with database(request.param, tmp_path_factory.mktemp(f"fuzz_{request.param}")) as url, \
-            running_api(data_dir, url) as api:
+    with (
+        database(request.param, tmp_path_factory.mktemp(f"fuzz_{request.param}")) as url,
+        running_api(data_dir, url) as api,
+    ):
         _seed_objects(api)
         yield api
 
@@ -52,16 +54,22 @@ def _seed_objects(api: Api) -> None:
     404s: a training job and an evaluation (queued: no worker runs), a model, a dataset, a schedule."""
     gsm8k = {"name": "gsm8k", "data": "demo/data/gsm8k_eval.jsonl", "limit": 2}
     for path, body in [
-        ("/jobs", {"name": "fuzz-seed", "config": {
-            "model": {"path": "demo/model"},
-            "data": {"train_file": "demo/data/sft.jsonl", "max_length": 64},
-            "algorithm": {"name": "sft"},
-            "training": {"max_steps": 5, "per_device_batch_size": 4}}}),
+        (
+            "/jobs",
+            {
+                "name": "fuzz-seed",
+                "config": {
+                    "model": {"path": "demo/model"},
+                    "data": {"train_file": "demo/data/sft.jsonl", "max_length": 64},
+                    "algorithm": {"name": "sft"},
+                    "training": {"max_steps": 5, "per_device_batch_size": 4},
+                },
+            },
+        ),
         ("/evaluations", {"model": "demo/model", "benchmarks": [gsm8k]}),
         ("/models", {"name": "fuzz-model", "path": "demo/model"}),
         ("/datasets/register", {"name": "fuzz-set", "path": "demo/data/sft.jsonl"}),
-        ("/schedules", {"name": "fuzz-schedule", "trigger": "on_new_checkpoint", "job_id": 1,
-                        "benchmarks": [gsm8k]}),
+        ("/schedules", {"name": "fuzz-schedule", "trigger": "on_new_checkpoint", "job_id": 1, "benchmarks": [gsm8k]}),
     ]:
         r = api.post(path, json=body)
         if path == "/datasets/register":  # 202 + an ingest data job: run it here, so version 1 exists
@@ -78,8 +86,9 @@ def _describe(case, exc: BaseException) -> tuple[str, str]:
         kinds = [f"unhandled {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"]
     body = case.body if not isinstance(case.body, bytes | bytearray) else f"<{len(case.body)} bytes>"
     lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-    details = (f"path={case.path_parameters} query={case.query} body={str(body)[:300]}\n      "
-               + "\n      ".join(lines[:14]))
+    details = f"path={case.path_parameters} query={case.query} body={str(body)[:300]}\n      " + "\n      ".join(
+        lines[:14]
+    )
     return f"{case.operation.label}: {'; '.join(kinds)}", details
 
 
@@ -106,9 +115,15 @@ def run_fuzz(api: Api, examples: int) -> dict[str, list[str]]:
 
             @given(case=operation.as_strategy(generation_mode=mode))
             @seed(int(SEED or 0))
-            @settings(max_examples=examples, derandomize=SEED is None, database=None, deadline=None,
-                      phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
-                      print_blob=False)
+            @settings(
+                max_examples=examples,
+                derandomize=SEED is None,
+                database=None,
+                deadline=None,
+                phases=[Phase.explicit, Phase.generate],
+                suppress_health_check=list(HealthCheck),
+                print_blob=False,
+            )
             def one(case):
                 counter[0] += 1
                 case.headers = {**(case.headers or {}), **users[counter[0] % 2]}
@@ -134,5 +149,6 @@ def test_openapi_fuzz(fuzz_api: Api):
     if os.environ.get("TP_FUZZ_TIMING"):
         print("\n".join(f"{t:6.2f}s {k}" for k, t in sorted(TIMINGS.items(), key=lambda kv: -kv[1])[:25]))
     report = [f"{len(found)}x {key}\n      {found[0]}" for key, found in sorted(problems.items())]
-    assert not problems, (f"{sum(map(len, problems.values()))} failing requests, {len(problems)} kinds:\n"
-                          + "\n".join(report))
+    assert not problems, f"{sum(map(len, problems.values()))} failing requests, {len(problems)} kinds:\n" + "\n".join(
+        report
+    )

@@ -57,8 +57,7 @@ def test_grid_2x2_and_2_seeds_creates_8_grouped_jobs(api):
     assert sweep["jobs_total"] == 8 and sweep["status_counts"] == {"queued": 8}
     assert sweep["warning"] is None and sweep["config"]["training"]["max_steps"] == 5
 
-    expected = [(lr, bs, seed) for (lr, bs), seed in itertools.product(itertools.product([1e-4, 3e-4], [2, 4]),
-                                                                       [0, 1])]
+    expected = [(lr, bs, seed) for (lr, bs), seed in itertools.product(itertools.product([1e-4, 3e-4], [2, 4]), [0, 1])]
     names = [j["name"] for j in sweep["jobs"]]
     assert names[:2] == ["grid lr=0.0001 bs=2 seed=0", "grid lr=0.0001 bs=2 seed=1"]
     got = []
@@ -73,8 +72,12 @@ def test_grid_2x2_and_2_seeds_creates_8_grouped_jobs(api):
         assert job["config"]["model"] == base["model"] and job["config"]["data"] == base["data"]
         assert t["max_steps"] == 5
     assert got == expected
-    assert [p["label"] for p in sweep["points"]] == ["lr=0.0001 bs=2", "lr=0.0001 bs=4", "lr=0.0003 bs=2",
-                                                     "lr=0.0003 bs=4"]
+    assert [p["label"] for p in sweep["points"]] == [
+        "lr=0.0001 bs=2",
+        "lr=0.0001 bs=4",
+        "lr=0.0003 bs=2",
+        "lr=0.0003 bs=4",
+    ]
     assert all(len(p["job_ids"]) == 2 and p["metrics"] == {} for p in sweep["points"])
     # the jobs listing knows the group too
     listed = api.get("/jobs", params={"q": "grid lr=", "limit": 200}).json()["items"]
@@ -94,8 +97,16 @@ def test_a_bad_grid_value_anywhere_is_a_422_naming_it_and_nothing_is_created(api
     assert set(found) == {f"grid.{LR}[1]", f"grid.{BS}[2]"}, found
     assert "<= 1" in found[f"grid.{LR}[1]"] and ">= 1" in found[f"grid.{BS}[2]"]
     # a typo in a key, a path outside the allowed areas, an unknown algorithm: each named
-    found = problems(create(api, grid={"training.lerning_rate": [1e-4], "model.path": ["demo/model", "/etc"],
-                                       "algorithm.name": ["sft", "nope"]}))
+    found = problems(
+        create(
+            api,
+            grid={
+                "training.lerning_rate": [1e-4],
+                "model.path": ["demo/model", "/etc"],
+                "algorithm.name": ["sft", "nope"],
+            },
+        )
+    )
     assert found["grid.training.lerning_rate[0]"].startswith("unknown field (did you mean 'learning_rate'"), found
     assert set(found) == {"grid.training.lerning_rate[0]", "grid.model.path[1]", "grid.algorithm.name[1]"}, found
     # the base config: named as POST /jobs names it
@@ -105,24 +116,27 @@ def test_a_bad_grid_value_anywhere_is_a_422_naming_it_and_nothing_is_created(api
     assert counts() == before
 
 
-@pytest.mark.parametrize(("body", "loc", "reason"), [
-    ({"grid": {"training.seed": [1, 2]}}, "grid.training.seed", "set by `seeds`"),
-    ({"grid": {LR: [1e-4, 1e-4]}}, f"grid.{LR}[1]", "duplicate of value [0]"),
-    ({"grid": {"training.max_grad_norm": [1, 2, 1.0]}}, "grid.training.max_grad_norm[2]", "duplicate of value [0]"),
-    ({"seeds": [1, 2, 1]}, "seeds[2]", "duplicate of seeds[0]"),
-    ({"grid": {"training": [{"max_steps": 3}], LR: [1e-4]}}, f"grid.{LR}", "overlaps the grid key 'training'"),
-    ({"grid": {"training..x": [1]}}, "grid.training..x", "dotted config path"),
-    ({"grid": {LR: [1e-4] * 16, BS: [1, 2, 3, 4, 5]}}, "grid", "at most 64 per sweep"),
-    ({"grid": {LR: list(range(17))}}, f"grid.{LR}", "at most 16"),
-    ({"grid": {f"training.k{i}": [1] for i in range(9)}}, "grid", "at most 8"),
-    ({"seeds": list(range(11))}, "seeds", "at most 10"),
-    ({"seeds": [-1]}, "seeds[0]", ">= 0"),
-    ({"seeds": []}, "seeds", "at least 1"),
-    ({"grid": {LR: []}}, f"grid.{LR}", "at least 1"),
-    ({"name": "x" * 121}, "name", "at most 120"),
-    ({"grid": {LR: ["x" * 5000]}}, f"grid.{LR}[0]", "at most 4096 bytes"),
-    ({"config": {**valid_config(), "pad": "x" * 70_000}}, "config", "at most 64 KiB"),
-])
+@pytest.mark.parametrize(
+    ("body", "loc", "reason"),
+    [
+        ({"grid": {"training.seed": [1, 2]}}, "grid.training.seed", "set by `seeds`"),
+        ({"grid": {LR: [1e-4, 1e-4]}}, f"grid.{LR}[1]", "duplicate of value [0]"),
+        ({"grid": {"training.max_grad_norm": [1, 2, 1.0]}}, "grid.training.max_grad_norm[2]", "duplicate of value [0]"),
+        ({"seeds": [1, 2, 1]}, "seeds[2]", "duplicate of seeds[0]"),
+        ({"grid": {"training": [{"max_steps": 3}], LR: [1e-4]}}, f"grid.{LR}", "overlaps the grid key 'training'"),
+        ({"grid": {"training..x": [1]}}, "grid.training..x", "dotted config path"),
+        ({"grid": {LR: [1e-4] * 16, BS: [1, 2, 3, 4, 5]}}, "grid", "at most 64 per sweep"),
+        ({"grid": {LR: list(range(17))}}, f"grid.{LR}", "at most 16"),
+        ({"grid": {f"training.k{i}": [1] for i in range(9)}}, "grid", "at most 8"),
+        ({"seeds": list(range(11))}, "seeds", "at most 10"),
+        ({"seeds": [-1]}, "seeds[0]", ">= 0"),
+        ({"seeds": []}, "seeds", "at least 1"),
+        ({"grid": {LR: []}}, f"grid.{LR}", "at least 1"),
+        ({"name": "x" * 121}, "name", "at most 120"),
+        ({"grid": {LR: ["x" * 5000]}}, f"grid.{LR}[0]", "at most 4096 bytes"),
+        ({"config": {**valid_config(), "pad": "x" * 70_000}}, "config", "at most 64 KiB"),
+    ],
+)
 def test_bounds_and_shape_are_422s(api, body, loc, reason):
     before = counts()
     found = problems(create(api, **body))
@@ -182,13 +196,19 @@ def test_summary_mean_and_std_across_seeds_from_metric_rows(api):
     assert by_id[jobs[(1e-4, 2)]]["metrics"]["grad_norm"] is None  # not finite: null, never a 500
 
     a, b = detail["points"]
-    assert a["label"] == "lr=0.0001" and a["succeeded"] == 3 and sorted(a["job_ids"]) == sorted(
-        jobs[(1e-4, s)] for s in range(3))
+    assert (
+        a["label"] == "lr=0.0001"
+        and a["succeeded"] == 3
+        and sorted(a["job_ids"]) == sorted(jobs[(1e-4, s)] for s in range(3))
+    )
     assert a["metrics"]["loss"]["mean"] == pytest.approx(0.7)
     assert a["metrics"]["loss"]["std"] == pytest.approx(statistics.stdev([0.5, 0.7, 0.9]))
     assert a["metrics"]["loss"]["n"] == 3
-    assert a["metrics"]["acc"] == {"mean": pytest.approx(0.375), "std": pytest.approx(statistics.stdev([0.25, 0.5])),
-                                   "n": 2}
+    assert a["metrics"]["acc"] == {
+        "mean": pytest.approx(0.375),
+        "std": pytest.approx(statistics.stdev([0.25, 0.5])),
+        "n": 2,
+    }
     assert "grad_norm" not in a["metrics"]  # no finite value
     assert b["label"] == "lr=0.0003" and b["succeeded"] == 1
     assert b["metrics"] == {"loss": {"mean": pytest.approx(0.3), "std": None, "n": 1}}
@@ -234,7 +254,8 @@ def test_the_largest_sweep_64_jobs(api):
     assert sweep["jobs_total"] == 64 and len(sweep["points"]) == 64
     assert len({j["name"] for j in sweep["jobs"]}) == 64
     assert problems(create(api, name="big", grid={LR: lrs, BS: list(range(1, 9))}, seeds=[1, 2]))["grid"] == (
-        "64 grid points x 2 seeds = 128 jobs; at most 64 per sweep")
+        "64 grid points x 2 seeds = 128 jobs; at most 64 per sweep"
+    )
 
 
 def test_broker_down_the_sweep_is_stored_and_warns_once(data_dir, redis_client, tmp_path, caplog):
@@ -242,8 +263,7 @@ def test_broker_down_the_sweep_is_stored_and_warns_once(data_dir, redis_client, 
     the broker once (not once per job, each with its timeout)."""
     from api_helpers import database, running_api
 
-    with database("sqlite", tmp_path) as url, \
-            running_api(data_dir, url, REDIS_URL="redis://127.0.0.1:1/15") as down:
+    with database("sqlite", tmp_path) as url, running_api(data_dir, url, REDIS_URL="redis://127.0.0.1:1/15") as down:
         caplog.clear()
         sweep = created(down, name="no broker", grid={LR: [1e-4, 3e-4]}, seeds=[0, 1, 2])
         assert sum("no worker was woken" in rec.getMessage() for rec in caplog.records) == 1  # one attempt

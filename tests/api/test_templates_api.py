@@ -51,8 +51,12 @@ def test_crud(api):
 
 
 def test_config_is_checked_by_schema_and_rules_but_paths_only_at_submit(api):
-    found = problems(api.post("/templates", json={"name": _name(), "config": valid_config(
-        training={"learning_rate": 5, "per_device_batch_size": 2})}))
+    found = problems(
+        api.post(
+            "/templates",
+            json={"name": _name(), "config": valid_config(training={"learning_rate": 5, "per_device_batch_size": 2})},
+        )
+    )
     assert list(found) == ["training.learning_rate"] and "<= 1" in found["training.learning_rate"]
     found = problems(api.post("/templates", json={"name": _name(), "config": {"algorithm": {"name": "nope"}}}))
     assert "algorithm.name" in found
@@ -66,15 +70,18 @@ def test_config_is_checked_by_schema_and_rules_but_paths_only_at_submit(api):
     assert r.status_code == 422 and "model.path" in problems(r)
 
 
-@pytest.mark.parametrize(("body", "loc"), [
-    ({"name": "x" * 129}, "name"),
-    ({"name": "has space"}, "name"),
-    ({"name": ""}, "name"),
-    ({"description": "d" * 2001}, "description"),
-    ({"shared": "yes"}, "shared"),
-    ({"config": {**valid_config(), "pad": "x" * 70_000}}, "config"),
-    ({"unknown": 1}, "unknown"),
-])
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        ({"name": "x" * 129}, "name"),
+        ({"name": "has space"}, "name"),
+        ({"name": ""}, "name"),
+        ({"description": "d" * 2001}, "description"),
+        ({"shared": "yes"}, "shared"),
+        ({"config": {**valid_config(), "pad": "x" * 70_000}}, "config"),
+        ({"unknown": 1}, "unknown"),
+    ],
+)
 def test_bounds(api, body, loc):
     full = {"name": _name(), "config": valid_config(), **body}
     assert loc in problems(api.post("/templates", json=full))

@@ -21,8 +21,10 @@ SECRET = "s3cret-never-shown-4711"
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def hook_api(request, data_dir, redis_client, tmp_path_factory):
-    with database(request.param, tmp_path_factory.mktemp(f"hooks_{request.param}")) as url, \
-            running_api(data_dir, url, TP_WEBHOOK_HOSTS=HOSTS) as api:
+    with (
+        database(request.param, tmp_path_factory.mktemp(f"hooks_{request.param}")) as url,
+        running_api(data_dir, url, TP_WEBHOOK_HOSTS=HOSTS) as api,
+    ):
         yield api
 
 
@@ -54,23 +56,26 @@ def test_crud_and_secret_never_returned(hook_api, caplog):
     assert SECRET not in caplog.text
 
 
-@pytest.mark.parametrize("url, says", [
-    ("https://evil.example.com/x", "not one the operator allows"),
-    ("https://hooks.example.test:8443/x", "not one the operator allows"),  # no port listed: 443 only
-    ("http://127.0.0.1:8124/x", "not one the operator allows"),
-    ("http://127.0.0.1/x", "not one the operator allows"),
-    ("http://2130706433:8123/x", "not one the operator allows"),  # 127.0.0.1 spelled otherwise
-    ("https://hooks.example.test.evil.com/x", "not one the operator allows"),
-    ("https://user:pw@hooks.example.test/x", "user:password"),
-    ("https://hooks.example.test@evil.com/x", "user:password"),
-    ("ftp://hooks.example.test/x", "only http:// and https://"),
-    ("file:///etc/passwd", "only http:// and https://"),
-    ("https:///x", "no host"),
-    ("https://hooks.example.test/x#frag", "fragment"),
-    ("https://hooks.example.test/a b", "printable ASCII"),
-    ("https://hooks.example.test\\@evil.com/", "backslash"),
-    ("http://[::1]:99999/", "not a valid URL"),
-])
+@pytest.mark.parametrize(
+    "url, says",
+    [
+        ("https://evil.example.com/x", "not one the operator allows"),
+        ("https://hooks.example.test:8443/x", "not one the operator allows"),  # no port listed: 443 only
+        ("http://127.0.0.1:8124/x", "not one the operator allows"),
+        ("http://127.0.0.1/x", "not one the operator allows"),
+        ("http://2130706433:8123/x", "not one the operator allows"),  # 127.0.0.1 spelled otherwise
+        ("https://hooks.example.test.evil.com/x", "not one the operator allows"),
+        ("https://user:pw@hooks.example.test/x", "user:password"),
+        ("https://hooks.example.test@evil.com/x", "user:password"),
+        ("ftp://hooks.example.test/x", "only http:// and https://"),
+        ("file:///etc/passwd", "only http:// and https://"),
+        ("https:///x", "no host"),
+        ("https://hooks.example.test/x#frag", "fragment"),
+        ("https://hooks.example.test/a b", "printable ASCII"),
+        ("https://hooks.example.test\\@evil.com/", "backslash"),
+        ("http://[::1]:99999/", "not a valid URL"),
+    ],
+)
 def test_refused_urls_name_url(hook_api, url, says):
     r = _create(hook_api, url=url)
     assert r.status_code == 422, r.text
@@ -108,15 +113,18 @@ def test_broken_operator_setting_is_503(hook_api):
     assert admin.status_code == 503 and "TP_WEBHOOK_HOSTS" in admin.text
 
 
-@pytest.mark.parametrize("body, loc", [
-    ({"events": []}, "events"),
-    ({"events": ["job.started"]}, "events[0]"),
-    ({"events": ["job.failed"] * 4}, "events"),
-    ({"secret": "short"}, "secret"),
-    ({"secret": "x" * 257}, "secret"),
-    ({"url": "https://hooks.example.test/" + "a" * 2048}, "url"),
-    ({"extra": 1}, "extra"),
-])
+@pytest.mark.parametrize(
+    "body, loc",
+    [
+        ({"events": []}, "events"),
+        ({"events": ["job.started"]}, "events[0]"),
+        ({"events": ["job.failed"] * 4}, "events"),
+        ({"secret": "short"}, "secret"),
+        ({"secret": "x" * 257}, "secret"),
+        ({"url": "https://hooks.example.test/" + "a" * 2048}, "url"),
+        ({"extra": 1}, "extra"),
+    ],
+)
 def test_bounded_body(hook_api, body, loc):
     r = _create(hook_api, **body)
     assert r.status_code == 422, r.text
@@ -141,8 +149,11 @@ def test_at_most_ten_per_user(hook_api):
 
 
 def test_parse_hosts():
-    assert webhooks.parse_hosts(" a.example:81, B.example ,,[::1]:9") == {("a.example", 81), ("b.example", None),
-                                                                         ("::1", 9)}
+    assert webhooks.parse_hosts(" a.example:81, B.example ,,[::1]:9") == {
+        ("a.example", 81),
+        ("b.example", None),
+        ("::1", 9),
+    }
     assert webhooks.parse_hosts("") == frozenset()
     for bad in ("http://a.example", "a.example/path", "u@a.example", "a.example:0", "a.example:x", "a b"):
         with pytest.raises(webhooks.WebhookConfigError, match="TP_WEBHOOK_HOSTS"):
@@ -200,8 +211,9 @@ def test_post_gives_up_on_a_trickling_receiver():
     thread.start()
     try:
         started = time.monotonic()
-        out = webhooks.post(f"http://127.0.0.1:{port}/x", b"{}", {}, hosts=webhooks.parse_hosts(f"127.0.0.1:{port}"),
-                            timeout=0.5)
+        out = webhooks.post(
+            f"http://127.0.0.1:{port}/x", b"{}", {}, hosts=webhooks.parse_hosts(f"127.0.0.1:{port}"), timeout=0.5
+        )
         assert time.monotonic() - started < 3
         assert out.status_code is None and out.retry and "no complete answer within 0.5 s" in out.error
     finally:
@@ -219,8 +231,9 @@ def test_notification_only_when_the_transition_commits(hook_api, monkeypatch):
     sent = []
     monkeypatch.setattr(webhooks._dispatcher, "submit", lambda items, bind=None: sent.extend(items))
     with session_scope() as s:
-        job_id = crud.create_job(s, owner=s.get(User, hook_api.user_ids["alice"]), name="hooked",
-                                 config=valid_config()).id
+        job_id = crud.create_job(
+            s, owner=s.get(User, hook_api.user_ids["alice"]), name="hooked", config=valid_config()
+        ).id
     with pytest.raises(RuntimeError), session_scope() as s:
         job_service.transition(s, s.get(Job, job_id), JobStatus.failed, "test")
         raise RuntimeError("rolled back")

@@ -31,15 +31,18 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize(("text", "masked"), [
-    ("redis://user:pass@host:6379/0", "redis://user:***@host:6379/0"),
-    ("redis://:secret@localhost:6379", "redis://:***@localhost:6379"),
-    ("postgresql+psycopg://tp:p%40ss@db:5432/tp", "postgresql+psycopg://tp:***@db:5432/tp"),
-    ("see postgresql://a:b@h/d and redis://c:d@h", "see postgresql://a:***@h/d and redis://c:***@h"),
-    ("host=db password=hunter2 user=tp", "host=db password=*** user=tp"),
-    ("redis://localhost:6379/0", "redis://localhost:6379/0"),
-    ("sqlite:////var/tp/platform.db", "sqlite:////var/tp/platform.db"),
-])
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ("redis://user:pass@host:6379/0", "redis://user:***@host:6379/0"),
+        ("redis://:secret@localhost:6379", "redis://:***@localhost:6379"),
+        ("postgresql+psycopg://tp:p%40ss@db:5432/tp", "postgresql+psycopg://tp:***@db:5432/tp"),
+        ("see postgresql://a:b@h/d and redis://c:d@h", "see postgresql://a:***@h/d and redis://c:***@h"),
+        ("host=db password=hunter2 user=tp", "host=db password=*** user=tp"),
+        ("redis://localhost:6379/0", "redis://localhost:6379/0"),
+        ("sqlite:////var/tp/platform.db", "sqlite:////var/tp/platform.db"),
+    ],
+)
 def test_mask_secrets(text, masked):
     assert doctor.mask_secrets(text) == masked
 
@@ -92,6 +95,7 @@ def test_ray_only_when_set_and_unreachable_fails(env):
 def test_a_hanging_or_crashing_check_fails_instead_of_hanging():
     def hang():
         import time
+
         time.sleep(30)
 
     def crash():
@@ -120,9 +124,18 @@ def test_tp_doctor_one_line_per_check_and_exit_1_on_fail(env):
 
 
 def test_tp_doctor_exit_0_when_nothing_fails(env, monkeypatch):
-    monkeypatch.setattr(doctor, "checks", lambda: [doctor.Check("a", lambda: (doctor.OK, "fine", None)),
-                                                   doctor.Check("b", lambda: (doctor.WARN, "meh", "do x"))])
+    monkeypatch.setattr(
+        doctor,
+        "checks",
+        lambda: [
+            doctor.Check("a", lambda: (doctor.OK, "fine", None)),
+            doctor.Check("b", lambda: (doctor.WARN, "meh", "do x")),
+        ],
+    )
     result = CliRunner().invoke(app, ["doctor"], catch_exceptions=False)
     assert result.exit_code == 0
-    assert result.output.splitlines() == ["OK   a: fine", "WARN b: meh -> fix: do x",
-                                          "doctor: 2 checks, 1 OK, 1 WARN, 0 FAIL: ready"]
+    assert result.output.splitlines() == [
+        "OK   a: fine",
+        "WARN b: meh -> fix: do x",
+        "doctor: 2 checks, 1 OK, 1 WARN, 0 FAIL: ready",
+    ]

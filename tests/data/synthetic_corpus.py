@@ -76,10 +76,20 @@ def _surface_variant(rng: np.random.Generator, words: list[str]) -> str:
     return text.replace(" ", ",  ", 3) + "!"
 
 
-def planted_corpus(n_rows: int, *, seed: int = 0, ngram: int = 5, dup_threshold: float = 0.8,
-                   dup_fraction: float = 0.25, near_similarities: tuple[float, ...] = (0.8, 0.85, 0.9, 0.95),
-                   negative_similarities: tuple[float, ...] = (0.3, 0.45, 0.6), negative_fraction: float = 0.1,
-                   min_words: int = 60, max_words: int = 200, vocab_size: int = 30_000) -> PlantedCorpus:
+def planted_corpus(
+    n_rows: int,
+    *,
+    seed: int = 0,
+    ngram: int = 5,
+    dup_threshold: float = 0.8,
+    dup_fraction: float = 0.25,
+    near_similarities: tuple[float, ...] = (0.8, 0.85, 0.9, 0.95),
+    negative_similarities: tuple[float, ...] = (0.3, 0.45, 0.6),
+    negative_fraction: float = 0.1,
+    min_words: int = 60,
+    max_words: int = 200,
+    vocab_size: int = 30_000,
+) -> PlantedCorpus:
     """`n_rows` texts; about `dup_fraction` of them are planted duplicates of another row (near duplicates at
     `near_similarities`, exact copies and surface variants) and `negative_fraction` are hard negatives (similar
     to a base document, but below the threshold). Rows are shuffled."""
@@ -88,7 +98,7 @@ def planted_corpus(n_rows: int, *, seed: int = 0, ngram: int = 5, dup_threshold:
     rng = np.random.default_rng(seed)
     vocab = [_word(i) for i in range(vocab_size)]  # digit-free: number normalisation leaves them alone
     ranks = np.arange(1, vocab_size + 1, dtype=np.float64)
-    probs = ranks ** -0.8
+    probs = ranks**-0.8
     probs /= probs.sum()
     n_dups = int(n_rows * dup_fraction)
     n_negs = int(n_rows * negative_fraction)
@@ -98,7 +108,7 @@ def planted_corpus(n_rows: int, *, seed: int = 0, ngram: int = 5, dup_threshold:
     lengths = rng.integers(min_words, max_words + 1, size=n_base)
     all_words = np.array(vocab)[rng.choice(vocab_size, size=int(lengths.sum()), p=probs)].tolist()
     cuts = np.concatenate(([0], np.cumsum(lengths))).tolist()
-    bases = [all_words[cuts[i]:cuts[i + 1]] for i in range(n_base)]
+    bases = [all_words[cuts[i] : cuts[i + 1]] for i in range(n_base)]
     docs: list[tuple[str, int, str, float | None]] = [(" ".join(w), i, "base", None) for i, w in enumerate(bases)]
     # duplicates: spread over bases, a few bases get several (clusters of 3-4)
     kinds = ["near"] * 8 + ["exact", "surface"]
@@ -146,12 +156,19 @@ def planted_corpus(n_rows: int, *, seed: int = 0, ngram: int = 5, dup_threshold:
             continue
         shingles = {m: hasher.shingle_hashes(docs[m][0]) for m in members}
         for i, a in enumerate(members):
-            for b in members[i + 1:]:
+            for b in members[i + 1 :]:
                 sim = jaccard(shingles[a], shingles[b])
                 if docs[a][2] == "base" or docs[b][2] == "base":
                     other = b if docs[a][2] == "base" else a
-                    pairs.append({"a": int(position[a]), "b": int(position[b]), "kind": docs[other][2],
-                                  "target": docs[other][3], "jaccard": round(sim, 4)})
+                    pairs.append(
+                        {
+                            "a": int(position[a]),
+                            "b": int(position[b]),
+                            "kind": docs[other][2],
+                            "target": docs[other][3],
+                            "jaccard": round(sim, 4),
+                        }
+                    )
                 if sim >= dup_threshold:
                     parent[find(a)] = find(b)
     components: dict[int, list[int]] = {}
@@ -161,13 +178,21 @@ def planted_corpus(n_rows: int, *, seed: int = 0, ngram: int = 5, dup_threshold:
     return PlantedCorpus(texts=texts, groups=groups, pairs=pairs)
 
 
-def pairwise_scores(predicted: list[list[int]], truth: PlantedCorpus | list[list[int]], n_rows: int | None = None
-                    ) -> dict[str, float]:
+def pairwise_scores(
+    predicted: list[list[int]], truth: PlantedCorpus | list[list[int]], n_rows: int | None = None
+) -> dict[str, float]:
     """Pairwise precision/recall: a pair of rows is a predicted duplicate when it shares a predicted cluster and a
     true duplicate when it shares a true group."""
     groups = truth.groups if isinstance(truth, PlantedCorpus) else truth
-    n = n_rows if n_rows is not None else (len(truth.texts) if isinstance(truth, PlantedCorpus)
-                                           else 1 + max((i for g in [*groups, *predicted] for i in g), default=0))
+    n = (
+        n_rows
+        if n_rows is not None
+        else (
+            len(truth.texts)
+            if isinstance(truth, PlantedCorpus)
+            else 1 + max((i for g in [*groups, *predicted] for i in g), default=0)
+        )
+    )
     labels = -1 - np.arange(n, dtype=np.int64)
     for gid, members in enumerate(groups):
         labels[members] = gid
@@ -179,12 +204,16 @@ def pairwise_scores(predicted: list[list[int]], truth: PlantedCorpus | list[list
             hits += count * (count - 1) // 2
     precision = hits / pred_pairs if pred_pairs else 1.0
     recall = hits / true_pairs if true_pairs else 1.0
-    return {"precision": precision, "recall": recall, "predicted_pairs": pred_pairs, "true_pairs": true_pairs,
-            "correct_pairs": hits}
+    return {
+        "precision": precision,
+        "recall": recall,
+        "predicted_pairs": pred_pairs,
+        "true_pairs": true_pairs,
+        "correct_pairs": hits,
+    }
 
 
-def planted_pair_recall(predicted: list[list[int]], corpus: PlantedCorpus, n_rows: int | None = None
-                        ) -> dict[str, Any]:
+def planted_pair_recall(predicted: list[list[int]], corpus: PlantedCorpus, n_rows: int | None = None) -> dict[str, Any]:
     """Share of planted (base, duplicate) pairs found in one predicted cluster, by similarity bucket; and the share of
     hard negatives wrongly put with their base."""
     n = n_rows or len(corpus.texts)

@@ -33,21 +33,38 @@ def removed(name: str, row, fmt="text", **params) -> str | None:
 
 
 def test_registry_has_every_operator():
-    assert sorted(OPERATORS) == ["char_ratio_filter", "fix_unicode", "length_filter", "normalize_punctuation",
-                                 "normalize_whitespace", "redact_pii", "repetition_filter", "strip_html",
-                                 "turn_filter"]
+    assert sorted(OPERATORS) == [
+        "char_ratio_filter",
+        "fix_unicode",
+        "length_filter",
+        "normalize_punctuation",
+        "normalize_whitespace",
+        "redact_pii",
+        "repetition_filter",
+        "strip_html",
+        "turn_filter",
+    ]
     assert {name: spec.kind for name, spec in OPERATORS.items()} == {
-        "char_ratio_filter": "filter", "fix_unicode": "mapper", "length_filter": "filter",
-        "normalize_punctuation": "mapper", "normalize_whitespace": "mapper", "redact_pii": "mapper",
-        "repetition_filter": "filter", "strip_html": "mapper", "turn_filter": "filter"}
+        "char_ratio_filter": "filter",
+        "fix_unicode": "mapper",
+        "length_filter": "filter",
+        "normalize_punctuation": "mapper",
+        "normalize_whitespace": "mapper",
+        "redact_pii": "mapper",
+        "repetition_filter": "filter",
+        "strip_html": "mapper",
+        "turn_filter": "filter",
+    }
 
 
 # ---------------------------------------------------------------------------------------------- mappers
 
 
 def test_fix_unicode():
-    assert mapped("fix_unicode", "The Mona Lisa doesnÃ¢â‚¬â„¢t have eyebrows.") == \
-        "The Mona Lisa doesn\u2019t have eyebrows."
+    assert (
+        mapped("fix_unicode", "The Mona Lisa doesnÃ¢â‚¬â„¢t have eyebrows.")
+        == "The Mona Lisa doesn\u2019t have eyebrows."
+    )
     assert mapped("fix_unicode", "cafe\u0301") == "caf\u00e9"  # NFC
     assert mapped("fix_unicode", "a\x07b\x00c\nd") == "abc\nd"  # control characters, newline kept
     assert mapped("fix_unicode", "ｆｕｌｌ", fix_character_width=True) == "full"
@@ -62,8 +79,10 @@ def test_normalize_whitespace():
 
 
 def test_normalize_punctuation():
-    assert mapped("normalize_punctuation", "\u201cHi\u201d \u2018x\u2019 a\u2014b 1\u20132 wait\u2026") == \
-        "\"Hi\" 'x' a-b 1-2 wait..."
+    assert (
+        mapped("normalize_punctuation", "\u201cHi\u201d \u2018x\u2019 a\u2014b 1\u20132 wait\u2026")
+        == "\"Hi\" 'x' a-b 1-2 wait..."
+    )
     assert mapped("normalize_punctuation", "Really!!!!!!! ??? ....") == "Really!!! ??? ..."
     assert mapped("normalize_punctuation", "\u4f60\u597d\uff01\u5417\uff1f") == "\u4f60\u597d!\u5417?"
     assert mapped("normalize_punctuation", "wow!!!!!", max_repeat=1) == "wow!"
@@ -71,8 +90,10 @@ def test_normalize_punctuation():
 
 
 def test_strip_html():
-    html = ("<html><head><style>p {color: red}</style><script>alert(1)</script></head><body>"
-            "<p>Hello&nbsp;<b>world</b> &amp; friends</p><!-- note --><ul><li>one</li><li>two</li></ul></body></html>")
+    html = (
+        "<html><head><style>p {color: red}</style><script>alert(1)</script></head><body>"
+        "<p>Hello&nbsp;<b>world</b> &amp; friends</p><!-- note --><ul><li>one</li><li>two</li></ul></body></html>"
+    )
     assert mapped("strip_html", html) == "Hello\u00a0world & friends\n\none\n\ntwo"
     code = "Use List<T> when a < b, and <|im_start|> stays; <div>gone</div>"
     assert mapped("strip_html", code) == "Use List<T> when a < b, and <|im_start|> stays; \ngone"
@@ -82,35 +103,49 @@ def test_strip_html():
 
 def test_redact_pii_each_kind_and_counts():
     # Made-up key-shaped strings (assembled so they do not look like committed secrets to scanners).
-    text = ("Mail john.doe+x@example.co.uk or call +44 20 7946 0958 / (555) 123-4567. Server 192.168.1.20 and "
-            "fe80:0:0:0:200:f8ff:fe21:67cf. Keys: " + "sk-proj-" + "abcdefghijklmnopqrstuvwx123, "
-            + "AKIA" + "IOSFODNN7EXAMPLE, "
-            "ghp_" + "a" * 36 + " and api_key=\"s3cr3tV4lu3abcdef\".")
+    text = (
+        "Mail john.doe+x@example.co.uk or call +44 20 7946 0958 / (555) 123-4567. Server 192.168.1.20 and "
+        "fe80:0:0:0:200:f8ff:fe21:67cf. Keys: "
+        + "sk-proj-"
+        + "abcdefghijklmnopqrstuvwx123, "
+        + "AKIA"
+        + "IOSFODNN7EXAMPLE, "
+        "ghp_" + "a" * 36 + ' and api_key="s3cr3tV4lu3abcdef".'
+    )
     redactor = op("redact_pii")
     row, _ = redactor.process({"text": text})
-    assert row["text"] == ("Mail <EMAIL> or call <PHONE> / <PHONE>. Server <IP_ADDRESS> and <IP_ADDRESS>. Keys: "
-                           "<API_KEY>, <API_KEY>, <API_KEY> and api_key=\"<API_KEY>\".")
+    assert row["text"] == (
+        "Mail <EMAIL> or call <PHONE> / <PHONE>. Server <IP_ADDRESS> and <IP_ADDRESS>. Keys: "
+        '<API_KEY>, <API_KEY>, <API_KEY> and api_key="<API_KEY>".'
+    )
     assert dict(redactor.counters) == {"email": 1, "phone": 2, "ip": 2, "api_key": 4}
 
 
 def test_redact_pii_leaves_ordinary_text_and_numbers_alone():
     text = "Version 1.2.3, 3 + 4 = 7, the year 2024-01-15, order #12345, ratio 10:30, score 99.5%."
     assert mapped("redact_pii", text) == text
-    assert mapped("redact_pii", "a@b.com and 10.0.0.1", kinds=["email"], placeholders={"email": "[e]"}) == \
-        "[e] and 10.0.0.1"
+    assert (
+        mapped("redact_pii", "a@b.com and 10.0.0.1", kinds=["email"], placeholders={"email": "[e]"})
+        == "[e] and 10.0.0.1"
+    )
 
 
 def test_mappers_touch_only_text_fields_of_the_format():
-    row = {"messages": [{"role": "user", "content": "hi  there"}, {"role": "assistant", "content": "ok  "}],
-           "meta": "keep  this"}
+    row = {
+        "messages": [{"role": "user", "content": "hi  there"}, {"role": "assistant", "content": "ok  "}],
+        "meta": "keep  this",
+    }
     out, _ = op("normalize_whitespace", "messages").process(row)
-    assert out == {"messages": [{"role": "user", "content": "hi there"}, {"role": "assistant", "content": "ok"}],
-                   "meta": "keep  this"}
+    assert out == {
+        "messages": [{"role": "user", "content": "hi there"}, {"role": "assistant", "content": "ok"}],
+        "meta": "keep  this",
+    }
     assert row["messages"][0]["content"] == "hi  there"  # input untouched
     unchanged = {"messages": [{"role": "user", "content": "hi"}]}
     assert op("normalize_whitespace", "messages").process(unchanged)[0] is unchanged
     out, _ = op("redact_pii", "alpaca", fields=["output"]).process(
-        {"instruction": "mail a@b.com", "input": "", "output": "a@b.com"})
+        {"instruction": "mail a@b.com", "input": "", "output": "a@b.com"}
+    )
     assert out == {"instruction": "mail a@b.com", "input": "", "output": "<EMAIL>"}
 
 
@@ -123,36 +158,99 @@ def test_length_filter_chars_words():
     assert removed("length_filter", {"text": "x" * 11}, unit="chars", max=10) == "chars=11 > max 10"
 
 
-@pytest.mark.parametrize(("row", "fmt", "params", "reason"), [
-    pytest.param({"messages": [USER, {"role": "assistant", "content": "  "}]}, "messages", {},
-                 "turn 1 (assistant) is empty", id="empty-turn"),
-    pytest.param({"messages": [USER, {"role": "assistant", "content": 3}]}, "messages", {},
-                 "invalid: messages[1].content: must be a string, got 3", id="invalid"),
-    pytest.param({"messages": [USER, USER, {"role": "assistant", "content": "a"}]}, "messages", {},
-                 "malformed turns: turn 1: expected assistant, got user", id="no-alternation"),
-    pytest.param({"messages": [USER, {"role": "assistant", "content": "a"}, {"role": "system", "content": "s"},
-                               USER, {"role": "assistant", "content": "b"}]}, "messages", {},
-                 "malformed turns: turn 2: system turn after the start", id="late-system"),
-    pytest.param({"messages": [USER, {"role": "assistant", "content": "a"}, USER]}, "messages",
-                 {"require_valid": False}, "malformed turns: last turn is user, not assistant", id="final-user"),
-    pytest.param({"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": ""}]}, "sharegpt",
-                 {"require_valid": False}, "turn 1 (assistant) is empty", id="sharegpt-empty"),
-    pytest.param({"messages": [USER, {"role": "assistant", "content": "a"}]}, "messages", {"min_turns": 3},
-                 "turns=2 < min 3", id="min-turns"),
-    pytest.param({"instruction": "Add.", "input": "", "output": "   "}, "alpaca", {"require_valid": False},
-                 "field output is empty", id="alpaca-empty-output"),
-])
+@pytest.mark.parametrize(
+    ("row", "fmt", "params", "reason"),
+    [
+        pytest.param(
+            {"messages": [USER, {"role": "assistant", "content": "  "}]},
+            "messages",
+            {},
+            "turn 1 (assistant) is empty",
+            id="empty-turn",
+        ),
+        pytest.param(
+            {"messages": [USER, {"role": "assistant", "content": 3}]},
+            "messages",
+            {},
+            "invalid: messages[1].content: must be a string, got 3",
+            id="invalid",
+        ),
+        pytest.param(
+            {"messages": [USER, USER, {"role": "assistant", "content": "a"}]},
+            "messages",
+            {},
+            "malformed turns: turn 1: expected assistant, got user",
+            id="no-alternation",
+        ),
+        pytest.param(
+            {
+                "messages": [
+                    USER,
+                    {"role": "assistant", "content": "a"},
+                    {"role": "system", "content": "s"},
+                    USER,
+                    {"role": "assistant", "content": "b"},
+                ]
+            },
+            "messages",
+            {},
+            "malformed turns: turn 2: system turn after the start",
+            id="late-system",
+        ),
+        pytest.param(
+            {"messages": [USER, {"role": "assistant", "content": "a"}, USER]},
+            "messages",
+            {"require_valid": False},
+            "malformed turns: last turn is user, not assistant",
+            id="final-user",
+        ),
+        pytest.param(
+            {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": ""}]},
+            "sharegpt",
+            {"require_valid": False},
+            "turn 1 (assistant) is empty",
+            id="sharegpt-empty",
+        ),
+        pytest.param(
+            {"messages": [USER, {"role": "assistant", "content": "a"}]},
+            "messages",
+            {"min_turns": 3},
+            "turns=2 < min 3",
+            id="min-turns",
+        ),
+        pytest.param(
+            {"instruction": "Add.", "input": "", "output": "   "},
+            "alpaca",
+            {"require_valid": False},
+            "field output is empty",
+            id="alpaca-empty-output",
+        ),
+    ],
+)
 def test_turn_filter_removes(row, fmt, params, reason):
     assert removed("turn_filter", row, fmt, **params) == reason
 
 
-@pytest.mark.parametrize(("row", "fmt"), [
-    pytest.param({"messages": [{"role": "system", "content": "s"}, USER, {"role": "assistant", "content": "a"},
-                               {"role": "tool", "content": "t"}, {"role": "assistant", "content": "b"}]},
-                 "messages", id="system-tool"),
-    pytest.param({"instruction": "Add.", "input": "", "output": "4"}, "alpaca", id="alpaca-empty-input-ok"),
-    pytest.param({"prompt": "p", "chosen": "a", "rejected": "b"}, "preference", id="preference"),
-])
+@pytest.mark.parametrize(
+    ("row", "fmt"),
+    [
+        pytest.param(
+            {
+                "messages": [
+                    {"role": "system", "content": "s"},
+                    USER,
+                    {"role": "assistant", "content": "a"},
+                    {"role": "tool", "content": "t"},
+                    {"role": "assistant", "content": "b"},
+                ]
+            },
+            "messages",
+            id="system-tool",
+        ),
+        pytest.param({"instruction": "Add.", "input": "", "output": "4"}, "alpaca", id="alpaca-empty-input-ok"),
+        pytest.param({"prompt": "p", "chosen": "a", "rejected": "b"}, "preference", id="preference"),
+    ],
+)
 def test_turn_filter_keeps(row, fmt):
     assert removed("turn_filter", row, fmt) is None
 
@@ -163,8 +261,10 @@ def test_repetition_filter():
     assert removed("repetition_filter", {"text": repeated_lines}).startswith("dup_line_frac=0.667")
     spam = " ".join(["the cat sat on the mat"] * 10)
     assert removed("repetition_filter", {"text": spam}).startswith("top_2gram_char_frac")
-    natural = ("Training data quality decides results, so users need to see what is in a dataset, fix it, and know "
-               "which exact version a model was trained on before they compare two runs with each other.")
+    natural = (
+        "Training data quality decides results, so users need to see what is in a dataset, fix it, and know "
+        "which exact version a model was trained on before they compare two runs with each other."
+    )
     assert removed("repetition_filter", {"text": natural}) is None
     assert removed("repetition_filter", {"text": "ha ha ha ha"}) is None  # too short to judge on n-grams
     stats = repetition_stats(spam)
@@ -175,10 +275,13 @@ def test_repetition_filter():
 
 def test_char_ratio_filter():
     assert removed("char_ratio_filter", {"text": "#### $$$ !!! ??? ***"}).startswith("alnum_ratio=0.000")
-    assert removed("char_ratio_filter", {"text": "ok: {x} [y] (z)"}, min_alnum_ratio=None,
-                   max_special_ratio=0.4) == "special_ratio=0.583 > 0.4"
-    assert removed("char_ratio_filter", {"text": "1234567 abc"}, min_alnum_ratio=None, max_special_ratio=None,
-                   max_digit_ratio=0.5).startswith("digit_ratio=0.700")
+    assert (
+        removed("char_ratio_filter", {"text": "ok: {x} [y] (z)"}, min_alnum_ratio=None, max_special_ratio=0.4)
+        == "special_ratio=0.583 > 0.4"
+    )
+    assert removed(
+        "char_ratio_filter", {"text": "1234567 abc"}, min_alnum_ratio=None, max_special_ratio=None, max_digit_ratio=0.5
+    ).startswith("digit_ratio=0.700")
     assert removed("char_ratio_filter", {"text": "A normal sentence, with commas."}) is None
 
 
@@ -187,14 +290,19 @@ def test_char_ratio_filter():
 
 def test_recipe_errors_name_their_place():
     with pytest.raises(RecipeError) as info:
-        parse_recipe({"operators": [
-            {"op": "length_filter", "unit": "lines", "min": 1},
-            {"op": "length_filter", "unit": "tokens", "max": 5},
-            {"op": "no_such_op"},
-            {"op": "redact_pii", "kindz": ["email"]},
-            {"op": "char_ratio_filter", "min_alnum_ratio": 2},
-            {"unit": "words"},
-        ], "colour": "blue"})
+        parse_recipe(
+            {
+                "operators": [
+                    {"op": "length_filter", "unit": "lines", "min": 1},
+                    {"op": "length_filter", "unit": "tokens", "max": 5},
+                    {"op": "no_such_op"},
+                    {"op": "redact_pii", "kindz": ["email"]},
+                    {"op": "char_ratio_filter", "min_alnum_ratio": 2},
+                    {"unit": "words"},
+                ],
+                "colour": "blue",
+            }
+        )
     errors = info.value.errors
     assert ("colour", "unknown key; a recipe has name, description, format and operators") in errors
     assert ("operators[0].unit", "must be one of 'chars', 'words' or 'tokens', got 'lines'") in errors
@@ -208,8 +316,14 @@ def test_recipe_errors_name_their_place():
 def test_recipe_forms(tmp_path):
     as_list = parse_recipe([{"op": "fix_unicode"}, {"op": "length_filter", "params": {"min": 2}}])
     assert [s.op for s in as_list.steps] == ["fix_unicode", "length_filter"]
-    assert as_list.to_dict()["operators"][1] == {"op": "length_filter", "fields": None, "unit": "words", "min": 2,
-                                                 "max": None, "tokenizer": None}
+    assert as_list.to_dict()["operators"][1] == {
+        "op": "length_filter",
+        "fields": None,
+        "unit": "words",
+        "min": 2,
+        "max": None,
+        "tokenizer": None,
+    }
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"name": "x", "operators": [{"op": "strip_html"}]}))
     assert load_recipe(path).name == "x"
@@ -239,26 +353,54 @@ def test_clean_file_report(tmp_path):
     ]
     src = write_jsonl(tmp_path / "in.jsonl", rows)
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(yaml.safe_dump({"name": "t", "operators": [
-        {"op": "strip_html"}, {"op": "normalize_whitespace"}, {"op": "redact_pii"}, {"op": "turn_filter"},
-        {"op": "length_filter", "unit": "words", "min": 4}]}))
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "name": "t",
+                "operators": [
+                    {"op": "strip_html"},
+                    {"op": "normalize_whitespace"},
+                    {"op": "redact_pii"},
+                    {"op": "turn_filter"},
+                    {"op": "length_filter", "unit": "words", "min": 4},
+                ],
+            }
+        )
+    )
     report = clean_file(src, tmp_path / "out.jsonl", recipe, report_path=tmp_path / "report.json", samples=1)
     assert json.loads((tmp_path / "report.json").read_text()) == json.loads(json.dumps(report))
-    assert (report["input_rows"], report["output_rows"], report["removed_rows"], report["format"]) == (5, 3, 2,
-                                                                                                       "messages")
+    assert (report["input_rows"], report["output_rows"], report["removed_rows"], report["format"]) == (
+        5,
+        3,
+        2,
+        "messages",
+    )
     ops = {o["op"]: o for o in report["operators"]}
     assert [(o["input_rows"], o["kept"], o["removed"], o["modified"]) for o in report["operators"]] == [
-        (5, 5, 0, 1), (5, 5, 0, 2), (5, 5, 0, 1), (5, 4, 1, 0), (4, 3, 1, 0)]
+        (5, 5, 0, 1),
+        (5, 5, 0, 2),
+        (5, 5, 0, 1),
+        (5, 4, 1, 0),
+        (4, 3, 1, 0),
+    ]
     assert ops["redact_pii"]["counts"] == {"email": 1}
     # samples show the row as the operator saw it (after the earlier operators)
-    assert ops["turn_filter"]["samples_removed"] == [{"index": 1, "line": 2, "reason": "turn 1 (assistant) is empty",
-                                                      "row": {"messages": [USER, {"role": "assistant",
-                                                                                  "content": ""}]}}]
+    assert ops["turn_filter"]["samples_removed"] == [
+        {
+            "index": 1,
+            "line": 2,
+            "reason": "turn 1 (assistant) is empty",
+            "row": {"messages": [USER, {"role": "assistant", "content": ""}]},
+        }
+    ]
     assert ops["length_filter"]["removed_by_reason"] == {"words": 1}
     assert ops["strip_html"]["samples_modified"][0]["after"]["messages"][1]["content"] == "Four"
     out = read_jsonl(tmp_path / "out.jsonl")
     assert [r["messages"][1]["content"] for r in out] == [
-        "It is 4. Mail me at <EMAIL> for more.", "Four", "The answer is four, since two plus two is four."]
+        "It is 4. Mail me at <EMAIL> for more.",
+        "Four",
+        "The answer is four, since two plus two is four.",
+    ]
     assert report["output_sha256"] != report["input_sha256"]
 
 

@@ -24,13 +24,18 @@ def test_validate_ok_prints_the_format_and_exits_0(cli, tmp_path):
 
 def test_validate_bad_rows_one_line_each_and_exit_2(cli, tmp_path):
     src = tmp_path / "chat.jsonl"
-    src.write_text("\n".join([
-        json.dumps({"messages": CONV}),
-        json.dumps({"messages": [USER]}),
-        "",
-        "{oops",
-        json.dumps({"messages": [{"role": "robot", "content": 1}, CONV[1]]}),  # two problems, one line
-    ]) + "\n")
+    src.write_text(
+        "\n".join(
+            [
+                json.dumps({"messages": CONV}),
+                json.dumps({"messages": [USER]}),
+                "",
+                "{oops",
+                json.dumps({"messages": [{"role": "robot", "content": 1}, CONV[1]]}),  # two problems, one line
+            ]
+        )
+        + "\n"
+    )
     result = cli("validate", src)
     assert result.exit_code == 2, result
     assert result.stdout.splitlines() == [
@@ -85,8 +90,9 @@ def test_validate_with_output_and_quarantine(cli, tmp_path):
     rejected = cli("validate", src, "--output", tmp_path / "ds.jsonl")
     assert rejected.exit_code == 2 and not (tmp_path / "ds.jsonl").exists()
     assert "rejected: nothing stored" in rejected.stderr
-    kept = cli("validate", src, "--output", tmp_path / "ds.jsonl", "--policy", "quarantine",
-               "--report", tmp_path / "v.json")
+    kept = cli(
+        "validate", src, "--output", tmp_path / "ds.jsonl", "--policy", "quarantine", "--report", tmp_path / "v.json"
+    )
     assert kept.exit_code == 2  # still not every row is valid
     assert read_jsonl(tmp_path / "ds.jsonl") == [{"text": "a"}, {"text": "b"}]
     assert [q["line"] for q in read_jsonl(tmp_path / "ds.quarantine.jsonl")] == [2]
@@ -101,8 +107,9 @@ def test_convert(cli, tmp_path):
     result = cli("convert", src, "--to", "messages", "--output", tmp_path / "m.jsonl")
     assert result.exit_code == 0, result
     assert "converted 1 rows: alpaca -> messages" in result.stdout
-    assert read_jsonl(tmp_path / "m.jsonl") == [{"messages": [{"role": "user", "content": "Say hi."},
-                                                              {"role": "assistant", "content": "hi"}]}]
+    assert read_jsonl(tmp_path / "m.jsonl") == [
+        {"messages": [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "hi"}]}
+    ]
     back = cli("convert", tmp_path / "m.jsonl", "--to", "alpaca", "--output", tmp_path / "a2.jsonl")
     assert back.exit_code == 0 and read_jsonl(tmp_path / "a2.jsonl") == read_jsonl(src)
 
@@ -115,21 +122,23 @@ def test_convert_errors(cli, tmp_path):
     assert not (tmp_path / "a.jsonl").exists()
     assert cli("convert", src, "--to", "kto", "--output", tmp_path / "k.jsonl").exit_code == 2
     assert cli("convert", src, "--to", "verl", "--output", tmp_path / "v.parquet").exit_code == 2
-    assert cli("convert", tmp_path / "nope.jsonl", "--to", "messages", "--output", tmp_path / "o.jsonl"
-               ).exit_code == 2
+    assert cli("convert", tmp_path / "nope.jsonl", "--to", "messages", "--output", tmp_path / "o.jsonl").exit_code == 2
 
 
 def test_clean(cli, tmp_path):
     src = write_jsonl(tmp_path / "in.jsonl", [{"text": "Contact me at a@b.com today please"}, {"text": "hi"}])
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(yaml.safe_dump({"operators": [{"op": "redact_pii"},
-                                                    {"op": "length_filter", "unit": "words", "min": 2}]}))
+    recipe.write_text(
+        yaml.safe_dump({"operators": [{"op": "redact_pii"}, {"op": "length_filter", "unit": "words", "min": 2}]})
+    )
     result = cli("clean", src, "--recipe", recipe, "--output", tmp_path / "out.jsonl", "--report", tmp_path / "r.json")
     assert result.exit_code == 0, result
     assert read_jsonl(tmp_path / "out.jsonl") == [{"text": "Contact me at <EMAIL> today please"}]
     report = json.loads((tmp_path / "r.json").read_text())
-    assert [(o["op"], o["kept"], o["removed"]) for o in report["operators"]] == [("redact_pii", 2, 0),
-                                                                                ("length_filter", 1, 1)]
+    assert [(o["op"], o["kept"], o["removed"]) for o in report["operators"]] == [
+        ("redact_pii", 2, 0),
+        ("length_filter", 1, 1),
+    ]
     assert report["operators"][1]["samples_removed"][0]["row"] == {"text": "hi"}
 
 
@@ -149,8 +158,20 @@ def test_clean_bad_recipe_exit_2(cli, tmp_path):
 def test_dedup_contract_on_planted_duplicates(cli, tmp_path):
     corpus = planted_corpus(1500, seed=11)
     src = write_jsonl(tmp_path / "corpus.jsonl", [{"text": t} for t in corpus.texts])
-    result = cli("dedup", src, "--output", tmp_path / "out.jsonl", "--report", tmp_path / "r.json",
-                 "--threshold", "0.8", "--num-perm", "128", "--ngram", "5")
+    result = cli(
+        "dedup",
+        src,
+        "--output",
+        tmp_path / "out.jsonl",
+        "--report",
+        tmp_path / "r.json",
+        "--threshold",
+        "0.8",
+        "--num-perm",
+        "128",
+        "--ngram",
+        "5",
+    )
     assert result.exit_code == 0, result
     report = json.loads((tmp_path / "r.json").read_text())
     assert {"input_rows", "output_rows", "exact_duplicates", "near_duplicates", "clusters"} <= set(report)
@@ -158,8 +179,9 @@ def test_dedup_contract_on_planted_duplicates(cli, tmp_path):
     assert report["output_rows"] == report["input_rows"] - report["exact_duplicates"] - report["near_duplicates"]
     assert len(read_jsonl(tmp_path / "out.jsonl")) == report["output_rows"]
     clusters = report["clusters"]
-    assert all(isinstance(c, list) and len(c) >= 2 and all(isinstance(i, int) and 0 <= i < 1500 for i in c)
-               for c in clusters)
+    assert all(
+        isinstance(c, list) and len(c) >= 2 and all(isinstance(i, int) and 0 <= i < 1500 for i in c) for c in clusters
+    )
     assert sum(len(c) - 1 for c in clusters) == report["exact_duplicates"] + report["near_duplicates"]
     scores = pairwise_scores(clusters, corpus)
     assert scores["recall"] >= 0.95 and scores["precision"] >= 0.95, scores
@@ -168,8 +190,13 @@ def test_dedup_contract_on_planted_duplicates(cli, tmp_path):
 def test_dedup_bad_arguments(cli, tmp_path):
     src = write_jsonl(tmp_path / "in.jsonl", [{"text": "x"}])
     out = ("--output", tmp_path / "o.jsonl", "--report", tmp_path / "r.json")
-    for args in (("--threshold", "1.5"), ("--num-perm", "1"), ("--bands", "3"), ("--keep", "last"),
-                 ("--bands", "50", "--rows", "50")):
+    for args in (
+        ("--threshold", "1.5"),
+        ("--num-perm", "1"),
+        ("--bands", "3"),
+        ("--keep", "last"),
+        ("--bands", "50", "--rows", "50"),
+    ):
         result = cli("dedup", src, *out, *args)
         assert result.exit_code == 2, (args, result)
         assert result.stderr.startswith("--"), result
@@ -181,8 +208,18 @@ def test_dedup_bad_arguments(cli, tmp_path):
 
 def test_score_heuristics_and_top_k(cli, tmp_path):
     src = write_jsonl(tmp_path / "in.jsonl", [{"text": "$$$ ###"}, {"text": "A clear, useful sentence about data."}])
-    result = cli("score", src, "--output", tmp_path / "o.jsonl", "--report", tmp_path / "r.json", "--by", "quality",
-                 "--top-k", "1")
+    result = cli(
+        "score",
+        src,
+        "--output",
+        tmp_path / "o.jsonl",
+        "--report",
+        tmp_path / "r.json",
+        "--by",
+        "quality",
+        "--top-k",
+        "1",
+    )
     assert result.exit_code == 0, result
     assert [r["text"] for r in read_jsonl(tmp_path / "o.jsonl")] == ["A clear, useful sentence about data."]
     assert json.loads((tmp_path / "r.json").read_text())["filter"]["output_rows"] == 1
@@ -200,11 +237,19 @@ def test_score_heuristics_and_top_k(cli, tmp_path):
 
 
 def test_report_contract_with_eval_sets(cli, tmp_path):
-    eval_rows = [{"question": f"Question number {i}: compute the total weight of {i} boxes of apples and pears "
-                              f"carried by the farmer to the market", "answer": str(i)} for i in range(20)]
+    eval_rows = [
+        {
+            "question": f"Question number {i}: compute the total weight of {i} boxes of apples and pears "
+            f"carried by the farmer to the market",
+            "answer": str(i),
+        }
+        for i in range(20)
+    ]
     eval_path = write_jsonl(tmp_path / "eval.jsonl", eval_rows)
-    train = [{"prompt": f"Write a short poem about the color number {i} and the sea at night", "completion": "ok"}
-             for i in range(30)]
+    train = [
+        {"prompt": f"Write a short poem about the color number {i} and the sea at night", "completion": "ok"}
+        for i in range(30)
+    ]
     train[4]["prompt"] = eval_rows[7]["question"]
     train[19]["completion"] = "Recall: " + eval_rows[2]["question"]
     src = write_jsonl(tmp_path / "train.jsonl", train)
@@ -222,10 +267,16 @@ def test_report_contract_with_eval_sets(cli, tmp_path):
 
 
 def test_decontaminate_and_resample_commands(cli, tmp_path):
-    eval_path = write_jsonl(tmp_path / "eval.jsonl", [{"text": "the quick brown fox jumps over the lazy dog near "
-                                                               "the river bank at dawn"}])
-    src = write_jsonl(tmp_path / "train.jsonl", [{"text": "the quick brown fox jumps over the lazy dog near the river "
-                                                          "bank at dawn again"}, {"text": "something else"}])
+    eval_path = write_jsonl(
+        tmp_path / "eval.jsonl", [{"text": "the quick brown fox jumps over the lazy dog near the river bank at dawn"}]
+    )
+    src = write_jsonl(
+        tmp_path / "train.jsonl",
+        [
+            {"text": "the quick brown fox jumps over the lazy dog near the river bank at dawn again"},
+            {"text": "something else"},
+        ],
+    )
     result = cli("decontaminate", src, "--eval-set", eval_path, "--output", tmp_path / "clean.jsonl")
     assert result.exit_code == 0, result
     assert read_jsonl(tmp_path / "clean.jsonl") == [{"text": "something else"}]

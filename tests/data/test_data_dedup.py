@@ -53,8 +53,9 @@ def test_signatures_equal_datasketch_minhash():
 def test_shingles_ignore_case_and_punctuation():
     hasher = MinHasher(num_perm=16, ngram=2)
     assert set(hasher.shingle_hashes("Hello, World! Again").tolist()) == set(
-        hasher.shingle_hashes("hello world again").tolist())
-    assert hasher.signature("a b c d") .tolist() == hasher.signature("A  B, C. D").tolist()
+        hasher.shingle_hashes("hello world again").tolist()
+    )
+    assert hasher.signature("a b c d").tolist() == hasher.signature("A  B, C. D").tolist()
 
 
 def test_lsh_params_from_threshold():
@@ -65,8 +66,12 @@ def test_lsh_params_from_threshold():
     params = DedupConfig(threshold=0.8, num_perm=128).resolved()
     assert params["verify_threshold"] == pytest.approx(0.8 - 3 * (0.8 * 0.2 / 128) ** 0.5, abs=1e-4)
     assert DedupConfig(bands=16, rows=8).resolved()["bands"] == 16
-    for bad in (DedupConfig(bands=20, rows=8), DedupConfig(bands=4), DedupConfig(threshold=0),
-                DedupConfig(keep="last")):
+    for bad in (
+        DedupConfig(bands=20, rows=8),
+        DedupConfig(bands=4),
+        DedupConfig(threshold=0),
+        DedupConfig(keep="last"),
+    ):
         with pytest.raises(ValueError):
             bad.resolved()
 
@@ -102,11 +107,13 @@ def test_strict_margin_trades_recall_at_the_threshold(corpus):
 
 
 def test_exact_duplicates_and_clusters():
-    texts = ["Hello   world, this is a test of exact dedup",  # 0
-             "completely different content about something else entirely",  # 1
-             "hello world, THIS is a test of exact dedup",  # 2: exact after normalisation
-             "hello world this is a test of exact dedup",  # 3: only punctuation differs -> near (J = 1)
-             "completely different content about something else entirely"]  # 4: exact copy of 1
+    texts = [
+        "Hello   world, this is a test of exact dedup",  # 0
+        "completely different content about something else entirely",  # 1
+        "hello world, THIS is a test of exact dedup",  # 2: exact after normalisation
+        "hello world this is a test of exact dedup",  # 3: only punctuation differs -> near (J = 1)
+        "completely different content about something else entirely",
+    ]  # 4: exact copy of 1
     result = find_duplicates(texts, DedupConfig(ngram=3))
     assert result.clusters == [[0, 2, 3], [1, 4]]
     assert result.representatives == [0, 1]
@@ -141,17 +148,27 @@ def test_keep_best_quality():
 
 
 def test_dedup_file_report_and_output(tmp_path):
-    rows = [{"messages": [{"role": "user", "content": f"Question {i}: what is the capital of country {i}?"},
-                          {"role": "assistant", "content": f"The capital of country {i} is city {i}."}]}
-            for i in range(6)]
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": f"Question {i}: what is the capital of country {i}?"},
+                {"role": "assistant", "content": f"The capital of country {i} is city {i}."},
+            ]
+        }
+        for i in range(6)
+    ]
     rows.insert(3, rows[1])  # exact duplicate at index 3
     src = tmp_path / "in.jsonl"
     src.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
     report = dedup_file(src, tmp_path / "out.jsonl", DedupConfig(), report_path=tmp_path / "r.json")
     on_disk = json.loads((tmp_path / "r.json").read_text())
     assert on_disk["clusters"] == report["clusters"] == [[1, 3]]
-    assert (on_disk["input_rows"], on_disk["output_rows"], on_disk["exact_duplicates"],
-            on_disk["near_duplicates"]) == (7, 6, 1, 0)
+    assert (on_disk["input_rows"], on_disk["output_rows"], on_disk["exact_duplicates"], on_disk["near_duplicates"]) == (
+        7,
+        6,
+        1,
+        0,
+    )
     assert on_disk["cluster_details"] == [{"size": 2, "representative": 1, "members": [1, 3], "kind": "exact"}]
     assert on_disk["format"] == "messages"
     assert read_jsonl(tmp_path / "out.jsonl") == [r for i, r in enumerate(rows) if i != 3]
@@ -160,8 +177,10 @@ def test_dedup_file_report_and_output(tmp_path):
 
 
 def test_dedup_on_selected_fields(tmp_path):
-    rows = [{"prompt": "Same prompt here for both rows please", "completion": "answer one is long and detailed"},
-            {"prompt": "Same prompt here for both rows please", "completion": "a totally different second reply"}]
+    rows = [
+        {"prompt": "Same prompt here for both rows please", "completion": "answer one is long and detailed"},
+        {"prompt": "Same prompt here for both rows please", "completion": "a totally different second reply"},
+    ]
     src = write_jsonl(tmp_path / "pc.jsonl", rows)
     assert dedup_file(src, tmp_path / "o.jsonl")["clusters"] == []
     assert dedup_file(src, tmp_path / "o.jsonl", fields=["prompt"])["clusters"] == [[0, 1]]

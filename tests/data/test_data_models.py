@@ -35,10 +35,14 @@ def test_chat_template_preview_with_the_demo_tokenizer(demo, tmp_path):
 
 def test_length_filter_tokens_with_the_demo_tokenizer(demo):
     n = len(load_tokenizer(demo["model"])("What is 2+2?", add_special_tokens=False)["input_ids"])
-    assert removed("length_filter", {"text": "What is 2+2?"}, unit="tokens", tokenizer=str(demo["model"]),
-                   max=n - 1) == f"tokens={n} > max {n - 1}"
-    assert removed("length_filter", {"text": "What is 2+2?"}, unit="tokens", tokenizer=str(demo["model"]),
-                   min=n, max=n) is None
+    assert (
+        removed("length_filter", {"text": "What is 2+2?"}, unit="tokens", tokenizer=str(demo["model"]), max=n - 1)
+        == f"tokens={n} > max {n - 1}"
+    )
+    assert (
+        removed("length_filter", {"text": "What is 2+2?"}, unit="tokens", tokenizer=str(demo["model"]), min=n, max=n)
+        is None
+    )
 
 
 def test_token_lengths_with_the_demo_tokenizer(demo):
@@ -50,8 +54,18 @@ def test_token_lengths_with_the_demo_tokenizer(demo):
 
 
 def test_convert_with_chat_template_preview(cli, demo, tmp_path):
-    result = cli("convert", demo["data"] / "sft_alpaca.jsonl", "--to", "messages", "--output", tmp_path / "m.jsonl",
-                 "--preview-tokenizer", demo["model"], "--preview", "2")
+    result = cli(
+        "convert",
+        demo["data"] / "sft_alpaca.jsonl",
+        "--to",
+        "messages",
+        "--output",
+        tmp_path / "m.jsonl",
+        "--preview-tokenizer",
+        demo["model"],
+        "--preview",
+        "2",
+    )
     assert result.exit_code == 0, result
     assert result.stdout.count("--- row ") == 2
     assert "<|im_start|>assistant\n" in result.stdout
@@ -60,17 +74,27 @@ def test_convert_with_chat_template_preview(cli, demo, tmp_path):
 def test_perplexity_with_the_demo_model(demo, tmp_path):
     rows = read_jsonl(demo["data"] / "sft.jsonl")[:7]
     src = write_jsonl(tmp_path / "in.jsonl", rows)
-    scored = score_file(src, tmp_path / "scored.jsonl", perplexity_model=demo["model"], heuristics=False,
-                        batch_size=3)
+    scored = score_file(src, tmp_path / "scored.jsonl", perplexity_model=demo["model"], heuristics=False, batch_size=3)
     assert scored["perplexity"]["model"] == str(demo["model"])
     ppl = [r[SCORES_KEY]["perplexity"] for r in read_jsonl(tmp_path / "scored.jsonl")]
     assert len(ppl) == 7 and all(p > 1 for p in ppl)  # an untrained model: ~ vocabulary-sized perplexities
     # batching and padding do not change a row's score
-    alone = score_file(write_jsonl(tmp_path / "one.jsonl", rows[:1]), tmp_path / "one_scored.jsonl",
-                       perplexity_model=demo["model"], heuristics=False)
+    alone = score_file(
+        write_jsonl(tmp_path / "one.jsonl", rows[:1]),
+        tmp_path / "one_scored.jsonl",
+        perplexity_model=demo["model"],
+        heuristics=False,
+    )
     assert alone["scores"]["perplexity"]["mean"] == pytest.approx(ppl[0], rel=1e-3)
-    report = score_then_filter(src, tmp_path / "best.jsonl", by="perplexity", top_k=5, lowest=True,
-                               perplexity_model=demo["model"], heuristics=False)
+    report = score_then_filter(
+        src,
+        tmp_path / "best.jsonl",
+        by="perplexity",
+        top_k=5,
+        lowest=True,
+        perplexity_model=demo["model"],
+        heuristics=False,
+    )
     assert report["filter"]["output_rows"] == 5
     kept = sorted(r[SCORES_KEY]["perplexity"] for r in read_jsonl(tmp_path / "best.jsonl"))
     assert kept == sorted(ppl)[:5]

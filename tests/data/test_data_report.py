@@ -29,8 +29,10 @@ from training_platform.data.versions import DatasetVersion, describe_dataset, st
 
 pytestmark = pytest.mark.unit
 
-_WORD_LIST = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau "
-              "upsilon phi chi psi omega apple banana cherry grape lemon mango melon olive peach pear plum")
+_WORD_LIST = (
+    "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau "
+    "upsilon phi chi psi omega apple banana cherry grape lemon mango melon olive peach pear plum"
+)
 WORDS = _WORD_LIST.split()
 
 
@@ -59,10 +61,19 @@ def test_average_ranks_share_ties():
 
 
 def test_difficulty_features():
-    row = {"messages": [{"role": "user", "content": "Tom has 3 apples and buys 4 more. Then he eats 2."},
-                        {"role": "assistant", "content": "3 + 4 = 7, 7 - 2 = 5. The answer is 5."}]}
-    assert difficulty_features(row, "messages") == {"words": 26, "response_words": 14, "numeric_steps": 4,
-                                                    "numbers": 10, "turns": 2}
+    row = {
+        "messages": [
+            {"role": "user", "content": "Tom has 3 apples and buys 4 more. Then he eats 2."},
+            {"role": "assistant", "content": "3 + 4 = 7, 7 - 2 = 5. The answer is 5."},
+        ]
+    }
+    assert difficulty_features(row, "messages") == {
+        "words": 26,
+        "response_words": 14,
+        "numeric_steps": 4,
+        "numbers": 10,
+        "turns": 2,
+    }
 
 
 def _graded_rows(n: int = 90) -> list[dict]:
@@ -72,8 +83,9 @@ def _graded_rows(n: int = 90) -> list[dict]:
     for i in range(n):
         steps = (1, 3, 6)[i % 3]
         work = ", ".join(f"{k} + {k + 1} = {2 * k + 1}" for k in range(steps))
-        rows.append({"prompt": f"Problem {i}: {sentence(rng, 4 * steps)}",
-                     "completion": f"{work}. The answer is {steps}."})
+        rows.append(
+            {"prompt": f"Problem {i}: {sentence(rng, 4 * steps)}", "completion": f"{work}. The answer is {steps}."}
+        )
     return rows
 
 
@@ -151,10 +163,14 @@ def test_contamination_finds_planted_leaks(tmp_path):
 
 
 def test_contamination_ngram_size_is_configurable(tmp_path):
-    eval_path = write_jsonl(tmp_path / "eval.jsonl", [{"text": "one two three four five six seven eight nine ten "
-                                                               "eleven twelve thirteen fourteen"}])
-    src = write_jsonl(tmp_path / "train.jsonl", [{"text": "so: one two three four five six seven eight nine"},
-                                                 {"text": "unrelated words entirely here today"}])
+    eval_path = write_jsonl(
+        tmp_path / "eval.jsonl",
+        [{"text": "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"}],
+    )
+    src = write_jsonl(
+        tmp_path / "train.jsonl",
+        [{"text": "so: one two three four five six seven eight nine"}, {"text": "unrelated words entirely here today"}],
+    )
     assert contamination_report(src, [eval_path])["contaminated_rows"] == []
     assert contamination_report(src, [eval_path], n=8)["contaminated_rows"] == [0]
 
@@ -162,8 +178,12 @@ def test_contamination_ngram_size_is_configurable(tmp_path):
 def test_short_eval_items_match_exactly_or_as_whole_sequences():
     index = ContaminationIndex(13)
     index.add_texts("arith", [["17+25="], ["What is the sum of seventeen and twenty five today"], ["4"]])
-    rows = [{"text": "17+25="}, {"text": "17+25= 42"}, {"text": "Q: what is the sum of seventeen and twenty five "
-                                                                  "today? A: 42"}, {"text": "4"}]
+    rows = [
+        {"text": "17+25="},
+        {"text": "17+25= 42"},
+        {"text": "Q: what is the sum of seventeen and twenty five today? A: 42"},
+        {"text": "4"},
+    ]
     found = find_contamination(rows, index)
     assert [(f["row"], f["eval_row"]) for f in found] == [(0, 0), (2, 1)]
     assert index.skipped_short == 1  # "4" is too short to mean anything
@@ -173,8 +193,10 @@ def test_short_eval_items_match_exactly_or_as_whole_sequences():
 
 
 def test_dataset_versions(tmp_path):
-    src = write_jsonl(tmp_path / "a.jsonl", [{"prompt": "p", "completion": "c", "n": 1},
-                                             {"prompt": "q", "completion": "d", "n": None}])
+    src = write_jsonl(
+        tmp_path / "a.jsonl",
+        [{"prompt": "p", "completion": "c", "n": 1}, {"prompt": "q", "completion": "d", "n": None}],
+    )
     version = describe_dataset(src, operation="upload")
     assert version.sha256 == sha256_file(src) and len(version.sha256) == 64
     assert (version.rows, version.format) == (2, "prompt_completion")
@@ -184,8 +206,10 @@ def test_dataset_versions(tmp_path):
     stored = store_version(src, tmp_path / "store", operation="upload")
     again = store_version(src, tmp_path / "store", operation="upload")
     assert stored.path == again.path == str(tmp_path / "store" / f"{version.sha256}.jsonl")
-    assert sorted(p.name for p in (tmp_path / "store").iterdir()) == [f"{version.sha256}.json",
-                                                                      f"{version.sha256}.jsonl"]
+    assert sorted(p.name for p in (tmp_path / "store").iterdir()) == [
+        f"{version.sha256}.json",
+        f"{version.sha256}.jsonl",
+    ]
 
 
 def test_lineage_chain_upload_clean_dedup(tmp_path):
@@ -205,8 +229,11 @@ def test_lineage_chain_upload_clean_dedup(tmp_path):
     deduped = dedup_file(tmp_path / "clean.jsonl", tmp_path / "dedup.jsonl")
     assert cleaned["version"]["parent_sha256"] == uploaded.sha256
     assert cleaned["version"]["operation"] == "clean"
-    assert cleaned["version"]["params"] == {"operators": [{"op": "length_filter", "fields": None, "unit": "words",
-                                                           "min": 3, "max": None, "tokenizer": None}]}
+    assert cleaned["version"]["params"] == {
+        "operators": [
+            {"op": "length_filter", "fields": None, "unit": "words", "min": 3, "max": None, "tokenizer": None}
+        ]
+    }
     assert deduped["version"]["parent_sha256"] == cleaned["version"]["sha256"] == sha256_file(tmp_path / "clean.jsonl")
     assert deduped["version"]["sha256"] == sha256_file(tmp_path / "dedup.jsonl")
     assert deduped["version"]["params"]["threshold"] == 0.8

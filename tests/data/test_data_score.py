@@ -21,8 +21,13 @@ from training_platform.data.score import (
 )
 
 # The operator's endpoints these tests name (the judge's key variable is JUDGE_KEY; "plain" has none).
-ENDPOINTS = Endpoints([Endpoint("judge", "http://judge.test/v1", "JUDGE_KEY", ("judge-1",)),
-                       Endpoint("plain", "http://judge.test/v1"), Endpoint("rm", "http://rm.test/v1")])
+ENDPOINTS = Endpoints(
+    [
+        Endpoint("judge", "http://judge.test/v1", "JUDGE_KEY", ("judge-1",)),
+        Endpoint("plain", "http://judge.test/v1"),
+        Endpoint("rm", "http://rm.test/v1"),
+    ]
+)
 
 GOOD = "Paris is the capital of France. It lies on the Seine and is known for the Louvre and the Eiffel Tower."
 
@@ -36,8 +41,17 @@ def test_heuristic_scores():
     assert spam["top_2gram_char_frac"] > 0.8 and spam["quality"] < good["quality"]
     assert symbols["special_ratio"] > 0.8 and symbols["quality"] < good["quality"]
     assert heuristic_scores("")["quality"] < 0.5
-    assert set(good) == {"chars", "words", "alnum_ratio", "special_ratio", "digit_ratio", "dup_line_frac",
-                         "top_2gram_char_frac", "unique_word_ratio", "quality"}
+    assert set(good) == {
+        "chars",
+        "words",
+        "alnum_ratio",
+        "special_ratio",
+        "digit_ratio",
+        "dup_line_frac",
+        "top_2gram_char_frac",
+        "unique_word_ratio",
+        "quality",
+    }
 
 
 class FakeJudge:
@@ -54,8 +68,10 @@ class FakeJudge:
         body = json.loads(request.content)
         if request.url.path.endswith("/chat/completions"):
             text = body["messages"][0]["content"].split("### Example\n", 1)[1].split("\n\n### Score")[0]
-            return httpx.Response(200, json={"choices": [{"message": {"role": "assistant",
-                                                                      "content": f"Score: {len(text.split()) % 11}"}}]})
+            return httpx.Response(
+                200,
+                json={"choices": [{"message": {"role": "assistant", "content": f"Score: {len(text.split()) % 11}"}}]},
+            )
         return httpx.Response(200, json={"data": [{"index": 0, "data": [len(body["input"]) / 10]}]})
 
 
@@ -87,12 +103,18 @@ def test_judge_client_counts_calls_cache_hits_and_latency(monkeypatch, tmp_path)
 @pytest.mark.unit
 def test_judge_retries_server_errors_then_gives_up():
     server = FakeJudge(fail_first=2)
-    client = JudgeClient({"endpoint": "plain", "model": "m", "max_retries": 2}, endpoints=ENDPOINTS,
-                         transport=httpx.MockTransport(server))
+    client = JudgeClient(
+        {"endpoint": "plain", "model": "m", "max_retries": 2},
+        endpoints=ENDPOINTS,
+        transport=httpx.MockTransport(server),
+    )
     assert client.score("a b") == 0.2
     assert client.report()["requests"] == 3 and client.report()["errors"] == 0
-    failing = JudgeClient({"endpoint": "plain", "model": "m", "max_retries": 1}, endpoints=ENDPOINTS,
-                          transport=httpx.MockTransport(FakeJudge(fail_first=99)))
+    failing = JudgeClient(
+        {"endpoint": "plain", "model": "m", "max_retries": 1},
+        endpoints=ENDPOINTS,
+        transport=httpx.MockTransport(FakeJudge(fail_first=99)),
+    )
     assert failing.score("a b") is None
     assert failing.report()["errors"] == 1 and "503" in failing.report()["last_error"]
     assert failing.report()["authenticated"] is False
@@ -100,8 +122,11 @@ def test_judge_retries_server_errors_then_gives_up():
 
 @pytest.mark.unit
 def test_reward_mode():
-    client = JudgeClient({"endpoint": "rm", "model": "rm", "mode": "reward"}, endpoints=ENDPOINTS,
-                         transport=httpx.MockTransport(FakeJudge()))
+    client = JudgeClient(
+        {"endpoint": "rm", "model": "rm", "mode": "reward"},
+        endpoints=ENDPOINTS,
+        transport=httpx.MockTransport(FakeJudge()),
+    )
     assert client.score_name == "reward"
     assert client.score("abcdefghij") == 1.0
 
@@ -129,13 +154,20 @@ def test_judge_endpoint_must_be_known_and_serve_the_model():
 
 @pytest.mark.unit
 def test_score_file_with_simulated_judge_and_filters(tmp_path):
-    rows = [{"prompt": "Tell me about Paris.", "completion": GOOD},
-            {"prompt": "Spam?", "completion": " ".join(["buy now"] * 30)},
-            {"prompt": "Short?", "completion": "Yes."}]
+    rows = [
+        {"prompt": "Tell me about Paris.", "completion": GOOD},
+        {"prompt": "Spam?", "completion": " ".join(["buy now"] * 30)},
+        {"prompt": "Short?", "completion": "Yes."},
+    ]
     src = write_jsonl(tmp_path / "in.jsonl", rows)
-    report = score_file(src, tmp_path / "scored.jsonl", judge={"endpoint": "plain", "model": "j"},
-                        judge_transport=httpx.MockTransport(FakeJudge()), endpoints=ENDPOINTS,
-                        report_path=tmp_path / "r.json")
+    report = score_file(
+        src,
+        tmp_path / "scored.jsonl",
+        judge={"endpoint": "plain", "model": "j"},
+        judge_transport=httpx.MockTransport(FakeJudge()),
+        endpoints=ENDPOINTS,
+        report_path=tmp_path / "r.json",
+    )
     scored = read_jsonl(tmp_path / "scored.jsonl")
     assert [{k: v for k, v in r.items() if k != SCORES_KEY} for r in scored] == rows
     assert all({"quality", "judge"} <= set(r[SCORES_KEY]) for r in scored)

@@ -23,30 +23,53 @@ from training_platform.data.validate import ingest_file, validate_file
 
 pytestmark = pytest.mark.unit
 
-VERL = {"data_source": "openai/gsm8k", "prompt": [USER], "ability": "math",
-        "reward_model": {"style": "rule", "ground_truth": "4"}, "extra_info": {"split": "train", "index": 0}}
+VERL = {
+    "data_source": "openai/gsm8k",
+    "prompt": [USER],
+    "ability": "math",
+    "reward_model": {"style": "rule", "ground_truth": "4"},
+    "extra_info": {"split": "train", "index": 0},
+}
 
 # format -> (good row, bad row, expected (field, reason prefix) of the bad row)
 CASES = {
-    "messages": ({"messages": CONV}, {"messages": [USER, {"role": "assistant", "content": 4}]},
-                 ("messages[1].content", "must be a string, got 4")),
-    "sharegpt": ({"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]},
-                 {"conversations": [{"from": "human", "value": "hi"}]},
-                 ("conversations", "has no assistant (gpt) turn to learn from")),
-    "alpaca": ({"instruction": "Add.", "input": "2+2", "output": "4"}, {"instruction": "Add.", "output": ""},
-               ("output", "must be a non-empty string, got ''")),
-    "prompt_completion": ({"prompt": "2+2=", "completion": "4"}, {"prompt": "2+2=", "completion": ["4"]},
-                          ("completion[0]", "must be an object with role and content, got '4'")),
+    "messages": (
+        {"messages": CONV},
+        {"messages": [USER, {"role": "assistant", "content": 4}]},
+        ("messages[1].content", "must be a string, got 4"),
+    ),
+    "sharegpt": (
+        {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]},
+        {"conversations": [{"from": "human", "value": "hi"}]},
+        ("conversations", "has no assistant (gpt) turn to learn from"),
+    ),
+    "alpaca": (
+        {"instruction": "Add.", "input": "2+2", "output": "4"},
+        {"instruction": "Add.", "output": ""},
+        ("output", "must be a non-empty string, got ''"),
+    ),
+    "prompt_completion": (
+        {"prompt": "2+2=", "completion": "4"},
+        {"prompt": "2+2=", "completion": ["4"]},
+        ("completion[0]", "must be an object with role and content, got '4'"),
+    ),
     "text": ({"text": "hello"}, {"text": "  "}, ("text", "must be a non-empty string, got '  '")),
-    "preference": ({"prompt": "2+2=", "chosen": "4", "rejected": "5"}, {"prompt": "2+2=", "chosen": "4",
-                                                                        "rejected": "4"},
-                   ("rejected", "is identical to chosen")),
-    "kto": ({"prompt": "2+2=", "completion": "4", "label": True}, {"prompt": "2+2=", "completion": "4", "label": "x"},
-            ("label", "must be true or false, got 'x'")),
-    "rl_prompt": ({"prompt": "2+2=", "answer": "4"}, {"prompt": "", "answer": "4"},
-                  ("prompt", "must not be empty")),
-    "verl": (VERL, {**VERL, "reward_model": {"style": "rule"}},
-             ("reward_model.ground_truth", "must be a string or a number, got null")),
+    "preference": (
+        {"prompt": "2+2=", "chosen": "4", "rejected": "5"},
+        {"prompt": "2+2=", "chosen": "4", "rejected": "4"},
+        ("rejected", "is identical to chosen"),
+    ),
+    "kto": (
+        {"prompt": "2+2=", "completion": "4", "label": True},
+        {"prompt": "2+2=", "completion": "4", "label": "x"},
+        ("label", "must be true or false, got 'x'"),
+    ),
+    "rl_prompt": ({"prompt": "2+2=", "answer": "4"}, {"prompt": "", "answer": "4"}, ("prompt", "must not be empty")),
+    "verl": (
+        VERL,
+        {**VERL, "reward_model": {"style": "rule"}},
+        ("reward_model.ground_truth", "must be a string or a number, got null"),
+    ),
 }
 
 
@@ -71,28 +94,40 @@ def test_good_and_bad_rows_per_format(fmt, tmp_path):
 
 
 def test_conversational_preference_is_valid_and_mixed_kinds_are_not():
-    conv = {"prompt": [USER], "chosen": [{"role": "assistant", "content": "4"}],
-            "rejected": [{"role": "assistant", "content": "5"}]}
+    conv = {
+        "prompt": [USER],
+        "chosen": [{"role": "assistant", "content": "4"}],
+        "rejected": [{"role": "assistant", "content": "5"}],
+    }
     assert validate_row("preference", conv) == []
     mixed = {**conv, "rejected": "5"}
     assert validate_row("preference", mixed) == [
-        ("rejected", "prompt, chosen and rejected must all be strings or all message lists")]
+        ("rejected", "prompt, chosen and rejected must all be strings or all message lists")
+    ]
 
 
 def test_verl_validation_reports_each_field():
-    row = {"data_source": "", "prompt": "2+2", "ability": 3, "reward_model": {"ground_truth": True},
-           "extra_info": []}
+    row = {"data_source": "", "prompt": "2+2", "ability": 3, "reward_model": {"ground_truth": True}, "extra_info": []}
     assert [f for f, _ in validate_row("verl", row)] == [
-        "data_source", "prompt", "ability", "reward_model.ground_truth", "extra_info"]
+        "data_source",
+        "prompt",
+        "ability",
+        "reward_model.ground_truth",
+        "extra_info",
+    ]
 
 
 def test_verl_loads_as_rl_training_data(tmp_path):
-    path = write_jsonl(tmp_path / "train.jsonl", [VERL, {**VERL, "reward_model": {"style": "rule",
-                                                                                  "ground_truth": 7}}])
+    path = write_jsonl(tmp_path / "train.jsonl", [VERL, {**VERL, "reward_model": {"style": "rule", "ground_truth": 7}}])
     rows, fmt = load_examples(path, kind="rl")
     assert fmt == "verl"
-    assert rows[0] == {"prompt": [USER], "answer": "4", "data_source": "openai/gsm8k", "ability": "math",
-                       "extra_info": {"split": "train", "index": 0}}
+    assert rows[0] == {
+        "prompt": [USER],
+        "answer": "4",
+        "data_source": "openai/gsm8k",
+        "ability": "math",
+        "extra_info": {"split": "train", "index": 0},
+    }
     assert rows[1]["answer"] == "7"
     assert to_canonical("verl", VERL)["answer"] == "4"
     with pytest.raises(DatasetError, match="format 'verl' cannot train this algorithm"):
@@ -128,8 +163,9 @@ def test_explicit_format_and_undetectable_rows(tmp_path):
     path = write_jsonl(tmp_path / "qa.jsonl", [{"question": "q", "solution": "s"}])
     report = validate_file(path)
     assert report.format is None
-    assert report.lines() == ["line 1: <row>: cannot detect the format from the fields ['question', 'solution']; "
-                              "pass the format explicitly"]
+    assert report.lines() == [
+        "line 1: <row>: cannot detect the format from the fields ['question', 'solution']; pass the format explicitly"
+    ]
     assert validate_file(path, fmt="text").lines() == ["line 1: text: must be a non-empty string, got null"]
     with pytest.raises(ValueError, match="unknown format 'nope'"):
         validate_file(path, fmt="nope")
@@ -177,8 +213,9 @@ def test_quarantine_policy_keeps_bad_rows_aside(tmp_path):
     assert read_jsonl(dest) == [{"messages": CONV}, {"messages": CONV}]
     quarantined = read_jsonl(tmp_path / "ds.quarantine.jsonl")
     assert [(q["index"], q["line"]) for q in quarantined] == [(1, 2), (3, 4), (4, 5)]
-    assert quarantined[0]["errors"] == [{"line": 2, "field": "messages", "reason": "has no assistant turn to learn "
-                                                                                    "from"}]
+    assert quarantined[0]["errors"] == [
+        {"line": 2, "field": "messages", "reason": "has no assistant turn to learn from"}
+    ]
     assert quarantined[0]["row"] == {"messages": [USER]}
     assert quarantined[2]["row"] is None and quarantined[2]["raw"] == "{broken"
     assert report.quarantine == str(tmp_path / "ds.quarantine.jsonl")
@@ -245,7 +282,8 @@ def test_every_output_type_round_trips(suffix, tmp_path):
 def test_unsupported_types(tmp_path):
     with pytest.raises(DatasetError) as info:
         list(iter_records(tmp_path / "x.txt"))
-    assert info.value.errors[0] == RowError(0, "<file>", "unsupported file type '.txt'; use one of .jsonl, .json, "
-                                                         ".parquet, .csv")
+    assert info.value.errors[0] == RowError(
+        0, "<file>", "unsupported file type '.txt'; use one of .jsonl, .json, .parquet, .csv"
+    )
     with pytest.raises(DatasetError, match="unsupported output type"):
         RowWriter(tmp_path / "x.txt")

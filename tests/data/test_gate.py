@@ -55,8 +55,11 @@ def inputs(tmp_path) -> dict[str, Path]:
     vocab = [f"e{i}" for i in range(3000)]
     eval_rows = [{"prompt": _words(rng, 12, vocab), "completion": _words(rng, 12, vocab)} for _ in range(20)]
     reference = [{"text": _words(rng, 40, [f"r{i}" for i in range(500)])} for _ in range(40)]
-    return {"eval": write(tmp_path / "eval.jsonl", eval_rows), "reference": write(tmp_path / "ref.jsonl", reference),
-            "eval_rows": eval_rows}
+    return {
+        "eval": write(tmp_path / "eval.jsonl", eval_rows),
+        "reference": write(tmp_path / "ref.jsonl", reference),
+        "eval_rows": eval_rows,
+    }
 
 
 def gate(tmp_path: Path, rows: list, inputs, profile: str = "strict", **kw) -> dict:
@@ -71,8 +74,16 @@ def test_a_good_dataset_passes_every_strict_check(tmp_path, inputs):
     verdicts = {c["name"]: c["verdict"] for c in report["checks"]}
     assert report["passed"], report["checks"]
     assert set(verdicts.values()) == {"pass"}, verdicts  # nothing skipped: every check measured
-    assert set(verdicts) == {"schema", "distinct_2", "ngram_divergence", "duplicates", "length_bounds",
-                             "metadata_coverage", "leakage", "difficulty_mix"}
+    assert set(verdicts) == {
+        "schema",
+        "distinct_2",
+        "ngram_divergence",
+        "duplicates",
+        "length_bounds",
+        "metadata_coverage",
+        "leakage",
+        "difficulty_mix",
+    }
     for check in report["checks"]:
         assert check["threshold"] and check["value"] is not None
     assert report["profile"]["name"] == "strict" and len(report["profile"]["hash"]) == 64
@@ -104,8 +115,19 @@ def _variant(check: str, inputs) -> tuple[list, dict]:
     return rows, kw
 
 
-@pytest.mark.parametrize("check", ["schema", "distinct_2", "ngram_divergence", "duplicates", "length_bounds",
-                                   "metadata_coverage", "leakage", "difficulty_mix"])
+@pytest.mark.parametrize(
+    "check",
+    [
+        "schema",
+        "distinct_2",
+        "ngram_divergence",
+        "duplicates",
+        "length_bounds",
+        "metadata_coverage",
+        "leakage",
+        "difficulty_mix",
+    ],
+)
 def test_each_check_fails_on_its_crafted_dataset(tmp_path, inputs, check):
     rows, kw = _variant(check, inputs)
     report = gate(tmp_path, rows, inputs, **kw)
@@ -146,8 +168,9 @@ def test_leakage_by_minhash_similarity(tmp_path, inputs):
 
 def test_profile_hash_is_stable_and_canonical():
     a = parse_profile("p", {"checks": {"duplicates": {"max_rate": 0.05}, "distinct_2": {}}})
-    b = parse_profile("p", {"description": "other words", "checks": {"distinct_2": {"min": 0.6},
-                                                                     "duplicates": {"max_rate": 0.05}}})
+    b = parse_profile(
+        "p", {"description": "other words", "checks": {"distinct_2": {"min": 0.6}, "duplicates": {"max_rate": 0.05}}}
+    )
     assert a.hash == b.hash == profile_hash(a)  # order, defaults spelled out and descriptions do not matter
     assert a.hash != parse_profile("p", {"checks": {"duplicates": {"max_rate": 0.04}, "distinct_2": {}}}).hash
     assert a.hash != parse_profile("q", {"checks": a.checks}).hash

@@ -40,9 +40,12 @@ class Ingest:
         if job["status"] == "succeeded":
             dataset_id, version_id = result["dataset_id"], result["version_id"]
             self.status_code = 201 if result["created"] else 200
-            self.body = {"dataset": api.get(f"/datasets/{dataset_id}", user="root").json(),
-                         "version": api.get(f"/datasets/{dataset_id}/versions/{version_id}", user="root").json(),
-                         "created": result["created"], "job": job}
+            self.body = {
+                "dataset": api.get(f"/datasets/{dataset_id}", user="root").json(),
+                "version": api.get(f"/datasets/{dataset_id}/versions/{version_id}", user="root").json(),
+                "created": result["created"],
+                "job": job,
+            }
         else:
             self.status_code = 422
             self.body = {**result, "job": job, "error": job["error"]}
@@ -67,8 +70,12 @@ def upload(api, name: str, content: bytes, filename: str = "data.jsonl", user: s
 
 
 def upload_only(api, name: str, content: bytes, filename: str = "data.jsonl", user: str = "alice", **fields):
-    return api.post("/datasets", user=user, files={"file": (filename, content, "application/octet-stream")},
-                    data={"name": name, **fields})
+    return api.post(
+        "/datasets",
+        user=user,
+        files={"file": (filename, content, "application/octet-stream")},
+        data={"name": name, **fields},
+    )
 
 
 def store_files(data_dir: Path) -> list[str]:
@@ -91,9 +98,14 @@ def api_context(data_dir: Path, kind: str, tmp: Path) -> Iterator:
     from api_helpers import database, running_api
 
     # demo/ is a symlink out of TP_DATA_DIR: its target is an allowed root (as a model root would be).
-    env = {"REDIS_URL": REDIS_URL, "TP_MODEL_ROOTS": str((data_dir / "demo").resolve()),
-           "TP_MAX_UPLOAD_MB": "1", "TP_HEARTBEAT_INTERVAL": "1", "TP_METRICS_BATCH_INTERVAL": "0.5",
-           "TP_MIN_FREE_DISK_MB": "1"}
+    env = {
+        "REDIS_URL": REDIS_URL,
+        "TP_MODEL_ROOTS": str((data_dir / "demo").resolve()),
+        "TP_MAX_UPLOAD_MB": "1",
+        "TP_HEARTBEAT_INTERVAL": "1",
+        "TP_METRICS_BATCH_INTERVAL": "0.5",
+        "TP_MIN_FREE_DISK_MB": "1",
+    }
     with database(kind, tmp) as url, running_api(data_dir, url, **env) as api:
         yield api
 
@@ -102,8 +114,7 @@ def start_worker(data_dir: Path, name: str, queues: str = "train,data"):
     """`tp worker --queues train,data` as a real process (its own process group; stop() kills the pool too)."""
     from _wk import Proc
 
-    argv = [sys.executable, "-m", "training_platform.cli", "worker", "--queues", queues, "--name",
-            f"{name}@%h"]
+    argv = [sys.executable, "-m", "training_platform.cli", "worker", "--queues", queues, "--name", f"{name}@%h"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return Proc(argv, env, data_dir / f"{name}.log").wait_ready(timeout=60)
 
@@ -119,5 +130,7 @@ def wait_job(api, job_id: int, timeout: float = 90, worker=None) -> dict:
         return wait_for(done, timeout, interval=0.25, what=f"job {job_id} to finish")
     except AssertionError:
         events = api.get(f"/jobs/{job_id}/events").json()
-        raise AssertionError(f"job {job_id} did not finish: {api.get(f'/jobs/{job_id}').json()}\n{events}\n"
-                             f"{worker.log()[-4000:] if worker else ''}") from None
+        raise AssertionError(
+            f"job {job_id} did not finish: {api.get(f'/jobs/{job_id}').json()}\n{events}\n"
+            f"{worker.log()[-4000:] if worker else ''}"
+        ) from None

@@ -45,14 +45,32 @@ def served(data_dir, redis_client, tmp_path_factory) -> Iterator[Served]:
     from _wk import Proc, wait_for
     from api_helpers import database, running_api
 
-    env = {"REDIS_URL": REDIS_URL, "TP_MAX_UPLOAD_MB": str(UPLOAD_CAP_MB), "TP_MAX_BODY_MB": str(BODY_CAP_MB),
-           "TP_HEARTBEAT_INTERVAL": "1", "TP_MIN_FREE_DISK_MB": "1"}
+    env = {
+        "REDIS_URL": REDIS_URL,
+        "TP_MAX_UPLOAD_MB": str(UPLOAD_CAP_MB),
+        "TP_MAX_BODY_MB": str(BODY_CAP_MB),
+        "TP_HEARTBEAT_INTERVAL": "1",
+        "TP_MIN_FREE_DISK_MB": "1",
+    }
     with database("sqlite", tmp_path_factory.mktemp("caps_db")) as url, running_api(data_dir, url, **env) as api:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        proc = Proc([sys.executable, "-m", "uvicorn", "training_platform.api.app:app", "--host", "127.0.0.1",
-                     "--port", str(port), "--no-access-log"], {**os.environ}, data_dir / "uvicorn.log")
+        proc = Proc(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "training_platform.api.app:app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-access-log",
+            ],
+            {**os.environ},
+            data_dir / "uvicorn.log",
+        )
 
         def healthy():
             assert proc.popen.poll() is None, proc.log()[-3000:]
@@ -101,8 +119,10 @@ class RssPeak:
         return self.peak - self.before
 
     def report(self, what: str) -> str:
-        line = (f"API RSS {what}: before {self.before / MB:.0f} MB, peak {self.peak / MB:.0f} MB "
-                f"(+{self.growth / MB:.1f} MB)")
+        line = (
+            f"API RSS {what}: before {self.before / MB:.0f} MB, peak {self.peak / MB:.0f} MB "
+            f"(+{self.growth / MB:.1f} MB)"
+        )
         print(line)
         return line
 
@@ -117,9 +137,11 @@ def _chunks(total: int, byte: bytes = b"a") -> Iterator[bytes]:
 
 
 def _multipart(name: str, filename: str, payload: Iterator[bytes]) -> Iterator[bytes]:
-    yield (f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\n{name}\r\n"
-           f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{filename}\"\r\n"
-           f"Content-Type: application/octet-stream\r\n\r\n").encode()
+    yield (
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="name"\r\n\r\n{name}\r\n'
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
+        f"Content-Type: application/octet-stream\r\n\r\n"
+    ).encode()
     yield from payload
     yield f"\r\n--{BOUNDARY}--\r\n".encode()
 
@@ -128,12 +150,18 @@ def _multipart_length(name: str, filename: str, payload_len: int) -> int:
     return sum(len(part) for part in _multipart(name, filename, iter(()))) + payload_len
 
 
-def _post(served: Served, path: str, body, headers: dict[str, str], *, chunked: bool = False,
-          timeout: float = 120) -> tuple[int, dict]:
+def _post(
+    served: Served, path: str, body, headers: dict[str, str], *, chunked: bool = False, timeout: float = 120
+) -> tuple[int, dict]:
     conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=timeout)
     try:
-        conn.request("POST", f"/api/v1{path}", body=body, encode_chunked=chunked,
-                     headers={"Authorization": f"Bearer {served.token}", **headers})
+        conn.request(
+            "POST",
+            f"/api/v1{path}",
+            body=body,
+            encode_chunked=chunked,
+            headers={"Authorization": f"Bearer {served.token}", **headers},
+        )
         response = conn.getresponse()
         return response.status, json.loads(response.read() or b"{}")
     finally:
@@ -145,8 +173,12 @@ def _warm_up(served: Served) -> None:
     status, _ = _post(served, "/jobs", b"{}", {"Content-Type": "application/json"})
     assert status == 422
     payload = b'{"text": "warm up"}\n'
-    status, body = _post(served, "/datasets", b"".join(_multipart("warm", "w.jsonl", iter([payload]))),
-                         {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"})
+    status, body = _post(
+        served,
+        "/datasets",
+        b"".join(_multipart("warm", "w.jsonl", iter([payload]))),
+        {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"},
+    )
     assert status == 202, body
     assert wait_job(served.api, body["job"]["id"], timeout=60)["status"] == "succeeded"
 
@@ -163,8 +195,12 @@ def test_json_bodies_over_the_cap_get_413_before_parsing(served):
         yield tail
 
     with RssPeak(served.pid) as rss:
-        status, body = _post(served, "/jobs", big_json(), {"Content-Type": "application/json",
-                                                           "Content-Length": str(len(head) + size + len(tail))})
+        status, body = _post(
+            served,
+            "/jobs",
+            big_json(),
+            {"Content-Type": "application/json", "Content-Length": str(len(head) + size + len(tail))},
+        )
     rss.report("during a 150 MB JSON body (Content-Length)")
     assert status == 413, body
     assert "TP_MAX_BODY_MB" in body["detail"] and f"{BODY_CAP_MB} MB" in body["detail"]
@@ -178,8 +214,12 @@ def test_json_bodies_over_the_cap_get_413_before_parsing(served):
     assert rss.growth < RSS_BOUND
 
     # Under the cap, bodies are parsed as usual (here: a 422 naming the problem, not a 413).
-    status, body = _post(served, "/jobs", json.dumps({"name": "small", "config": {"pad": "x" * 100_000}}),
-                         {"Content-Type": "application/json"})
+    status, body = _post(
+        served,
+        "/jobs",
+        json.dumps({"name": "small", "config": {"pad": "x" * 100_000}}),
+        {"Content-Type": "application/json"},
+    )
     assert status == 422, body
 
 
@@ -187,9 +227,13 @@ def test_upload_over_the_cap_gets_413_and_leaves_no_file(served):
     headers = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
     # Declared too large: refused before a byte is sent (the client asked 100-continue).
     with socket.create_connection(("127.0.0.1", served.port), timeout=30) as sock:
-        sock.sendall((f"POST /api/v1/datasets HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {served.token}"
-                      f"\r\nContent-Type: {headers['Content-Type']}\r\nContent-Length: {400 * MB}\r\n"
-                      f"Expect: 100-continue\r\n\r\n").encode())
+        sock.sendall(
+            (
+                f"POST /api/v1/datasets HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {served.token}"
+                f"\r\nContent-Type: {headers['Content-Type']}\r\nContent-Length: {400 * MB}\r\n"
+                f"Expect: 100-continue\r\n\r\n"
+            ).encode()
+        )
         answer = b""
         while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
             chunk = sock.recv(65536)
@@ -217,8 +261,10 @@ def test_upload_over_the_cap_gets_413_and_leaves_no_file(served):
 def test_a_300_mb_one_line_upload_keeps_the_api_flat_and_the_worker_refuses_it(served):
     size = 300 * MB
     payload = iter([b'{"text": "', *_chunks(size - 12), b'"}'])  # one line, no newline: 300 MB
-    headers = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}",
-               "Content-Length": str(_multipart_length("one-line", "line.jsonl", size))}
+    headers = {
+        "Content-Type": f"multipart/form-data; boundary={BOUNDARY}",
+        "Content-Length": str(_multipart_length("one-line", "line.jsonl", size)),
+    }
     started = time.monotonic()
     with RssPeak(served.pid) as rss:
         status, body = _post(served, "/datasets", _multipart("one-line", "line.jsonl", payload), headers)
@@ -249,8 +295,12 @@ def test_a_parquet_bomb_is_refused_by_the_worker(served, tmp_path):
 
     started = time.monotonic()
     with RssPeak(served.pid) as rss:
-        status, body = _post(served, "/datasets", b"".join(_multipart("bomb", "bomb.parquet", iter([content]))),
-                             {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"})
+        status, body = _post(
+            served,
+            "/datasets",
+            b"".join(_multipart("bomb", "bomb.parquet", iter([content]))),
+            {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"},
+        )
     elapsed = time.monotonic() - started
     rss.report(f"during the Parquet bomb upload ({elapsed:.2f}s)")
     assert status == 202, body

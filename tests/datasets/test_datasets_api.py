@@ -66,9 +66,17 @@ def test_upload_creates_a_content_addressed_version(api):
     assert dataset["name"] == "arith" and dataset["owner"] == "alice" and dataset["description"] == "addition"
     assert dataset["current_version_id"] == version["id"] and dataset["version_count"] == 1
     assert dataset["id"] == accepted["dataset"]["id"] and version["job_id"] == r.job["id"]
-    assert r.job["config"]["result"] == {"accepted": True, "dataset_id": dataset["id"], "version_id": version["id"],
-                                         "created": True, "sha256": sha256(content), "rows": 12, "uploaded_rows": 12,
-                                         "bad_rows": 0, "quarantine": None}
+    assert r.job["config"]["result"] == {
+        "accepted": True,
+        "dataset_id": dataset["id"],
+        "version_id": version["id"],
+        "created": True,
+        "sha256": sha256(content),
+        "rows": 12,
+        "uploaded_rows": 12,
+        "bad_rows": 0,
+        "quarantine": None,
+    }
     assert version["report"]["rows"] == 12 and version["report"]["bad_row_count"] == 0
     assert tmp_files(api.data_dir) == [] and staged_files(api.data_dir) == []
 
@@ -153,14 +161,16 @@ def test_too_large_uploads_get_413_and_leave_nothing(api):
 
     # Without a Content-Length (chunked): refused while streaming, the partial temp file removed.
     boundary = "tpboundary"
-    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\nbig\r\n"
-            f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.jsonl\"\r\n"
-            f"Content-Type: application/octet-stream\r\n\r\n").encode()
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="name"\r\n\r\nbig\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.jsonl"\r\n'
+        f"Content-Type: application/octet-stream\r\n\r\n"
+    ).encode()
 
     def chunks():
         yield head
         for start in range(0, len(big), 65536):
-            yield big[start:start + 65536]
+            yield big[start : start + 65536]
         yield f"\r\n--{boundary}--\r\n".encode()
 
     r = api.post("/datasets", content=chunks(), headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
@@ -174,10 +184,14 @@ def test_too_large_uploads_get_413_and_leave_nothing(api):
     def small_chunks():
         body = head + small + f"\r\n--{boundary}--\r\n".encode()
         for i in range(0, len(body), 7):  # boundaries split across chunks
-            yield body[i:i + 7]
+            yield body[i : i + 7]
 
-    r = follow(api, api.post("/datasets", content=small_chunks(),
-                             headers={"Content-Type": f"multipart/form-data; boundary={boundary}"}))
+    r = follow(
+        api,
+        api.post(
+            "/datasets", content=small_chunks(), headers={"Content-Type": f"multipart/form-data; boundary={boundary}"}
+        ),
+    )
     assert r.status_code in (200, 201), r.text
     assert r.json()["version"]["sha256"] == sha256(small)
 
@@ -234,8 +248,9 @@ def test_register_a_server_side_file(api, outside_dir):
     src.parent.mkdir(parents=True, exist_ok=True)
     content = jsonl(GOOD[:4])
     src.write_bytes(content)
-    r = follow(api, api.post("/datasets/register", json={"name": "registered",
-                                                         "path": "users/alice/incoming/set.jsonl"}))
+    r = follow(
+        api, api.post("/datasets/register", json={"name": "registered", "path": "users/alice/incoming/set.jsonl"})
+    )
     assert r.accepted.status_code == 202 and r.status_code == 201, r.text
     v = r.json()["version"]
     assert v["operation"] == "register" and v["sha256"] == sha256(content) and v["rows"] == 4
@@ -244,20 +259,23 @@ def test_register_a_server_side_file(api, outside_dir):
     assert stored != src and stored.read_bytes() == content  # copied into the store
     src.write_bytes(jsonl(GOOD[:1]))  # the original changes; the version does not
     assert stored.read_bytes() == content
-    assert follow(api, api.post("/datasets/register", json={"name": "registered", "path": str(stored)})
-                  ).status_code == 200
+    assert (
+        follow(api, api.post("/datasets/register", json={"name": "registered", "path": str(stored)})).status_code == 200
+    )
 
     outside = outside_dir / "set.jsonl"
     outside.write_bytes(content)
     for path in (str(outside), "escape/passwd", "../../etc/passwd"):
         r = api.post("/datasets/register", json={"name": "nope", "path": path})
         assert r.status_code == 422, (path, r.text)
-        assert r.json()["detail"][0]["loc"] == "path" and "outside the allowed directories" in r.json()["detail"][0][
-            "msg"]
+        assert (
+            r.json()["detail"][0]["loc"] == "path" and "outside the allowed directories" in r.json()["detail"][0]["msg"]
+        )
     r = api.post("/datasets/register", json={"name": "nope", "path": "users/alice/incoming/missing.jsonl"})
     assert r.status_code == 422 and "no such file" in r.json()["detail"][0]["msg"]
-    r = api.post("/datasets/register", json={"name": "nope", "path": "users/alice/incoming/set.jsonl",
-                                             "policy": "maybe"})
+    r = api.post(
+        "/datasets/register", json={"name": "nope", "path": "users/alice/incoming/set.jsonl", "policy": "maybe"}
+    )
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == "policy"
     assert api.get("/datasets", params={"q": "nope"}).json()["total"] == 0
 
@@ -328,26 +346,41 @@ def test_operation_parameters_are_validated_up_front(api):
         assert r.status_code == 422, r.text
         return [(d["loc"], d["msg"]) for d in r.json()["detail"]]
 
-    got = locs({"operation": "clean", "params": {"recipe": {"operators": [
-        {"op": "length_filter", "unit": "lines", "min": 1}, {"op": "no_such_op"}]}}})
+    got = locs(
+        {
+            "operation": "clean",
+            "params": {
+                "recipe": {"operators": [{"op": "length_filter", "unit": "lines", "min": 1}, {"op": "no_such_op"}]}
+            },
+        }
+    )
     assert [loc for loc, _ in got] == ["params.recipe.operators[0].unit", "params.recipe.operators[1].op"]
     assert locs({"operation": "clean", "params": {}})[0][0] == "params.recipe"
     assert locs({"operation": "explode"})[0][0] == "operation"
     assert locs({"operation": "dedup", "params": {"threshold": 1.5, "num_perm": 1}}) == [
         ("params.threshold", "must be <= 1.0, got 1.5"),
-        ("params.num_perm", "must be >= 2, got 1")]
+        ("params.num_perm", "must be >= 2, got 1"),
+    ]
     assert locs({"operation": "dedup", "params": {"bands": 4}}) == [("params.bands", "bands and rows go together")]
     assert locs({"operation": "dedup", "params": {"treshold": 0.5}})[0][0] == "params.treshold"
     assert locs({"operation": "convert", "params": {"to": "preference_plain"}}) == [
-        ("params.to", "format 'messages' cannot be converted to 'preference_plain'")]
+        ("params.to", "format 'messages' cannot be converted to 'preference_plain'")
+    ]
     assert locs({"operation": "convert", "params": {"to": "klingon"}})[0][0] == "params.to"
     assert locs({"operation": "score", "params": {"min": 0.5}})[0][0] == "params.by"
-    assert locs({"operation": "decontaminate", "params": {"eval_sets": ["/etc/passwd", "demo/data/nope.jsonl"]}}) \
-        == [("params.eval_sets[0]", locs({"operation": "decontaminate", "params": {"eval_sets": ["/etc/passwd"]}})[0][
-            1]), ("params.eval_sets[1]", "no such file: demo/data/nope.jsonl")]
-    assert locs({"operation": "clean", "params": {"recipe": [{"op": "length_filter", "unit": "tokens", "min": 1,
-                                                              "tokenizer": "/etc"}]}})[0][0] \
+    assert locs({"operation": "decontaminate", "params": {"eval_sets": ["/etc/passwd", "demo/data/nope.jsonl"]}}) == [
+        ("params.eval_sets[0]", locs({"operation": "decontaminate", "params": {"eval_sets": ["/etc/passwd"]}})[0][1]),
+        ("params.eval_sets[1]", "no such file: demo/data/nope.jsonl"),
+    ]
+    assert (
+        locs(
+            {
+                "operation": "clean",
+                "params": {"recipe": [{"op": "length_filter", "unit": "tokens", "min": 1, "tokenizer": "/etc"}]},
+            }
+        )[0][0]
         == "params.recipe.operators[0].tokenizer"
+    )
     assert api.post(url, content=b"operation=clean").status_code == 415
     assert api.get("/jobs").json()["total"] == jobs_before  # nothing queued
 
@@ -429,8 +462,9 @@ def test_dataset_listings_summarise_the_current_version(api):
             assert current is None
             continue
         version = api.get(f"/datasets/{item['id']}/versions/{item['current_version_id']}", user="root").json()
-        assert current == {k: version[k] for k in ("id", "sha256", "format", "rows", "size_bytes", "operation",
-                                                   "created_at")}
+        assert current == {
+            k: version[k] for k in ("id", "sha256", "format", "rows", "size_bytes", "operation", "created_at")
+        }
 
 
 def test_a_cancelled_upload_leaves_its_staged_file_to_the_sweep(api):

@@ -28,10 +28,15 @@ class Collect:
 
 
 def _body(boundary: str, payload: bytes) -> bytes:
-    return (f"preamble\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\nmy-set\r\n"
-            f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a \\\"b\\\".jsonl\"\r\n"
-            f"Content-Type: application/octet-stream\r\n\r\n").encode() + payload + \
-        f"\r\n--{boundary}--\r\nepilogue".encode()
+    return (
+        (
+            f'preamble\r\n--{boundary}\r\nContent-Disposition: form-data; name="name"\r\n\r\nmy-set\r\n'
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a \\"b\\".jsonl"\r\n'
+            f"Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        + payload
+        + f"\r\n--{boundary}--\r\nepilogue".encode()
+    )
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 17, 4096])
@@ -41,7 +46,7 @@ def test_multipart_stream_any_chunking(chunk):
     collect = Collect(boundary.encode())
     body = _body(boundary, payload)
     for i in range(0, len(body), chunk):
-        collect.parser.feed(body[i:i + chunk])
+        collect.parser.feed(body[i : i + chunk])
     collect.parser.close()
     assert collect.parts == [["name", None, b"my-set"], ["file", 'a "b".jsonl', payload]]
     assert collect.ended == 2
@@ -58,7 +63,9 @@ def test_multipart_stream_rejects_truncated_and_malformed_bodies():
     with pytest.raises(MultipartError, match="Content-Disposition"):
         collect.parser.feed(b"--XyZ\r\nContent-Type: text/plain\r\n\r\nx\r\n--XyZ--")
     assert _content_disposition("form-data; name=file; filename*=UTF-8''na%C3%AFve.jsonl") == {
-        "name": "file", "filename": "na\u00efve.jsonl"}
+        "name": "file",
+        "filename": "na\u00efve.jsonl",
+    }
 
 
 def test_input_progress_reads_the_position_of_open_descriptors(tmp_path):
@@ -105,8 +112,10 @@ def test_read_limits_bound_every_format(tmp_path):
     long_line = tmp_path / "long.jsonl"
     long_line.write_bytes(b'{"text": "ok"}\n{"text": "' + b"x" * 5000 + b'"}\n')
     err = refused(long_line, max_row_bytes=1000)
-    assert err.cap == "row_bytes" and str(err) == "line 2: <file>: line 2 is longer than the limit of 1000 bytes " \
-                                                  "per row; it was not read"
+    assert (
+        err.cap == "row_bytes"
+        and str(err) == "line 2: <file>: line 2 is longer than the limit of 1000 bytes per row; it was not read"
+    )
     assert refused(long_line, max_rows=1).cap == "rows"
     assert refused(long_line, max_bytes=100).cap == "bytes"
 

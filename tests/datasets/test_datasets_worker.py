@@ -12,8 +12,14 @@ from ds_helpers import api_context, chat, jsonl, sha256, start_worker, tmp_files
 
 pytestmark = pytest.mark.integration
 
-RECIPE = {"name": "basic", "operators": [{"op": "strip_html"}, {"op": "normalize_whitespace"},
-                                         {"op": "length_filter", "unit": "words", "min": 3}]}
+RECIPE = {
+    "name": "basic",
+    "operators": [
+        {"op": "strip_html"},
+        {"op": "normalize_whitespace"},
+        {"op": "length_filter", "unit": "words", "min": 3},
+    ],
+}
 
 
 def dirty_rows() -> list[dict]:
@@ -21,8 +27,12 @@ def dirty_rows() -> list[dict]:
     rows += [chat("hi", "ok")] * 2  # too short: the clean removes them
     rows += [chat("<p>What is <b>3</b> plus 4?</p>", "The   answer is 7.")] * 2  # exact duplicates once cleaned
     rows += [chat("What is 5 plus 6 ?", "The answer is 11.")]  # a near duplicate of row 5
-    rows += [chat("Explain photosynthesis to a child in simple words please",
-                  "Plants use sunlight to make food from air and water.")]
+    rows += [
+        chat(
+            "Explain photosynthesis to a child in simple words please",
+            "Plants use sunlight to make food from air and water.",
+        )
+    ]
     return rows
 
 
@@ -38,8 +48,10 @@ def platform(request, data_dir, redis_client, tmp_path_factory):
 
 
 def _operate(api, version: dict, operation: str, params: dict) -> dict:
-    r = api.post(f"/datasets/{version['dataset_id']}/versions/{version['id']}/operations",
-                 json={"operation": operation, "params": params})
+    r = api.post(
+        f"/datasets/{version['dataset_id']}/versions/{version['id']}/operations",
+        json={"operation": operation, "params": params},
+    )
     assert r.status_code == 202, r.text
     assert r.json()["warning"] is None
     return r.json()
@@ -68,8 +80,11 @@ def test_upload_clean_dedup_lineage_and_preview(platform):
     assert events[-1]["reason"].startswith(f"clean -> version {cleaned['id']}")
     assert cleaned["operation"] == "clean" and cleaned["parent_version_id"] == uploaded["id"]
     assert cleaned["job_id"] == job["id"] and cleaned["rows"] == 14 and cleaned["format"] == "messages"
-    assert [op["op"] for op in cleaned["recipe"]["recipe"]["operators"]] == ["strip_html", "normalize_whitespace",
-                                                                             "length_filter"]
+    assert [op["op"] for op in cleaned["recipe"]["recipe"]["operators"]] == [
+        "strip_html",
+        "normalize_whitespace",
+        "length_filter",
+    ]
     assert cleaned["recipe"]["recipe"]["operators"][2]["min"] == 3
     assert [(op["op"], op["removed"]) for op in cleaned["report"]["operators"]][2] == ("length_filter", 2)
     assert cleaned["stats"] == {"input_rows": 16, "output_rows": 14, "removed_rows": 2}
@@ -116,8 +131,9 @@ def test_upload_clean_dedup_lineage_and_preview(platform):
 
     with session_scope() as s:  # stored without a wake-up: it stays queued (no beat in this test)
         owner = s.exec(select(User).where(User.name == "alice")).one()
-        holder = crud.create_job(s, owner=owner, name="holder", config=valid_config(
-            data={"train_file": cleaned["path"], "max_length": 64})).id
+        holder = crud.create_job(
+            s, owner=owner, name="holder", config=valid_config(data={"train_file": cleaned["path"], "max_length": 64})
+        ).id
     r = api.delete(f"/datasets/{uploaded['dataset_id']}")
     assert r.status_code == 409 and f"job {holder} references version {cleaned['id']}" in r.json()["detail"]
     assert api.post(f"/jobs/{holder}/cancel").json()["status"] == "cancelled"
@@ -130,9 +146,17 @@ def test_upload_clean_dedup_lineage_and_preview(platform):
 
 def test_a_failing_operation_fails_the_job_and_stores_nothing(platform):
     api, worker, _ = platform
-    rows = [chat("What is 1 plus 1?", "2"),
-            {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
-                          {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]}]
+    rows = [
+        chat("What is 1 plus 1?", "2"),
+        {
+            "messages": [
+                {"role": "user", "content": "a"},
+                {"role": "assistant", "content": "b"},
+                {"role": "user", "content": "c"},
+                {"role": "assistant", "content": "d"},
+            ]
+        },
+    ]
     version = upload(api, "multi-turn", jsonl(rows)).json()["version"]
     job = _operate(api, version, "convert", {"to": "alpaca"})  # alpaca holds one turn: row 2 cannot convert
     done = wait_job(api, job["id"], worker=worker)
@@ -148,8 +172,9 @@ def test_a_failing_operation_fails_the_job_and_stores_nothing(platform):
     tampered.write_bytes(tampered.read_bytes() + jsonl([chat("sneaked in", "row")]))
     done = wait_job(api, _operate(api, version, "dedup", {})["id"], worker=worker)
     assert done["status"] == "failed" and done["preflight"]["ok"] is False
-    assert done["error"].startswith(f"preflight failed: version_id: the file of version {version['id']} was "
-                                    f"modified: sha256 ")
+    assert done["error"].startswith(
+        f"preflight failed: version_id: the file of version {version['id']} was modified: sha256 "
+    )
     assert api.get(f"/datasets/{version['dataset_id']}/versions").json()["total"] == 1
 
     # The same operation on a version it suits: converted, format recorded.
@@ -170,8 +195,10 @@ def test_training_manifest_links_the_dataset_version_and_guards_delete(platform)
 
     content = (api.data_dir / "demo" / "data" / "sft.jsonl").read_bytes()
     version = upload(api, "sft-data", content).json()["version"]
-    config = valid_config(data={"train_file": version["path"], "max_length": 64},
-                          training={"max_steps": 3, "per_device_batch_size": 4, "logging_steps": 1})
+    config = valid_config(
+        data={"train_file": version["path"], "max_length": 64},
+        training={"max_steps": 3, "per_device_batch_size": 4, "logging_steps": 1},
+    )
     r = api.post("/jobs", json={"name": "train-on-version", "config": config})
     assert r.status_code == 201, r.text
     job = wait_job(api, r.json()["id"], timeout=150, worker=worker)

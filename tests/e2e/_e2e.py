@@ -45,13 +45,25 @@ def running_tp_up(data_dir: Path, *args: str, **env_extra: str) -> Iterator[tupl
     ticks, plus `env_extra`. Yields (an admin API client, the data dir); stops it (SIGTERM, then SIGKILL)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
-    env.update(TP_DATA_DIR=str(data_dir), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               TP_HEARTBEAT_INTERVAL="1", TP_SCHEDULE_TICK="1", TOKENIZERS_PARALLELISM="false", **env_extra)
+    env.update(
+        TP_DATA_DIR=str(data_dir),
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TP_HEARTBEAT_INTERVAL="1",
+        TP_SCHEDULE_TICK="1",
+        TOKENIZERS_PARALLELISM="false",
+        **env_extra,
+    )
     log_path = data_dir / "tp_up.log"
     with log_path.open("wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "training_platform.cli", "up", "--port", str(port),
-                                 "--grace", "30", *args], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "training_platform.cli", "up", "--port", str(port), "--grace", "30", *args],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            start_new_session=True,
+        )
     base = f"http://127.0.0.1:{port}"
 
     def healthy():
@@ -79,4 +91,5 @@ def running_tp_up(data_dir: Path, *args: str, **env_extra: str) -> Iterator[tupl
 def wait_text(page, testid: str, text: str, timeout: float = 15_000) -> None:
     """Wait until the element with `data-testid=testid` shows `text` (Playwright, in the page)."""
     page.wait_for_function(
-        f"document.querySelector('[data-testid=\"{testid}\"]')?.innerText.includes({text!r})", timeout=timeout)
+        f"document.querySelector('[data-testid=\"{testid}\"]')?.innerText.includes({text!r})", timeout=timeout
+    )

@@ -44,8 +44,10 @@ def signed_in_page(browser, platform):
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on("console", lambda msg: errors.append(msg.text)
-            if msg.type == "error" and "status of 401" not in msg.text else None)
+    page.on(
+        "console",
+        lambda msg: errors.append(msg.text) if msg.type == "error" and "status of 401" not in msg.text else None,
+    )
     root = str(client.base_url).removesuffix("/api/v1/").removesuffix("/api/v1")
     token = (data_dir / "admin.token").read_text().strip()
     page.goto(f"{root}/ui/#/jobs")

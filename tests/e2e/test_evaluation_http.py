@@ -64,13 +64,28 @@ def trained(platform):
     every 2nd checkpoint and keeps the best by gsm8k/accuracy. Returns when the job and its evaluations ended."""
     client, data_dir = platform
     _write_eval_set(data_dir)
-    response = client.post("/jobs", json={"name": "sft to evaluate", "config": _train_config(
-        max_steps=400, save_steps=50, keep_last_checkpoints=2)})
+    response = client.post(
+        "/jobs",
+        json={
+            "name": "sft to evaluate",
+            "config": _train_config(max_steps=400, save_steps=50, keep_last_checkpoints=2),
+        },
+    )
     assert response.status_code == 201, response.text
     job = response.json()
-    response = client.post("/schedules", json={
-        "name": "every 2nd checkpoint", "trigger": "on_new_checkpoint", "job_id": job["id"], "every_n": 2,
-        "benchmarks": [GSM8K], "generation": GENERATION, "backend": BACKEND, "keep_best_by": "gsm8k/accuracy"})
+    response = client.post(
+        "/schedules",
+        json={
+            "name": "every 2nd checkpoint",
+            "trigger": "on_new_checkpoint",
+            "job_id": job["id"],
+            "every_n": 2,
+            "benchmarks": [GSM8K],
+            "generation": GENERATION,
+            "backend": BACKEND,
+            "keep_best_by": "gsm8k/accuracy",
+        },
+    )
     assert response.status_code == 201, response.text
     schedule = response.json()
 
@@ -87,8 +102,12 @@ def trained(platform):
         return None
 
     final, evals = wait(done, 600, "the training job and its 4 checkpoint evaluations", interval=0.5)
-    return {"job": final, "schedule": schedule, "evals": sorted(evals, key=lambda e: e["checkpoint_step"]),
-            "started_while_training": set(started_while_training)}
+    return {
+        "job": final,
+        "schedule": schedule,
+        "evals": sorted(evals, key=lambda e: e["checkpoint_step"]),
+        "started_while_training": set(started_while_training),
+    }
 
 
 def test_checkpoint_trigger_evaluates_every_second_checkpoint_while_training_runs(platform, trained):
@@ -118,9 +137,11 @@ def test_checkpoint_trigger_evaluates_every_second_checkpoint_while_training_run
 
     lag = [ts(e["created_at"]) - ts(checkpoints[e["checkpoint_step"]]["created_at"]) for e in evals]
     took = [ts(e["finished_at"]) - ts(e["created_at"]) for e in evals]
-    print(f"\n[e2e eval] accuracy by checkpoint {dict(zip([100, 200, 300, 400], accuracy, strict=True))}; "
-          f"checkpoint registered -> evaluation queued {max(lag):.2f}s max; queued -> succeeded "
-          f"{min(took):.1f}-{max(took):.1f}s; training finished {job['finished_at']}")
+    print(
+        f"\n[e2e eval] accuracy by checkpoint {dict(zip([100, 200, 300, 400], accuracy, strict=True))}; "
+        f"checkpoint registered -> evaluation queued {max(lag):.2f}s max; queued -> succeeded "
+        f"{min(took):.1f}-{max(took):.1f}s; training finished {job['finished_at']}"
+    )
     assert accuracy[-1] > accuracy[0], accuracy
     assert all(e["metrics"]["gsm8k/accuracy"]["n"] == 40 for e in evals)
 
@@ -153,13 +174,24 @@ def test_best_checkpoint_is_recorded_exposed_and_kept(platform, trained):
 def test_evaluation_through_api_and_worker_matches_the_cli(platform, trained):
     client, data_dir = platform
     job = trained["job"]
-    response = client.post("/evaluations", json={"job_id": job["id"], "checkpoint": "final", "benchmarks": [GSM8K],
-                                                 "generation": GENERATION, "backend": BACKEND})
+    response = client.post(
+        "/evaluations",
+        json={
+            "job_id": job["id"],
+            "checkpoint": "final",
+            "benchmarks": [GSM8K],
+            "generation": GENERATION,
+            "backend": BACKEND,
+        },
+    )
     assert response.status_code == 201, response.text
     evaluation = response.json()
     assert evaluation["status"] == "queued" and evaluation["model"].endswith("final")
-    final = wait(lambda: (e := _get(client, f"/evaluations/{evaluation['id']}"))["status"] in TERMINAL and e, 180,
-                 "the evaluation")
+    final = wait(
+        lambda: (e := _get(client, f"/evaluations/{evaluation['id']}"))["status"] in TERMINAL and e,
+        180,
+        "the evaluation",
+    )
     assert final["status"] == "succeeded", final["error"]
     assert final["progress"] == 100
     assert final["summary"]["benchmarks"]["gsm8k"]["n_items"] == 40
@@ -167,11 +199,39 @@ def test_evaluation_through_api_and_worker_matches_the_cli(platform, trained):
 
     # The same model, data and settings through `tp eval run`.
     out = data_dir / "cli_eval"
-    cli = subprocess.run([sys.executable, "-m", "training_platform.cli", "eval", "run", "--model",
-                          final["model_path"], "--benchmarks", "gsm8k", "--data", f"gsm8k={data_dir / EVAL_SET}",
-                          "--limit", "40", "--max-new-tokens", "8", "--batch-size", "16", "--threads", "1",
-                          "--set", "gsm8k.prompt_template={question}", "--no-progress", "--output", str(out)],
-                         capture_output=True, text=True, cwd=REPO, timeout=300, env=_env(data_dir))
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training_platform.cli",
+            "eval",
+            "run",
+            "--model",
+            final["model_path"],
+            "--benchmarks",
+            "gsm8k",
+            "--data",
+            f"gsm8k={data_dir / EVAL_SET}",
+            "--limit",
+            "40",
+            "--max-new-tokens",
+            "8",
+            "--batch-size",
+            "16",
+            "--threads",
+            "1",
+            "--set",
+            "gsm8k.prompt_template={question}",
+            "--no-progress",
+            "--output",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        env=_env(data_dir),
+    )
     assert cli.returncode == 0, cli.stderr[-3000:]
     cli_summary = json.loads((out / "summary.json").read_text())
     for name, metric in cli_summary["benchmarks"]["gsm8k"]["metrics"].items():
@@ -184,8 +244,9 @@ def test_evaluation_through_api_and_worker_matches_the_cli(platform, trained):
     assert page1["total"] == 40 and len(page1["items"]) == 25 and len(page2["items"]) == 15
     samples = page1["items"] + page2["items"]
     assert [s["position"] for s in samples] == list(range(40))
-    assert [(s["output"], s["extracted"], s["correct"]) for s in samples] == \
-        [(s["output"], s["extracted"], s["correct"]) for s in cli_samples]
+    assert [(s["output"], s["extracted"], s["correct"]) for s in samples] == [
+        (s["output"], s["extracted"], s["correct"]) for s in cli_samples
+    ]
     wrong = _get(client, f"/evaluations/{final['id']}/samples", correct="false", limit=100)
     n_correct = round(api_metrics["gsm8k/accuracy"]["value"] * 40)
     assert wrong["total"] == 40 - n_correct and all(s["correct"] is False for s in wrong["items"])
@@ -206,8 +267,9 @@ def test_leaderboard_and_comparison(platform, trained):
     board = _get(client, "/evaluations/leaderboard", benchmark="gsm8k")
     assert board["metric"] == "accuracy"
     values = [entry["value"] for entry in board["items"]]
-    assert values == sorted(values, reverse=True) and [e["rank"] for e in board["items"]] == \
-        list(range(1, len(values) + 1))
+    assert values == sorted(values, reverse=True) and [e["rank"] for e in board["items"]] == list(
+        range(1, len(values) + 1)
+    )
     steps = {e["checkpoint_step"] for e in board["items"] if e["source_job_id"] == trained["job"]["id"]}
     assert {100, 200, 300, 400} <= steps
     only_job = _get(client, "/evaluations/leaderboard", benchmark="gsm8k", job_id=trained["job"]["id"])
@@ -224,9 +286,18 @@ def test_leaderboard_and_comparison(platform, trained):
 
 def test_cron_schedule_fires_through_beat(platform):
     client, _ = platform
-    response = client.post("/schedules", json={
-        "name": "cron every 2 s", "trigger": "cron", "cron": "* * * * * */2", "model": "demo-tiny",
-        "benchmarks": [{**GSM8K, "limit": 4}], "generation": GENERATION, "backend": BACKEND})
+    response = client.post(
+        "/schedules",
+        json={
+            "name": "cron every 2 s",
+            "trigger": "cron",
+            "cron": "* * * * * */2",
+            "model": "demo-tiny",
+            "benchmarks": [{**GSM8K, "limit": 4}],
+            "generation": GENERATION,
+            "backend": BACKEND,
+        },
+    )
     assert response.status_code == 201, response.text
     schedule = response.json()
     assert schedule["next_fire_at"] is not None
@@ -252,9 +323,16 @@ def test_cron_schedule_fires_through_beat(platform):
 def test_bad_evaluation_requests_are_refused_with_field_paths(platform, trained):
     client, _ = platform
     count = _get(client, "/evaluations")["total"]
-    response = client.post("/evaluations", json={
-        "job_id": trained["job"]["id"], "checkpoint": 12345, "benchmarks": [{"name": "gsm8k"}, "nope"],
-        "generation": {"temperature": -1}, "keep_best_by": "gsm8k/acc"})
+    response = client.post(
+        "/evaluations",
+        json={
+            "job_id": trained["job"]["id"],
+            "checkpoint": 12345,
+            "benchmarks": [{"name": "gsm8k"}, "nope"],
+            "generation": {"temperature": -1},
+            "keep_best_by": "gsm8k/acc",
+        },
+    )
     assert response.status_code == 422
     locs = {e["loc"]: e["msg"] for e in response.json()["detail"]}
     assert "no checkpoint at step 12345" in locs["checkpoint"]

@@ -66,8 +66,11 @@ def test_cancel_a_running_job_keeps_a_checkpoint(platform):
     _wait(lambda: _job(client, job["id"])["current_step"] >= 3, 180, "the job to train a few steps")
     response = client.post(f"/jobs/{job['id']}/cancel")
     assert response.status_code == 200, response.text
-    final = _wait(lambda: (j := _job(client, job["id"]))["status"] in ("cancelled", "failed", "succeeded") and j,
-                  120, "the job to stop")
+    final = _wait(
+        lambda: (j := _job(client, job["id"]))["status"] in ("cancelled", "failed", "succeeded") and j,
+        120,
+        "the job to stop",
+    )
     assert final["status"] == "cancelled", final
     checkpoints = [c for c in client.get(f"/jobs/{job['id']}/checkpoints").json() if not c["removed"]]
     assert checkpoints and checkpoints[-1]["step"] == final["current_step"]
@@ -78,8 +81,9 @@ def test_preflight_gate_stops_a_job_with_a_missing_dataset(platform):
     config = _config(max_steps=5)
     config["data"]["train_file"] = "demo/data/does_not_exist.jsonl"
     job = client.post("/jobs", json={"name": "missing data", "config": config}).json()
-    final = _wait(lambda: (j := _job(client, job["id"]))["status"] in ("failed", "succeeded") and j, 120,
-                  "the preflight gate")
+    final = _wait(
+        lambda: (j := _job(client, job["id"]))["status"] in ("failed", "succeeded") and j, 120, "the preflight gate"
+    )
     assert final["status"] == "failed"
     assert final["preflight"]["ok"] is False
     assert any(e["loc"] == "data.train_file" for e in final["preflight"]["errors"])

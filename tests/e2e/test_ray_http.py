@@ -29,8 +29,9 @@ def ray_platform(tmp_path_factory):
     try:
         cluster.add_node(**node)
         cluster.wait_for_nodes()
-        with running_tp_up(tmp_path_factory.mktemp("tp_up_ray"), TP_RAY_ADDRESS=cluster.address,
-                           **LOOPBACK) as platform:
+        with running_tp_up(
+            tmp_path_factory.mktemp("tp_up_ray"), TP_RAY_ADDRESS=cluster.address, **LOOPBACK
+        ) as platform:
             yield platform
     finally:
         cluster.shutdown()
@@ -42,8 +43,9 @@ def ray_platform(tmp_path_factory):
 
 def _config(max_steps: int) -> dict:
     config = yaml.safe_load((REPO / "configs/examples/sft_tiny.yaml").read_text())
-    config["training"].update({"logging_steps": 1, "save_steps": max_steps, "max_steps": max_steps,
-                               "per_device_batch_size": 4})
+    config["training"].update(
+        {"logging_steps": 1, "save_steps": max_steps, "max_steps": max_steps, "per_device_batch_size": 4}
+    )
     config["training"].pop("eval_steps", None)
     config["data"].pop("eval_file", None)
     config["resources"] = {"num_nodes": 2, "device": "cpu"}
@@ -57,8 +59,12 @@ def test_a_two_node_job_succeeds_and_another_is_cancelled(ray_platform):
     response = client.post("/jobs", json={"name": "verl on ray", "config": {**_config(6), "engine": "verl"}})
     assert response.status_code == 201, response.text
     job_id = response.json()["id"]
-    final = _wait(lambda: (j := _job(client, job_id))["status"] in ("succeeded", "failed", "cancelled") and j,
-                  300, "the Ray job to finish", interval=0.5)
+    final = _wait(
+        lambda: (j := _job(client, job_id))["status"] in ("succeeded", "failed", "cancelled") and j,
+        300,
+        "the Ray job to finish",
+        interval=0.5,
+    )
     assert final["status"] == "succeeded", final
     dist = final["distributed"]
     assert (dist["launcher"], dist["num_nodes"], dist["world_size"]) == ("ray", 2, 2)
@@ -72,8 +78,12 @@ def test_a_two_node_job_succeeds_and_another_is_cancelled(ray_platform):
     job_id = client.post("/jobs", json={"name": "ray cancel", "config": _config(100000)}).json()["id"]
     _wait(lambda: _job(client, job_id)["current_step"] >= 2, 300, "the Ray job to train a few steps", interval=0.5)
     assert client.post(f"/jobs/{job_id}/cancel").status_code == 200
-    final = _wait(lambda: (j := _job(client, job_id))["status"] in ("cancelled", "failed", "succeeded") and j,
-                  120, "the Ray job to stop", interval=0.5)
+    final = _wait(
+        lambda: (j := _job(client, job_id))["status"] in ("cancelled", "failed", "succeeded") and j,
+        120,
+        "the Ray job to stop",
+        interval=0.5,
+    )
     assert final["status"] == "cancelled", final
     checkpoints = [c for c in client.get(f"/jobs/{job_id}/checkpoints").json() if not c["removed"]]
     assert checkpoints and checkpoints[-1]["step"] == final["current_step"]
@@ -93,8 +103,12 @@ def test_tp_up_ray_runs_a_local_head_that_trains_and_dies_with_it(tmp_path_facto
         response = client.post("/jobs", json={"name": "local ray", "config": config})
         assert response.status_code == 201, response.text
         job_id = response.json()["id"]
-        final = _wait(lambda: (j := _job(client, job_id))["status"] in ("succeeded", "failed", "cancelled") and j,
-                      300, "the job on the local Ray head", interval=0.5)
+        final = _wait(
+            lambda: (j := _job(client, job_id))["status"] in ("succeeded", "failed", "cancelled") and j,
+            300,
+            "the job on the local Ray head",
+            interval=0.5,
+        )
         assert final["status"] == "succeeded", final
         assert (final["distributed"]["launcher"], final["distributed"]["world_size"]) == ("ray", 2)
         cluster = client.get("/monitoring/ray").json()  # read with the head's token, like the jobs
@@ -104,8 +118,11 @@ def test_tp_up_ray_runs_a_local_head_that_trains_and_dies_with_it(tmp_path_facto
         token = token_file.read_text()
         logs = "".join(f.read_text(errors="replace") for f in data_dir.glob("*.log"))
         assert token not in logs
-    gone = _wait(lambda: not [p for p in ray_procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], 60,
-                 "the Ray head's processes to stop with tp up")
+    gone = _wait(
+        lambda: not [p for p in ray_procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE],
+        60,
+        "the Ray head's processes to stop with tp up",
+    )
     assert gone
 
 

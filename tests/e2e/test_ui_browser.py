@@ -13,6 +13,8 @@ import yaml
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
+
+
 @pytest.fixture
 def page(browser, platform):
     client, data_dir = platform
@@ -22,8 +24,12 @@ def page(browser, platform):
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     # The browser logs every 4xx response as an error; the 401 (sign-in) and 422 (bad config) are on purpose.
     expected = ("status of 401", "status of 422")
-    page.on("console", lambda msg: errors.append(msg.text)
-            if msg.type == "error" and not any(e in msg.text for e in expected) else None)
+    page.on(
+        "console",
+        lambda msg: (
+            errors.append(msg.text) if msg.type == "error" and not any(e in msg.text for e in expected) else None
+        ),
+    )
     page.root = str(client.base_url).removesuffix("/api/v1/").removesuffix("/api/v1")  # type: ignore[attr-defined]
     page.token = (data_dir / "admin.token").read_text().strip()  # type: ignore[attr-defined]
     yield page
@@ -66,8 +72,9 @@ def test_submit_watch_and_evaluate_a_job_in_the_browser(page, platform, tmp_path
     status = page.get_by_test_id("job-status")
     # Live: the chart has points while the job runs, then the badge reads succeeded.
     page.get_by_test_id("metrics-chart").locator("canvas").first.wait_for()
-    page.wait_for_function("document.querySelector('[data-testid=job-status]').innerText.includes('succeeded')",
-                           timeout=240_000)
+    page.wait_for_function(
+        "document.querySelector('[data-testid=job-status]').innerText.includes('succeeded')", timeout=240_000
+    )
     assert "succeeded" in status.inner_text()
     assert client.get(f"/jobs/{job_id}").json()["status"] == "succeeded"
     checkpoints = page.get_by_test_id("checkpoints-table")
@@ -104,8 +111,11 @@ def test_submit_watch_and_evaluate_a_job_in_the_browser(page, platform, tmp_path
     from _e2e import wait
 
     evaluation = wait(evaluation_of_job, 30, "the evaluation submitted from the UI")
-    wait(lambda: client.get(f"/evaluations/{evaluation['id']}").json()["status"] == "succeeded", 180,
-         "the evaluation to succeed")
+    wait(
+        lambda: client.get(f"/evaluations/{evaluation['id']}").json()["status"] == "succeeded",
+        180,
+        "the evaluation to succeed",
+    )
     page.goto(f"{page.root}/ui/#/evaluations/{evaluation['id']}")
     page.wait_for_function("document.querySelector('[data-testid=eval-metrics]')?.innerText.includes('accuracy')")
     page.get_by_test_id("samples-table").wait_for()
@@ -116,7 +126,8 @@ def test_submit_watch_and_evaluate_a_job_in_the_browser(page, platform, tmp_path
     board = page.get_by_test_id("leaderboard-table")
     board.wait_for()
     page.wait_for_function(
-        f"document.querySelector('[data-testid=leaderboard-table]').innerText.includes('job-{job_id}')")
+        f"document.querySelector('[data-testid=leaderboard-table]').innerText.includes('job-{job_id}')"
+    )
     page.screenshot(path=str(tmp_path / "evaluations-page.png"))
     assert evaluation["benchmarks"] == ["gsm8k"]
 
@@ -124,8 +135,11 @@ def test_submit_watch_and_evaluate_a_job_in_the_browser(page, platform, tmp_path
 def test_upload_a_dataset_and_run_an_operation_in_the_browser(page, platform, tmp_path):
     client, data_dir = platform
     _sign_in(page)
-    rows = [{"messages": [{"role": "user", "content": f"{a}+{b}="}, {"role": "assistant", "content": str(a + b)}]}
-            for a in range(6) for b in range(5)]
+    rows = [
+        {"messages": [{"role": "user", "content": f"{a}+{b}="}, {"role": "assistant", "content": str(a + b)}]}
+        for a in range(6)
+        for b in range(5)
+    ]
     file = tmp_path / "sums.jsonl"
     file.write_text("".join(json.dumps(r) + "\n" for r in rows + rows[:7]))  # 7 exact duplicates
 
@@ -145,8 +159,10 @@ def test_upload_a_dataset_and_run_an_operation_in_the_browser(page, platform, tm
     page.get_by_test_id("gate-profile").select_option("default")
     page.get_by_test_id("gate-run").click()
     page.get_by_test_id("gate-checks").wait_for(timeout=120_000)
-    checks = {row.locator("td").nth(0).inner_text(): row.locator("td").nth(1).inner_text().strip()
-              for row in page.get_by_test_id("gate-checks").locator("tbody tr").all()}
+    checks = {
+        row.locator("td").nth(0).inner_text(): row.locator("td").nth(1).inner_text().strip()
+        for row in page.get_by_test_id("gate-checks").locator("tbody tr").all()
+    }
     assert checks["duplicates"] == "fail" and checks["schema"] == "pass", checks
     assert "fail" in page.get_by_test_id("gate-verdict").inner_text().lower()
 

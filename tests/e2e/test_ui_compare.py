@@ -29,8 +29,7 @@ def page(signed_in_page):
 
 def _config(learning_rate: float, max_steps: int) -> dict:
     config = yaml.safe_load((REPO / "configs/examples/sft_tiny.yaml").read_text())
-    config["training"].update(learning_rate=learning_rate, max_steps=max_steps, save_steps=max_steps,
-                              logging_steps=2)
+    config["training"].update(learning_rate=learning_rate, max_steps=max_steps, save_steps=max_steps, logging_steps=2)
     config["training"].pop("eval_steps", None)
     config["data"].pop("eval_file", None)
     return config
@@ -53,9 +52,16 @@ def _trained_and_evaluated(client) -> tuple[list[dict], list[dict]]:
             current = client.get(f"/jobs/{job['id']}").json()
             assert current["status"] not in ("failed", "cancelled"), current["error"]
             if current["status"] == "succeeded":
-                response = client.post("/evaluations", json={
-                    "job_id": job["id"], "checkpoint": "final", "benchmarks": [GSM8K],
-                    "generation": {"max_new_tokens": 8}, "backend": {"num_threads": 1, "batch_size": 16}})
+                response = client.post(
+                    "/evaluations",
+                    json={
+                        "job_id": job["id"],
+                        "checkpoint": "final",
+                        "benchmarks": [GSM8K],
+                        "generation": {"max_new_tokens": 8},
+                        "backend": {"num_threads": 1, "batch_size": 16},
+                    },
+                )
                 assert response.status_code == 201, response.text
                 evaluations[job["id"]] = response.json()
         if len(evaluations) < len(jobs):
@@ -118,16 +124,22 @@ def test_compare_jobs_metrics_config_diff_evaluations_and_a_sweep(page, platform
         page.screenshot(path=str(shots / "compare.png"), full_page=True)
 
     # A sweep: its grid points (mean ± std across seeds), picked by URL; cancelled after.
-    response = client.post("/sweeps", json={"name": "compare-sweep", "config": _config(2e-3, 5),
-                                            "grid": {"training.learning_rate": [1e-3, 3e-3]}, "seeds": [0]})
+    response = client.post(
+        "/sweeps",
+        json={
+            "name": "compare-sweep",
+            "config": _config(2e-3, 5),
+            "grid": {"training.learning_rate": [1e-3, 3e-3]},
+            "seeds": [0],
+        },
+    )
     assert response.status_code == 201, response.text
     sweep = response.json()
     try:
         page.goto(f"{page.root}/ui/#/compare?sweep={sweep['id']}")
         points = page.get_by_test_id("sweep-points")
         points.wait_for()
-        page.wait_for_function(
-            "document.querySelectorAll('[data-testid=sweep-points] tbody tr').length === 2")
+        page.wait_for_function("document.querySelectorAll('[data-testid=sweep-points] tbody tr').length === 2")
         assert "lr=0.001" in points.inner_text() and "lr=0.003" in points.inner_text()
         for job in sweep["jobs"]:
             page.get_by_test_id(f"compare-job-{job['id']}").wait_for()

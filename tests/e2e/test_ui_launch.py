@@ -93,11 +93,12 @@ def test_jobs_list_search_filters_and_bulk_actions_survive_a_refresh(page, platf
     import yaml
     from _e2e import wait
 
-    config = yaml.safe_load((REPO
-                             / "configs/examples/sft_tiny.yaml").read_text())
+    config = yaml.safe_load((REPO / "configs/examples/sft_tiny.yaml").read_text())
     config["training"]["max_steps"] = 100000
-    ids = [client.post("/jobs", json={"name": f"bulkjob-{i}", "config": config, "priority": -500 + i}).json()["id"]
-           for i in range(3)]
+    ids = [
+        client.post("/jobs", json={"name": f"bulkjob-{i}", "config": config, "priority": -500 + i}).json()["id"]
+        for i in range(3)
+    ]
     page.goto(f"{page.root}/ui/#/jobs?q=bulkjob&sort=priority")
     page.get_by_test_id(f"job-row-{ids[0]}").wait_for()
     rows = page.get_by_test_id("jobs-table").locator("tbody tr")
@@ -116,8 +117,11 @@ def test_jobs_list_search_filters_and_bulk_actions_survive_a_refresh(page, platf
     page.get_by_test_id("select-all").check()
     page.get_by_test_id("bulk-cancel").click()
     page.get_by_test_id("bulk-notice").wait_for()
-    wait(lambda: all(client.get(f"/jobs/{i}").json()["status"] == "cancelled" for i in ids), 120,
-         "the selected jobs to be cancelled")
+    wait(
+        lambda: all(client.get(f"/jobs/{i}").json()["status"] == "cancelled" for i in ids),
+        120,
+        "the selected jobs to be cancelled",
+    )
     page.once("dialog", lambda dialog: dialog.accept())
     page.get_by_test_id("select-all").check()
     page.get_by_test_id("bulk-delete").click()
@@ -130,8 +134,7 @@ def test_a_grpo_jobs_rollouts_are_browsed_by_step_and_reward(page, platform):
     import yaml
     from _e2e import wait
 
-    config = yaml.safe_load((REPO
-                             / "configs/examples/grpo_tiny.yaml").read_text())
+    config = yaml.safe_load((REPO / "configs/examples/grpo_tiny.yaml").read_text())
     config["training"].update(max_steps=3, logging_steps=1, save_steps=3, rollout_samples_per_step=6)
     job = client.post("/jobs", json={"name": "grpo-rollouts", "config": config, "priority": 100}).json()
     wait(lambda: client.get(f"/jobs/{job['id']}").json()["status"] in ("succeeded", "failed"), 240, "the GRPO job")
@@ -141,8 +144,11 @@ def test_a_grpo_jobs_rollouts_are_browsed_by_step_and_reward(page, platform):
     panel.wait_for()
     page.get_by_test_id("rollout-row-0").wait_for()
     assert page.get_by_test_id("rollout-step").input_value() == "3", "the latest step first"
-    assert [o.get_attribute("value") for o in page.get_by_test_id("rollout-step").locator("option").all()] == \
-        ["1", "2", "3"]
+    assert [o.get_attribute("value") for o in page.get_by_test_id("rollout-step").locator("option").all()] == [
+        "1",
+        "2",
+        "3",
+    ]
     wait_text(page, "rollout-total", "6 rollouts")
     page.get_by_test_id("rollout-row-0").click()
     detail = page.get_by_test_id("rollout-detail-0")
@@ -193,14 +199,32 @@ def test_chat_with_a_checkpoint_ab_against_its_base_and_download_it(page, platfo
     reply_a = page.get_by_test_id("pg-msg-0-1").locator(".pg-text").inner_text().strip()
     reply_b = page.get_by_test_id("pg-msg-1-1").locator(".pg-text").inner_text().strip()
     # The streamed reply is the model's: the same request without streaming gives the same text.
-    same = client.post("/playground/generate", json={
-        "model": {"job_id": job["id"], "checkpoint": "final"}, "messages": [{"role": "user", "content": "6+8="}],
-        "max_new_tokens": 8, "temperature": 0, "top_p": 1.0, "seed": 0}, timeout=120).json()
+    same = client.post(
+        "/playground/generate",
+        json={
+            "model": {"job_id": job["id"], "checkpoint": "final"},
+            "messages": [{"role": "user", "content": "6+8="}],
+            "max_new_tokens": 8,
+            "temperature": 0,
+            "top_p": 1.0,
+            "seed": 0,
+        },
+        timeout=120,
+    ).json()
     assert reply_a == same["text"].strip() and reply_a
     models = {m["name"]: m["id"] for m in client.get("/models").json()["items"]}
-    same_b = client.post("/playground/generate", json={
-        "model": {"model_id": models[base]}, "messages": [{"role": "user", "content": "6+8="}],
-        "max_new_tokens": 8, "temperature": 0, "top_p": 1.0, "seed": 0}, timeout=120).json()
+    same_b = client.post(
+        "/playground/generate",
+        json={
+            "model": {"model_id": models[base]},
+            "messages": [{"role": "user", "content": "6+8="}],
+            "max_new_tokens": 8,
+            "temperature": 0,
+            "top_p": 1.0,
+            "seed": 0,
+        },
+        timeout=120,
+    ).json()
     assert reply_b == same_b["text"].strip(), "B is the base model's own answer"
     assert "tokens" in page.get_by_test_id("pg-usage-1").inner_text()
 

@@ -45,6 +45,8 @@ def sandbox_ok():
     if not info.available:
         if os.environ.get("TP_SKIP_SANDBOX_TESTS") == "1":
             pytest.skip(f"sandbox isolation unavailable: {info.reason}")
-        pytest.fail(f"sandbox isolation unavailable: {info.reason} -- install bubblewrap (apt-get install -y "
-                    f"bubblewrap) or set TP_SKIP_SANDBOX_TESTS=1")
+        pytest.fail(
+            f"sandbox isolation unavailable: {info.reason} -- install bubblewrap (apt-get install -y "
+            f"bubblewrap) or set TP_SKIP_SANDBOX_TESTS=1"
+        )
     return info

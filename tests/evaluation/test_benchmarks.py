@@ -33,8 +33,10 @@ def test_gsm8k_items_and_bad_rows(tmp_path):
     items = bench.load_items()
     assert [i.reference for i in items] == ["5", "100"]  # limit applied, gold normalised
 
-    bad = write_jsonl(tmp_path / "bad.jsonl", [GSM[0], {"question": "q"}, {"question": "", "answer": "#### 1"},
-                                               {"question": "q", "answer": "#### none"}])
+    bad = write_jsonl(
+        tmp_path / "bad.jsonl",
+        [GSM[0], {"question": "q"}, {"question": "", "answer": "#### 1"}, {"question": "q", "answer": "#### none"}],
+    )
     with pytest.raises(EvalDataError) as info:
         get_benchmark(BenchmarkSpec(name="gsm8k", data=str(bad))).load_items()
     errors = [str(e) for e in info.value.errors]
@@ -55,9 +57,11 @@ def test_gsm8k_prompts(tmp_path):
     items = bench.load_items()
     pool = bench.fewshot_items(items)
     request = bench.build_request(items[2], bench.shots_for(items[2], pool), chat=False)
-    assert request.prompt == (f"Question: {GSM[0]['question']}\nAnswer: {GSM[0]['answer']}\n\n"
-                              f"Question: {GSM[1]['question']}\nAnswer: {GSM[1]['answer']}\n\n"
-                              f"Question: {GSM[2]['question']}\nAnswer:")
+    assert request.prompt == (
+        f"Question: {GSM[0]['question']}\nAnswer: {GSM[0]['answer']}\n\n"
+        f"Question: {GSM[1]['question']}\nAnswer: {GSM[1]['answer']}\n\n"
+        f"Question: {GSM[2]['question']}\nAnswer:"
+    )
     shots = bench.shots_for(items[0], pool)
     assert [s.id for s in shots] == [items[1].id, items[2].id]  # never the item itself
     assert bench.stops(chat=False) == ("Question:", "</s>", "<|im_end|>")
@@ -75,14 +79,22 @@ def test_gsm8k_score_fields(tmp_path):
     bench = get_benchmark(BenchmarkSpec(name="gsm8k", data=str(write_jsonl(tmp_path / "g.jsonl", GSM))))
     item = bench.load_items()[2]
     scored = bench.score(item, "1000 + 1 = 1,001 so the answer is 1,001.\nCheck: 1001 - 1 = 1000")
-    assert scored == {"extracted": "1001", "correct": True, "extracted_strict": "1001", "correct_strict": True,
-                      "extracted_flexible": "1000", "correct_flexible": False}
+    assert scored == {
+        "extracted": "1001",
+        "correct": True,
+        "extracted_strict": "1001",
+        "correct_strict": True,
+        "extracted_flexible": "1000",
+        "correct_flexible": False,
+    }
 
 
 def test_math_items(tmp_path):
-    rows = [{"problem": "p1", "solution": "so \\boxed{\\frac{1}{2}}", "unique_id": "test/a.json"},
-            {"problem": "p2", "answer": "7", "solution": "\\boxed{8}"},
-            {"problem": "p3", "solution": "no box"}]
+    rows = [
+        {"problem": "p1", "solution": "so \\boxed{\\frac{1}{2}}", "unique_id": "test/a.json"},
+        {"problem": "p2", "answer": "7", "solution": "\\boxed{8}"},
+        {"problem": "p3", "solution": "no box"},
+    ]
     with pytest.raises(EvalDataError, match="3: no gold answer"):
         get_benchmark(BenchmarkSpec(name="math", data=str(write_jsonl(tmp_path / "m.jsonl", rows)))).load_items()
     bench = get_benchmark(BenchmarkSpec(name="math500", data=str(write_jsonl(tmp_path / "m2.jsonl", rows[:2]))))
@@ -106,7 +118,7 @@ def test_humaneval_default_data_is_the_shipped_file():
 
 
 def test_humaneval_code_extraction():
-    problem = {"entry_point": "add", "prompt": "def add(a, b):\n    \"\"\"Add.\"\"\"\n"}
+    problem = {"entry_point": "add", "prompt": 'def add(a, b):\n    """Add."""\n'}
     reply = "Sure!\n```python\ndef add(a, b):\n    return a + b\n```\nDone."
     assert extract_code(reply) == "def add(a, b):\n    return a + b\n"
     assert instruct_completion(problem, reply) == "\ndef add(a, b):\n    return a + b\n"  # redefines after prompt
@@ -118,14 +130,18 @@ def test_humaneval_code_extraction():
 
 
 def test_multiple_choice(tmp_path):
-    rows = [{"question": "2+2?", "choices": ["3", "4"], "answer": 1, "subject": "high_school_math"},
-            {"question": "Capital of France?", "A": "Rome", "B": "Paris", "C": "Oslo", "answer": "B"},
-            {"question": "Pick", "choices": ["x", "y"], "answer": "y"}]
+    rows = [
+        {"question": "2+2?", "choices": ["3", "4"], "answer": 1, "subject": "high_school_math"},
+        {"question": "Capital of France?", "A": "Rome", "B": "Paris", "C": "Oslo", "answer": "B"},
+        {"question": "Pick", "choices": ["x", "y"], "answer": "y"},
+    ]
     bench = get_benchmark(BenchmarkSpec(name="multiple_choice", data=str(write_jsonl(tmp_path / "mc.jsonl", rows))))
     items = bench.load_items()
     assert [i.reference for i in items] == ["B", "B", "B"]
-    assert bench.context(items[0], []) == ("The following are multiple choice questions (with answers) about high "
-                                           "school math.\n\n2+2?\nA. 3\nB. 4\nAnswer:")
+    assert bench.context(items[0], []) == (
+        "The following are multiple choice questions (with answers) about high "
+        "school math.\n\n2+2?\nA. 3\nB. 4\nAnswer:"
+    )
     assert bench.continuations(items[1]) == [" A", " B", " C"]
     assert bench.score_loglikelihoods(items[1], [(-3.0, False), (-1.0, True), (-2.0, False)])["correct"] is True
     assert bench.score(items[1], "The answer is B.")["extracted"] == "B"
@@ -167,8 +183,10 @@ def test_config_validation():
     with pytest.raises(ValueError, match="only with backend 'openai'"):
         EvalConfig(model={"path": "m", "endpoint": "judge"}, benchmarks=[{"name": "gsm8k"}])
     with pytest.raises(ValueError, match="Extra inputs"):
-        EvalConfig(model={"backend": "openai", "path": "m", "endpoint": "e", "base_url": "http://x"},
-                   benchmarks=[{"name": "gsm8k"}])
+        EvalConfig(
+            model={"backend": "openai", "path": "m", "endpoint": "e", "base_url": "http://x"},
+            benchmarks=[{"name": "gsm8k"}],
+        )
     with pytest.raises(ValueError, match="listed twice"):
         EvalConfig(model={"path": "m"}, benchmarks=[{"name": "gsm8k"}, {"name": "gsm8k"}])
     with pytest.raises(ValueError, match="Extra inputs"):

@@ -72,12 +72,17 @@ def test_score_humaneval_canonical_solutions_pass(tmp_path, sandbox_ok):
 @pytest.mark.integration
 def test_score_humaneval_wrong_completions_fail(tmp_path, sandbox_ok):
     problems = humaneval_problems()[:6]
-    wrong = ["    return None\n", "    raise ValueError('boom')\n", "    return (\n",
-             "    import sys\n    sys.exit(0)\n", "    while True:\n        pass\n", "    return 0\n"]
+    wrong = [
+        "    return None\n",
+        "    raise ValueError('boom')\n",
+        "    return (\n",
+        "    import sys\n    sys.exit(0)\n",
+        "    while True:\n        pass\n",
+        "    return 0\n",
+    ]
     rows = [{"task_id": p["task_id"], "completion": c} for p, c in zip(problems, wrong, strict=True)]
     predictions = write_jsonl(tmp_path / "samples.jsonl", rows)
-    result = run_eval_cli("score", "humaneval", predictions, "--output", tmp_path / "scored.jsonl",
-                          "--timeout", "1")
+    result = run_eval_cli("score", "humaneval", predictions, "--output", tmp_path / "scored.jsonl", "--timeout", "1")
     assert result.exit_code == 0, result.stderr
     assert last_json_line(result.stdout)["pass@1"] == 0.0
     results = [r["result"] for r in read_jsonl(tmp_path / "scored.jsonl")]
@@ -94,11 +99,11 @@ def test_score_humaneval_pass_at_k_with_several_samples(tmp_path, sandbox_ok):
     rows = []
     for index, p in enumerate(problems):  # task i: i correct samples out of 4
         for j in range(4):
-            rows.append({"task_id": p["task_id"],
-                         "completion": p["canonical_solution"] if j < index else "    return None\n"})
+            rows.append(
+                {"task_id": p["task_id"], "completion": p["canonical_solution"] if j < index else "    return None\n"}
+            )
     predictions = write_jsonl(tmp_path / "samples.jsonl", rows)
-    result = run_eval_cli("score", "humaneval", predictions, "--output", tmp_path / "scored.jsonl",
-                          "--k", "1,2,10")
+    result = run_eval_cli("score", "humaneval", predictions, "--output", tmp_path / "scored.jsonl", "--k", "1,2,10")
     assert result.exit_code == 0, result.stderr
     summary = last_json_line(result.stdout)
     from training_platform.evaluation.metrics import pass_at_k
@@ -111,8 +116,10 @@ def test_score_humaneval_pass_at_k_with_several_samples(tmp_path, sandbox_ok):
 
 @pytest.mark.unit
 def test_score_custom_and_bad_input(tmp_path):
-    rows = [{"prompt": "Capital of France?", "answer": "Paris", "output": "It is Paris."},
-            {"prompt": "2+2", "answer": "4", "output": "five"}]
+    rows = [
+        {"prompt": "Capital of France?", "answer": "Paris", "output": "It is Paris."},
+        {"prompt": "2+2", "answer": "4", "output": "five"},
+    ]
     predictions = write_jsonl(tmp_path / "pred.jsonl", rows)
     ok = run_eval_cli("score", "custom", predictions, "--output", tmp_path / "s.jsonl", "--scorer", "contains")
     assert ok.exit_code == 0 and last_json_line(ok.stdout)["accuracy"] == 0.5
@@ -150,18 +157,27 @@ def bench_files(tmp_path_factory, demo) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("eval_data")
     return {
         "gsm8k": demo["data"] / "gsm8k_eval.jsonl",
-        "math": write_jsonl(root / "math.jsonl", [
-            {"problem": "What is $1/2 + 1/4$?", "solution": "$\\frac{1}{2}+\\frac{1}{4}=\\boxed{\\frac{3}{4}}$"},
-            {"problem": "What is 2+3?", "answer": "5"},
-        ]),
-        "multiple_choice": write_jsonl(root / "mc.jsonl", [
-            {"question": "What is 2+2?", "choices": ["3", "4", "5", "6"], "answer": 1, "subject": "arithmetic"},
-            {"question": "What is 1+1?", "choices": ["2", "3"], "answer": "A"},
-        ]),
-        "custom": write_jsonl(root / "custom.jsonl", [
-            {"prompt": "1+1=", "answer": "2"},
-            {"messages": [{"role": "user", "content": "2+2="}], "answer": ["4", "four"]},
-        ]),
+        "math": write_jsonl(
+            root / "math.jsonl",
+            [
+                {"problem": "What is $1/2 + 1/4$?", "solution": "$\\frac{1}{2}+\\frac{1}{4}=\\boxed{\\frac{3}{4}}$"},
+                {"problem": "What is 2+3?", "answer": "5"},
+            ],
+        ),
+        "multiple_choice": write_jsonl(
+            root / "mc.jsonl",
+            [
+                {"question": "What is 2+2?", "choices": ["3", "4", "5", "6"], "answer": 1, "subject": "arithmetic"},
+                {"question": "What is 1+1?", "choices": ["2", "3"], "answer": "A"},
+            ],
+        ),
+        "custom": write_jsonl(
+            root / "custom.jsonl",
+            [
+                {"prompt": "1+1=", "answer": "2"},
+                {"messages": [{"role": "user", "content": "2+2="}], "answer": ["4", "four"]},
+            ],
+        ),
     }
 
 
@@ -170,8 +186,22 @@ def eval_runs(tmp_path_factory, demo, bench_files, sandbox_ok) -> dict[str, Path
     """Two real `tp eval run`s of the tiny model: chat prompts and completion prompts."""
     out = tmp_path_factory.mktemp("eval_runs")
     data = [arg for name, path in bench_files.items() for arg in ("--data", f"{name}={path}")]
-    common = ["--model", demo["model"], "--benchmarks", "gsm8k,math,humaneval,multiple_choice,custom", *data,
-              "--limit", "2", "--max-new-tokens", "8", "--threads", "1", "--scorer", "numeric", "--no-progress"]
+    common = [
+        "--model",
+        demo["model"],
+        "--benchmarks",
+        "gsm8k,math,humaneval,multiple_choice,custom",
+        *data,
+        "--limit",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--threads",
+        "1",
+        "--scorer",
+        "numeric",
+        "--no-progress",
+    ]
     runs = {}
     for name, extra in (("chat", ["--chat"]), ("plain", ["--no-chat", "--n-shot", "1"])):
         result = run_eval_cli("run", *common, *extra, "--output", out / name)
@@ -199,8 +229,9 @@ def test_run_writes_records_summary_and_reports(eval_runs):
         records = read_jsonl(run / "samples" / f"{name}.jsonl")
         assert len(records) == 2
         for record in records:
-            assert {"id", "sample_index", "prompt", "output", "extracted", "reference", "correct",
-                    "latency_s"} <= set(record), name
+            assert {"id", "sample_index", "prompt", "output", "extracted", "reference", "correct", "latency_s"} <= set(
+                record
+            ), name
             assert record["latency_s"] >= 0
     gsm_records = read_jsonl(run / "samples" / "gsm8k.jsonl")
     assert gsm_records[0]["prompt"].startswith("<|im_start|>user\n")  # chat template on
@@ -245,14 +276,25 @@ def test_compare_lists_flipped_items(tmp_path):
     from training_platform.evaluation.report import SAMPLES_DIR
 
     def fake_run(path: Path, correct: list[bool]) -> Path:
-        metrics = {"accuracy": {"value": sum(correct) / len(correct), "stderr": 0.0, "ci95": [0, 1],
-                                "n": len(correct)}}
+        metrics = {"accuracy": {"value": sum(correct) / len(correct), "stderr": 0.0, "ci95": [0, 1], "n": len(correct)}}
         path.mkdir()
-        (path / "summary.json").write_text(json.dumps({"benchmarks": {"gsm8k": {"metrics": metrics,
-                                                                                 "data_sha256": "x"}}}))
-        write_jsonl(path / SAMPLES_DIR / "gsm8k.jsonl",
-                    [{"id": str(i), "sample_index": 0, "correct": c, "extracted": str(int(c)), "output": "o",
-                      "reference": "1"} for i, c in enumerate(correct)])
+        (path / "summary.json").write_text(
+            json.dumps({"benchmarks": {"gsm8k": {"metrics": metrics, "data_sha256": "x"}}})
+        )
+        write_jsonl(
+            path / SAMPLES_DIR / "gsm8k.jsonl",
+            [
+                {
+                    "id": str(i),
+                    "sample_index": 0,
+                    "correct": c,
+                    "extracted": str(int(c)),
+                    "output": "o",
+                    "reference": "1",
+                }
+                for i, c in enumerate(correct)
+            ],
+        )
         return path
 
     a = fake_run(tmp_path / "a", [True, True, False, False, True])
@@ -268,8 +310,18 @@ def test_run_fails_closed_before_loading_the_model(tmp_path, monkeypatch, demo):
     monkeypatch.setenv(sandbox_mod.ENV_BWRAP, str(tmp_path / "no-bwrap"))
     monkeypatch.delenv(sandbox_mod.ENV_ALLOW_UNSAFE, raising=False)
     try:
-        result = run_eval_cli("run", "--model", demo["model"], "--benchmarks", "humaneval", "--limit", "1",
-                              "--output", tmp_path / "out", "--no-progress")
+        result = run_eval_cli(
+            "run",
+            "--model",
+            demo["model"],
+            "--benchmarks",
+            "humaneval",
+            "--limit",
+            "1",
+            "--output",
+            tmp_path / "out",
+            "--no-progress",
+        )
         assert result.exit_code == 2 and "refusing to run untrusted code" in result.stderr
         assert "loading" not in result.stderr and not (tmp_path / "out").exists()
     finally:
@@ -279,13 +331,15 @@ def test_run_fails_closed_before_loading_the_model(tmp_path, monkeypatch, demo):
 
 @pytest.mark.unit
 def test_run_rejects_bad_arguments(tmp_path):
-    result = run_eval_cli("run", "--model", tmp_path, "--benchmarks", "gsm8k", "--data", "math=x.jsonl",
-                          "--output", tmp_path / "o")
+    result = run_eval_cli(
+        "run", "--model", tmp_path, "--benchmarks", "gsm8k", "--data", "math=x.jsonl", "--output", tmp_path / "o"
+    )
     assert result.exit_code == 2 and "--data names math" in result.stderr
     result = run_eval_cli("run", "--model", tmp_path, "--benchmarks", "gsm8k", "--output", tmp_path / "o")
     assert result.exit_code == 2 and "--data gsm8k=FILE" in result.stderr
-    result = run_eval_cli("run", "--model", tmp_path, "--benchmarks", "humaneval", "--k", "1,10",
-                          "--output", tmp_path / "o")
+    result = run_eval_cli(
+        "run", "--model", tmp_path, "--benchmarks", "humaneval", "--k", "1,10", "--output", tmp_path / "o"
+    )
     assert result.exit_code == 2 and "n_samples" in result.stderr
 
 
@@ -297,8 +351,22 @@ def test_run_resolves_run_dirs_and_data_against_tp_data_dir(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path / "..")
     shutil.copytree(demo["model"], tmp_path / "runs" / "r1" / "final")
     shutil.copy(demo["data"] / "gsm8k_eval.jsonl", tmp_path / "gsm8k.jsonl")
-    result = run_eval_cli("run", "--model", "runs/r1", "--benchmarks", "gsm8k", "--data", "gsm8k=gsm8k.jsonl",
-                          "--limit", "1", "--max-new-tokens", "4", "--threads", "1", "--no-progress")
+    result = run_eval_cli(
+        "run",
+        "--model",
+        "runs/r1",
+        "--benchmarks",
+        "gsm8k",
+        "--data",
+        "gsm8k=gsm8k.jsonl",
+        "--limit",
+        "1",
+        "--max-new-tokens",
+        "4",
+        "--threads",
+        "1",
+        "--no-progress",
+    )
     assert result.exit_code == 0, result.stderr
     out = Path(last_json_line(result.stdout)["output"])
     assert out.parent == tmp_path / "evals"  # default output dir

@@ -18,8 +18,15 @@ from training_platform.evaluation.generation import (
     cut_at_stop,
 )
 
-PROMPTS = ["What is 2+3?", "Hello", "The quick brown fox jumps over the lazy dog.", "1+1=",
-           "Add the two numbers.\n\n3+4", "x", "Question: 12+7=\nAnswer:"]
+PROMPTS = [
+    "What is 2+3?",
+    "Hello",
+    "The quick brown fox jumps over the lazy dog.",
+    "1+1=",
+    "Add the two numbers.\n\n3+4",
+    "x",
+    "Question: 12+7=\nAnswer:",
+]
 
 
 @pytest.mark.unit
@@ -86,11 +93,11 @@ def test_loglikelihood_matches_a_direct_forward_pass(tiny_backend):
     import torch
 
     context, continuation = "What is 2+2?\nAnswer: ", "4"  # the trailing space moves to the continuation
-    (score, greedy), = tiny_backend.loglikelihood([(context, continuation)])
+    ((score, greedy),) = tiny_backend.loglikelihood([(context, continuation)])
     tok = tiny_backend.tokenizer
     ctx_ids = tok("What is 2+2?\nAnswer:")["input_ids"]
     whole = tok("What is 2+2?\nAnswer: 4")["input_ids"]
-    cont_ids = whole[len(ctx_ids):]
+    cont_ids = whole[len(ctx_ids) :]
     with torch.no_grad():
         logits = tiny_backend.model(torch.tensor([whole])).logits[0]
     logprobs = torch.log_softmax(logits.float(), dim=-1)
@@ -115,8 +122,13 @@ class _FakeOpenAI(BaseHTTPRequestHandler):
         n = body.get("n", 1)
         if self.path.endswith("/chat/completions"):
             question = body["messages"][-1]["content"]
-            choices = [{"message": {"role": "assistant", "content": f"Answer {i}: {question} #### 4\nQuestion: x"},
-                        "finish_reason": "stop"} for i in range(n)]
+            choices = [
+                {
+                    "message": {"role": "assistant", "content": f"Answer {i}: {question} #### 4\nQuestion: x"},
+                    "finish_reason": "stop",
+                }
+                for i in range(n)
+            ]
         else:
             choices = [{"text": " 4 STOP more", "finish_reason": "length"} for _ in range(n)]
         data = json.dumps({"choices": choices}).encode()
@@ -145,8 +157,10 @@ def test_openai_backend(fake_openai, monkeypatch):
     monkeypatch.setenv("MY_EVAL_KEY", "sk-test-123")
     backend = OpenAIBackend(Endpoint("local", fake_openai, "MY_EVAL_KEY"), "served-model", max_concurrency=2)
     stops = ("Question:", "a", "b", "c", "STOP")
-    chat = backend.generate([GenerationRequest(messages=[{"role": "user", "content": "2+2?"}])],
-                            SamplingParams(max_new_tokens=20, stop=("Question:",), n=2, temperature=0.7))
+    chat = backend.generate(
+        [GenerationRequest(messages=[{"role": "user", "content": "2+2?"}])],
+        SamplingParams(max_new_tokens=20, stop=("Question:",), n=2, temperature=0.7),
+    )
     assert [g.text for g in chat[0]] == ["Answer 0: 2+2? #### 4\n", "Answer 1: 2+2? #### 4\n"]
     plain = backend.generate([GenerationRequest(prompt="2+2=")], SamplingParams(max_new_tokens=5, stop=stops))
     assert plain[0][0].text == " 4 "  # cut client-side at the 5th stop, which the API does not accept
@@ -155,8 +169,12 @@ def test_openai_backend(fake_openai, monkeypatch):
     assert first["body"]["model"] == "served-model" and first["body"]["n"] == 2
     assert first["body"]["temperature"] == 0.7 and first["body"]["max_tokens"] == 20
     assert second["path"] == "/v1/completions" and second["body"]["stop"] == list(stops[:4])
-    assert backend.describe() == {"backend": "openai", "model": "served-model", "endpoint": "local",
-                                  "authenticated": True}
+    assert backend.describe() == {
+        "backend": "openai",
+        "model": "served-model",
+        "endpoint": "local",
+        "authenticated": True,
+    }
     backend.close()
 
 
@@ -169,17 +187,28 @@ def test_openai_backend_end_to_end_run_never_records_the_key(fake_openai, monkey
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-456")
     # The operator's TP_ENDPOINTS names the server; the config names only the endpoint.
-    endpoints = Endpoints.from_env(Settings(TP_ENDPOINTS=json.dumps(
-        {"local": {"base_url": fake_openai, "api_key_env": "OPENAI_API_KEY", "models": ["served-model"]}})))
-    data = write_jsonl(tmp_path / "gsm.jsonl", [{"question": "2+2?", "answer": "#### 4"},
-                                                {"question": "3+3?", "answer": "#### 6"}])
-    config = EvalConfig(model={"backend": "openai", "path": "served-model", "endpoint": "local"},
-                        benchmarks=[{"name": "gsm8k", "data": str(data)}])
+    endpoints = Endpoints.from_env(
+        Settings(
+            TP_ENDPOINTS=json.dumps(
+                {"local": {"base_url": fake_openai, "api_key_env": "OPENAI_API_KEY", "models": ["served-model"]}}
+            )
+        )
+    )
+    data = write_jsonl(
+        tmp_path / "gsm.jsonl", [{"question": "2+2?", "answer": "#### 4"}, {"question": "3+3?", "answer": "#### 6"}]
+    )
+    config = EvalConfig(
+        model={"backend": "openai", "path": "served-model", "endpoint": "local"},
+        benchmarks=[{"name": "gsm8k", "data": str(data)}],
+    )
     events = []
-    summary = run_evaluation(config, tmp_path / "out", progress=False, on_progress=events.append,
-                             endpoints=endpoints)
-    assert summary["model"] == {"backend": "openai", "model": "served-model", "endpoint": "local",
-                                "authenticated": True}
+    summary = run_evaluation(config, tmp_path / "out", progress=False, on_progress=events.append, endpoints=endpoints)
+    assert summary["model"] == {
+        "backend": "openai",
+        "model": "served-model",
+        "endpoint": "local",
+        "authenticated": True,
+    }
     assert {c["auth"] for c in _FakeOpenAI.calls} == {"Bearer sk-secret-456"}
     assert {"benchmark": "gsm8k", "stage": "generate", "done": 2, "total": 2} in events
     assert events[-1] == {"benchmark": "gsm8k", "stage": "score", "done": 2, "total": 2}
@@ -200,19 +229,23 @@ def test_eval_cli_names_an_endpoint_from_tp_endpoints(fake_openai, monkeypatch, 
     from training_platform.core.settings import get_settings
 
     monkeypatch.setenv("CLI_EVAL_KEY", "sk-" + "cli-key-0123456789")
-    monkeypatch.setenv("TP_ENDPOINTS", json.dumps({"local": {"base_url": fake_openai, "api_key_env": "CLI_EVAL_KEY",
-                                                             "models": ["served-model"]}}))
+    monkeypatch.setenv(
+        "TP_ENDPOINTS",
+        json.dumps({"local": {"base_url": fake_openai, "api_key_env": "CLI_EVAL_KEY", "models": ["served-model"]}}),
+    )
     get_settings.cache_clear()
     try:
         data = write_jsonl(tmp_path / "gsm.jsonl", [{"question": "2+2?", "answer": "#### 4"}])
         common = ["--backend", "openai", "--benchmarks", "gsm8k", "--data", f"gsm8k={data}", "--no-progress"]
-        result = run_eval_cli("run", "--model", "served-model", "--endpoint", "local", *common,
-                              "--output", tmp_path / "out")
+        result = run_eval_cli(
+            "run", "--model", "served-model", "--endpoint", "local", *common, "--output", tmp_path / "out"
+        )
         assert result.exit_code == 0, result.stderr
         assert last_json_line(result.stdout)["gsm8k"]["accuracy"] == 1.0
         assert {c["auth"] for c in _FakeOpenAI.calls} == {"Bearer sk-cli-key-0123456789"}
-        unknown = run_eval_cli("run", "--model", "served-model", "--endpoint", "elsewhere", *common,
-                               "--output", tmp_path / "o2")
+        unknown = run_eval_cli(
+            "run", "--model", "served-model", "--endpoint", "elsewhere", *common, "--output", tmp_path / "o2"
+        )
         assert unknown.exit_code == 2 and "unknown endpoint 'elsewhere' (known: 'local')" in unknown.stderr
         missing = run_eval_cli("run", "--model", "served-model", *common, "--output", tmp_path / "o3")
         assert missing.exit_code == 2 and "needs `endpoint`" in missing.stderr

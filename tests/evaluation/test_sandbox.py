@@ -119,8 +119,16 @@ def test_cannot_read_files_outside_its_dir(box, tmp_path):
     secret = f"TOP-SECRET-{uuid.uuid4().hex}"
     secret_file = tmp_path / "secret.txt"
     secret_file.write_text(secret)
-    targets = [str(secret_file), "/etc/passwd", "/etc/shadow", "/etc/hostname", str(REPO / "pyproject.toml"),
-               os.path.expanduser("~/.bashrc"), str(Path(sys.executable).parent / "activate"), str(REPO)]
+    targets = [
+        str(secret_file),
+        "/etc/passwd",
+        "/etc/shadow",
+        "/etc/hostname",
+        str(REPO / "pyproject.toml"),
+        os.path.expanduser("~/.bashrc"),
+        str(Path(sys.executable).parent / "activate"),
+        str(REPO),
+    ]
     result = _run(box, READ_FILES, *targets)
     assert result.ok, result.stderr
     out = json.loads(result.stdout)
@@ -317,8 +325,16 @@ def test_cannot_read_env_secrets(box, monkeypatch):
     assert result.ok, result.stderr
     assert secret not in result.stdout
     env = json.loads(result.stdout)["env"]
-    assert set(env) <= {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED",
-                        "PYTHONIOENCODING"}
+    assert set(env) <= {
+        "PATH",
+        "HOME",
+        "TMPDIR",
+        "LANG",
+        "LC_ALL",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONHASHSEED",
+        "PYTHONIOENCODING",
+    }
 
 
 KILLER = r"""
@@ -383,14 +399,34 @@ def _world_readable(path: Path) -> bool:
     return all(p.stat().st_mode & 0o005 == 0o005 for p in [path, *path.parents])
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv") or not Path("/usr/bin/python3").exists()
-                    or not _world_readable(REPO),
-                    reason="needs root (to switch to an unprivileged user), setpriv, /usr/bin/python3 and a repo "
-                           "that other users can read")
+@pytest.mark.skipif(
+    os.geteuid() != 0
+    or not shutil.which("setpriv")
+    or not Path("/usr/bin/python3").exists()
+    or not _world_readable(REPO),
+    reason="needs root (to switch to an unprivileged user), setpriv, /usr/bin/python3 and a repo "
+    "that other users can read",
+)
 def test_unprivileged_user_gets_the_user_namespace_sandbox(isolation):
-    proc = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
-                           "/usr/bin/python3", "-c", USERNS_SCRIPT, str(REPO)],
-                          capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin"}, cwd="/")
+    proc = subprocess.run(
+        [
+            "setpriv",
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            USERNS_SCRIPT,
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin"},
+        cwd="/",
+    )
     if "bwrap does not work here" in proc.stderr and "namespace" in proc.stderr:
         pytest.skip(f"unprivileged user namespaces are disabled here: {proc.stderr[-300:]}")
     assert proc.returncode == 0, proc.stderr

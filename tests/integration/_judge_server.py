@@ -43,10 +43,18 @@ class JudgeServer:
                     return self._send(401, {"error": "bad key"})
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 text = server.generate(body["messages"], float(body.get("temperature") or 0.0))
-                self._send(200, {"id": f"chatcmpl-{server.calls}", "object": "chat.completion",
-                                 "created": int(time.time()), "model": body["model"],
-                                 "choices": [{"index": 0, "finish_reason": "length",
-                                              "message": {"role": "assistant", "content": text}}]})
+                self._send(
+                    200,
+                    {
+                        "id": f"chatcmpl-{server.calls}",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": body["model"],
+                        "choices": [
+                            {"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": text}}
+                        ],
+                    },
+                )
 
             def _send(self, status: int, payload: dict):
                 data = json.dumps(payload).encode()
@@ -63,16 +71,23 @@ class JudgeServer:
     def generate(self, messages: list[dict], temperature: float) -> str:
         import torch
 
-        inputs = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
-                                                    return_dict=True)
+        inputs = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
         sample = temperature > 0
         with self._lock, torch.inference_mode():
             self.calls += 1
-            out = self.model.generate(**inputs, max_new_tokens=1, do_sample=sample,
-                                      temperature=temperature if sample else None, top_k=None, top_p=None,
-                                      prefix_allowed_tokens_fn=lambda batch, ids: self.digits,
-                                      pad_token_id=self.tokenizer.eos_token_id)
-        return self.tokenizer.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+            out = self.model.generate(
+                **inputs,
+                max_new_tokens=1,
+                do_sample=sample,
+                temperature=temperature if sample else None,
+                top_k=None,
+                top_p=None,
+                prefix_allowed_tokens_fn=lambda batch, ids: self.digits,
+                pad_token_id=self.tokenizer.eos_token_id,
+            )
+        return self.tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
 
     def __enter__(self) -> JudgeServer:
         self._thread.start()

@@ -32,8 +32,9 @@ def tp(tp_env):
 
     def run(*args: str, env_extra: dict | None = None, timeout: int = 600, check: int | None = None):
         env = {**tp_env, **(env_extra or {})}
-        proc = subprocess.run([*TP, *map(str, args)], env=env, capture_output=True, text=True, timeout=timeout,
-                              cwd=REPO)
+        proc = subprocess.run(
+            [*TP, *map(str, args)], env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO
+        )
         if check is not None:
             assert proc.returncode == check, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
         return proc

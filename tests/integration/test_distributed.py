@@ -18,8 +18,18 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 # Tolerance of the contract: a correct fp32 implementation lands near 1e-7; averaging per rank instead of per
 # token, or bf16, near 4e-4.
 REL = 1e-4
-QUIET = ["--set", "training.logging_steps=1", "--set", "training.eval_steps=null", "--set", "data.eval_file=null",
-         "--set", "model.dtype=fp32", "--set", "resources.device=cpu"]
+QUIET = [
+    "--set",
+    "training.logging_steps=1",
+    "--set",
+    "training.eval_steps=null",
+    "--set",
+    "data.eval_file=null",
+    "--set",
+    "model.dtype=fp32",
+    "--set",
+    "resources.device=cpu",
+]
 
 
 def _ranks(world: int, per_rank: int) -> list[str]:
@@ -30,10 +40,13 @@ def _losses(run) -> list[tuple[int, float]]:
     return [(r["step"], r["loss"]) for r in train_records(run)]
 
 
-@pytest.mark.parametrize("config, steps, per_rank, extra", [
-    ("sft_tiny.yaml", 5, 4, []),
-    ("dpo_tiny.yaml", 4, 4, []),
-])
+@pytest.mark.parametrize(
+    "config, steps, per_rank, extra",
+    [
+        ("sft_tiny.yaml", 5, 4, []),
+        ("dpo_tiny.yaml", 4, 4, []),
+    ],
+)
 def test_two_ranks_match_one_process_with_the_whole_batch(tp, tmp_path, config, steps, per_rank, extra):
     common = [*QUIET, "--set", f"training.max_steps={steps}", "--set", f"training.save_steps={steps}", *extra]
     one, two = tmp_path / "one", tmp_path / "two"
@@ -60,8 +73,18 @@ def test_grpo_on_two_ranks_is_reproducible_and_gathers_every_rank(tp, tmp_path):
     other completions than two ranks (the rows of one sampling call are not split the same way): equal losses
     cannot be asked of sampled RL. What must hold: every step logged once, the generation batch counted over the
     world size (16 prompts x completions = 2 ranks x 8), and a rerun reproduces the run exactly."""
-    common = [*QUIET, "--set", "training.max_steps=3", "--set", "training.save_steps=3", "--set", "algorithm.beta=0.1",
-              "--set", "algorithm.num_generations=4", *_ranks(2, 8)]
+    common = [
+        *QUIET,
+        "--set",
+        "training.max_steps=3",
+        "--set",
+        "training.save_steps=3",
+        "--set",
+        "algorithm.beta=0.1",
+        "--set",
+        "algorithm.num_generations=4",
+        *_ranks(2, 8),
+    ]
     first, second = tmp_path / "first", tmp_path / "second"
     tp("train", EXAMPLES / "grpo_tiny.yaml", "--output", first, *common, check=0)
     tp("train", EXAMPLES / "grpo_tiny.yaml", "--output", second, *common, check=0)
@@ -91,8 +114,20 @@ def test_resume_under_torchrun_reproduces_the_uninterrupted_run(tp, tmp_path):
 
 
 def _start(tp_env, run, *args):
-    cmd = [*TP, "train", str(EXAMPLES / "sft_tiny.yaml"), "--output", str(run), *QUIET, *_ranks(2, 4),
-           "--set", "training.max_steps=100000", "--set", "training.save_steps=100000", *args]
+    cmd = [
+        *TP,
+        "train",
+        str(EXAMPLES / "sft_tiny.yaml"),
+        "--output",
+        str(run),
+        *QUIET,
+        *_ranks(2, 4),
+        "--set",
+        "training.max_steps=100000",
+        "--set",
+        "training.save_steps=100000",
+        *args,
+    ]
     return subprocess.Popen(cmd, env=tp_env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -138,8 +173,9 @@ def test_sigterm_stops_every_rank_with_a_checkpoint(tp_env, tmp_path):
     assert info["status"] == "stopped"
     latest = (run / "checkpoints" / "latest").resolve()
     assert latest.name == f"step_{info['step']:06d}" and (latest / "rng_state_1.pth").is_file()
-    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-                   for pid in ranks.values())
+    assert not any(
+        psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in ranks.values()
+    )
     steps = [r["step"] for r in read_metrics(run)]
     assert steps == sorted(set(steps)) and steps[-1] <= info["step"]
 
@@ -148,8 +184,16 @@ def test_sigterm_stops_every_rank_with_a_checkpoint(tp_env, tmp_path):
 def test_a_killed_rank_fails_the_run_naming_it_or_is_restarted(tp_env, tmp_path, restarts):
     run = tmp_path / "run"
     # Finite run with frequent checkpoints: with a restart it must complete from the last one.
-    proc = _start(tp_env, run, "--set", "training.max_steps=40", "--set", "training.save_steps=2",
-                  "--set", f"resources.max_restarts={restarts}")
+    proc = _start(
+        tp_env,
+        run,
+        "--set",
+        "training.max_steps=40",
+        "--set",
+        "training.save_steps=2",
+        "--set",
+        f"resources.max_restarts={restarts}",
+    )
     try:
         _wait_for_steps(proc, run, steps=3)
         deadline = time.time() + 60
@@ -177,13 +221,40 @@ def test_launcher_rules_are_config_errors(tp, tmp_path):
     config = EXAMPLES / "sft_tiny.yaml"
     proc = tp("train", config, "--output", tmp_path / "a", "--set", "resources.launcher=ray", check=2)
     assert "resources.launcher: ray needs a cluster" in proc.stderr
-    proc = tp("train", config, "--output", tmp_path / "b", "--set", "resources.launcher=local",
-              "--set", "resources.num_devices=2", check=2)
+    proc = tp(
+        "train",
+        config,
+        "--output",
+        tmp_path / "b",
+        "--set",
+        "resources.launcher=local",
+        "--set",
+        "resources.num_devices=2",
+        check=2,
+    )
     assert "resources.launcher: local runs one process" in proc.stderr
-    proc = tp("train", config, "--output", tmp_path / "c", "--set", "resources.num_nodes=2",
-              "--set", "resources.launcher=torchrun", check=2)
+    proc = tp(
+        "train",
+        config,
+        "--output",
+        tmp_path / "c",
+        "--set",
+        "resources.num_nodes=2",
+        "--set",
+        "resources.launcher=torchrun",
+        check=2,
+    )
     assert "resources.launcher: torchrun starts the processes of one node" in proc.stderr
-    proc = tp("train", EXAMPLES / "grpo_tiny.yaml", "--output", tmp_path / "d", "--set", "resources.num_devices=3",
-              "--set", "training.per_device_batch_size=4", check=2)  # 4 x 3 ranks = 12 completions, groups of 8
+    proc = tp(
+        "train",
+        EXAMPLES / "grpo_tiny.yaml",
+        "--output",
+        tmp_path / "d",
+        "--set",
+        "resources.num_devices=3",
+        "--set",
+        "training.per_device_batch_size=4",
+        check=2,
+    )  # 4 x 3 ranks = 12 completions, groups of 8
     assert "world size 3" in proc.stderr and "algorithm.num_generations" in proc.stderr
     assert not any((tmp_path / name).exists() for name in "abcd")

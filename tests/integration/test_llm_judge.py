@@ -20,8 +20,16 @@ pytestmark = pytest.mark.integration
 
 SECRET = "sk-judge-" + "0123456789abcdef"
 TEMPLATE = "Grade the answer from 0 to 9.\nQuestion: {prompt}\nAnswer: {completion}\nScore:"
-JUDGE = {"endpoint": "local", "model": "demo-judge", "template": TEMPLATE, "max_score": 9.0, "max_tokens": 1,
-         "retries": 1, "backoff_s": 0.05, "timeout_s": 30.0}
+JUDGE = {
+    "endpoint": "local",
+    "model": "demo-judge",
+    "template": TEMPLATE,
+    "max_score": 9.0,
+    "max_tokens": 1,
+    "retries": 1,
+    "backoff_s": 0.05,
+    "timeout_s": 30.0,
+}
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +43,12 @@ def endpoints(url: str) -> Endpoints:
 
 
 def tp_endpoints(url: str) -> dict[str, str]:
-    return {"TP_ENDPOINTS": json.dumps({"local": {"base_url": url, "api_key_env": "JUDGE_TEST_KEY",
-                                                  "models": ["demo-judge"]}}), "JUDGE_TEST_KEY": SECRET}
+    return {
+        "TP_ENDPOINTS": json.dumps(
+            {"local": {"base_url": url, "api_key_env": "JUDGE_TEST_KEY", "models": ["demo-judge"]}}
+        ),
+        "JUDGE_TEST_KEY": SECRET,
+    }
 
 
 def grpo_config(tmp_path: Path, judge_params: dict, batch: int = 16, **algorithm) -> Path:
@@ -62,8 +74,7 @@ def test_probe_is_one_real_call_with_latency_and_score(judge, monkeypatch):
 
 def test_reward_scores_a_batch_counts_calls_and_caches(judge, monkeypatch):
     monkeypatch.setenv("JUDGE_TEST_KEY", SECRET)
-    reward = JudgeReward(LLMJudgeParams.model_validate({**JUDGE, "max_concurrency": 3}),
-                         endpoints=endpoints(judge.url))
+    reward = JudgeReward(LLMJudgeParams.model_validate({**JUDGE, "max_concurrency": 3}), endpoints=endpoints(judge.url))
     prompts = [[{"role": "user", "content": f"{i}+{i}="}] for i in range(4)]
     completions = [[{"role": "assistant", "content": str(2 * i + i % 2)}] for i in range(4)]
     before = judge.calls
@@ -73,12 +84,18 @@ def test_reward_scores_a_batch_counts_calls_and_caches(judge, monkeypatch):
     again = reward(prompts=prompts, completions=completions)  # the same 4: answered by the cache
     assert again == first and judge.calls == before + 4
     m = reward.metrics()
-    assert (m["judge/local/calls"], m["judge/local/cache_hits"], m["judge/local/billable_calls"],
-            m["judge/local/errors"], m["judge/local/warnings"]) == (8, 4, 4, 0, 0)
+    assert (
+        m["judge/local/calls"],
+        m["judge/local/cache_hits"],
+        m["judge/local/billable_calls"],
+        m["judge/local/errors"],
+        m["judge/local/warnings"],
+    ) == (8, 4, 4, 0, 0)
     assert 0 < m["judge/local/latency_p50_ms"] <= m["judge/local/latency_p95_ms"]
     # the real model's scores depend on what it is asked: a different template is a different call
-    other = JudgeReward(LLMJudgeParams.model_validate({**JUDGE, "template": "Rate 0-9: {completion}"}),
-                        endpoints=endpoints(judge.url))
+    other = JudgeReward(
+        LLMJudgeParams.model_validate({**JUDGE, "template": "Rate 0-9: {completion}"}), endpoints=endpoints(judge.url)
+    )
     assert other.cache_key("p", "c") != reward.cache_key("p", "c")
     other(prompts=prompts[:1], completions=completions[:1])
     assert judge.calls == before + 5
@@ -100,8 +117,14 @@ def test_a_dead_endpoint_fails_preflight_at_rewards_0(tp, tmp_path):
 def test_grpo_run_logs_judge_counters_and_keeps_the_probe(tp, tmp_path, judge):
     before = judge.calls
     run = tmp_path / "run"
-    tp("train", grpo_config(tmp_path, JUDGE, batch=8, num_generations=4), "--output", run,
-       env_extra=tp_endpoints(judge.url), check=0)
+    tp(
+        "train",
+        grpo_config(tmp_path, JUDGE, batch=8, num_generations=4),
+        "--output",
+        run,
+        env_extra=tp_endpoints(judge.url),
+        check=0,
+    )
     probe = json.loads((run / "judge_probe.json").read_text())
     assert len(probe) == 1 and probe[0]["reward_index"] == 0 and probe[0]["ok"] is True
     assert probe[0]["latency_ms"] > 0 and 0 <= probe[0]["score"] <= 1
@@ -124,12 +147,23 @@ def test_a_judge_answering_from_cache_fails_the_run(tp, tmp_path, judge, data_di
     15 of 16 from the cache (warning: 94% > 90%) and 16 equal scores (zero-variance warning); step 2: 100% > 95%."""
     data = data_dir / "judge_tests" / "same_prompt.jsonl"
     data.parent.mkdir(exist_ok=True)
-    data.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": "1+1="}], "answer": "2"}) + "\n"
-                            for _ in range(32)))
+    data.write_text(
+        "".join(json.dumps({"prompt": [{"role": "user", "content": "1+1="}], "answer": "2"}) + "\n" for _ in range(32))
+    )
     config = grpo_config(tmp_path, {**JUDGE, "window": 16}, temperature=0.01, max_completion_length=2)
     run = tmp_path / "run"
-    proc = tp("train", config, "--output", run, "--set", "data.train_file=judge_tests/same_prompt.jsonl",
-              "--set", "training.max_steps=3", env_extra=tp_endpoints(judge.url), check=1)
+    proc = tp(
+        "train",
+        config,
+        "--output",
+        run,
+        "--set",
+        "data.train_file=judge_tests/same_prompt.jsonl",
+        "--set",
+        "training.max_steps=3",
+        env_extra=tp_endpoints(judge.url),
+        check=1,
+    )
     error = json.loads((run / "error.json").read_text())
     text = json.dumps(error)
     assert "JudgeStoppedMeasuring" in text and "judge 'local'" in text and "cache-hit rate 100.0%" in text, text

@@ -13,8 +13,18 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
 
-QUIET = ["--set", "training.logging_steps=1", "--set", "training.eval_steps=null", "--set", "data.eval_file=null",
-         "--set", "model.dtype=fp32", "--set", "resources.device=cpu"]
+QUIET = [
+    "--set",
+    "training.logging_steps=1",
+    "--set",
+    "training.eval_steps=null",
+    "--set",
+    "data.eval_file=null",
+    "--set",
+    "model.dtype=fp32",
+    "--set",
+    "resources.device=cpu",
+]
 # Ray resolves 127.0.0.1 to the machine's routable address unless told it is not a multi-machine setup; the test
 # cluster and its clients stay on loopback.
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
@@ -48,8 +58,20 @@ def test_two_nodes_match_one_process(tp, tmp_path, ray_cluster, config, engine):
     common = [*QUIET, "--set", "training.max_steps=4", "--set", "training.save_steps=4", "--set", f"engine={engine}"]
     one, two = tmp_path / "one", tmp_path / "two"
     tp("train", EXAMPLES / config, "--output", one, *common, "--set", "training.per_device_batch_size=8", check=0)
-    tp("train", EXAMPLES / config, "--output", two, *common, "--set", "training.per_device_batch_size=4",
-       "--set", "resources.num_nodes=2", env_extra=env, check=0, timeout=900)
+    tp(
+        "train",
+        EXAMPLES / config,
+        "--output",
+        two,
+        *common,
+        "--set",
+        "training.per_device_batch_size=4",
+        "--set",
+        "resources.num_nodes=2",
+        env_extra=env,
+        check=0,
+        timeout=900,
+    )
     a = [(r["step"], r["loss"]) for r in train_records(one)]
     b = [(r["step"], r["loss"]) for r in train_records(two)]
     assert [s for s, _ in b] == [1, 2, 3, 4]
@@ -69,9 +91,22 @@ def test_sigterm_stops_the_ray_workers_with_a_checkpoint(tp_env, tmp_path, ray_c
     from _tp import REPO, TP, read_metrics
 
     run = tmp_path / "run"
-    cmd = [*TP, "train", str(EXAMPLES / "sft_tiny.yaml"), "--output", str(run), *QUIET,
-           "--set", "training.max_steps=100000", "--set", "training.save_steps=100000",
-           "--set", "training.per_device_batch_size=4", "--set", "resources.num_nodes=2"]
+    cmd = [
+        *TP,
+        "train",
+        str(EXAMPLES / "sft_tiny.yaml"),
+        "--output",
+        str(run),
+        *QUIET,
+        "--set",
+        "training.max_steps=100000",
+        "--set",
+        "training.save_steps=100000",
+        "--set",
+        "training.per_device_batch_size=4",
+        "--set",
+        "resources.num_nodes=2",
+    ]
     env = {**tp_env, **LOOPBACK, "TP_RAY_ADDRESS": ray_cluster.address}
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -123,9 +158,11 @@ def test_cluster_snapshot_and_preflight_know_the_cluster(tp_env, ray_cluster):
 
     assert problems(ray_cluster.address) == {}
     assert problems(ray_cluster.address, num_nodes=3) == {
-        "resources.num_nodes": "3 nodes requested, the Ray cluster has 2 alive"}
+        "resources.num_nodes": "3 nodes requested, the Ray cluster has 2 alive"
+    }
     assert problems(ray_cluster.address, device="cuda") == {
-        "resources.num_devices": "2 GPUs needed in all, the Ray cluster has 0"}
+        "resources.num_devices": "2 GPUs needed in all, the Ray cluster has 0"
+    }
     unreachable = problems("127.0.0.1:1")
     assert unreachable["resources.launcher"].startswith("the Ray cluster (TP_RAY_ADDRESS) cannot be reached")
 
@@ -140,10 +177,24 @@ def test_a_killed_ray_worker_fails_the_run_naming_its_rank_or_is_restarted(tp_en
     from _tp import REPO, TP, read_metrics
 
     run = tmp_path / "run"
-    cmd = [*TP, "train", str(EXAMPLES / "sft_tiny.yaml"), "--output", str(run), *QUIET,
-           "--set", f"training.max_steps={100000 if restarts == 0 else 12}", "--set", "training.save_steps=2",
-           "--set", "training.per_device_batch_size=4", "--set", "resources.num_nodes=2",
-           "--set", f"resources.max_restarts={restarts}"]
+    cmd = [
+        *TP,
+        "train",
+        str(EXAMPLES / "sft_tiny.yaml"),
+        "--output",
+        str(run),
+        *QUIET,
+        "--set",
+        f"training.max_steps={100000 if restarts == 0 else 12}",
+        "--set",
+        "training.save_steps=2",
+        "--set",
+        "training.per_device_batch_size=4",
+        "--set",
+        "resources.num_nodes=2",
+        "--set",
+        f"resources.max_restarts={restarts}",
+    ]
     env = {**tp_env, **LOOPBACK, "TP_RAY_ADDRESS": ray_cluster.address}
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -177,9 +228,20 @@ def test_stopping_verls_rl_driver_kills_it_and_its_actors(tp_env, tmp_path, ray_
     from _tp import REPO
 
     env = {**tp_env, **LOOPBACK}
-    proc = subprocess.run([sys.executable, str(REPO / "tests" / "integration" / "verl_rl_driver.py"),
-                           str(EXAMPLES / "grpo_tiny.yaml"), str(tmp_path), ray_cluster.address],
-                          env=env, cwd=REPO, capture_output=True, text=True, timeout=420)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "tests" / "integration" / "verl_rl_driver.py"),
+            str(EXAMPLES / "grpo_tiny.yaml"),
+            str(tmp_path),
+            ray_cluster.address,
+        ],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["reason"] == "STOP file"

@@ -30,8 +30,18 @@ def mean(values) -> float:
 @pytest.mark.parametrize("algorithm", ["grpo"])  # RLOO (the same hook): the resume test below
 def test_grpo_keeps_what_it_generated_with_the_logged_rewards(tp, tmp_path, algorithm):
     run = tmp_path / "run"
-    tp("train", EXAMPLES / f"{algorithm}_tiny.yaml", "--output", run, "--set", "training.max_steps=3",
-       "--set", "training.save_steps=3", *ALL, check=0)
+    tp(
+        "train",
+        EXAMPLES / f"{algorithm}_tiny.yaml",
+        "--output",
+        run,
+        "--set",
+        "training.max_steps=3",
+        "--set",
+        "training.save_steps=3",
+        *ALL,
+        check=0,
+    )
     kept = rollouts(run)
     assert sorted(kept) == [1, 2, 3]
     functions = {"grpo": {"math_answer", "length_penalty"}, "rloo": {"math_answer"}}[algorithm]
@@ -47,30 +57,48 @@ def test_grpo_keeps_what_it_generated_with_the_logged_rewards(tp, tmp_path, algo
         assert mean(r["reward"] for r in rows) == pytest.approx(metrics[step]["reward"], abs=1e-5)
         for name in functions:
             assert mean(r["rewards"][name] for r in rows) == pytest.approx(
-                metrics[step][f"rewards/{name}/mean"], abs=1e-5)
+                metrics[step][f"rewards/{name}/mean"], abs=1e-5
+            )
         assert all(isinstance(r["advantage"], float) for r in rows)
         for i in range(0, 16, generations):  # advantages are centred within each prompt's group
-            assert sum(r["advantage"] for r in rows[i:i + generations]) == pytest.approx(0, abs=1e-3)
+            assert sum(r["advantage"] for r in rows[i : i + generations]) == pytest.approx(0, abs=1e-3)
 
 
 def test_ppo_keeps_completions_with_the_reward_models_score(tp, tmp_path):
     run = tmp_path / "run"
-    tp("train", EXAMPLES / "ppo_tiny.yaml", "--output", run, "--set", "training.max_steps=2",
-       "--set", "training.save_steps=2", *ALL, check=0)
+    tp(
+        "train",
+        EXAMPLES / "ppo_tiny.yaml",
+        "--output",
+        run,
+        "--set",
+        "training.max_steps=2",
+        "--set",
+        "training.save_steps=2",
+        *ALL,
+        check=0,
+    )
     kept = rollouts(run)
     metrics = {m["step"]: m for m in read_metrics(run) if "objective/scores" in m}
     assert sorted(kept) == [1, 2]
     for step, rows in kept.items():
-        assert len(rows) == 8 and all(set(r["rewards"]) == {"reward_model"} and r["advantage"] is None
-                                      for r in rows)
+        assert len(rows) == 8 and all(set(r["rewards"]) == {"reward_model"} and r["advantage"] is None for r in rows)
         assert any(r["completion"].strip() for r in rows)
         assert mean(r["reward"] for r in rows) == pytest.approx(metrics[step]["objective/scores"], abs=1e-5)
 
 
 def test_a_resumed_rloo_run_keeps_each_step_once(tp, tmp_path):
     run = tmp_path / "run"
-    args = ["--set", "training.max_steps=3", "--set", "training.save_steps=100", "--set",
-            "training.rollout_samples_per_step=4", "--set", "training.logging_steps=1"]
+    args = [
+        "--set",
+        "training.max_steps=3",
+        "--set",
+        "training.save_steps=100",
+        "--set",
+        "training.rollout_samples_per_step=4",
+        "--set",
+        "training.logging_steps=1",
+    ]
     tp("train", EXAMPLES / "rloo_tiny.yaml", "--output", run, *args, "--stop-at-step", "2", check=0)
     assert sorted(rollouts(run)) == [1, 2]
     tp("train", EXAMPLES / "rloo_tiny.yaml", "--resume", run, *args, check=0)

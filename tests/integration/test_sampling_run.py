@@ -16,15 +16,30 @@ def test_sft_curriculum_run_writes_sampling_json(tp, tmp_path):
     rows = []
     for i in range(96):
         operands = [rng.randint(0, 9) for _ in range(2 + i % 4)]
-        rows.append({"messages": [{"role": "user", "content": " + ".join(map(str, operands)) + " ="},
-                                  {"role": "assistant", "content": str(sum(operands))}]})
+        rows.append(
+            {
+                "messages": [
+                    {"role": "user", "content": " + ".join(map(str, operands)) + " ="},
+                    {"role": "assistant", "content": str(sum(operands))},
+                ]
+            }
+        )
     train = tmp_path / "train.jsonl"
     train.write_text("".join(json.dumps(r) + "\n" for r in rows))
     config = {
         "model": {"path": "demo/model"},
-        "data": {"train_file": str(train), "max_length": 48, "sampling": {"strategy": "curriculum", "seed": 5,
-                 "schedule": [{"until_step": 2, "mix": {"easy": 1.0}},
-                              {"until_step": 4, "mix": {"easy": 0.25, "medium": 0.25, "hard": 0.5}}]}},
+        "data": {
+            "train_file": str(train),
+            "max_length": 48,
+            "sampling": {
+                "strategy": "curriculum",
+                "seed": 5,
+                "schedule": [
+                    {"until_step": 2, "mix": {"easy": 1.0}},
+                    {"until_step": 4, "mix": {"easy": 0.25, "medium": 0.25, "hard": 0.5}},
+                ],
+            },
+        },
         "algorithm": {"name": "sft", "assistant_only_loss": True},
         "training": {"max_steps": 4, "per_device_batch_size": 4, "logging_steps": 1, "save_steps": 4},
         "resources": {"device": "cpu"},

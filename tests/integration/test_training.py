@@ -69,8 +69,18 @@ def test_final_model_is_a_trained_hf_model(tp, tmp_path, data_dir):
 
 
 def test_resume_reproduces_the_uninterrupted_run(tp, tmp_path):
-    args = ["--set", "training.max_steps=8", "--set", "training.logging_steps=1", "--set", "training.save_steps=100",
-            "--set", "training.eval_steps=null", "--set", "data.eval_file=null"]
+    args = [
+        "--set",
+        "training.max_steps=8",
+        "--set",
+        "training.logging_steps=1",
+        "--set",
+        "training.save_steps=100",
+        "--set",
+        "training.eval_steps=null",
+        "--set",
+        "data.eval_file=null",
+    ]
     config = EXAMPLES / "sft_tiny.yaml"
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
     tp("train", config, "--output", straight, *args, check=0)
@@ -95,8 +105,9 @@ def test_resume_reproduces_the_uninterrupted_run(tp, tmp_path):
 def test_resume_refuses_a_changed_config(tp, tmp_path):
     run = tmp_path / "run"
     tp("train", EXAMPLES / "sft_tiny.yaml", "--output", run, *FAST, "--stop-at-step", "2", check=0)
-    proc = tp("train", EXAMPLES / "sft_tiny.yaml", "--resume", run, *FAST, "--set", "training.learning_rate=0.1",
-              check=2)
+    proc = tp(
+        "train", EXAMPLES / "sft_tiny.yaml", "--resume", run, *FAST, "--set", "training.learning_rate=0.1", check=2
+    )
     assert "training.learning_rate: differs from the run being resumed" in proc.stderr
 
 
@@ -113,8 +124,7 @@ def test_verify_detects_a_flipped_byte(tp, tmp_path):
 
 def test_invalid_config_starts_nothing(tp, tmp_path):
     run = tmp_path / "run"
-    proc = tp("train", EXAMPLES / "grpo_tiny.yaml", "--output", run, "--set", "algorithm.num_generations=1",
-              check=2)
+    proc = tp("train", EXAMPLES / "grpo_tiny.yaml", "--output", run, "--set", "algorithm.num_generations=1", check=2)
     assert "algorithm.num_generations: must be >= 2, got 1" in proc.stderr
     assert not run.exists()
 
@@ -128,8 +138,19 @@ def test_failure_writes_error_json_and_failpack_without_secrets(tp, tmp_path, da
     (broken / "model.safetensors").write_bytes(b"not a safetensors file")
     secret = "sekrit-token-value-123456"
     run = tmp_path / "run"
-    proc = tp("train", EXAMPLES / "sft_tiny.yaml", "--output", run, *FAST, "--set", f"model.path={broken}",
-              "--set", f"tracking.run_name={secret}", env_extra={"WANDB_API_KEY": secret}, check=1)
+    proc = tp(
+        "train",
+        EXAMPLES / "sft_tiny.yaml",
+        "--output",
+        run,
+        *FAST,
+        "--set",
+        f"model.path={broken}",
+        "--set",
+        f"tracking.run_name={secret}",
+        env_extra={"WANDB_API_KEY": secret},
+        check=1,
+    )
     assert proc.stderr.count("FATAL: ") == 1
     error = json.loads((run / "error.json").read_text())
     assert error["traceback"] and error["type"] and error["log_tail"]
@@ -145,9 +166,21 @@ def test_failure_writes_error_json_and_failpack_without_secrets(tp, tmp_path, da
 @pytest.mark.parametrize("how", ["stop_file", "sigterm"])
 def test_stop_saves_a_checkpoint_and_can_resume(tp_env, tmp_path, how):
     run = tmp_path / "run"
-    cmd = [*TP, "train", str(EXAMPLES / "sft_tiny.yaml"), "--output", str(run), "--set", "training.max_steps=100000",
-           "--set", "training.logging_steps=1", "--set", "training.save_steps=100000",
-           "--set", "training.eval_steps=null"]
+    cmd = [
+        *TP,
+        "train",
+        str(EXAMPLES / "sft_tiny.yaml"),
+        "--output",
+        str(run),
+        "--set",
+        "training.max_steps=100000",
+        "--set",
+        "training.logging_steps=1",
+        "--set",
+        "training.save_steps=100000",
+        "--set",
+        "training.eval_steps=null",
+    ]
     proc = subprocess.Popen(cmd, env=tp_env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 120
@@ -192,18 +225,45 @@ def test_lora_train_merge_and_reload(tp, tmp_path, data_dir):
     tp("verify", run, check=0)
 
 
-@pytest.mark.parametrize("config, overrides, metric", [
-    pytest.param("grpo", ["algorithm.loss_type=dr_grpo", "algorithm.importance_sampling_level=sequence",
-                          "algorithm.scale_rewards=none"], "rewards/math_answer/mean", id="gspo-dr_grpo"),
-    pytest.param("grpo", ["algorithm.loss_type=grpo", "algorithm.beta=0.04"], "kl", id="grpo-with-kl"),
-    pytest.param("dpo", ["algorithm.loss_type=[ipo]"], "rewards/margins", id="dpo-ipo"),
-    pytest.param("sft", ["data.train_file=demo/data/sft_prompt_completion.jsonl", "data.eval_file=null",
-                         "training.eval_steps=null", "algorithm.assistant_only_loss=false"],
-                 "mean_token_accuracy", id="sft-prompt-completion"),
-    pytest.param("sft", ["data.train_file=demo/data/sft_alpaca.jsonl", "data.eval_file=null",
-                         "training.eval_steps=null", "algorithm.packing=true"], "mean_token_accuracy",
-                 id="sft-alpaca-packing"),
-])
+@pytest.mark.parametrize(
+    "config, overrides, metric",
+    [
+        pytest.param(
+            "grpo",
+            [
+                "algorithm.loss_type=dr_grpo",
+                "algorithm.importance_sampling_level=sequence",
+                "algorithm.scale_rewards=none",
+            ],
+            "rewards/math_answer/mean",
+            id="gspo-dr_grpo",
+        ),
+        pytest.param("grpo", ["algorithm.loss_type=grpo", "algorithm.beta=0.04"], "kl", id="grpo-with-kl"),
+        pytest.param("dpo", ["algorithm.loss_type=[ipo]"], "rewards/margins", id="dpo-ipo"),
+        pytest.param(
+            "sft",
+            [
+                "data.train_file=demo/data/sft_prompt_completion.jsonl",
+                "data.eval_file=null",
+                "training.eval_steps=null",
+                "algorithm.assistant_only_loss=false",
+            ],
+            "mean_token_accuracy",
+            id="sft-prompt-completion",
+        ),
+        pytest.param(
+            "sft",
+            [
+                "data.train_file=demo/data/sft_alpaca.jsonl",
+                "data.eval_file=null",
+                "training.eval_steps=null",
+                "algorithm.packing=true",
+            ],
+            "mean_token_accuracy",
+            id="sft-alpaca-packing",
+        ),
+    ],
+)
 def test_algorithm_variants_train(tp, tmp_path, config, overrides, metric):
     run = tmp_path / "run"
     sets = [arg for o in overrides for arg in ("--set", o)]

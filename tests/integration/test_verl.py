@@ -12,9 +12,26 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 pytest.importorskip("verl")
 
-VERL = ["--set", "engine=verl", "--set", "model.dtype=fp32", "--set", "resources.device=cpu",
-        "--set", "training.max_steps=6", "--set", "training.save_steps=3", "--set", "training.logging_steps=1",
-        "--set", "training.learning_rate=0.001", "--set", "training.eval_steps=3", "--set", "training.warmup_ratio=0"]
+VERL = [
+    "--set",
+    "engine=verl",
+    "--set",
+    "model.dtype=fp32",
+    "--set",
+    "resources.device=cpu",
+    "--set",
+    "training.max_steps=6",
+    "--set",
+    "training.save_steps=3",
+    "--set",
+    "training.logging_steps=1",
+    "--set",
+    "training.learning_rate=0.001",
+    "--set",
+    "training.eval_steps=3",
+    "--set",
+    "training.warmup_ratio=0",
+]
 
 
 def losses(run) -> list[tuple[int, float]]:
@@ -28,9 +45,23 @@ def one_process(tp_env, tmp_path_factory):
     from _tp import REPO, TP
 
     run = tmp_path_factory.mktemp("verl") / "one"
-    subprocess.run([*TP, "train", str(EXAMPLES / "sft_tiny.yaml"), "--output", str(run), *VERL,
-                    "--set", "training.per_device_batch_size=8"], env=tp_env, cwd=REPO, check=True,
-                   capture_output=True, timeout=600)
+    subprocess.run(
+        [
+            *TP,
+            "train",
+            str(EXAMPLES / "sft_tiny.yaml"),
+            "--output",
+            str(run),
+            *VERL,
+            "--set",
+            "training.per_device_batch_size=8",
+        ],
+        env=tp_env,
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     return run
 
 
@@ -59,18 +90,46 @@ def test_verl_sft_trains_and_leaves_the_same_run_directory(tp, one_process):
 
 def test_verl_sft_resumes_exactly(tp, tmp_path, one_process):
     run = tmp_path / "resumed"
-    tp("train", EXAMPLES / "sft_tiny.yaml", "--output", run, *VERL, "--set", "training.per_device_batch_size=8",
-       "--stop-at-step", "3", check=0)
+    tp(
+        "train",
+        EXAMPLES / "sft_tiny.yaml",
+        "--output",
+        run,
+        *VERL,
+        "--set",
+        "training.per_device_batch_size=8",
+        "--stop-at-step",
+        "3",
+        check=0,
+    )
     assert [s for s, _ in losses(run)] == [1, 2, 3]
-    tp("train", EXAMPLES / "sft_tiny.yaml", "--resume", run, *VERL, "--set", "training.per_device_batch_size=8",
-       check=0)
+    tp(
+        "train",
+        EXAMPLES / "sft_tiny.yaml",
+        "--resume",
+        run,
+        *VERL,
+        "--set",
+        "training.per_device_batch_size=8",
+        check=0,
+    )
     assert losses(run) == losses(one_process), "no step lost or repeated; the same losses as uninterrupted"
 
 
 def test_two_torchrun_ranks_match_one_process(tp, tmp_path, one_process):
     run = tmp_path / "two"
-    tp("train", EXAMPLES / "sft_tiny.yaml", "--output", run, *VERL, "--set", "training.per_device_batch_size=4",
-       "--set", "resources.num_devices=2", check=0)
+    tp(
+        "train",
+        EXAMPLES / "sft_tiny.yaml",
+        "--output",
+        run,
+        *VERL,
+        "--set",
+        "training.per_device_batch_size=4",
+        "--set",
+        "resources.num_devices=2",
+        check=0,
+    )
     one, two = losses(one_process), losses(run)
     assert [s for s, _ in two] == [s for s, _ in one]
     assert [loss for _, loss in two] == pytest.approx([loss for _, loss in one], rel=1e-5)
@@ -86,8 +145,20 @@ def test_max_steps_beyond_one_epoch_keeps_going_like_trl(tp, tmp_path):
     """The demo set has 375 rows: at 200 rows per step an epoch is one step (the last partial batch is dropped, as
     with several ranks); max_steps 4 runs 4 epochs instead of stopping after the configured one."""
     run = tmp_path / "epochs"
-    tp("train", EXAMPLES / "sft_tiny.yaml", "--output", run, *VERL, "--set", "training.max_steps=4",
-       "--set", "training.per_device_batch_size=200", "--set", "training.save_steps=100", check=0)
+    tp(
+        "train",
+        EXAMPLES / "sft_tiny.yaml",
+        "--output",
+        run,
+        *VERL,
+        "--set",
+        "training.max_steps=4",
+        "--set",
+        "training.per_device_batch_size=200",
+        "--set",
+        "training.save_steps=100",
+        check=0,
+    )
     records = train_records(run)
     assert [(r["step"], r["epoch"]) for r in records] == [(1, 1), (2, 2), (3, 3), (4, 4)]
 

@@ -49,8 +49,9 @@ def main(config_path: str, run_dir: str, address: str) -> None:
     ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     before = set(actor_rows("ALIVE", "PENDING_CREATION", "DEPENDENCIES_UNREADY", "RESTARTING"))
     ray.shutdown()
-    reason = run_driver(config, address=address, env={}, should_stop=lambda: StopSignal(stop_file).poll(0),
-                        on_tick=tick)
+    reason = run_driver(
+        config, address=address, env={}, should_stop=lambda: StopSignal(stop_file).poll(0), on_tick=tick
+    )
     stopped_in = time.monotonic() - seen["stop"]
     ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     time.sleep(2)

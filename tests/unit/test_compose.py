@@ -32,8 +32,10 @@ EXPECTED_COMMAND = {"migrate": ["db", "upgrade"], "api": ["api"], "worker": ["wo
 SECRET_KEY = re.compile(r"PASSWORD|TOKEN|KEY|SECRET", re.IGNORECASE)
 # ${VAR}, ${VAR:?message}, ${VAR?message}, ${VAR:-} / ${VAR-} (an empty default only: a default is a literal).
 SECRET_REF = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::?\?[^}]*|:?-)?\}")
-DATABASE_URL = re.compile(r"(?P<driver>[a-z0-9+]+)://(?P<user>[^:@/]+):(?P<password>\$\{[^}]*\})@(?P<host>[^:/]+)"
-                          r":(?P<port>\d+)/(?P<db>[A-Za-z0-9_]+)")
+DATABASE_URL = re.compile(
+    r"(?P<driver>[a-z0-9+]+)://(?P<user>[^:@/]+):(?P<password>\$\{[^}]*\})@(?P<host>[^:/]+)"
+    r":(?P<port>\d+)/(?P<db>[A-Za-z0-9_]+)"
+)
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
@@ -252,8 +254,9 @@ def test_no_secret_literal_values(compose):
     checked = []
     for path, key, value in _walk(compose):
         if SECRET_KEY.search(key) and not isinstance(value, dict | list):
-            assert isinstance(value, str) and SECRET_REF.fullmatch(value), \
+            assert isinstance(value, str) and SECRET_REF.fullmatch(value), (
                 f"{'.'.join(path)}: secrets must be ${{VAR}} references (from the env file), got {value!r}"
+            )
             checked.append(key)
         if isinstance(value, str) and re.search(r"://[^/@\s]+:[^/@\s]+@", value):
             password = re.search(r"://[^/@\s:]+:(.+?)@", value)[1]
@@ -262,8 +265,11 @@ def test_no_secret_literal_values(compose):
 
 
 def test_dockerignore_keeps_secrets_and_local_state_out_of_the_image():
-    patterns = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
-                if line.strip() and not line.startswith("#")}
+    patterns = {
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
     assert {".env", ".git", ".venv", "var", "runs"} <= patterns
 
 

@@ -59,22 +59,28 @@ def load_error(path: Path, **kwargs) -> DatasetError:
 # --------------------------------------------------------------------------------------------- detection
 
 
-@pytest.mark.parametrize(("row", "expected"), [
-    pytest.param({"messages": CONV}, "messages", id="messages"),
-    pytest.param({"conversations": [{"from": "human", "value": "hi"}]}, "sharegpt", id="sharegpt"),
-    pytest.param({"instruction": "Add.", "input": "2+2", "output": "4"}, "alpaca", id="alpaca"),
-    pytest.param({"instruction": "Say hi.", "output": "hi"}, "alpaca", id="alpaca-no-input"),
-    pytest.param({"prompt": "2+2=", "completion": "4"}, "prompt_completion", id="prompt-completion"),
-    pytest.param({"text": "2+2=4"}, "text", id="text"),
-    pytest.param({"prompt": "2+2=", "chosen": "4", "rejected": "5"}, "preference", id="preference"),
-    pytest.param({"chosen": CONV, "rejected": [USER, {"role": "assistant", "content": "5"}]}, "preference",
-                 id="preference-implicit-prompt"),
-    pytest.param({"prompt": "2+2=", "completion": "4", "label": True}, "kto", id="kto"),
-    pytest.param({"prompt": "2+2=", "answer": "4"}, "rl_prompt", id="rl-prompt"),
-    pytest.param({"prompt": [USER]}, "rl_prompt", id="rl-prompt-messages"),
-    pytest.param({"question": "2+2?", "solution": "4"}, None, id="unknown"),
-    pytest.param({}, None, id="empty"),
-])
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        pytest.param({"messages": CONV}, "messages", id="messages"),
+        pytest.param({"conversations": [{"from": "human", "value": "hi"}]}, "sharegpt", id="sharegpt"),
+        pytest.param({"instruction": "Add.", "input": "2+2", "output": "4"}, "alpaca", id="alpaca"),
+        pytest.param({"instruction": "Say hi.", "output": "hi"}, "alpaca", id="alpaca-no-input"),
+        pytest.param({"prompt": "2+2=", "completion": "4"}, "prompt_completion", id="prompt-completion"),
+        pytest.param({"text": "2+2=4"}, "text", id="text"),
+        pytest.param({"prompt": "2+2=", "chosen": "4", "rejected": "5"}, "preference", id="preference"),
+        pytest.param(
+            {"chosen": CONV, "rejected": [USER, {"role": "assistant", "content": "5"}]},
+            "preference",
+            id="preference-implicit-prompt",
+        ),
+        pytest.param({"prompt": "2+2=", "completion": "4", "label": True}, "kto", id="kto"),
+        pytest.param({"prompt": "2+2=", "answer": "4"}, "rl_prompt", id="rl-prompt"),
+        pytest.param({"prompt": [USER]}, "rl_prompt", id="rl-prompt-messages"),
+        pytest.param({"question": "2+2?", "solution": "4"}, None, id="unknown"),
+        pytest.param({}, None, id="empty"),
+    ],
+)
 def test_detect_format(row, expected):
     assert detect_format(row) == expected
 
@@ -88,16 +94,20 @@ def test_every_format_belongs_to_exactly_one_kind():
 
 VALID_ROWS = [
     pytest.param("messages", {"messages": [{"role": "system", "content": "Be brief."}, *CONV]}, id="messages"),
-    pytest.param("sharegpt", {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]},
-                 id="sharegpt"),
+    pytest.param(
+        "sharegpt", {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}, id="sharegpt"
+    ),
     pytest.param("alpaca", {"instruction": "Add.", "input": "2+2", "output": "4"}, id="alpaca"),
     pytest.param("alpaca", {"instruction": "Add.", "input": None, "output": "4"}, id="alpaca-null-input"),
     pytest.param("prompt_completion", {"prompt": "2+2=", "completion": "4"}, id="prompt-completion-strings"),
     pytest.param("prompt_completion", {"prompt": [USER], "completion": [ASSISTANT]}, id="prompt-completion-msgs"),
     pytest.param("text", {"text": "2+2=4"}, id="text"),
     pytest.param("preference", {"prompt": "2+2=", "chosen": "4", "rejected": "5"}, id="preference-strings"),
-    pytest.param("preference", {"prompt": [USER], "chosen": [ASSISTANT],
-                                "rejected": [{"role": "assistant", "content": "5"}]}, id="preference-messages"),
+    pytest.param(
+        "preference",
+        {"prompt": [USER], "chosen": [ASSISTANT], "rejected": [{"role": "assistant", "content": "5"}]},
+        id="preference-messages",
+    ),
     pytest.param("kto", {"prompt": "2+2=", "completion": "5", "label": False}, id="kto"),
     pytest.param("rl_prompt", {"prompt": "2+2=", "answer": 4}, id="rl-prompt-number-answer"),
     pytest.param("rl_prompt", {"prompt": [USER]}, id="rl-prompt-no-answer"),
@@ -110,60 +120,165 @@ def test_valid_rows_have_no_errors(fmt, row):
 
 
 INVALID_ROWS = [
-    pytest.param("messages", {"messages": [{"role": "robot", "content": "hi"}, ASSISTANT]},
-                 "messages[0].role", "got 'robot'", id="messages-bad-role"),
-    pytest.param("messages", {"messages": [USER, {"role": "assistant", "content": 4}]},
-                 "messages[1].content", "must be a string, got 4", id="messages-non-string-content"),
-    pytest.param("messages", {"messages": [USER, {"role": "assistant"}]},
-                 "messages[1].content", "must be a string, got null", id="messages-missing-content"),
-    pytest.param("messages", {"messages": [USER, "4"]},
-                 "messages[1]", "must be an object with role and content", id="messages-turn-not-object"),
-    pytest.param("messages", {"messages": [{"role": "system", "content": "s"}, USER]},
-                 "messages", "has no assistant turn to learn from", id="messages-no-assistant"),
-    pytest.param("messages", {"messages": []},
-                 "messages", "must be a non-empty list of messages, got []", id="messages-empty"),
-    pytest.param("messages", {"messages": "2+2=4"},
-                 "messages", "must be a non-empty list of messages", id="messages-string"),
-    pytest.param("sharegpt", {"conversations": [{"from": "alien", "value": "hi"}]},
-                 "conversations[0].from", "must be one of", id="sharegpt-bad-from"),
-    pytest.param("sharegpt", {"conversations": [{"from": "human", "value": None}]},
-                 "conversations[0].value", "must be a string, got null", id="sharegpt-null-value"),
-    pytest.param("sharegpt", {"conversations": []},
-                 "conversations", "must be a non-empty list", id="sharegpt-empty"),
-    pytest.param("alpaca", {"instruction": "Add.", "input": "2+2"},
-                 "output", "must be a non-empty string, got null", id="alpaca-missing-output"),
-    pytest.param("alpaca", {"instruction": "  ", "output": "4"},
-                 "instruction", "must be a non-empty string", id="alpaca-blank-instruction"),
-    pytest.param("alpaca", {"instruction": "Add.", "input": 22, "output": "4"},
-                 "input", "must be a string, got 22", id="alpaca-non-string-input"),
-    pytest.param("prompt_completion", {"prompt": "2+2=", "completion": [ASSISTANT]},
-                 "completion", "prompt and completion must both be strings or both message lists",
-                 id="prompt-completion-mixed"),
-    pytest.param("prompt_completion", {"prompt": "", "completion": "4"},
-                 "prompt", "must not be empty", id="prompt-completion-empty-prompt"),
-    pytest.param("prompt_completion", {"prompt": "2+2=", "completion": 4},
-                 "completion", "must be a string or a list of messages, got 4", id="prompt-completion-int"),
+    pytest.param(
+        "messages",
+        {"messages": [{"role": "robot", "content": "hi"}, ASSISTANT]},
+        "messages[0].role",
+        "got 'robot'",
+        id="messages-bad-role",
+    ),
+    pytest.param(
+        "messages",
+        {"messages": [USER, {"role": "assistant", "content": 4}]},
+        "messages[1].content",
+        "must be a string, got 4",
+        id="messages-non-string-content",
+    ),
+    pytest.param(
+        "messages",
+        {"messages": [USER, {"role": "assistant"}]},
+        "messages[1].content",
+        "must be a string, got null",
+        id="messages-missing-content",
+    ),
+    pytest.param(
+        "messages",
+        {"messages": [USER, "4"]},
+        "messages[1]",
+        "must be an object with role and content",
+        id="messages-turn-not-object",
+    ),
+    pytest.param(
+        "messages",
+        {"messages": [{"role": "system", "content": "s"}, USER]},
+        "messages",
+        "has no assistant turn to learn from",
+        id="messages-no-assistant",
+    ),
+    pytest.param(
+        "messages", {"messages": []}, "messages", "must be a non-empty list of messages, got []", id="messages-empty"
+    ),
+    pytest.param(
+        "messages", {"messages": "2+2=4"}, "messages", "must be a non-empty list of messages", id="messages-string"
+    ),
+    pytest.param(
+        "sharegpt",
+        {"conversations": [{"from": "alien", "value": "hi"}]},
+        "conversations[0].from",
+        "must be one of",
+        id="sharegpt-bad-from",
+    ),
+    pytest.param(
+        "sharegpt",
+        {"conversations": [{"from": "human", "value": None}]},
+        "conversations[0].value",
+        "must be a string, got null",
+        id="sharegpt-null-value",
+    ),
+    pytest.param("sharegpt", {"conversations": []}, "conversations", "must be a non-empty list", id="sharegpt-empty"),
+    pytest.param(
+        "alpaca",
+        {"instruction": "Add.", "input": "2+2"},
+        "output",
+        "must be a non-empty string, got null",
+        id="alpaca-missing-output",
+    ),
+    pytest.param(
+        "alpaca",
+        {"instruction": "  ", "output": "4"},
+        "instruction",
+        "must be a non-empty string",
+        id="alpaca-blank-instruction",
+    ),
+    pytest.param(
+        "alpaca",
+        {"instruction": "Add.", "input": 22, "output": "4"},
+        "input",
+        "must be a string, got 22",
+        id="alpaca-non-string-input",
+    ),
+    pytest.param(
+        "prompt_completion",
+        {"prompt": "2+2=", "completion": [ASSISTANT]},
+        "completion",
+        "prompt and completion must both be strings or both message lists",
+        id="prompt-completion-mixed",
+    ),
+    pytest.param(
+        "prompt_completion",
+        {"prompt": "", "completion": "4"},
+        "prompt",
+        "must not be empty",
+        id="prompt-completion-empty-prompt",
+    ),
+    pytest.param(
+        "prompt_completion",
+        {"prompt": "2+2=", "completion": 4},
+        "completion",
+        "must be a string or a list of messages, got 4",
+        id="prompt-completion-int",
+    ),
     pytest.param("text", {"text": ""}, "text", "must be a non-empty string", id="text-empty"),
     pytest.param("text", {"text": ["a"]}, "text", "must be a non-empty string, got ['a']", id="text-list"),
-    pytest.param("preference", {"prompt": "2+2=", "chosen": [ASSISTANT], "rejected": [ASSISTANT]},
-                 "rejected", "prompt, chosen and rejected must all be strings or all message lists",
-                 id="preference-mixed-prompt"),
-    pytest.param("preference", {"chosen": "4", "rejected": [{"role": "assistant", "content": "5"}]},
-                 "rejected", "must all be strings or all message lists", id="preference-mixed-pair"),
-    pytest.param("preference", {"prompt": "2+2=", "chosen": "4", "rejected": "4"},
-                 "rejected", "is identical to chosen", id="preference-chosen-equals-rejected"),
-    pytest.param("preference", {"prompt": "2+2=", "chosen": "4"},
-                 "rejected", "must be a string or a list of messages, got null", id="preference-missing-rejected"),
-    pytest.param("preference", {"prompt": [USER], "chosen": [{"role": "bot", "content": "4"}], "rejected": "5"},
-                 "chosen[0].role", "got 'bot'", id="preference-bad-role"),
-    pytest.param("kto", {"prompt": "2+2=", "completion": "4", "label": "yes"},
-                 "label", "must be true or false, got 'yes'", id="kto-label-string"),
-    pytest.param("kto", {"prompt": "2+2=", "completion": "4", "label": 1},
-                 "label", "must be true or false, got 1", id="kto-label-int"),
-    pytest.param("kto", {"prompt": "2+2=", "completion": "4"},
-                 "label", "must be true or false, got null", id="kto-label-missing"),
-    pytest.param("rl_prompt", {"prompt": "2+2=", "answer": ["4"]},
-                 "answer", "must be a string or a number, got ['4']", id="rl-answer-list"),
+    pytest.param(
+        "preference",
+        {"prompt": "2+2=", "chosen": [ASSISTANT], "rejected": [ASSISTANT]},
+        "rejected",
+        "prompt, chosen and rejected must all be strings or all message lists",
+        id="preference-mixed-prompt",
+    ),
+    pytest.param(
+        "preference",
+        {"chosen": "4", "rejected": [{"role": "assistant", "content": "5"}]},
+        "rejected",
+        "must all be strings or all message lists",
+        id="preference-mixed-pair",
+    ),
+    pytest.param(
+        "preference",
+        {"prompt": "2+2=", "chosen": "4", "rejected": "4"},
+        "rejected",
+        "is identical to chosen",
+        id="preference-chosen-equals-rejected",
+    ),
+    pytest.param(
+        "preference",
+        {"prompt": "2+2=", "chosen": "4"},
+        "rejected",
+        "must be a string or a list of messages, got null",
+        id="preference-missing-rejected",
+    ),
+    pytest.param(
+        "preference",
+        {"prompt": [USER], "chosen": [{"role": "bot", "content": "4"}], "rejected": "5"},
+        "chosen[0].role",
+        "got 'bot'",
+        id="preference-bad-role",
+    ),
+    pytest.param(
+        "kto",
+        {"prompt": "2+2=", "completion": "4", "label": "yes"},
+        "label",
+        "must be true or false, got 'yes'",
+        id="kto-label-string",
+    ),
+    pytest.param(
+        "kto",
+        {"prompt": "2+2=", "completion": "4", "label": 1},
+        "label",
+        "must be true or false, got 1",
+        id="kto-label-int",
+    ),
+    pytest.param(
+        "kto", {"prompt": "2+2=", "completion": "4"}, "label", "must be true or false, got null", id="kto-label-missing"
+    ),
+    pytest.param(
+        "rl_prompt",
+        {"prompt": "2+2=", "answer": ["4"]},
+        "answer",
+        "must be a string or a number, got ['4']",
+        id="rl-answer-list",
+    ),
     pytest.param("rl_prompt", {"prompt": "  "}, "prompt", "must not be empty", id="rl-blank-prompt"),
     pytest.param("text", ["not", "an", "object"], "<row>", "must be an object", id="row-not-object"),
     pytest.param("nope", {"text": "x"}, "<row>", "unknown format 'nope'", id="unknown-format"),
@@ -185,12 +300,14 @@ def test_sharegpt_without_assistant_turn_is_rejected():
 def test_every_bad_message_is_reported():
     row = {"messages": [{"role": "robot", "content": 1}, {"role": "assistant", "content": None}]}
     assert [f for f, _ in validate_row("messages", row)] == [
-        "messages[0].role", "messages[0].content", "messages[1].content",
+        "messages[0].role",
+        "messages[0].content",
+        "messages[1].content",
     ]
 
 
 def test_long_values_are_shortened_in_reasons():
-    (field, reason), = validate_row("text", {"text": ["x" * 500]})
+    ((field, reason),) = validate_row("text", {"text": ["x" * 500]})
     assert field == "text"
     assert reason.endswith("...") and len(reason) < 120
 
@@ -200,10 +317,12 @@ def test_long_values_are_shortened_in_reasons():
 
 def test_alpaca_to_messages_with_input():
     row = {"instruction": "Add the two numbers.", "input": "2+2", "output": "4"}
-    assert to_canonical("alpaca", row) == {"messages": [
-        {"role": "user", "content": "Add the two numbers.\n\n2+2"},
-        {"role": "assistant", "content": "4"},
-    ]}
+    assert to_canonical("alpaca", row) == {
+        "messages": [
+            {"role": "user", "content": "Add the two numbers.\n\n2+2"},
+            {"role": "assistant", "content": "4"},
+        ]
+    }
 
 
 @pytest.mark.parametrize("input_value", [None, ""], ids=["null", "empty"])
@@ -218,16 +337,28 @@ def test_alpaca_system_becomes_first_message():
 
 
 def test_sharegpt_to_messages_maps_roles():
-    row = {"conversations": [
-        {"from": "system", "value": "s"}, {"from": "human", "value": "q"}, {"from": "gpt", "value": "a"},
-        {"from": "function_call", "value": "f"}, {"from": "observation", "value": "o"},
-        {"from": "user", "value": "q2"}, {"from": "assistant", "value": "a2"},
-    ]}
-    assert to_canonical("sharegpt", row) == {"messages": [
-        {"role": "system", "content": "s"}, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"},
-        {"role": "assistant", "content": "f"}, {"role": "tool", "content": "o"},
-        {"role": "user", "content": "q2"}, {"role": "assistant", "content": "a2"},
-    ]}
+    row = {
+        "conversations": [
+            {"from": "system", "value": "s"},
+            {"from": "human", "value": "q"},
+            {"from": "gpt", "value": "a"},
+            {"from": "function_call", "value": "f"},
+            {"from": "observation", "value": "o"},
+            {"from": "user", "value": "q2"},
+            {"from": "assistant", "value": "a2"},
+        ]
+    }
+    assert to_canonical("sharegpt", row) == {
+        "messages": [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "a"},
+            {"role": "assistant", "content": "f"},
+            {"role": "tool", "content": "o"},
+            {"role": "user", "content": "q2"},
+            {"role": "assistant", "content": "a2"},
+        ]
+    }
 
 
 def test_messages_conversion_drops_extra_keys():
@@ -237,15 +368,23 @@ def test_messages_conversion_drops_extra_keys():
 
 def test_preference_conversion_keeps_optional_prompt_first():
     assert list(to_canonical("preference", {"rejected": "5", "chosen": "4", "prompt": "p", "x": 1})) == [
-        "prompt", "chosen", "rejected"]
+        "prompt",
+        "chosen",
+        "rejected",
+    ]
     assert to_canonical("preference", {"chosen": "4", "rejected": "5"}) == {"chosen": "4", "rejected": "5"}
 
 
 def test_kto_and_prompt_completion_conversion_keep_only_their_fields():
     assert to_canonical("kto", {"prompt": "p", "completion": "c", "label": True, "x": 1}) == {
-        "prompt": "p", "completion": "c", "label": True}
+        "prompt": "p",
+        "completion": "c",
+        "label": True,
+    }
     assert to_canonical("prompt_completion", {"prompt": "p", "completion": "c", "x": 1}) == {
-        "prompt": "p", "completion": "c"}
+        "prompt": "p",
+        "completion": "c",
+    }
 
 
 def test_rl_prompt_conversion_keeps_extra_columns_and_stringifies_answer():
@@ -262,7 +401,10 @@ def test_to_canonical_unknown_format():
 def test_apply_field_map_renames_canonical_from_source():
     row = {"question": "q", "solution": "s", "other": 1}
     assert apply_field_map(row, {"prompt": "question", "answer": "solution", "missing": "absent"}) == {
-        "other": 1, "prompt": "q", "answer": "s"}
+        "other": 1,
+        "prompt": "q",
+        "answer": "s",
+    }
     assert row == {"question": "q", "solution": "s", "other": 1}
     assert apply_field_map(row, {}) is row
 
@@ -310,14 +452,19 @@ def test_load_examples_parquet_preference(tmp_path):
 def test_load_examples_explicit_format(tmp_path):
     path = write_jsonl(tmp_path / "pc.jsonl", [{"prompt": "2+2=", "completion": "4"}])
     assert load_examples(path, kind="sft", fmt="prompt_completion") == (
-        [{"prompt": "2+2=", "completion": "4"}], "prompt_completion")
+        [{"prompt": "2+2=", "completion": "4"}],
+        "prompt_completion",
+    )
 
 
 def test_load_examples_field_map_renames_columns(tmp_path):
-    path = write_jsonl(tmp_path / "gsm.jsonl", [
-        {"question": "What is 2+2?", "solution": "#### 4", "id": 1},
-        {"question": "What is 3+3?", "solution": 6, "id": 2},
-    ])
+    path = write_jsonl(
+        tmp_path / "gsm.jsonl",
+        [
+            {"question": "What is 2+2?", "solution": "#### 4", "id": 1},
+            {"question": "What is 3+3?", "solution": 6, "id": 2},
+        ],
+    )
     rows, fmt = load_examples(path, kind="rl", field_map={"prompt": "question", "answer": "solution"})
     assert fmt == "rl_prompt"
     assert rows == [
@@ -335,18 +482,39 @@ def test_load_examples_field_map_for_csv(tmp_path):
 def test_load_examples_without_field_map_cannot_detect(tmp_path):
     path = write_jsonl(tmp_path / "gsm.jsonl", [{"question": "q", "solution": "s"}])
     err = load_error(path, kind="rl")
-    assert err.errors == [RowError(1, "<row>", "cannot detect the format from the fields ['question', 'solution']; "
-                                               "set data.format or data.field_map")]
+    assert err.errors == [
+        RowError(
+            1,
+            "<row>",
+            "cannot detect the format from the fields ['question', 'solution']; set data.format or data.field_map",
+        )
+    ]
 
 
-@pytest.mark.parametrize(("kind", "fmt", "message"), [
-    pytest.param("preference", "auto", "format 'messages' cannot train this algorithm; it needs preference",
-                 id="detected-messages-for-preference"),
-    pytest.param("rl", "auto", "format 'messages' cannot train this algorithm; it needs rl_prompt",
-                 id="detected-messages-for-rl"),
-    pytest.param("sft", "kto", "format 'kto' cannot train this algorithm; it needs messages or sharegpt or alpaca "
-                               "or prompt_completion or text", id="explicit-kto-for-sft"),
-])
+@pytest.mark.parametrize(
+    ("kind", "fmt", "message"),
+    [
+        pytest.param(
+            "preference",
+            "auto",
+            "format 'messages' cannot train this algorithm; it needs preference",
+            id="detected-messages-for-preference",
+        ),
+        pytest.param(
+            "rl",
+            "auto",
+            "format 'messages' cannot train this algorithm; it needs rl_prompt",
+            id="detected-messages-for-rl",
+        ),
+        pytest.param(
+            "sft",
+            "kto",
+            "format 'kto' cannot train this algorithm; it needs messages or sharegpt or alpaca "
+            "or prompt_completion or text",
+            id="explicit-kto-for-sft",
+        ),
+    ],
+)
 def test_load_examples_kind_format_mismatch(kind, fmt, message, tmp_path):
     path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": CONV}])
     err = load_error(path, kind=kind, fmt=fmt)
@@ -371,13 +539,14 @@ def test_jsonl_line_numbers_are_1_based_and_count_blank_lines(tmp_path):
         RowError(7, "messages[1].content", "must be a string, got 4"),
     ]
     assert err.total_bad == 2
-    assert str(err) == ("line 3: messages: has no assistant turn to learn from\n"
-                        "line 7: messages[1].content: must be a string, got 4")
+    assert str(err) == (
+        "line 3: messages: has no assistant turn to learn from\nline 7: messages[1].content: must be a string, got 4"
+    )
 
 
 def test_jsonl_invalid_json_line_number(tmp_path):
     path = tmp_path / "train.jsonl"
-    path.write_text(json.dumps({"messages": CONV}) + "\n\n{\"messages\": [\n", encoding="utf-8")
+    path.write_text(json.dumps({"messages": CONV}) + '\n\n{"messages": [\n', encoding="utf-8")
     err = load_error(path, kind="sft")
     assert len(err.errors) == 1
     assert (err.errors[0].line, err.errors[0].field) == (3, "<row>")
@@ -405,17 +574,24 @@ def test_json_invalid_reports_line(tmp_path):
 
 
 def test_csv_records_are_numbered_from_1_after_the_header(tmp_path):
-    path = write_csv(tmp_path / "train.csv", [
-        {"instruction": "Add.", "output": "4"}, {"instruction": "Add.", "output": ""},
-    ])
+    path = write_csv(
+        tmp_path / "train.csv",
+        [
+            {"instruction": "Add.", "output": "4"},
+            {"instruction": "Add.", "output": ""},
+        ],
+    )
     assert load_error(path, kind="sft").errors == [RowError(2, "output", "must be a non-empty string, got ''")]
 
 
 def test_parquet_records_are_numbered_from_1(tmp_path):
-    path = write_parquet(tmp_path / "kto.parquet", [
-        {"prompt": "p", "completion": "c", "label": True},
-        {"prompt": "p", "completion": "c", "label": None},
-    ])
+    path = write_parquet(
+        tmp_path / "kto.parquet",
+        [
+            {"prompt": "p", "completion": "c", "label": True},
+            {"prompt": "p", "completion": "c", "label": None},
+        ],
+    )
     assert load_error(path, kind="kto").errors == [RowError(2, "label", "must be true or false, got null")]
 
 
@@ -439,7 +615,9 @@ def test_max_errors_caps_field_errors_not_rows(tmp_path):
     path = write_jsonl(tmp_path / "train.jsonl", [bad] * 4)
     err = load_error(path, kind="sft", max_errors=3)
     assert [(e.line, e.field) for e in err.errors] == [
-        (1, "messages[0].role"), (1, "messages[0].content"), (2, "messages[0].role"),
+        (1, "messages[0].role"),
+        (1, "messages[0].content"),
+        (2, "messages[0].role"),
     ]
     assert err.total_bad == 4
 

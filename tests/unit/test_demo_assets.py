@@ -101,9 +101,7 @@ def test_chat_template_renders_chatml(tokenizer):
 
 
 def test_assistant_tokens_mask(tokenizer):
-    out = tokenizer.apply_chat_template(
-        CONV, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
-    )
+    out = tokenizer.apply_chat_template(CONV, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
     mask = out["assistant_masks"]
     assert len(mask) == len(out["input_ids"])
     masked = [t for t, m in zip(out["input_ids"], mask, strict=True) if m]
@@ -159,14 +157,10 @@ def test_reward_model_outputs_one_score(demo):
 
 
 def test_prepare_demo_skips_existing(demo):
-    before = {
-        k: (p / ("split.json" if k == "data" else "config.json")).stat().st_mtime_ns for k, p in demo.items()
-    }
+    before = {k: (p / ("split.json" if k == "data" else "config.json")).stat().st_mtime_ns for k, p in demo.items()}
     again = prepare_demo(demo["model"].parent.parent)
     assert again == demo
-    after = {
-        k: (p / ("split.json" if k == "data" else "config.json")).stat().st_mtime_ns for k, p in demo.items()
-    }
+    after = {k: (p / ("split.json" if k == "data" else "config.json")).stat().st_mtime_ns for k, p in demo.items()}
     assert before == after
 
 

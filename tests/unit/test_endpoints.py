@@ -29,18 +29,28 @@ pytestmark = pytest.mark.unit
 def test_base_urls_are_http_or_https_with_a_host():
     assert check_base_url("HTTPS://api.example.com/v1/") == "https://api.example.com/v1"
     assert check_base_url("http://127.0.0.1:8000") == "http://127.0.0.1:8000"
-    for url, reason in [("file:///etc/passwd", "only http:// and https://"), ("ftp://x/v1", "only http://"),
-                        ("gopher://x:70/_", "only http://"), ("/v1", "only http://"), ("http:///v1", "no host"),
-                        ("http://u:p@x/v1", "no user:password"), ("http://x/v1?k=1", "no query"),
-                        ("http://x/v1#f", "no query"), ("http://x /v1", "without spaces"),
-                        ("http://x:99999/v1", "not a valid URL"), ("", "give the API root"), (None, "API root")]:
+    for url, reason in [
+        ("file:///etc/passwd", "only http:// and https://"),
+        ("ftp://x/v1", "only http://"),
+        ("gopher://x:70/_", "only http://"),
+        ("/v1", "only http://"),
+        ("http:///v1", "no host"),
+        ("http://u:p@x/v1", "no user:password"),
+        ("http://x/v1?k=1", "no query"),
+        ("http://x/v1#f", "no query"),
+        ("http://x /v1", "without spaces"),
+        ("http://x:99999/v1", "not a valid URL"),
+        ("", "give the API root"),
+        (None, "API root"),
+    ]:
         with pytest.raises(EndpointError, match=reason):
             check_base_url(url)
 
 
 def test_definitions():
-    endpoint = make_endpoint("judge", {"base_url": "https://j.example/v1/", "api_key_env": "JUDGE_KEY",
-                                       "models": ["a", "b", "a"]})
+    endpoint = make_endpoint(
+        "judge", {"base_url": "https://j.example/v1/", "api_key_env": "JUDGE_KEY", "models": ["a", "b", "a"]}
+    )
     assert endpoint == Endpoint("judge", "https://j.example/v1", "JUDGE_KEY", ("a", "b"), "env")
     assert endpoint.public() == {"name": "judge", "models": ["a", "b"], "source": "env"}
     for name, spec, reason in [
@@ -86,10 +96,13 @@ def test_the_operators_environment(tmp_path):
 
 
 def test_resolution_environment_first_then_lookup():
-    rows = {"team": Endpoint("team", "http://team/v1", source="admin"),
-            "judge": Endpoint("judge", "http://shadow/v1", source="admin")}
-    endpoints = Endpoints([Endpoint("judge", "http://judge/v1", models=("m",))], lookup=rows.get,
-                          names=lambda: rows.values())
+    rows = {
+        "team": Endpoint("team", "http://team/v1", source="admin"),
+        "judge": Endpoint("judge", "http://shadow/v1", source="admin"),
+    }
+    endpoints = Endpoints(
+        [Endpoint("judge", "http://judge/v1", models=("m",))], lookup=rows.get, names=lambda: rows.values()
+    )
     assert endpoints.resolve("judge", "m").base_url == "http://judge/v1"  # an admin row cannot shadow it
     assert endpoints.resolve("team", "anything").source == "admin"
     assert [e.name for e in endpoints.all()] == ["judge", "team"]
@@ -115,8 +128,9 @@ def test_keyed_client_headers(monkeypatch):
     monkeypatch.setenv("EP_KEY", "sk-" + "unit-key-0123456789")
     monkeypatch.delenv("EP_UNSET", raising=False)
     for env, expected in (("EP_KEY", "Bearer sk-unit-key-0123456789"), ("EP_UNSET", None), (None, None)):
-        client = keyed_client(Endpoint("e", "https://api.example/v1", env), timeout=5,
-                              transport=httpx.MockTransport(server))
+        client = keyed_client(
+            Endpoint("e", "https://api.example/v1", env), timeout=5, transport=httpx.MockTransport(server)
+        )
         response = client.post("/chat/completions", json={})
         assert response.status_code == 302  # not followed
         assert seen[-1].headers.get("authorization") == expected

@@ -43,8 +43,7 @@ def test_registering_twice_or_an_unknown_launcher_is_an_error():
 def test_an_engine_without_a_builder_for_the_algorithm_is_refused_naming_engine(monkeypatch):
     from training_platform.training import engines
 
-    raw = {"model": {"path": "demo/model"}, "data": {"train_file": "demo/data/sft.jsonl"},
-           "algorithm": {"name": "sft"}}
+    raw = {"model": {"path": "demo/model"}, "data": {"train_file": "demo/data/sft.jsonl"}, "algorithm": {"name": "sft"}}
     monkeypatch.delitem(engines.builders(), ("trl", "sft"))
     with pytest.raises(ConfigError) as err:
         validate_config(raw, check_disk=False)
@@ -56,9 +55,11 @@ def test_an_engine_without_a_builder_for_the_algorithm_is_refused_naming_engine(
 
 
 def test_algorithms_config_and_runner_import_no_engine():
-    code = ("import sys, training_platform.training.runner, training_platform.training.config; "
-            "from training_platform.training.engines import capability_table; capability_table(); "
-            "print([m for m in ('torch', 'transformers', 'trl', 'accelerate') if m in sys.modules])")
+    code = (
+        "import sys, training_platform.training.runner, training_platform.training.config; "
+        "from training_platform.training.engines import capability_table; capability_table(); "
+        "print([m for m in ('torch', 'transformers', 'trl', 'accelerate') if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -87,7 +88,8 @@ def test_run_writer_records_checkpoints_in_the_background_and_rotates(tmp_path):
     manifest = run.manifest()
     assert [e["path"] for e in manifest if e["kind"] == "removed"] == ["checkpoints/step_000010"]
     assert {e["path"] for e in manifest if e["kind"] == "checkpoint"} == {
-        f"checkpoints/step_{s:06d}/{f}" for s in (10, 20, 30) for f in ("model.safetensors", "optimizer.pt")}
+        f"checkpoints/step_{s:06d}/{f}" for s in (10, 20, 30) for f in ("model.safetensors", "optimizer.pt")
+    }
     assert verify(run.path) == (4, [])
     assert [r["step"] for r in run.read_metrics()] == [10, 20, 30]
     assert run.read_run_info()["last_checkpoint"] == "step_000030"
@@ -168,6 +170,7 @@ def test_stop_is_agreed_by_every_rank(tmp_path):
             result = any(flags.values())
             barrier.wait()
             return result
+
         return agree
 
     signals = [StopSignal(None, agree=agree_for(r)) for r in (0, 1)]
@@ -199,8 +202,12 @@ def test_get_builder_is_keyed_by_engine_and_algorithm():
 
 
 def _sft(**resources) -> dict:
-    return {"model": {"path": "demo/model"}, "data": {"train_file": "demo/data/sft.jsonl"},
-            "algorithm": {"name": "sft"}, "resources": resources}
+    return {
+        "model": {"path": "demo/model"},
+        "data": {"train_file": "demo/data/sft.jsonl"},
+        "algorithm": {"name": "sft"},
+        "resources": resources,
+    }
 
 
 def _rule_errors(raw: dict) -> dict[str, str]:
@@ -214,8 +221,11 @@ def _rule_errors(raw: dict) -> dict[str, str]:
 def test_launcher_auto_resolves_and_the_effective_config_records_it():
     from training_platform.training.config import effective_config
 
-    for resources, launcher, world in (({}, "local", 1), ({"num_devices": 2}, "torchrun", 2),
-                                       ({"num_devices": 2, "device": "cpu"}, "torchrun", 2)):
+    for resources, launcher, world in (
+        ({}, "local", 1),
+        ({"num_devices": 2}, "torchrun", 2),
+        ({"num_devices": 2, "device": "cpu"}, "torchrun", 2),
+    ):
         cfg = validate_config(_sft(**resources), check_disk=False)
         effective = effective_config(cfg)["resources"]
         assert (effective["launcher"], effective["world_size"], effective["num_nodes"]) == (launcher, world, 1)
@@ -224,8 +234,10 @@ def test_launcher_auto_resolves_and_the_effective_config_records_it():
 
 def test_resource_rules_name_the_field(monkeypatch):
     monkeypatch.delenv("TP_RAY_ADDRESS", raising=False)
-    assert "must equal num_nodes x num_devices (2)" in _rule_errors(_sft(num_devices=2, world_size=4))[
-        "resources.world_size"]
+    assert (
+        "must equal num_nodes x num_devices (2)"
+        in _rule_errors(_sft(num_devices=2, world_size=4))["resources.world_size"]
+    )
     assert "one process" in _rule_errors(_sft(device="mps", num_devices=2))["resources.num_devices"]
     assert "local runs one process" in _rule_errors(_sft(launcher="local", num_devices=2))["resources.launcher"]
     assert "needs ray" in _rule_errors(_sft(launcher="torchrun", num_nodes=2))["resources.launcher"]
@@ -234,11 +246,20 @@ def test_resource_rules_name_the_field(monkeypatch):
     monkeypatch.setenv("TP_RAY_ADDRESS", "127.0.0.1:6379")
     assert _rule_errors(_sft(launcher="ray")) == {}
     assert _rule_errors(_sft(num_nodes=2)) == {}  # auto -> ray
-    grpo = {"model": {"path": "demo/model"}, "data": {"train_file": "demo/data/rl.jsonl"},
-            "algorithm": {"name": "grpo"}, "rewards": [{"name": "math_answer"}], "resources": {"num_nodes": 2}}
+    grpo = {
+        "model": {"path": "demo/model"},
+        "data": {"train_file": "demo/data/rl.jsonl"},
+        "algorithm": {"name": "grpo"},
+        "rewards": [{"name": "math_answer"}],
+        "resources": {"num_nodes": 2},
+    }
     assert _rule_errors(grpo)["resources.launcher"] == "trl grpo runs under local, torchrun, not ray"
-    kto = {"model": {"path": "demo/model"}, "data": {"train_file": "demo/data/kto.jsonl"},
-           "algorithm": {"name": "kto"}, "resources": {"num_devices": 2}}
+    kto = {
+        "model": {"path": "demo/model"},
+        "data": {"train_file": "demo/data/kto.jsonl"},
+        "algorithm": {"name": "kto"},
+        "resources": {"num_devices": 2},
+    }
     assert _rule_errors(kto)["resources.launcher"] == "trl kto runs under local, not torchrun"
     assert _rule_errors(_sft(num_devices=2, device="cpu")) == {}  # several CPU processes are allowed (gloo)
 

@@ -28,10 +28,14 @@ def _errors(request: dict, model: str = "m") -> dict[str, str]:
 
 
 def test_generation_defaults_apply_to_every_benchmark_unless_it_sets_the_field():
-    config = EvalRequest.model_validate({
-        "benchmarks": ["gsm8k", {"name": "math", "max_new_tokens": 512}],
-        "generation": {"max_new_tokens": 64, "n_shot": 2}, "backend": {"batch_size": 4}, "seed": 3,
-    }).to_config("some/model", name="nightly")
+    config = EvalRequest.model_validate(
+        {
+            "benchmarks": ["gsm8k", {"name": "math", "max_new_tokens": 512}],
+            "generation": {"max_new_tokens": 64, "n_shot": 2},
+            "backend": {"batch_size": 4},
+            "seed": 3,
+        }
+    ).to_config("some/model", name="nightly")
     gsm8k, math = config.benchmarks
     assert (gsm8k.max_new_tokens, gsm8k.n_shot) == (64, 2)
     assert (math.max_new_tokens, math.n_shot) == (512, 2)
@@ -40,13 +44,24 @@ def test_generation_defaults_apply_to_every_benchmark_unless_it_sets_the_field()
 
 
 def test_errors_name_the_field_the_user_wrote():
-    errors = _errors({"benchmarks": ["gsm8k", {"name": "humaneval", "top_p": 0}, "nope"],
-                      "generation": {"max_new_tokens": 0}, "backend": {"batch_size": 0, "path": "x"}})
+    errors = _errors(
+        {
+            "benchmarks": ["gsm8k", {"name": "humaneval", "top_p": 0}, "nope"],
+            "generation": {"max_new_tokens": 0},
+            "backend": {"batch_size": 0, "path": "x"},
+        }
+    )
     assert "backend.path" in errors
-    assert _errors({"benchmarks": ["nope"]}) == {"benchmarks.0.name": "unknown benchmark 'nope'; known: "
-                                                                      + ", ".join(sorted(BENCHMARKS))}
-    errors = _errors({"benchmarks": ["gsm8k", {"name": "humaneval", "top_p": 0}],
-                      "generation": {"max_new_tokens": 0}, "backend": {"batch_size": 0}})
+    assert _errors({"benchmarks": ["nope"]}) == {
+        "benchmarks.0.name": "unknown benchmark 'nope'; known: " + ", ".join(sorted(BENCHMARKS))
+    }
+    errors = _errors(
+        {
+            "benchmarks": ["gsm8k", {"name": "humaneval", "top_p": 0}],
+            "generation": {"max_new_tokens": 0},
+            "backend": {"batch_size": 0},
+        }
+    )
     assert errors["backend.batch_size"] == "must be >= 1, got 0"
     assert errors["generation.max_new_tokens"] == "must be >= 1, got 0 (the default for 'gsm8k', 'humaneval')"
     assert errors["benchmarks.1.top_p"] == "must be > 0.0, got 0"
@@ -62,10 +77,13 @@ def test_a_cross_field_rule_broken_by_a_default_blames_the_default():
 
 def test_prompt_templates_take_plain_field_names_only():
     errors = _errors({"benchmarks": [{"name": "gsm8k", "prompt_template": "{question.__class__.__mro__}"}]})
-    assert errors == {"benchmarks.0.prompt_template": "use plain field names such as {question}, not "
-                                                      "{question.__class__.__mro__}"}
-    assert "not a valid format string" in _errors({"benchmarks": [{"name": "gsm8k", "prompt_template": "{q"}]})[
-        "benchmarks.0.prompt_template"]
+    assert errors == {
+        "benchmarks.0.prompt_template": "use plain field names such as {question}, not {question.__class__.__mro__}"
+    }
+    assert (
+        "not a valid format string"
+        in _errors({"benchmarks": [{"name": "gsm8k", "prompt_template": "{q"}]})["benchmarks.0.prompt_template"]
+    )
 
 
 def test_unknown_keys_are_refused():
@@ -76,8 +94,9 @@ def test_unknown_keys_are_refused():
 
 
 def test_metric_keys_are_checked_against_what_the_benchmark_reports():
-    config = EvalRequest.model_validate({"benchmarks": ["gsm8k", {"name": "humaneval", "n_samples": 5,
-                                                                  "temperature": 0.8, "k": [1, 5]}]}).to_config("m")
+    config = EvalRequest.model_validate(
+        {"benchmarks": ["gsm8k", {"name": "humaneval", "n_samples": 5, "temperature": 0.8, "k": [1, 5]}]}
+    ).to_config("m")
     assert parse_metric_key("gsm8k/accuracy_strict", config) == ("gsm8k", "accuracy_strict")
     assert parse_metric_key("humaneval/pass@5", config) == ("humaneval", "pass@5")
     with pytest.raises(ValueError, match="gsm8k reports accuracy, accuracy_strict, accuracy_flexible; not 'acc'"):
@@ -88,15 +107,23 @@ def test_metric_keys_are_checked_against_what_the_benchmark_reports():
         parse_metric_key("accuracy")
 
 
-@pytest.mark.parametrize("spec", [
-    BenchmarkSpec(name="gsm8k"), BenchmarkSpec(name="gsm8k", n_samples=3, temperature=0.5, k=[1, 3]),
-    BenchmarkSpec(name="math"), BenchmarkSpec(name="custom", scorer="exact"),
-    BenchmarkSpec(name="multiple_choice"), BenchmarkSpec(name="humaneval", n_samples=4, temperature=0.8, k=[1, 2]),
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        BenchmarkSpec(name="gsm8k"),
+        BenchmarkSpec(name="gsm8k", n_samples=3, temperature=0.5, k=[1, 3]),
+        BenchmarkSpec(name="math"),
+        BenchmarkSpec(name="custom", scorer="exact"),
+        BenchmarkSpec(name="multiple_choice"),
+        BenchmarkSpec(name="humaneval", n_samples=4, temperature=0.8, k=[1, 2]),
+    ],
+)
 def test_metric_names_are_what_aggregate_reports(spec):
     bench = get_benchmark(spec)
-    records = [{"id": str(i // spec.n_samples), "correct": i % 2 == 0, "correct_strict": True,
-                "correct_flexible": False} for i in range(4 * spec.n_samples)]
+    records = [
+        {"id": str(i // spec.n_samples), "correct": i % 2 == 0, "correct_strict": True, "correct_flexible": False}
+        for i in range(4 * spec.n_samples)
+    ]
     metrics = bench.aggregate(records)
     assert all(isinstance(m, Metric) for m in metrics.values())
     assert sorted(bench.metric_names()) == sorted(metrics)
@@ -111,8 +138,9 @@ def test_cron_expressions():
         parse_cron("61 * * * *")
     base = datetime(2026, 11, 22, 2, 59, 30, tzinfo=UTC)
     assert next_fire_time("0 3 * * *", base) == datetime(2026, 11, 22, 3, 0, tzinfo=UTC)
-    assert next_fire_time("0 3 * * *", datetime(2026, 11, 22, 3, 0, tzinfo=UTC)) == \
-        datetime(2026, 11, 23, 3, 0, tzinfo=UTC), "strictly after"
+    assert next_fire_time("0 3 * * *", datetime(2026, 11, 22, 3, 0, tzinfo=UTC)) == datetime(
+        2026, 11, 23, 3, 0, tzinfo=UTC
+    ), "strictly after"
     assert next_fire_time("* * * * * */20", base) == datetime(2026, 11, 22, 2, 59, 40, tzinfo=UTC)
     naive = datetime(2026, 11, 22, 2, 59, 30)  # a naive time (SQLite) is UTC
     assert next_fire_time("0 3 * * *", naive) == datetime(2026, 11, 22, 3, 0, tzinfo=UTC)

@@ -68,8 +68,12 @@ def test_streamed_pieces_make_the_text(models):
     # a stop string: the text ends before it, no streamed piece holds any part of it
     stop = choice.text[4:6]
     pieces.clear()
-    cut = generate(model, messages, GenerateParams(**{**params.__dict__, "stop": (stop,)}),
-                   on_text=lambda i, p: pieces.append((i, p))).choices[0]
+    cut = generate(
+        model,
+        messages,
+        GenerateParams(**{**params.__dict__, "stop": (stop,)}),
+        on_text=lambda i, p: pieces.append((i, p)),
+    ).choices[0]
     assert cut.text == choice.text[: choice.text.find(stop)] and cut.finish_reason == "stop"
     assert "".join(p for _, p in pieces) == cut.text
     # cancelled between tokens

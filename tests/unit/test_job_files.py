@@ -25,8 +25,14 @@ def test_everything_of_the_job_goes_and_nothing_of_job_12(tmp_path):
     _job(tmp_path, 12)
     assert len(job_paths(1, tmp_path)) == 6
     removal = remove_job_files(1, tmp_path, run_dir=str(tmp_path / "runs" / "job-1"))
-    assert sorted(removal.removed) == ["evals/job-1", "runs/job-1", "runs/job-1.attempt-1", "runs/job-1.config.yaml",
-                                       "runs/job-1.console.log", "runs/job-1.lock"]
+    assert sorted(removal.removed) == [
+        "evals/job-1",
+        "runs/job-1",
+        "runs/job-1.attempt-1",
+        "runs/job-1.config.yaml",
+        "runs/job-1.console.log",
+        "runs/job-1.lock",
+    ]
     assert removal.kept == [] and job_paths(1, tmp_path) == []
     assert len(job_paths(12, tmp_path)) == 6
 

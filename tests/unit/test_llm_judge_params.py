@@ -29,11 +29,23 @@ def test_registered_with_bounded_params():
     params = build_reward_function("llm_judge", BASE).params
     assert (params.max_concurrency, params.retries, params.cache, params.window) == (4, 2, True, 64)
     assert (params.warn_cache_hit_rate, params.fail_cache_hit_rate, params.zero_variance) == (0.90, 0.95, "warn")
-    bad = [{"endpoint": "http://evil.test/v1"}, {"endpoint": "a b"}, {"template": "no placeholder"},
-           {"template": "{completion}" + "x" * 20_000}, {"max_concurrency": 65}, {"max_concurrency": 0},
-           {"timeout_s": 0.0}, {"retries": 11}, {"window": 1}, {"min_score": 10.0},
-           {"warn_cache_hit_rate": 0.99}, {"parse": {"regex": "(", "json_field": None}},
-           {"parse": {"regex": "x", "json_field": "y"}}, {"api_key": "sk-x"}, {"base_url": "http://x"}]
+    bad = [
+        {"endpoint": "http://evil.test/v1"},
+        {"endpoint": "a b"},
+        {"template": "no placeholder"},
+        {"template": "{completion}" + "x" * 20_000},
+        {"max_concurrency": 65},
+        {"max_concurrency": 0},
+        {"timeout_s": 0.0},
+        {"retries": 11},
+        {"window": 1},
+        {"min_score": 10.0},
+        {"warn_cache_hit_rate": 0.99},
+        {"parse": {"regex": "(", "json_field": None}},
+        {"parse": {"regex": "x", "json_field": "y"}},
+        {"api_key": "sk-x"},
+        {"base_url": "http://x"},
+    ]
     for change in bad:
         with pytest.raises(ValidationError):
             LLMJudgeParams.model_validate({**BASE, **change})
@@ -53,8 +65,9 @@ def test_parse_regex_json_or_first_number():
 
 
 def test_shared_client_config_and_normalisation():
-    params = LLMJudgeParams.model_validate({**BASE, "min_score": 1.0, "max_score": 5.0, "retries": 3,
-                                            "parse": {"json_field": "s"}})
+    params = LLMJudgeParams.model_validate(
+        {**BASE, "min_score": 1.0, "max_score": 5.0, "retries": 3, "parse": {"json_field": "s"}}
+    )
     config = judge_config(params)
     assert isinstance(config, JudgeConfig) and config.max_retries == 3 and config.parse.json_field == "s"
     from training_platform.data.score import JudgeClient
@@ -68,9 +81,12 @@ def test_cache_key_includes_template_model_prompt_and_completion():
     reward = JudgeReward(LLMJudgeParams.model_validate(BASE))
     key = reward.cache_key("p", "c")
     assert key == JudgeReward(LLMJudgeParams.model_validate(BASE)).cache_key("p", "c")
-    others = [JudgeReward(LLMJudgeParams.model_validate({**BASE, "template": "T {completion}"})).cache_key("p", "c"),
-              JudgeReward(LLMJudgeParams.model_validate({**BASE, "model": "m2"})).cache_key("p", "c"),
-              reward.cache_key("p2", "c"), reward.cache_key("p", "c2")]
+    others = [
+        JudgeReward(LLMJudgeParams.model_validate({**BASE, "template": "T {completion}"})).cache_key("p", "c"),
+        JudgeReward(LLMJudgeParams.model_validate({**BASE, "model": "m2"})).cache_key("p", "c"),
+        reward.cache_key("p2", "c"),
+        reward.cache_key("p", "c2"),
+    ]
     assert len({key, *others}) == 5
 
 
@@ -91,14 +107,18 @@ def test_monitor_warns_above_90_and_fails_above_95_percent_cache_hits(caplog):
     assert "LLM JUDGE WARNING" in caplog.text
     monitor.record(calls((0.2, False)))  # a miss in, a miss out: still 95%, warned once
     assert monitor.warning_count == 1
-    with pytest.raises(JudgeStoppedMeasuring, match=r"judge 'judge' \(model 'm'\): cache-hit rate 100.0% over the "
-                                                    r"last 20 calls passed fail_cache_hit_rate 95%"):
+    with pytest.raises(
+        JudgeStoppedMeasuring,
+        match=r"judge 'judge' \(model 'm'\): cache-hit rate 100.0% over the "
+        r"last 20 calls passed fail_cache_hit_rate 95%",
+    ):
         monitor.record(calls(*[(0.3, True)] * 20))
 
 
 def test_monitor_zero_variance_warns_or_fails():
-    warn = JudgeMonitor(LLMJudgeParams.model_validate({**BASE, "window": 4, "fail_cache_hit_rate": 1.0,
-                                                       "warn_cache_hit_rate": 1.0}))
+    warn = JudgeMonitor(
+        LLMJudgeParams.model_validate({**BASE, "window": 4, "fail_cache_hit_rate": 1.0, "warn_cache_hit_rate": 1.0})
+    )
     warn.record(calls(*[(0.5, False)] * 3, (None, False)))  # an unscored call is not a score
     assert warn.warning_count == 0
     warn.record(calls((0.5, False)))

@@ -23,7 +23,7 @@ PATHLIKE = re.compile(r"(path|file|dir|folder|tokenizer|model|eval_sets|data)", 
 # "Model.field": why it is not a user path the policy must check.
 EXEMPT = {
     "ModelSpec.path": "the evaluated model is chosen by `model` / `job_id`+`checkpoint` of the request and checked by "
-                      "eval_service.resolve_target; the eval worker checks it again (EvalJobSupervisor._path_problems)",
+    "eval_service.resolve_target; the eval worker checks it again (EvalJobSupervisor._path_problems)",
     "ConvertParams.data_source": "a label written into verl rows, not a path",
     "JudgeParams.model": "the model an operator-named endpoint serves (checked against the endpoint's list)",
     "JudgeParams.reward_path": "a URL path under the operator-named endpoint, never a file",
@@ -82,8 +82,9 @@ def test_every_pathlike_string_field_is_marked_or_exempted():
             pathlike.add(key)
             if field_marker(cls, name) is None and key not in EXEMPT:
                 unmarked.append(key)
-    assert not unmarked, f"path-like fields neither marked (UserPath/UserFile/UserDir/ModelRef) nor exempted: " \
-                         f"{unmarked}"
+    assert not unmarked, (
+        f"path-like fields neither marked (UserPath/UserFile/UserDir/ModelRef) nor exempted: {unmarked}"
+    )
     assert set(EXEMPT) <= pathlike, f"stale exemptions: {set(EXEMPT) - pathlike}"
 
 
@@ -94,22 +95,36 @@ def test_known_path_fields_are_marked():
     from training_platform.training.algorithms import ALGORITHMS
     from training_platform.training.config import DataSection, ModelSection
 
-    for cls, name in ((ModelSection, "path"), (DataSection, "train_file"), (DataSection, "eval_file"),
-                      (ALGORITHMS["ppo"].params, "reward_model_path"), (ALGORITHMS["ppo"].params, "value_model_path"),
-                      (BenchmarkSpec, "data"), (BenchmarkSpec, "fewshot_data"), (ScoreParams, "perplexity_model"),
-                      (DecontaminateParams, "eval_sets"), (LengthParams, "tokenizer")):
+    for cls, name in (
+        (ModelSection, "path"),
+        (DataSection, "train_file"),
+        (DataSection, "eval_file"),
+        (ALGORITHMS["ppo"].params, "reward_model_path"),
+        (ALGORITHMS["ppo"].params, "value_model_path"),
+        (BenchmarkSpec, "data"),
+        (BenchmarkSpec, "fewshot_data"),
+        (ScoreParams, "perplexity_model"),
+        (DecontaminateParams, "eval_sets"),
+        (LengthParams, "tokenizer"),
+    ):
         assert field_marker(cls, name) is not None, (cls.__name__, name)
 
 
 def test_the_walk_finds_every_marked_value_with_its_field_path():
     from training_platform.training.config import JobConfig, parse_config
 
-    raw = {"model": {"path": "demo/model"}, "data": {"train_file": "a.jsonl", "eval_file": "b.jsonl"},
-           "algorithm": {"name": "ppo", "reward_model_path": "demo/reward_model"}}
+    raw = {
+        "model": {"path": "demo/model"},
+        "data": {"train_file": "a.jsonl", "eval_file": "b.jsonl"},
+        "algorithm": {"name": "ppo", "reward_model_path": "demo/reward_model"},
+    }
     found = {loc: (value, marker.kind) for loc, value, marker in user_paths(parse_config(raw))}
-    assert found == {"model.path": ("demo/model", "model"), "data.train_file": ("a.jsonl", "file"),
-                     "data.eval_file": ("b.jsonl", "file"),
-                     "algorithm.reward_model_path": ("demo/reward_model", "dir")}
+    assert found == {
+        "model.path": ("demo/model", "model"),
+        "data.train_file": ("a.jsonl", "file"),
+        "data.eval_file": ("b.jsonl", "file"),
+        "algorithm.reward_model_path": ("demo/reward_model", "dir"),
+    }
     # On raw data that fails validation elsewhere, guided by the schema (every union member tried).
     raw["training"] = {"max_steps": -1}
     assert {loc for loc, _, _ in raw_user_paths(JobConfig, raw)} == set(found)
@@ -119,8 +134,10 @@ def test_lists_of_paths_are_walked():
     from training_platform.services.datasets import DecontaminateParams
 
     params = DecontaminateParams(eval_sets=["x.jsonl", "y.jsonl"])
-    assert [(loc, v) for loc, v, _ in user_paths(params, "params")] == [("params.eval_sets[0]", "x.jsonl"),
-                                                                        ("params.eval_sets[1]", "y.jsonl")]
+    assert [(loc, v) for loc, v, _ in user_paths(params, "params")] == [
+        ("params.eval_sets[0]", "x.jsonl"),
+        ("params.eval_sets[1]", "y.jsonl"),
+    ]
 
 
 class _M(BaseModel):
@@ -128,12 +145,15 @@ class _M(BaseModel):
     m: ModelRef | None = None
 
 
-@pytest.mark.parametrize(("value", "fragment"), [
-    ("a/" + "x" * (MAX_COMPONENT_BYTES + 1), "component is at most 255 bytes"),
-    ("é" * 200, "component is at most 255 bytes"),  # bytes, not characters
-    ("/".join(["y" * 200] * 21), "at most 4096 bytes"),
-    ("a\x00b", "NUL"),
-])
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("a/" + "x" * (MAX_COMPONENT_BYTES + 1), "component is at most 255 bytes"),
+        ("é" * 200, "component is at most 255 bytes"),  # bytes, not characters
+        ("/".join(["y" * 200] * 21), "at most 4096 bytes"),
+        ("a\x00b", "NUL"),
+    ],
+)
 def test_marked_fields_are_bounded(value, fragment):
     from pydantic import ValidationError
 

@@ -49,8 +49,11 @@ def test_addresses_that_cannot_be_read_say_why_quickly():
 
 def test_cached_snapshot_reads_once_per_max_age(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(ray_cluster, "snapshot", lambda address: calls.append(address) or
-                        {"address": address, "checked_at": time.time(), "nodes": []})
+    monkeypatch.setattr(
+        ray_cluster,
+        "snapshot",
+        lambda address: calls.append(address) or {"address": address, "checked_at": time.time(), "nodes": []},
+    )
     first = ray_cluster.cached_snapshot("h:1", tmp_path, max_age_s=60)
     assert ray_cluster.cached_snapshot("h:1", tmp_path, max_age_s=60) == first and calls == ["h:1"]
     ray_cluster.cached_snapshot("h:2", tmp_path, max_age_s=60)  # another address is read anew

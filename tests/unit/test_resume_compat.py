@@ -9,8 +9,12 @@ from training_platform.training.runner import _resume_differences
 
 pytestmark = pytest.mark.unit
 
-RAW = {"model": {"path": "demo/model"}, "data": {"train_file": "demo/data/sft.jsonl"}, "algorithm": {"name": "sft"},
-       "training": {"max_steps": 5}}
+RAW = {
+    "model": {"path": "demo/model"},
+    "data": {"train_file": "demo/data/sft.jsonl"},
+    "algorithm": {"name": "sft"},
+    "training": {"max_steps": 5},
+}
 
 
 def test_a_field_added_since_the_run_started_is_not_a_difference():

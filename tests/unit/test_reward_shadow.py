@@ -36,14 +36,21 @@ def test_exact_and_strict_name_the_field():
     assert check_reward_weights([R("a", 0.5), R("b", 0.5)], mode="strict")[0] == []
     assert check_reward_weights([R("a", 1.0)], mode="strict")[0] == []  # a lone reward carries everything
     assert check_reward_weights([R("a", 0.0), R("b", 0.0)], mode="normalise")[0] == [
-        ("rewards", "the reward weights must not all be 0")]
+        ("rewards", "the reward weights must not all be 0")
+    ]
     assert check_reward_weights([R("a", -1.0)], mode="normalise")[0][0][0] == "rewards[0].weight"
 
 
 def _grpo(weights, mode):
-    return parse_config({"model": {"path": "m"}, "data": {"train_file": "t.jsonl"}, "algorithm": {"name": "grpo"},
-                         "training": {"reward_weights": mode},
-                         "rewards": [{"name": "math_answer", "weight": w} for w in weights]})
+    return parse_config(
+        {
+            "model": {"path": "m"},
+            "data": {"train_file": "t.jsonl"},
+            "algorithm": {"name": "grpo"},
+            "training": {"reward_weights": mode},
+            "rewards": [{"name": "math_answer", "weight": w} for w in weights],
+        }
+    )
 
 
 def test_check_rules_applies_the_mode():
@@ -98,8 +105,9 @@ def _test_scorers():
 def data(tmp_path):
     rng = random.Random(1)
     path = tmp_path / "items.jsonl"
-    rows = [{"prompt": f"p{i}", "completion": f"c{i}", "x": rng.random() * 4, "y": rng.random() * 4}
-            for i in range(400)]
+    rows = [
+        {"prompt": f"p{i}", "completion": f"c{i}", "x": rng.random() * 4, "y": rng.random() * 4} for i in range(400)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -150,20 +158,65 @@ def test_cli_exit_codes(data, tmp_path):
 
     runner = CliRunner()
     out = tmp_path / "report.json"
-    ok = runner.invoke(app, ["rewards", "shadow", "--old", "_t_identity", "--new", "_t_monotone", "--data", str(data),
-                             "--limit", "50", "--repeats", "2", "--report", str(out)])
+    ok = runner.invoke(
+        app,
+        [
+            "rewards",
+            "shadow",
+            "--old",
+            "_t_identity",
+            "--new",
+            "_t_monotone",
+            "--data",
+            str(data),
+            "--limit",
+            "50",
+            "--repeats",
+            "2",
+            "--report",
+            str(out),
+        ],
+    )
     assert ok.exit_code == 0, ok.output
     assert "verdict: PASS" in ok.output and json.loads(out.read_text())["spearman"] == pytest.approx(1.0)
-    fail = runner.invoke(app, ["rewards", "shadow", "--old", "_t_identity", "--new", '{"name": "_t_identity", '
-                               '"params": {"column": "y"}}', "--data", str(data), "--limit", "100"])
+    fail = runner.invoke(
+        app,
+        [
+            "rewards",
+            "shadow",
+            "--old",
+            "_t_identity",
+            "--new",
+            '{"name": "_t_identity", "params": {"column": "y"}}',
+            "--data",
+            str(data),
+            "--limit",
+            "100",
+        ],
+    )
     assert fail.exit_code == 1, fail.output
-    bad = runner.invoke(app, ["rewards", "shadow", "--old", "_t_identity", "--new", "_t_identity",
-                              "--data", str(tmp_path / "missing.jsonl")])
+    bad = runner.invoke(
+        app,
+        [
+            "rewards",
+            "shadow",
+            "--old",
+            "_t_identity",
+            "--new",
+            "_t_identity",
+            "--data",
+            str(tmp_path / "missing.jsonl"),
+        ],
+    )
     assert bad.exit_code == 2 and "no such file" in bad.output
     spec = tmp_path / "rewards.yaml"
     spec.write_text("rewards:\n  - {name: _t_identity, weight: 2}\n  - {name: _t_monotone, weight: 0}\n")
-    assert runner.invoke(app, ["rewards", "shadow", "--old", str(spec), "--new", "_t_identity", "--data",
-                               str(data), "--limit", "20"]).exit_code == 0
+    assert (
+        runner.invoke(
+            app, ["rewards", "shadow", "--old", str(spec), "--new", "_t_identity", "--data", str(data), "--limit", "20"]
+        ).exit_code
+        == 0
+    )
     listing = runner.invoke(app, ["rewards"])
     assert listing.exit_code == 0 and "math_answer" in listing.output
 
@@ -171,8 +224,10 @@ def test_cli_exit_codes(data, tmp_path):
 # ---------------------------------------------------------------------------------------------- the gate's rule
 
 
-JOB_REWARDS = [{"name": "math_answer", "weight": 1.0},
-               {"name": "length_penalty", "weight": 0.1, "params": {"max_length": 8, "buffer": 4}}]
+JOB_REWARDS = [
+    {"name": "math_answer", "weight": 1.0},
+    {"name": "length_penalty", "weight": 0.1, "params": {"max_length": 8, "buffer": 4}},
+]
 
 
 def _passing_report(new, spearman=1.0):
@@ -185,15 +240,18 @@ def test_a_shadow_report_approves_exactly_its_new_reward_set():
     from training_platform.training.rewards.shadow import approval_problem
 
     # the same set however written: order, weights before normalisation, parameters left at their defaults
-    same = [{"name": "length_penalty", "weight": 1.0, "params": {"max_length": 8, "buffer": 4, "unit": "tokens"}},
-            {"name": "math_answer", "weight": 10.0, "params": {}}]
+    same = [
+        {"name": "length_penalty", "weight": 1.0, "params": {"max_length": 8, "buffer": 4, "unit": "tokens"}},
+        {"name": "math_answer", "weight": 10.0, "params": {}},
+    ]
     assert approval_problem(_passing_report(same), JOB_REWARDS, min_spearman=0.8) is None
     other_params = [JOB_REWARDS[0], {**JOB_REWARDS[1], "params": {"max_length": 16, "buffer": 4}}]
     assert "another reward set" in approval_problem(_passing_report(other_params), JOB_REWARDS, min_spearman=0.8)
     other_weights = [JOB_REWARDS[0], {**JOB_REWARDS[1], "weight": 0.5}]
     assert "another reward set" in approval_problem(_passing_report(other_weights), JOB_REWARDS, min_spearman=0.8)
-    assert "below the profile's 0.95" in approval_problem(_passing_report(JOB_REWARDS, spearman=0.9), JOB_REWARDS,
-                                                          min_spearman=0.95)
+    assert "below the profile's 0.95" in approval_problem(
+        _passing_report(JOB_REWARDS, spearman=0.9), JOB_REWARDS, min_spearman=0.95
+    )
     failed = {**_passing_report(JOB_REWARDS), "verdict": "fail", "reasons": ["spearman 0.1 < 0.8"]}
     assert "verdict is fail" in approval_problem(failed, JOB_REWARDS, min_spearman=0.8)
     assert "not a reward shadow report" in approval_problem({"passed": True}, JOB_REWARDS, min_spearman=0.8)
@@ -203,10 +261,15 @@ def _gated_rl_config(tmp_path, **gate):
     rows = [{"prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(8)]
     train = tmp_path / "rl.jsonl"
     train.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return parse_config({"model": {"path": "m"}, "data": {"train_file": str(train), "gate": {"profile": "shadowed",
-                                                                                              **gate}},
-                         "algorithm": {"name": "grpo", "num_generations": 2, "max_completion_length": 8},
-                         "rewards": JOB_REWARDS, "training": {"per_device_batch_size": 2}}), train
+    return parse_config(
+        {
+            "model": {"path": "m"},
+            "data": {"train_file": str(train), "gate": {"profile": "shadowed", **gate}},
+            "algorithm": {"name": "grpo", "num_generations": 2, "max_completion_length": 8},
+            "rewards": JOB_REWARDS,
+            "training": {"per_device_batch_size": 2},
+        }
+    ), train
 
 
 def test_offline_train_needs_an_approving_shadow_report_file(tmp_path, monkeypatch):

@@ -162,9 +162,7 @@ def test_math_answer_from_worker_thread():
 
     def work():
         try:
-            results.append(
-                call(fn, [r"\boxed{\frac{1}{2}}", conv(r"\boxed{\frac{1}{3}}")], answer=["0.5", "0.5"])
-            )
+            results.append(call(fn, [r"\boxed{\frac{1}{2}}", conv(r"\boxed{\frac{1}{3}}")], answer=["0.5", "0.5"]))
         except Exception as exc:  # pragma: no cover - surfaced by the assert below
             errors.append(exc)
 

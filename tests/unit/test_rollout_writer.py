@@ -23,8 +23,17 @@ def run(tmp_path) -> RunDir:
 
 
 def rows(step: int, n: int) -> list[dict]:
-    return [rollout_row(step, f"prompt {i}", f"completion {step}.{i}", {"math_answer": float(i % 2), "fmt": None},
-                        0.5 * (i % 2), i - n / 2) for i in range(n)]
+    return [
+        rollout_row(
+            step,
+            f"prompt {i}",
+            f"completion {step}.{i}",
+            {"math_answer": float(i % 2), "fmt": None},
+            0.5 * (i % 2),
+            i - n / 2,
+        )
+        for i in range(n)
+    ]
 
 
 def kept(run: RunDir) -> list[dict]:
@@ -34,8 +43,7 @@ def kept(run: RunDir) -> list[dict]:
 
 
 def test_row_shape_and_non_finite_values_become_null():
-    row = rollout_row(3, [{"role": "user", "content": "1+1="}], "2", {"a": float("nan"), "b": 1}, float("inf"),
-                      None)
+    row = rollout_row(3, [{"role": "user", "content": "1+1="}], "2", {"a": float("nan"), "b": 1}, float("inf"), None)
     assert list(row) == ["step", "prompt", "completion", "rewards", "reward", "advantage"]
     assert row["prompt"] == '[{"role": "user", "content": "1+1="}]', "a conversational prompt: its messages as JSON"
     assert row["rewards"] == {"a": None, "b": 1.0} and row["reward"] is None and row["advantage"] is None
@@ -90,12 +98,20 @@ def test_resume_drops_rows_after_the_checkpoint(run):
 
 
 def test_config_fields_have_bounds():
-    base = {"model": {"path": "demo/model"}, "data": {"train_file": "demo/data/rl.jsonl"},
-            "algorithm": {"name": "grpo", "num_generations": 2}, "rewards": [{"name": "math_answer"}]}
+    base = {
+        "model": {"path": "demo/model"},
+        "data": {"train_file": "demo/data/rl.jsonl"},
+        "algorithm": {"name": "grpo", "num_generations": 2},
+        "rewards": [{"name": "math_answer"}],
+    }
     cfg = parse_config(base)
     assert cfg.training.rollout_samples_per_step == 8 and cfg.training.rollouts_max_mb == 100
-    for field, value in (("rollout_samples_per_step", -1), ("rollout_samples_per_step", 5000),
-                         ("rollouts_max_mb", 0), ("rollouts_max_mb", 10**6)):
+    for field, value in (
+        ("rollout_samples_per_step", -1),
+        ("rollout_samples_per_step", 5000),
+        ("rollouts_max_mb", 0),
+        ("rollouts_max_mb", 10**6),
+    ):
         with pytest.raises(ConfigError) as caught:
             parse_config({**base, "training": {field: value}})
         assert any(e.path == f"training.{field}" for e in caught.value.errors), caught.value

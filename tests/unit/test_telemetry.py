@@ -35,8 +35,11 @@ def _run(code: str, env: dict, *args: str) -> str:
 
 
 def _samples(text: str) -> dict:
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for f in text_string_to_metric_families(text) for s in f.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
 
 
 def test_counters_of_two_processes_sum(tmp_path):

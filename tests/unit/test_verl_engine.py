@@ -81,8 +81,15 @@ def test_each_example_dry_runs_under_verl_with_verls_own_validation(name):
 
 
 def test_grpo_fields_map_onto_verl_keys():
-    get = generated(job(algorithm__loss_type="dr_grpo", algorithm__epsilon_high=0.28, algorithm__beta=0.04,
-                        algorithm__scale_rewards="none", training__learning_rate=3e-6))
+    get = generated(
+        job(
+            algorithm__loss_type="dr_grpo",
+            algorithm__epsilon_high=0.28,
+            algorithm__beta=0.04,
+            algorithm__scale_rewards="none",
+            training__learning_rate=3e-6,
+        )
+    )
     assert get("algorithm.adv_estimator") == "grpo" and get("actor_rollout_ref.rollout.n") == 4
     assert get("data.train_batch_size") == 2, "8 completions per step / 4 per prompt = 2 prompts"
     assert get("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu") == 8
@@ -102,17 +109,23 @@ def test_grpo_fields_map_onto_verl_keys():
 
 
 def test_rloo_ppo_and_reinforce_pp_pick_their_estimators():
-    assert generated(job(algorithm={"name": "rloo", "num_generations": 4, "max_completion_length": 8}))(
-        "algorithm.adv_estimator") == "rloo"
-    ppo = generated(job(algorithm={"name": "ppo", "gamma": 0.99, "lam": 0.9, "kl_coef": 0.0}, rewards=[
-        {"name": "math_answer"}]))
+    assert (
+        generated(job(algorithm={"name": "rloo", "num_generations": 4, "max_completion_length": 8}))(
+            "algorithm.adv_estimator"
+        )
+        == "rloo"
+    )
+    ppo = generated(
+        job(algorithm={"name": "ppo", "gamma": 0.99, "lam": 0.9, "kl_coef": 0.0}, rewards=[{"name": "math_answer"}])
+    )
     assert (ppo("algorithm.adv_estimator"), ppo("algorithm.gamma"), ppo("algorithm.lam")) == ("gae", 0.99, 0.9)
     assert ppo("critic.model.path").endswith("demo/model") and ppo("actor_rollout_ref.rollout.n") == 1
     plain = generated(job(algorithm={"name": "reinforce_pp", "max_completion_length": 8}))
     assert plain("algorithm.adv_estimator") == "reinforce_plus_plus" and plain("actor_rollout_ref.rollout.n") == 1
     assert plain("actor_rollout_ref.actor.kl_loss_type") == "mse"
-    base = generated(job(algorithm={"name": "reinforce_pp", "baseline": True, "num_generations": 4,
-                                    "max_completion_length": 8}))
+    base = generated(
+        job(algorithm={"name": "reinforce_pp", "baseline": True, "num_generations": 4, "max_completion_length": 8})
+    )
     assert base("algorithm.adv_estimator") == "reinforce_plus_plus_baseline"
 
 
@@ -134,18 +147,21 @@ def test_sft_maps_batch_precision_and_cpu_settings():
 # ---------------------------------------------------------------------------------------------- what verl lets through
 
 
-@pytest.mark.parametrize(("override", "value", "reason"), [
-    ("algorithm.adv_estimator", "grpo_typo", "unknown advantage estimator 'grpo_typo'; verl has: gae"),
-    ("actor_rollout_ref.actor.policy_loss.loss_mode", "nope", "unknown policy loss 'nope'; verl has: bypass_mode"),
-    ("actor_rollout_ref.actor.clip_ratio_low", -0.1, "a clip ratio must be a number >= 0, got -0.1"),
-    ("algorithm.gamma", "0.99", "must be a number like verl's default (1.0), got '0.99'"),
-    ("actor_rollout_ref.model.path", "", "the model path is empty"),
-    ("data.train_files", "/nowhere/train.parquet", "no such data file: /nowhere/train.parquet"),
-    ("actor_rollout_ref.rollout.n", 1, "grpo compares the rollouts of each prompt: needs n >= 2"),
-    ("actor_rollout_ref.rollout.name", "hf", "unknown rollout engine 'hf'; verl's RL rollouts run on vllm"),
-    ("trainer.no_such_key", 1, "verl's ppo_trainer config has no key 'trainer.no_such_key'"),
-    ("actor_rollout_ref.actor", 1, "is a section of verl's config"),
-])
+@pytest.mark.parametrize(
+    ("override", "value", "reason"),
+    [
+        ("algorithm.adv_estimator", "grpo_typo", "unknown advantage estimator 'grpo_typo'; verl has: gae"),
+        ("actor_rollout_ref.actor.policy_loss.loss_mode", "nope", "unknown policy loss 'nope'; verl has: bypass_mode"),
+        ("actor_rollout_ref.actor.clip_ratio_low", -0.1, "a clip ratio must be a number >= 0, got -0.1"),
+        ("algorithm.gamma", "0.99", "must be a number like verl's default (1.0), got '0.99'"),
+        ("actor_rollout_ref.model.path", "", "the model path is empty"),
+        ("data.train_files", "/nowhere/train.parquet", "no such data file: /nowhere/train.parquet"),
+        ("actor_rollout_ref.rollout.n", 1, "grpo compares the rollouts of each prompt: needs n >= 2"),
+        ("actor_rollout_ref.rollout.name", "hf", "unknown rollout engine 'hf'; verl's RL rollouts run on vllm"),
+        ("trainer.no_such_key", 1, "verl's ppo_trainer config has no key 'trainer.no_such_key'"),
+        ("actor_rollout_ref.actor", 1, "is a section of verl's config"),
+    ],
+)
 def test_what_verls_validation_misses_is_a_clear_error(override, value, reason):
     errors = errors_of(job(verl={"overrides": {override: value}}))
     field = f"verl.overrides.{override}"
@@ -194,8 +210,12 @@ def test_rl_inputs_are_verls_parquet_and_our_rewards_score_the_same(tmp_path):
     from training_platform.training.rewards import build_reward_function
     from training_platform.training.rundir import RunDir
 
-    raw = job(rewards=[{"name": "math_answer", "weight": 3.0},
-                       {"name": "length_penalty", "weight": 1.0, "params": {"max_length": 4, "buffer": 2}}])
+    raw = job(
+        rewards=[
+            {"name": "math_answer", "weight": 3.0},
+            {"name": "length_penalty", "weight": 1.0, "params": {"max_length": 4, "buffer": 2}},
+        ]
+    )
     loaded: dict = {}
     cfg = validate_config(raw, loaded=loaded, dry_run=True)
     run = RunDir(tmp_path / "run")
@@ -215,8 +235,9 @@ def test_rl_inputs_are_verls_parquet_and_our_rewards_score_the_same(tmp_path):
     math_answer = build_reward_function("math_answer", {})
     length = build_reward_function("length_penalty", {"max_length": 4, "buffer": 2})
     for completion in ("13", "The answer is 13 because 0 plus 13 is 13", "12"):
-        got = module.compute_score(first["data_source"], completion, first["reward_model"]["ground_truth"],
-                                   first["extra_info"])
+        got = module.compute_score(
+            first["data_source"], completion, first["reward_model"]["ground_truth"], first["extra_info"]
+        )
         ours = [f(prompts=[first["prompt"]], completions=[completion], answer=["13"])[0] for f in (math_answer, length)]
         assert got["rewards/math_answer"] == ours[0] and got["rewards/length_penalty"] == ours[1]
         assert got["score"] == pytest.approx(0.75 * ours[0] + 0.25 * ours[1])
@@ -227,6 +248,10 @@ def test_rows_verl_cannot_train_on_are_refused_before_anything_starts(demo):
     errors = errors_of({**job(algorithm={"name": "sft"}, rewards=[]), "data": {"train_file": "plain.jsonl"}})
     assert errors["data.train_file"].startswith("engine verl trains SFT on conversations (messages) or prompt")
     (demo / "no_answer.jsonl").write_text('{"prompt": "1+1="}\n{"prompt": "2+2="}\n')
-    errors = errors_of(job(data={"train_file": "no_answer.jsonl", "max_length": 64},
-                           rewards=[{"name": "length_penalty", "params": {"max_length": 4}}]))
+    errors = errors_of(
+        job(
+            data={"train_file": "no_answer.jsonl", "max_length": 64},
+            rewards=[{"name": "length_penalty", "params": {"max_length": 4}}],
+        )
+    )
     assert errors["data.train_file"].startswith("verl's RL rows need a reference answer")

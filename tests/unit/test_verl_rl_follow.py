@@ -19,8 +19,14 @@ pytestmark = pytest.mark.unit
 
 
 def verl_row(step: int) -> dict:
-    return {"actor/pg_loss": 0.5 - step / 100, "critic/score/mean": step / 10, "actor/entropy": 2.0,
-            "response_length/mean": 17.5, "training/epoch": 1, "timing_s/gen": 0.25}
+    return {
+        "actor/pg_loss": 0.5 - step / 100,
+        "critic/score/mean": step / 10,
+        "actor/entropy": 2.0,
+        "response_length/mean": 17.5,
+        "training/epoch": 1,
+        "timing_s/gen": 0.25,
+    }
 
 
 def verl_logger(path, monkeypatch) -> FileLogger:

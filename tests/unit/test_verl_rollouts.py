@@ -32,9 +32,14 @@ def v1_dump(directory: Path, step: int, n: int) -> None:
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
     PPOTrainer._write_generations(
-        [f"user\n{i}+1=\nassistant\n" for i in range(n)], [f"{i + 1} (step {step})" for i in range(n)],
-        [str(i + 1) for i in range(n)], [float(i % 2) for i in range(n)],
-        {"uid": [f"p{i}_0_0" for i in range(n)]}, str(directory), step)
+        [f"user\n{i}+1=\nassistant\n" for i in range(n)],
+        [f"{i + 1} (step {step})" for i in range(n)],
+        [str(i + 1) for i in range(n)],
+        [float(i % 2) for i in range(n)],
+        {"uid": [f"p{i}_0_0" for i in range(n)]},
+        str(directory),
+        step,
+    )
 
 
 def v0_dump(directory: Path, step: int, n: int) -> None:
@@ -43,14 +48,25 @@ def v0_dump(directory: Path, step: int, n: int) -> None:
 
     scores = [0.5 * (i % 2) for i in range(n)]
     RayPPOTrainer._write_generations(
-        [f"q{i}" for i in range(n)], [f"a{i}" for i in range(n)], [None] * n, scores,
-        {"rewards/math_answer": [2 * s for s in scores], "rewards/length_penalty": [0.0] * n, "score": scores,
-         "request_id": [f"r{i}" for i in range(n)]}, str(directory), step)
+        [f"q{i}" for i in range(n)],
+        [f"a{i}" for i in range(n)],
+        [None] * n,
+        scores,
+        {
+            "rewards/math_answer": [2 * s for s in scores],
+            "rewards/length_penalty": [0.0] * n,
+            "score": scores,
+            "request_id": [f"r{i}" for i in range(n)],
+        },
+        str(directory),
+        step,
+    )
 
 
 def kept(run: RunDir) -> list[dict]:
-    return [json.loads(line) for line in run.rollouts_file.read_text().splitlines()] if run.rollouts_file.exists() \
-        else []
+    return (
+        [json.loads(line) for line in run.rollouts_file.read_text().splitlines()] if run.rollouts_file.exists() else []
+    )
 
 
 def test_verls_dumps_become_sampled_rows_once_complete(tmp_path):
@@ -111,8 +127,9 @@ def test_the_generated_config_asks_verl_for_its_dumps(demo):
     def rollout_dir(samples: int):
         raw = {**RL, "training": {**RL["training"], "rollout_samples_per_step": samples}}
         cfg = validate_config(raw, dry_run=True)
-        return OmegaConf.select(engine.verl_config(cfg, engine.planned_paths(cfg, Path("/runs/r1"))),
-                                "trainer.rollout_data_dir")
+        return OmegaConf.select(
+            engine.verl_config(cfg, engine.planned_paths(cfg, Path("/runs/r1"))), "trainer.rollout_data_dir"
+        )
 
     assert rollout_dir(8) == "/runs/r1/verl/rollouts"
     assert rollout_dir(0) is None, "0 keeps none: verl dumps nothing"

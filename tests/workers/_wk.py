@@ -45,8 +45,9 @@ class Proc:
     def __init__(self, argv: list[str], env: dict[str, str], log_file: Path):
         self.log_file = log_file
         self._log = log_file.open("ab")
-        self.popen = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO,
-                                      start_new_session=True)
+        self.popen = subprocess.Popen(
+            argv, env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True
+        )
         self.pid = self.popen.pid
 
     def log(self) -> str:
@@ -93,10 +94,24 @@ class Platform:
     procs: list[Proc] = field(default_factory=list)
 
     # -- processes
-    def start_worker(self, name: str = "w1", env: dict[str, str] | None = None, ready: bool = True,
-                     queues: str = "train") -> Proc:
-        argv = [*CELERY, "worker", "-Q", queues, "-c", "1", "--pool", "prefork", "-Ofair", "-n", f"{name}@%h",
-                "--loglevel", "INFO"]
+    def start_worker(
+        self, name: str = "w1", env: dict[str, str] | None = None, ready: bool = True, queues: str = "train"
+    ) -> Proc:
+        argv = [
+            *CELERY,
+            "worker",
+            "-Q",
+            queues,
+            "-c",
+            "1",
+            "--pool",
+            "prefork",
+            "-Ofair",
+            "-n",
+            f"{name}@%h",
+            "--loglevel",
+            "INFO",
+        ]
         proc = Proc(argv, {**self.env, **(env or {})}, self.data_dir / f"{name}.log")
         self.procs.append(proc)
         return proc.wait_ready() if ready else proc
@@ -159,8 +174,10 @@ class Platform:
         try:
             return wait_for(check, timeout, interval=0.25, what=f"job {job_id} in {statuses}")
         except AssertionError:
-            raise AssertionError(f"job {job_id} is {self.job(job_id).status}, expected {statuses}\n"
-                                 f"events: {self.events(job_id)}\n{self.logs_tail()}") from None
+            raise AssertionError(
+                f"job {job_id} is {self.job(job_id).status}, expected {statuses}\n"
+                f"events: {self.events(job_id)}\n{self.logs_tail()}"
+            ) from None
 
     def events(self, job_id: int) -> list[tuple[str | None, str, str, Any]]:
         from sqlmodel import select
@@ -265,7 +282,11 @@ def run_sft_happy_path(plat: Platform, max_steps: int = 30) -> dict[str, float]:
     assert any(0 < n < max_steps for n in seen_running), f"no metrics seen while running: {seen_running}"
 
     assert [(e[0], e[1]) for e in plat.events(job_id)] == [
-        (None, "queued"), ("queued", "preflight"), ("preflight", "running"), ("running", "succeeded")]
+        (None, "queued"),
+        ("queued", "preflight"),
+        ("preflight", "running"),
+        ("running", "succeeded"),
+    ]
     report = job.preflight
     assert report["ok"] is True and [c["name"] for c in report["checks"]] == ["config", "tokenizer", "disk"]
 
@@ -282,8 +303,12 @@ def run_sft_happy_path(plat: Platform, max_steps: int = 30) -> dict[str, float]:
         assert Path(c.path).is_dir() != c.removed, c
     for c in live:
         assert (c.sha256, c.size_bytes) == checkpoint_sha_from_disk(Path(c.path))
-    return {"job_id": job_id, "created_to_running_s": job.started_at.timestamp() - job.created_at.timestamp(),
-            "submit_to_running_poll_s": (t_running or t_done) - t0, "submit_to_done_s": t_done - t0}
+    return {
+        "job_id": job_id,
+        "created_to_running_s": job.started_at.timestamp() - job.created_at.timestamp(),
+        "submit_to_running_poll_s": (t_running or t_done) - t0,
+        "submit_to_done_s": t_done - t0,
+    }
 
 
 def claim_until_empty(kind: str, worker: str, barrier) -> list[int]:
@@ -314,8 +339,12 @@ def assert_claims_race_free(plat: Platform, n_jobs: int = 24, n_procs: int = 4) 
     owner = plat.user()
     kind = f"race{os.getpid() % 1000}"
     with session_scope() as s:
-        ids = [crud.create_job(s, owner=owner, name=f"r{i}", config={"algorithm": {"name": "sft"}}, kind=kind,
-                               priority=i % 3).id for i in range(n_jobs)]
+        ids = [
+            crud.create_job(
+                s, owner=owner, name=f"r{i}", config={"algorithm": {"name": "sft"}}, kind=kind, priority=i % 3
+            ).id
+            for i in range(n_jobs)
+        ]
     ctx = multiprocessing.get_context("spawn")
     with ctx.Manager() as manager, ctx.Pool(n_procs) as pool:
         barrier = manager.Barrier(n_procs)
@@ -328,6 +357,7 @@ def assert_claims_race_free(plat: Platform, n_jobs: int = 24, n_procs: int = 4) 
         assert all(j.status == "preflight" and j.attempts == 1 for j in jobs)
         for racer, got in enumerate(results):
             assert all(j.worker == f"racer-{racer}" for j in jobs if j.id in got)
-        claims = s.exec(select(JobEvent.job_id).where(JobEvent.job_id.in_(ids),
-                                                      JobEvent.to_status == "preflight")).all()
+        claims = s.exec(
+            select(JobEvent.job_id).where(JobEvent.job_id.in_(ids), JobEvent.to_status == "preflight")
+        ).all()
         assert sorted(claims) == sorted(ids)

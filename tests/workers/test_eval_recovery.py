@@ -33,18 +33,32 @@ def test_kill_9_of_the_eval_worker_requeues_and_completes_the_evaluation(platfor
         platform.start_beat(env={"TP_HEARTBEAT_TIMEOUT": "5", "TP_RECOVERY_INTERVAL": "1", **roots})
         worker_a = platform.start_worker("eva", queues="eval", env=roots)
         owner = platform.user()
-        request = EvalRequest.model_validate({
-            "benchmarks": [{"name": "gsm8k", "data": "demo/data/gsm8k_eval.jsonl"}],
-            "generation": {"max_new_tokens": 128}, "backend": {"batch_size": 2, "num_threads": 1}})
+        request = EvalRequest.model_validate(
+            {
+                "benchmarks": [{"name": "gsm8k", "data": "demo/data/gsm8k_eval.jsonl"}],
+                "generation": {"max_new_tokens": 128},
+                "backend": {"batch_size": 2, "num_threads": 1},
+            }
+        )
         with session_scope() as s:
-            target = eval_service.resolve_target(s, owner, model="demo/model", job_id=None, checkpoint=None,
-                                              backend="transformers", settings=get_settings())
+            target = eval_service.resolve_target(
+                s,
+                owner,
+                model="demo/model",
+                job_id=None,
+                checkpoint=None,
+                backend="transformers",
+                settings=get_settings(),
+            )
             config = eval_service.absolute_data_paths(request.to_config(target.model_path), get_settings())
             job_id = eval_service.create_evaluation(s, owner=owner, name="survivor", config=config, target=target).id
         wake_worker("eval")
 
-        wait_for(lambda: platform.job(job_id).status == "running" and platform.job(job_id).current_step >= 5, 120,
-                 what="the evaluation to make progress")
+        wait_for(
+            lambda: platform.job(job_id).status == "running" and platform.job(job_id).current_step >= 5,
+            120,
+            what="the evaluation to make progress",
+        )
         t_kill = time.time()
         os.kill(worker_a.pid, signal.SIGKILL)
         platform.start_worker("evb", queues="eval", env=roots)
@@ -53,11 +67,20 @@ def test_kill_9_of_the_eval_worker_requeues_and_completes_the_evaluation(platfor
         assert job.attempts == 2 and job.current_step == 100
 
         events = platform.events(job_id)
-        assert [e[1] for e in events] == ["queued", "preflight", "running", "queued", "preflight", "running",
-                                          "succeeded"]
+        assert [e[1] for e in events] == [
+            "queued",
+            "preflight",
+            "running",
+            "queued",
+            "preflight",
+            "running",
+            "succeeded",
+        ]
         assert events[3][2].startswith("worker lost: heartbeat stale since")
-        print(f"\n[eval recovery] kill -9 -> requeued {events[3][3].timestamp() - t_kill:.1f}s, "
-              f"-> succeeded {events[-1][3].timestamp() - t_kill:.1f}s")
+        print(
+            f"\n[eval recovery] kill -9 -> requeued {events[3][3].timestamp() - t_kill:.1f}s, "
+            f"-> succeeded {events[-1][3].timestamp() - t_kill:.1f}s"
+        )
         with session_scope() as s:
             n = s.exec(select(func.count()).select_from(EvalSample).where(EvalSample.job_id == job_id)).one()
             positions = s.exec(select(EvalSample.position).where(EvalSample.job_id == job_id)).all()

@@ -19,8 +19,10 @@ from training_platform.workers import scheduler
 
 pytestmark = pytest.mark.integration
 
-REQUEST = {"benchmarks": [{"name": "gsm8k", "data": "demo/data/gsm8k_eval.jsonl", "limit": 3}],
-           "generation": {"max_new_tokens": 4}}
+REQUEST = {
+    "benchmarks": [{"name": "gsm8k", "data": "demo/data/gsm8k_eval.jsonl", "limit": 3}],
+    "generation": {"max_new_tokens": 4},
+}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -67,8 +69,7 @@ def _schedule(platform, **fields) -> int:
 
 def _evaluations(schedule_id: int) -> list[Evaluation]:
     with session_scope() as s:
-        rows = s.exec(select(Evaluation).where(Evaluation.schedule_id == schedule_id)
-                      .order_by(Evaluation.job_id)).all()
+        rows = s.exec(select(Evaluation).where(Evaluation.schedule_id == schedule_id).order_by(Evaluation.job_id)).all()
         for r in rows:
             s.expunge(r)
         return list(rows)
@@ -83,8 +84,7 @@ def _get(schedule_id: int) -> EvalSchedule:
 
 def test_a_due_cron_schedule_fires_once_even_with_concurrent_ticks(platform):
     missed_since = utcnow() - timedelta(hours=1)  # 60 missed minutes: one firing, not sixty
-    schedule_id = _schedule(platform, trigger="cron", cron="* * * * *", model="demo/model",
-                            next_fire_at=missed_since)
+    schedule_id = _schedule(platform, trigger="cron", cron="* * * * *", model="demo/model", next_fire_at=missed_since)
     results: list[list[int]] = []
     threads = [threading.Thread(target=lambda: results.append(scheduler.fire_due_cron())) for _ in range(4)]
     for t in threads:
@@ -109,16 +109,18 @@ def test_a_due_cron_schedule_fires_once_even_with_concurrent_ticks(platform):
 
 def test_every_nth_checkpoint_fires_once_per_checkpoint(platform):
     job_id, run_dir = _training_job(platform, "watched")
-    schedule_id = _schedule(platform, trigger="on_new_checkpoint", job_id=job_id, every_n=2,
-                            keep_best_by="gsm8k/accuracy")
+    schedule_id = _schedule(
+        platform, trigger="on_new_checkpoint", job_id=job_id, every_n=2, keep_best_by="gsm8k/accuracy"
+    )
     _add_checkpoint(platform, job_id, run_dir, 10)
     assert scheduler.fire_checkpoint_triggers(job_id) == []  # checkpoint #1
     _add_checkpoint(platform, job_id, run_dir, 20)
     _add_checkpoint(platform, job_id, run_dir, 30)
     _add_checkpoint(platform, job_id, run_dir, 40)
     fired: list[list[int]] = []
-    threads = [threading.Thread(target=lambda: fired.append(scheduler.fire_checkpoint_triggers(job_id)))
-               for _ in range(3)]
+    threads = [
+        threading.Thread(target=lambda: fired.append(scheduler.fire_checkpoint_triggers(job_id))) for _ in range(3)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -128,8 +130,10 @@ def test_every_nth_checkpoint_fires_once_per_checkpoint(platform):
     assert sorted(j for f in fired for j in f) == [e.job_id for e in evaluations]
     assert all(e.source_job_id == job_id and e.keep_best_by == "gsm8k/accuracy" for e in evaluations)
     # The checkpoints being evaluated are pinned against rotation.
-    assert sorted(p.name for p in (run_dir / "pins").iterdir()) == \
-        [f"step_000020.eval-{evaluations[0].job_id}", f"step_000040.eval-{evaluations[1].job_id}"]
+    assert sorted(p.name for p in (run_dir / "pins").iterdir()) == [
+        f"step_000020.eval-{evaluations[0].job_id}",
+        f"step_000040.eval-{evaluations[1].job_id}",
+    ]
     assert scheduler.fire_checkpoint_triggers() == []  # the tick finds nothing new
     assert _get(schedule_id).last_checkpoint_step == 40
 
@@ -147,8 +151,14 @@ def test_a_checkpoint_rotated_away_before_firing_is_recorded_not_run(platform):
 def test_a_disabled_schedule_does_not_fire(platform):
     job_id, run_dir = _training_job(platform, "disabled")
     on_ckpt = _schedule(platform, trigger="on_new_checkpoint", job_id=job_id, enabled=False)
-    cron = _schedule(platform, trigger="cron", cron="* * * * *", model="demo/model", enabled=False,
-                     next_fire_at=utcnow() - timedelta(minutes=5))
+    cron = _schedule(
+        platform,
+        trigger="cron",
+        cron="* * * * *",
+        model="demo/model",
+        enabled=False,
+        next_fire_at=utcnow() - timedelta(minutes=5),
+    )
     _add_checkpoint(platform, job_id, run_dir, 1)
     scheduler.tick()
     assert _evaluations(on_ckpt) == [] and _evaluations(cron) == []
@@ -157,8 +167,9 @@ def test_a_disabled_schedule_does_not_fire(platform):
 def test_cron_on_a_job_evaluates_its_latest_checkpoint_once(platform):
     job_id, run_dir = _training_job(platform, "nightly")
     _add_checkpoint(platform, job_id, run_dir, 100)
-    schedule_id = _schedule(platform, trigger="cron", cron="* * * * *", job_id=job_id,
-                            next_fire_at=utcnow() - timedelta(seconds=1))
+    schedule_id = _schedule(
+        platform, trigger="cron", cron="* * * * *", job_id=job_id, next_fire_at=utcnow() - timedelta(seconds=1)
+    )
     assert len(scheduler.fire_due_cron()) == 1
     with session_scope() as s:  # due again, but nothing new to evaluate
         schedule = s.get(EvalSchedule, schedule_id)

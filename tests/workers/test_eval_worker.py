@@ -33,18 +33,25 @@ def eval_worker(platform, demo_assets):
     get_settings.cache_clear()
 
 
-def _submit(platform, benchmarks: list, generation: dict | None = None, model: str = "demo/model",
-            batch_size: int = 8) -> int:
+def _submit(
+    platform, benchmarks: list, generation: dict | None = None, model: str = "demo/model", batch_size: int = 8
+) -> int:
     from training_platform.core.settings import get_settings
     from training_platform.workers.dispatch import wake_worker
 
     owner = platform.user()
     settings = get_settings()
-    request = EvalRequest.model_validate({"benchmarks": benchmarks, "generation": generation or {},
-                                          "backend": {"num_threads": 1, "batch_size": batch_size}})
+    request = EvalRequest.model_validate(
+        {
+            "benchmarks": benchmarks,
+            "generation": generation or {},
+            "backend": {"num_threads": 1, "batch_size": batch_size},
+        }
+    )
     with session_scope() as s:
-        target = eval_service.resolve_target(s, owner, model=model, job_id=None, checkpoint=None,
-                                          backend="transformers", settings=settings)
+        target = eval_service.resolve_target(
+            s, owner, model=model, job_id=None, checkpoint=None, backend="transformers", settings=settings
+        )
         config = eval_service.absolute_data_paths(request.to_config(target.model_path), settings)
         job = eval_service.create_evaluation(s, owner=owner, name="t", config=config, target=target)
         job_id = job.id
@@ -54,10 +61,14 @@ def _submit(platform, benchmarks: list, generation: dict | None = None, model: s
 
 def test_cancel_stops_a_running_evaluation(platform, eval_worker):
     # 66 items x 256 new tokens, one at a time: long enough to be cancelled in the middle.
-    job_id = _submit(platform, [{"name": "gsm8k", "data": "demo/data/gsm8k_eval.jsonl"}],
-                     {"max_new_tokens": 256}, batch_size=1)
-    wait_for(lambda: platform.job(job_id).status == "running" and platform.job(job_id).current_step > 0, 120,
-             what="the evaluation to make progress")
+    job_id = _submit(
+        platform, [{"name": "gsm8k", "data": "demo/data/gsm8k_eval.jsonl"}], {"max_new_tokens": 256}, batch_size=1
+    )
+    wait_for(
+        lambda: platform.job(job_id).status == "running" and platform.job(job_id).current_step > 0,
+        120,
+        what="the evaluation to make progress",
+    )
     t0 = time.monotonic()
     platform.set_cancel(job_id)
     job = platform.wait_status(job_id, {"cancelled", "failed", "succeeded"}, timeout=60)
@@ -72,8 +83,12 @@ def test_cancel_stops_a_running_evaluation(platform, eval_worker):
 def test_a_bad_row_fails_the_preflight_with_its_line(platform, eval_worker):
     bad = platform.data_dir / "users" / "alice" / "bad_gsm8k.jsonl"  # the submitter's own area
     bad.parent.mkdir(parents=True, exist_ok=True)
-    bad.write_text(json.dumps({"question": "1+1?", "answer": "#### 2"}) + "\n"
-                   + json.dumps({"question": "2+2?", "answer": "four"}) + "\n")
+    bad.write_text(
+        json.dumps({"question": "1+1?", "answer": "#### 2"})
+        + "\n"
+        + json.dumps({"question": "2+2?", "answer": "four"})
+        + "\n"
+    )
     job_id = _submit(platform, [{"name": "gsm8k", "data": str(bad)}])
     job = platform.wait_status(job_id, {"failed", "succeeded"}, timeout=90)
     assert job.status == "failed"
@@ -93,8 +108,7 @@ def test_a_crash_during_the_evaluation_is_recorded_with_its_traceback(platform, 
     for f in src.iterdir():
         (broken / f.name).write_bytes(f.read_bytes())
     (broken / "model.safetensors").write_bytes(b"not a safetensors file")
-    job_id = _submit(platform, [{"name": "gsm8k", "data": "demo/data/gsm8k_eval.jsonl", "limit": 2}],
-                     model=str(broken))
+    job_id = _submit(platform, [{"name": "gsm8k", "data": "demo/data/gsm8k_eval.jsonl", "limit": 2}], model=str(broken))
     job = platform.wait_status(job_id, {"failed", "succeeded"}, timeout=90)
     assert job.status == "failed" and job.error.startswith("evaluation failed: "), job.error
     error = json.loads((Path(job.run_dir) / "error.json").read_text())

@@ -49,8 +49,17 @@ def test_tail_skips_a_corrupt_line(tmp_path):
 
 
 def test_metric_points_keep_finite_numbers_only():
-    record = {"step": 3, "ts": 1.7e9, "epoch": 0.5, "loss": 1.25, "grad_norm": None, "flag": True, "name": "x",
-              "nonfinite": ["kl"], "tokens": 10}
+    record = {
+        "step": 3,
+        "ts": 1.7e9,
+        "epoch": 0.5,
+        "loss": 1.25,
+        "grad_norm": None,
+        "flag": True,
+        "name": "x",
+        "nonfinite": ["kl"],
+        "tokens": 10,
+    }
     assert sorted(metric_points(record)) == [(3, "epoch", 0.5), (3, "loss", 1.25), (3, "tokens", 10.0)]
     assert metric_points({"loss": 1.0}) == []
 
@@ -62,20 +71,29 @@ def test_checkpoint_digest_is_over_sorted_relpath_sha_lines():
     assert checkpoint_digest(files) == (hashlib.sha256(b"a.json:aa\nb.bin:bb\n").hexdigest(), 5)
 
 
-@pytest.mark.parametrize(("rc", "info", "cancel", "killed", "expected"), [
-    (0, {"status": "succeeded", "step": 30}, False, False, "succeeded"),
-    (0, {"status": "stopped", "step": 7}, True, False, "cancelled"),
-    (0, {"status": "stopped", "step": 7, "stop_reason": "SIGTERM"}, False, False, "queued"),
-    (1, {"status": "failed"}, False, False, "failed"),
-    (2, {}, False, False, "failed"),
-    (-9, {"step": 4}, False, False, "failed"),
-    (-15, {"step": 4}, True, True, "cancelled"),
-    (3, {}, False, False, "failed"),
-])
+@pytest.mark.parametrize(
+    ("rc", "info", "cancel", "killed", "expected"),
+    [
+        (0, {"status": "succeeded", "step": 30}, False, False, "succeeded"),
+        (0, {"status": "stopped", "step": 7}, True, False, "cancelled"),
+        (0, {"status": "stopped", "step": 7, "stop_reason": "SIGTERM"}, False, False, "queued"),
+        (1, {"status": "failed"}, False, False, "failed"),
+        (2, {}, False, False, "failed"),
+        (-9, {"step": 4}, False, False, "failed"),
+        (-15, {"step": 4}, True, True, "cancelled"),
+        (3, {}, False, False, "failed"),
+    ],
+)
 def test_classify_exit(rc, info, cancel, killed, expected):
-    status, reason, error = classify_exit(rc, run_info=info, error_info={"type": "ValueError", "message": "bad\nx"},
-                                          console_tail=["loss: must be > 0", "1 error(s); nothing was started."],
-                                          cancel_requested=cancel, killed_by_us=killed, shutting_down=False)
+    status, reason, error = classify_exit(
+        rc,
+        run_info=info,
+        error_info={"type": "ValueError", "message": "bad\nx"},
+        console_tail=["loss: must be > 0", "1 error(s); nothing was started."],
+        cancel_requested=cancel,
+        killed_by_us=killed,
+        shutting_down=False,
+    )
     assert status == expected
     assert (error is None) == (expected in ("succeeded", "cancelled", "queued"))
     if rc == 1:
@@ -118,8 +136,9 @@ def _loss(session, job_id):
 
     from training_platform.db.models import MetricPoint
 
-    rows = session.exec(select(MetricPoint.step, MetricPoint.value).where(MetricPoint.job_id == job_id,
-                                                                          MetricPoint.name == "loss")).all()
+    rows = session.exec(
+        select(MetricPoint.step, MetricPoint.value).where(MetricPoint.job_id == job_id, MetricPoint.name == "loss")
+    ).all()
     return dict(rows)
 
 
@@ -224,8 +243,8 @@ def test_each_point_keeps_the_time_its_row_was_logged(tmp_path, db_session):
 
     session, job_id = db_session
     (tmp_path / "metrics.jsonl").write_text(
-        json.dumps({"step": 1, "ts": 1_700_000_000.5, "loss": 2.0}) + "\n"
-        + json.dumps({"step": 2, "loss": 1.5}) + "\n")  # no ts: the time of the insert
+        json.dumps({"step": 1, "ts": 1_700_000_000.5, "loss": 2.0}) + "\n" + json.dumps({"step": 2, "loss": 1.5}) + "\n"
+    )  # no ts: the time of the insert
     ingest = RunIngest(job_id, tmp_path)
     ingest.poll(session)
     session.commit()

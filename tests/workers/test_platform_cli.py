@@ -85,10 +85,12 @@ def _job_row(data_dir: Path, job_id: int) -> dict:
     with engine.connect() as conn:
         row = conn.execute(sql("SELECT status, current_step, run_dir FROM jobs WHERE id = :id"), {"id": job_id})
         status, step, run_dir = row.one()
-        events = conn.execute(sql("SELECT to_status, reason FROM job_events WHERE job_id = :id ORDER BY id"),
-                              {"id": job_id}).all()
-        checkpoints = [r[0] for r in conn.execute(sql("SELECT step FROM checkpoints WHERE job_id = :id"),
-                                                  {"id": job_id}).all()]
+        events = conn.execute(
+            sql("SELECT to_status, reason FROM job_events WHERE job_id = :id ORDER BY id"), {"id": job_id}
+        ).all()
+        checkpoints = [
+            r[0] for r in conn.execute(sql("SELECT step FROM checkpoints WHERE job_id = :id"), {"id": job_id}).all()
+        ]
     engine.dispose()
     return {"status": status, "step": step, "run_dir": run_dir, "events": events, "checkpoints": checkpoints}
 
@@ -126,15 +128,25 @@ def _run_up(data_dir: Path, app: str | None, env_extra: dict[str, str], with_job
         family = psutil.Process(up.pid).children(recursive=True)
         names = " ".join(" ".join(_cmdline(p)) for p in family)
         assert "training_platform.api.serve" in names and "worker -Q train" in names and "--beat" in names
-        redis = [p for p in psutil.process_iter(["cmdline"]) if f"127.0.0.1:{redis_port}" in
-                 " ".join(p.info["cmdline"] or []) and "redis-server" in " ".join(p.info["cmdline"] or [])]
+        redis = [
+            p
+            for p in psutil.process_iter(["cmdline"])
+            if f"127.0.0.1:{redis_port}" in " ".join(p.info["cmdline"] or [])
+            and "redis-server" in " ".join(p.info["cmdline"] or [])
+        ]
         assert len(redis) == 1
 
         job_id = None
         if with_job:  # a job running when the platform stops: it checkpoints and goes back to the queue
             env = _env(data_dir, REDIS_URL=redis_url.group(1), **env_extra)
-            submitted = subprocess.run([sys.executable, "-c", SUBMIT, str(REPO / "configs/examples/sft_tiny.yaml")],
-                                       env=env, capture_output=True, text=True, timeout=60, cwd=REPO)
+            submitted = subprocess.run(
+                [sys.executable, "-c", SUBMIT, str(REPO / "configs/examples/sft_tiny.yaml")],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                cwd=REPO,
+            )
             assert submitted.returncode == 0, submitted.stderr
             job_id = int(submitted.stdout.strip())
             wait_for(lambda: _job_row(data_dir, job_id)["step"] >= 2, 90, what="the job to train a few steps")
@@ -184,7 +196,7 @@ def _health(port: int) -> bool:
         return False
 
 
-STUB_APP = '''
+STUB_APP = """
 from fastapi import FastAPI
 
 app = FastAPI()
@@ -193,7 +205,7 @@ app = FastAPI()
 @app.get("/health")
 def health():
     return {"status": "ok"}
-'''
+"""
 
 
 def test_up_starts_and_stops_everything_with_a_stub_api(tmp_path, demo_assets):
@@ -207,9 +219,11 @@ def test_up_starts_and_stops_everything_with_a_stub_api(tmp_path, demo_assets):
     _run_up(data_dir, "stub_api:app", {"PYTHONPATH": str(tmp_path / "stub")}, with_job=True)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("training_platform.api") is None or
-                    importlib.util.find_spec("training_platform.api.app") is None,
-                    reason="training_platform.api.app does not exist yet (the API is being written concurrently)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("training_platform.api") is None
+    or importlib.util.find_spec("training_platform.api.app") is None,
+    reason="training_platform.api.app does not exist yet (the API is being written concurrently)",
+)
 def test_up_serves_the_real_api(tmp_path, demo_assets):
     data_dir = tmp_path / "data"
     data_dir.mkdir()

@@ -70,8 +70,13 @@ def test_a_lost_wake_up_is_sent_again_once(platform):
 
 def test_a_job_that_keeps_losing_its_worker_fails(platform):
     job_id = platform.submit(sft_config(5), name="cursed", wake=False)
-    _set(job_id, status="preflight", worker="ghost@host:3", heartbeat_at=utcnow() - timedelta(minutes=5),
-         attempts=supervisor.MAX_ATTEMPTS)
+    _set(
+        job_id,
+        status="preflight",
+        worker="ghost@host:3",
+        heartbeat_at=utcnow() - timedelta(minutes=5),
+        attempts=supervisor.MAX_ATTEMPTS,
+    )
     result = supervisor.recover_stale_jobs()
     assert result["failed"] == [job_id] and result["requeued"] == []
     job = platform.job(job_id)
@@ -85,10 +90,18 @@ def test_a_new_attempt_waits_for_the_previous_training_process_to_leave_the_run_
     job_id = platform.submit(sft_config(5), name="locked", wake=False)
     sup = supervisor.JobSupervisor(job_id, "me@host:1")
     sup.runs.mkdir(parents=True, exist_ok=True)
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl, sys, time\n"
-        "f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(2)"),
-        str(sup.lock_file)], stdout=subprocess.PIPE)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import fcntl, sys, time\n"
+                "f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(2)"
+            ),
+            str(sup.lock_file),
+        ],
+        stdout=subprocess.PIPE,
+    )
     try:
         assert holder.stdout.readline().strip() == b"locked"
         t0 = time.monotonic()

@@ -29,9 +29,19 @@ ANSWER_WITHIN_S = 30
 
 def _env(data_dir: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    env.update(TP_DATA_DIR=str(data_dir), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-               OMP_NUM_THREADS="1", TP_HEARTBEAT_INTERVAL="1", TP_HEARTBEAT_TIMEOUT="6", TP_RECOVERY_INTERVAL="2",
-               TP_METRICS_BATCH_INTERVAL="0.5", TP_MIN_FREE_DISK_MB="1", **extra)
+    env.update(
+        TP_DATA_DIR=str(data_dir),
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        OMP_NUM_THREADS="1",
+        TP_HEARTBEAT_INTERVAL="1",
+        TP_HEARTBEAT_TIMEOUT="6",
+        TP_RECOVERY_INTERVAL="2",
+        TP_METRICS_BATCH_INTERVAL="0.5",
+        TP_MIN_FREE_DISK_MB="1",
+        **extra,
+    )
     return env
 
 
@@ -42,9 +52,14 @@ class Up:
         self.port = free_port()
         self.log_file = data_dir.parent / f"{data_dir.name}-up.log"
         with self.log_file.open("wb") as log:
-            self.proc = subprocess.Popen([*TP, "up", "--port", str(self.port), "--grace", "20", *args],
-                                         env=_env(data_dir, **env), stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                [*TP, "up", "--port", str(self.port), "--grace", "20", *args],
+                env=_env(data_dir, **env),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+                start_new_session=True,
+            )
         self.base = f"http://127.0.0.1:{self.port}"
 
     def output(self) -> str:
@@ -87,9 +102,14 @@ def _kill9(up: Up, name: str, marker: str) -> int:
     old.kill()
     line = re.compile(rf"^{re.escape(name)} \(pid {old.pid}\) was killed by SIGKILL: restarting it in \d+s", re.M)
     wait_for(lambda: line.search(up.output()), 20, what=f"the restart line of {name}")
-    restarted = wait_for(lambda: re.search(rf"^{re.escape(name)} restarted \(pid (\d+)", up.output(), re.M)
-                         and [int(m) for m in re.findall(rf"^{re.escape(name)} restarted \(pid (\d+)", up.output(),
-                                                         re.M)], 30, what=f"{name} restarted")
+    restarted = wait_for(
+        lambda: (
+            re.search(rf"^{re.escape(name)} restarted \(pid (\d+)", up.output(), re.M)
+            and [int(m) for m in re.findall(rf"^{re.escape(name)} restarted \(pid (\d+)", up.output(), re.M)]
+        ),
+        30,
+        what=f"{name} restarted",
+    )
     return restarted[-1]
 
 
@@ -116,8 +136,9 @@ def _sft(max_steps: int, save_steps: int) -> dict:
     from training_platform.training.config import load_yaml
 
     config = load_yaml(str(REPO / "configs/examples/sft_tiny.yaml"))
-    config["training"].update(max_steps=max_steps, logging_steps=1, save_steps=save_steps, eval_steps=10_000,
-                              per_device_batch_size=8)
+    config["training"].update(
+        max_steps=max_steps, logging_steps=1, save_steps=save_steps, eval_steps=10_000, per_device_batch_size=8
+    )
     return config
 
 
@@ -163,8 +184,7 @@ def test_kill_9_of_each_child_and_of_tp_up(tmp_path, demo_assets):
         response = client.post("/jobs", json={"name": "across a worker kill", "config": _sft(30, 5)})
         assert response.status_code == 201, response.text
         job_id = response.json()["id"]
-        wait_for(lambda: client.get(f"/jobs/{job_id}/checkpoints").json(), 120, interval=0.5,
-                 what="a first checkpoint")
+        wait_for(lambda: client.get(f"/jobs/{job_id}/checkpoints").json(), 120, interval=0.5, what="a first checkpoint")
         _kill9(up, "worker", "-Q train,data")
         job = _finished(client, job_id, 180)
         events = [e["reason"] for e in client.get(f"/jobs/{job_id}/events").json()]
@@ -187,8 +207,13 @@ def test_kill_9_of_each_child_and_of_tp_up(tmp_path, demo_assets):
         # One of uvicorn's API processes: uvicorn replaces it itself.
         victim = _api_processes(up.child("api.serve"))[0]
         victim.kill()
-        wait_for(lambda: len(_api_processes(up.child("api.serve"))) == 2 and victim not in
-                 _api_processes(up.child("api.serve")), ANSWER_WITHIN_S, what="uvicorn to replace its process")
+        wait_for(
+            lambda: (
+                len(_api_processes(up.child("api.serve"))) == 2 and victim not in _api_processes(up.child("api.serve"))
+            ),
+            ANSWER_WITHIN_S,
+            what="uvicorn to replace its process",
+        )
         assert up.health()
 
         # embedded Redis: back on the same port; workers and API reconnect. The eval worker too is killed: jobs of
@@ -201,14 +226,22 @@ def test_kill_9_of_each_child_and_of_tp_up(tmp_path, demo_assets):
         _kill9(up, "eval-worker", "-Q eval")
         training = client.post("/jobs", json={"name": "after the redis kill", "config": _sft(4, 100)})
         assert training.status_code == 201 and training.json()["warning"] is None, training.text
-        evaluation = client.post("/evaluations", json={
-            "model": "demo-tiny", "benchmarks": [{"name": "gsm8k", "data": "demo/data/gsm8k_eval.jsonl", "limit": 2}],
-            "generation": {"max_new_tokens": 2}, "backend": {"num_threads": 1}})
+        evaluation = client.post(
+            "/evaluations",
+            json={
+                "model": "demo-tiny",
+                "benchmarks": [{"name": "gsm8k", "data": "demo/data/gsm8k_eval.jsonl", "limit": 2}],
+                "generation": {"max_new_tokens": 2},
+                "backend": {"num_threads": 1},
+            },
+        )
         assert evaluation.status_code == 201, evaluation.text
         _finished(client, training.json()["id"], 120)
         _finished(client, evaluation.json()["id"], 120)
-        print(f"[redis + eval-worker kill] a new job and an evaluation finished {time.monotonic() - t_kill:.1f}s "
-              f"after the kills")
+        print(
+            f"[redis + eval-worker kill] a new job and an evaluation finished {time.monotonic() - t_kill:.1f}s "
+            f"after the kills"
+        )
         client.close()
 
         # tp up itself: every child (the embedded Redis included) is gone within a few seconds.
@@ -239,8 +272,16 @@ def test_a_child_that_keeps_crashing_makes_tp_up_give_up(tmp_path, demo_assets):
     data_dir.mkdir()
     (data_dir / "demo").symlink_to(demo_assets)
     # One API process: with several, uvicorn's own supervisor replaces a worker that fails (forever) and stays up.
-    up = Up(data_dir, "--app", "crashing_api:app", "--api-workers", "1", PYTHONPATH=f"{tmp_path / 'stub'}:{REPO}",
-            TP_UP_MAX_CRASHES="3", TP_UP_BACKOFF_MAX="0.5")
+    up = Up(
+        data_dir,
+        "--app",
+        "crashing_api:app",
+        "--api-workers",
+        "1",
+        PYTHONPATH=f"{tmp_path / 'stub'}:{REPO}",
+        TP_UP_MAX_CRASHES="3",
+        TP_UP_BACKOFF_MAX="0.5",
+    )
     try:
         family: list[psutil.Process] = []
 
@@ -253,8 +294,12 @@ def test_a_child_that_keeps_crashing_makes_tp_up_give_up(tmp_path, demo_assets):
         output = up.output()
         assert up.proc.returncode == 1, output[-3000:]
         assert len(re.findall(r"^api \(pid \d+\) exited with code 1: restarting it in", output, re.M)) == 2
-        assert re.search(r"^giving up: api \(pid \d+\) exited with code 1; it exited 3 times within 300s "
-                         r"\(TP_UP_MAX_CRASHES=3", output, re.M), output[-3000:]
+        assert re.search(
+            r"^giving up: api \(pid \d+\) exited with code 1; it exited 3 times within 300s "
+            r"\(TP_UP_MAX_CRASHES=3",
+            output,
+            re.M,
+        ), output[-3000:]
         assert output.rstrip().endswith("stopped")
         _, alive = psutil.wait_procs(family, timeout=10)
         assert not [p for p in alive if _alive(p)]

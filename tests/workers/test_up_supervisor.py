@@ -68,10 +68,11 @@ def test_the_dead_childs_group_is_cleared_before_a_restart():
     policy = RestartPolicy(max_crashes=5, window_s=60, backoff_initial_s=0.05, backoff_max_s=0.05)
     supervisor = Supervisor(dict(os.environ), policy, echo=lines.append, group_grace_s=1.0)
     # The grandchild ignores SIGTERM: only the SIGKILL after group_grace_s ends it.
-    grandchild = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                  "time.sleep(60)")
-    script = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', {grandchild!r}]); "
-              "print(p.pid, flush=True); time.sleep(60)")
+    grandchild = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    script = (
+        f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', {grandchild!r}]); "
+        "print(p.pid, flush=True); time.sleep(60)"
+    )
     supervisor.add("holder", [PY, "-c", script])
     proc = supervisor.start("holder")
     try:
@@ -111,8 +112,9 @@ def test_a_stale_redis_from_the_pid_file_is_stopped_and_nothing_else(tmp_path):
         assert stop_stale_redis(redis.pid_file, data_dir, echo=lines.append) is True
         assert stale.wait(timeout=5) == 0  # SIGTERM: it saved its dump and exited cleanly
         assert redis.rdb_file.is_file() and not redis.pid_file.exists()
-        assert lines == [f"stopping the Redis server a previous `tp up` left running (pid {stale.pid}, from "
-                         f"redis.rdb.pid)"]
+        assert lines == [
+            f"stopping the Redis server a previous `tp up` left running (pid {stale.pid}, from redis.rdb.pid)"
+        ]
     finally:
         for proc in (stale, other):
             if proc.poll() is None:

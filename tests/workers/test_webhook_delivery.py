@@ -36,8 +36,9 @@ class Receiver:
             def do_POST(self):  # noqa: N802
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 with receiver.lock:
-                    receiver.requests.append({"path": self.path, "headers": dict(self.headers), "body": body,
-                                              "t": time.monotonic()})
+                    receiver.requests.append(
+                        {"path": self.path, "headers": dict(self.headers), "body": body, "t": time.monotonic()}
+                    )
                     codes = receiver.script.get(self.path) or []
                     code = codes.pop(0) if codes else 200
                 self.send_response(code)
@@ -72,8 +73,11 @@ def receiver():
 
 @pytest.fixture(scope="module")
 def hook_worker(platform, receiver):
-    return platform.start_worker("hooks", queues="maintenance", env={
-        "TP_WEBHOOK_HOSTS": f"127.0.0.1:{receiver.port}", "TP_WEBHOOK_BACKOFF": "0.1"})
+    return platform.start_worker(
+        "hooks",
+        queues="maintenance",
+        env={"TP_WEBHOOK_HOSTS": f"127.0.0.1:{receiver.port}", "TP_WEBHOOK_BACKOFF": "0.1"},
+    )
 
 
 def _webhook(owner, url: str, events, secret: str | None = None) -> int:

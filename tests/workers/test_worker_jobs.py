@@ -21,8 +21,10 @@ def worker(platform):
 
 def test_sft_job_succeeds_with_live_metrics_and_checkpoints(platform, worker):
     timings = run_sft_happy_path(platform, max_steps=30)
-    print(f"\n[sqlite] created->running {timings['created_to_running_s']:.2f}s, "
-          f"submit->done {timings['submit_to_done_s']:.1f}s")
+    print(
+        f"\n[sqlite] created->running {timings['created_to_running_s']:.2f}s, "
+        f"submit->done {timings['submit_to_done_s']:.1f}s"
+    )
     # A worker is woken, not polled: the job starts well within the preflight's few seconds.
     assert timings["created_to_running_s"] < 30
 
@@ -57,8 +59,10 @@ def test_cancel_a_running_job_stops_it_with_a_checkpoint(platform, worker):
 
     assert job.status == "cancelled", job.error
     assert job.error is None
-    assert platform.events(job_id)[-1][1:3] == ("cancelled", f"cancelled by user (stopped at step "
-                                                             f"{job.current_step} with a checkpoint)")
+    assert platform.events(job_id)[-1][1:3] == (
+        "cancelled",
+        f"cancelled by user (stopped at step {job.current_step} with a checkpoint)",
+    )
     assert 3 <= job.current_step < 2000
     run_dir = Path(job.run_dir)
     assert (run_dir / "STOP").exists()
@@ -74,9 +78,11 @@ def test_a_two_rank_job_runs_and_is_cancelled_through_the_worker(platform, worke
     the checkpoints are registered, and a cancel stops both ranks (no rank process left behind)."""
     import psutil
 
-    done = platform.submit(sft_config(6, eval_steps=None, per_device_batch_size=4) | {
-        "resources": {"num_devices": 2, "device": "cpu"}, "data": {**sft_config()["data"], "eval_file": None}},
-        name="two-ranks")
+    done = platform.submit(
+        sft_config(6, eval_steps=None, per_device_batch_size=4)
+        | {"resources": {"num_devices": 2, "device": "cpu"}, "data": {**sft_config()["data"], "eval_file": None}},
+        name="two-ranks",
+    )
     job = platform.wait_status(done, {"succeeded", "failed", "cancelled"}, timeout=240)
     assert job.status == "succeeded", job.error
     assert [step for _, step, _ in platform.metrics(done, "loss")] == list(range(1, 7))
@@ -84,13 +90,19 @@ def test_a_two_rank_job_runs_and_is_cancelled_through_the_worker(platform, worke
     run_info = json.loads((Path(job.run_dir) / "run.json").read_text())
     assert (run_info["launcher"], run_info["world_size"]) == ("torchrun", 2)
 
-    job_id = platform.submit(sft_config(5000, eval_steps=None, save_steps=5000, per_device_batch_size=4) | {
-        "resources": {"num_devices": 2, "device": "cpu"}, "data": {**sft_config()["data"], "eval_file": None}},
-        name="two-ranks-cancel")
+    job_id = platform.submit(
+        sft_config(5000, eval_steps=None, save_steps=5000, per_device_batch_size=4)
+        | {"resources": {"num_devices": 2, "device": "cpu"}, "data": {**sft_config()["data"], "eval_file": None}},
+        name="two-ranks-cancel",
+    )
     wait_for(lambda: len(platform.metrics(job_id, "loss")) >= 3, 180, what="3 logged steps")
-    ranks = [p for p in psutil.process_iter(["cmdline"])  # the ranks, not torchrun's agent (same arguments)
-             if "training_platform.training.rank_main" in (p.info["cmdline"] or [])
-             and "torch.distributed.run" not in p.info["cmdline"] and f"job-{job_id}" in " ".join(p.info["cmdline"])]
+    ranks = [
+        p
+        for p in psutil.process_iter(["cmdline"])  # the ranks, not torchrun's agent (same arguments)
+        if "training_platform.training.rank_main" in (p.info["cmdline"] or [])
+        and "torch.distributed.run" not in p.info["cmdline"]
+        and f"job-{job_id}" in " ".join(p.info["cmdline"])
+    ]
     assert len(ranks) == 2
     t_cancel = time.monotonic()
     platform.set_cancel(job_id)

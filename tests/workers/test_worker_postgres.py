@@ -17,8 +17,10 @@ def test_sft_job_succeeds_on_postgres(platform):
     assert platform.database_url.startswith("postgresql")
     platform.start_worker("pg1")
     timings = run_sft_happy_path(platform, max_steps=30)
-    print(f"\n[postgres] created->running {timings['created_to_running_s']:.2f}s, "
-          f"submit->done {timings['submit_to_done_s']:.1f}s")
+    print(
+        f"\n[postgres] created->running {timings['created_to_running_s']:.2f}s, "
+        f"submit->done {timings['submit_to_done_s']:.1f}s"
+    )
 
 
 def test_racing_claimers_claim_each_job_once_on_postgres(platform):

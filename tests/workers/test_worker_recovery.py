@@ -50,8 +50,11 @@ def _kill_and_resume(platform, ranks: int, fast_recovery: dict[str, str]) -> Non
     os.kill(worker_a.pid, signal.SIGKILL)
     # The pool process dies with its parent (Celery's PDEATHSIG), the training process gets SIGTERM (ours) and
     # stops cleanly after writing a checkpoint.
-    wait_for(lambda: not psutil.pid_exists(trainer_pid) or psutil.Process(trainer_pid).status() == "zombie", 60,
-             what="the orphaned training process to stop")
+    wait_for(
+        lambda: not psutil.pid_exists(trainer_pid) or psutil.Process(trainer_pid).status() == "zombie",
+        60,
+        what="the orphaned training process to stop",
+    )
     console = (platform.data_dir / "runs" / f"job-{job_id}.console.log").read_text()
     assert "(SIGTERM); continue with" in console, console[-2000:]
     stopped_at = json.loads((run_dir / "run.json").read_text())["step"]
@@ -64,15 +67,23 @@ def _kill_and_resume(platform, ranks: int, fast_recovery: dict[str, str]) -> Non
 
     events = platform.events(job_id)
     assert [(e[0], e[1]) for e in events] == [
-        (None, "queued"), ("queued", "preflight"), ("preflight", "running"), ("running", "queued"),
-        ("queued", "preflight"), ("preflight", "running"), ("running", "succeeded")]
+        (None, "queued"),
+        ("queued", "preflight"),
+        ("preflight", "running"),
+        ("running", "queued"),
+        ("queued", "preflight"),
+        ("preflight", "running"),
+        ("running", "succeeded"),
+    ]
     assert events[3][2].startswith("worker lost: heartbeat stale since")
     assert f"wb{ranks}@" in events[4][2]
     assert events[5][2].startswith(f"resuming from checkpoint step {stopped_at} (attempt 2;")
     requeued_after = events[3][3].timestamp() - t_kill
     resumed_after = events[5][3].timestamp() - t_kill
-    print(f"\n[recovery] kill -9 -> requeued {requeued_after:.1f}s, -> running again (resumed from step "
-          f"{stopped_at}) {resumed_after:.1f}s")
+    print(
+        f"\n[recovery] kill -9 -> requeued {requeued_after:.1f}s, -> running again (resumed from step "
+        f"{stopped_at}) {resumed_after:.1f}s"
+    )
 
     assert f"--resume {run_dir}" in (platform.data_dir / "runs" / f"job-{job_id}.console.log").read_text()
     info = json.loads((run_dir / "run.json").read_text())

@@ -77,25 +77,47 @@ def _mount_ui(app: FastAPI) -> None:
     if (UI_DIR / "index.html").is_file():
         app.mount("/ui", StaticFiles(directory=UI_DIR, html=True), name="ui")
     else:
-        missing = ("<h1>training_platform</h1><p>The web UI is not built in this checkout: "
-                   "<code>cd frontend &amp;&amp; npm ci &amp;&amp; npm run build</code>. The API is at "
-                   "<a href='/docs'>/docs</a>.</p>")
-        app.add_api_route("/ui/{path:path}", lambda path="": HTMLResponse(missing, status_code=404),
-                          include_in_schema=False)
+        missing = (
+            "<h1>training_platform</h1><p>The web UI is not built in this checkout: "
+            "<code>cd frontend &amp;&amp; npm ci &amp;&amp; npm run build</code>. The API is at "
+            "<a href='/docs'>/docs</a>.</p>"
+        )
+        app.add_api_route(
+            "/ui/{path:path}", lambda path="": HTMLResponse(missing, status_code=404), include_in_schema=False
+        )
 
 
 def create_app() -> FastAPI:
     _default_logging()
     # Swagger UI's JS/CSS served from the package, not a CDN: /docs works on an offline machine.
-    app = FastAPIOffline(title="training_platform", version="1", description=DESCRIPTION,
-                         openapi_url=f"{API_PREFIX}/openapi.json", docs_url="/docs", redoc_url=None)
+    app = FastAPIOffline(
+        title="training_platform",
+        version="1",
+        description=DESCRIPTION,
+        openapi_url=f"{API_PREFIX}/openapi.json",
+        docs_url="/docs",
+        redoc_url=None,
+    )
     # /openapi.json at the root too, where most tools look first.
     app.add_api_route("/openapi.json", lambda: app.openapi(), include_in_schema=False)
     errors.install(app)
 
     api = APIRouter(prefix=API_PREFIX, dependencies=[Depends(deps.no_nul_in_params)])
-    for module in (jobs, metrics, logs, checkpoints, models, datasets, evaluations, schedules, endpoints, users,
-                   monitoring, health, config):
+    for module in (
+        jobs,
+        metrics,
+        logs,
+        checkpoints,
+        models,
+        datasets,
+        evaluations,
+        schedules,
+        endpoints,
+        users,
+        monitoring,
+        health,
+        config,
+    ):
         api.include_router(module.router)
     for module in (sweeps, templates):
         api.include_router(module.router)

@@ -54,4 +54,4 @@ def queue_depths() -> dict[str, int] | None:
     except (redis.RedisError, OSError, ValueError):
         return None
     n = len(_PRIORITY_STEPS)
-    return {queue: int(sum(counts[i * n:(i + 1) * n])) for i, queue in enumerate(names)}
+    return {queue: int(sum(counts[i * n : (i + 1) * n])) for i, queue in enumerate(names)}

@@ -82,8 +82,7 @@ def get_visible_job(session: Session, user: User, job_id: int) -> Job:
     return job
 
 
-def _visible_job(session: SessionDep, user: CurrentUser,
-                 job_id: Annotated[int, id_path("Job id.")]) -> Job:
+def _visible_job(session: SessionDep, user: CurrentUser, job_id: Annotated[int, id_path("Job id.")]) -> Job:
     return get_visible_job(session, user, job_id)
 
 
@@ -99,9 +98,11 @@ async def require_json(request: Request) -> None:
         return
     mime = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if mime != "application/json" and not (mime.startswith("application/") and mime.endswith("+json")):
-        raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
-                            detail="the request body must be sent with Content-Type: application/json, got "
-                                   + (repr(mime) if mime else "no Content-Type"))
+        raise HTTPException(
+            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+            detail="the request body must be sent with Content-Type: application/json, got "
+            + (repr(mime) if mime else "no Content-Type"),
+        )
     if not await request.body():
         return
     try:
@@ -115,11 +116,17 @@ async def require_json(request: Request) -> None:
 
 def no_nul_in_params(request: Request) -> None:
     """Query and path strings with a NUL character (PostgreSQL refuses them in any text): 422 naming each."""
-    problems = [{"type": BODY_VALUE_ERROR, "loc": (source, name), "msg": "must not contain NUL (\\u0000) characters",
-                 "input": None}
-                for source, items in (("query", request.query_params.multi_items()),
-                                      ("path", request.path_params.items()))
-                for name, value in items if "\x00" in str(value) or "\x00" in name]
+    problems = [
+        {
+            "type": BODY_VALUE_ERROR,
+            "loc": (source, name),
+            "msg": "must not contain NUL (\\u0000) characters",
+            "input": None,
+        }
+        for source, items in (("query", request.query_params.multi_items()), ("path", request.path_params.items()))
+        for name, value in items
+        if "\x00" in str(value) or "\x00" in name
+    ]
     if problems:
         raise RequestValidationError(problems)
 

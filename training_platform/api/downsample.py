@@ -104,8 +104,7 @@ def bucket_width(first: int, last: int, buckets: int) -> int:
     return width
 
 
-def _aligned_from_points(session: Session, params: dict, width: int, lo: int, hi: int,
-                         out: dict[int, Bucket]) -> None:
+def _aligned_from_points(session: Session, params: dict, width: int, lo: int, hi: int, out: dict[int, Bucket]) -> None:
     rows = session.exec(_ALIGNED, params={**params, "lo": lo, "hi": hi, "width": width}).all()
     for b, mn, smn, mx, smx in rows:
         if smn is not None and smx is not None:
@@ -130,8 +129,16 @@ def _aligned_buckets(session: Session, params: dict, first: int, last: int, widt
         hi_b -= 1
     if hi_b >= lo_b:
         per = width // tier
-        rows = session.exec(_TIER, params={"job_id": params["job_id"], "name": params["name"], "width": tier,
-                                           "lo": lo_b * per, "hi": (hi_b + 1) * per - 1}).all()
+        rows = session.exec(
+            _TIER,
+            params={
+                "job_id": params["job_id"],
+                "name": params["name"],
+                "width": tier,
+                "lo": lo_b * per,
+                "hi": (hi_b + 1) * per - 1,
+            },
+        ).all()
         for b, mn, smn, mx, smx in rows:
             _merge(out, int(b) // per, mn, int(smn), mx, int(smx))
     return out
@@ -144,12 +151,23 @@ def _clean(value: float | None) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def series(session: Session, job_id: int, name: str, *, max_points: int, min_step: int | None = None,
-           max_step: int | None = None) -> tuple[list[tuple[int, float | None]], bool]:
+def series(
+    session: Session,
+    job_id: int,
+    name: str,
+    *,
+    max_points: int,
+    min_step: int | None = None,
+    max_step: int | None = None,
+) -> tuple[list[tuple[int, float | None]], bool]:
     """([(step, value), ...] sorted by step, whether it was downsampled). A downsampled series has
     B = max(1, (max_points - 2) // 2) buckets, so at most 2B + 2 points: <= max_points for max_points >= 4."""
-    params = {"job_id": job_id, "name": name,
-              "lo": -(2**62) if min_step is None else min_step, "hi": 2**62 if max_step is None else max_step}
+    params = {
+        "job_id": job_id,
+        "name": name,
+        "lo": -(2**62) if min_step is None else min_step,
+        "hi": 2**62 if max_step is None else max_step,
+    }
     count = session.exec(_CAPPED_COUNT, params={**params, "cap": max_points + 1}).one()[0]
     if not count:
         return [], False

@@ -34,11 +34,36 @@ _BODY_MODELS = (schemas.JobCreate, schemas.JobClone, schemas.UserCreate, schemas
 _BODY_MODELS += (schemas.SweepCreate, schemas.TemplateCreate)  # sweeps, templates
 _BODY_FIELDS = {name for model in _BODY_MODELS for name in model.model_fields} | {
     # POST /evaluations and /schedules (their models live with their routers)
-    "benchmarks", "generation", "backend", "sandbox", "seed", "model", "job_id", "checkpoint", "keep_best_by",
-    "trigger", "cron", "every_n", "include_existing", "enabled", "max_new_tokens", "temperature", "top_p",
-    "n_samples", "k", "stop", "chat", "n_shot", "system_prompt", "limit",
+    "benchmarks",
+    "generation",
+    "backend",
+    "sandbox",
+    "seed",
+    "model",
+    "job_id",
+    "checkpoint",
+    "keep_best_by",
+    "trigger",
+    "cron",
+    "every_n",
+    "include_existing",
+    "enabled",
+    "max_new_tokens",
+    "temperature",
+    "top_p",
+    "n_samples",
+    "k",
+    "stop",
+    "chat",
+    "n_shot",
+    "system_prompt",
+    "limit",
     # named endpoints (POST /endpoints; `endpoint` in evaluations, schedules and judge configs)
-    "endpoint", "base_url", "api_key_env", "models"}
+    "endpoint",
+    "base_url",
+    "api_key_env",
+    "models",
+}
 
 
 def scrub(text: str) -> str:
@@ -51,8 +76,9 @@ def scrub(text: str) -> str:
     except Exception:  # noqa: BLE001 - settings that do not load: nothing to rewrite
         root = ""
     if root and root != "/":
-        text = re.sub(re.escape(root) + r"/(?:[^\s'\"]*/)?tmp/[a-z]+-[0-9a-f]{32}[^\s'\":]*", "<the uploaded file>",
-                      text)
+        text = re.sub(
+            re.escape(root) + r"/(?:[^\s'\"]*/)?tmp/[a-z]+-[0-9a-f]{32}[^\s'\":]*", "<the uploaded file>", text
+        )
         text = text.replace(root + os.sep, "").replace(root, ".")
     pid = str(os.getpid())
     return re.sub(rf"(?<=[/._-]){pid}(?=[/._-]|\b)|(?<=pid[ =:]){pid}\b", "<pid>", text)
@@ -62,8 +88,7 @@ def _scrub_detail(detail: Any) -> Any:
     if isinstance(detail, str):
         return scrub(detail)
     if isinstance(detail, list):
-        return [{**item, "msg": scrub(str(item.get("msg", "")))} if isinstance(item, dict) else item
-                for item in detail]
+        return [{**item, "msg": scrub(str(item.get("msg", "")))} if isinstance(item, dict) else item for item in detail]
     return detail
 
 
@@ -71,8 +96,9 @@ class ValidationFailed(HTTPException):
     """422 with `[{"loc", "msg"}, ...]`."""
 
     def __init__(self, errors: list[FieldError] | list[tuple[str, str]]):
-        super().__init__(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                         detail=[{"loc": loc, "msg": msg} for loc, msg in errors])
+        super().__init__(
+            status.HTTP_422_UNPROCESSABLE_CONTENT, detail=[{"loc": loc, "msg": msg} for loc, msg in errors]
+        )
 
 
 def config_error(exc: ConfigError, prefix: str = "") -> ValidationFailed:
@@ -109,13 +135,20 @@ DESCRIPTIONS = {
 
 def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     """`responses=` for a route: the error codes it answers besides the ones `document` adds by itself."""
-    return {code: {"model": schemas.ValidationErrorOut if code == 422 else schemas.ErrorOut,
-                   "description": DESCRIPTIONS[code]} for code in codes}
+    return {
+        code: {
+            "model": schemas.ValidationErrorOut if code == 422 else schemas.ErrorOut,
+            "description": DESCRIPTIONS[code],
+        }
+        for code in codes
+    }
 
 
 def _error_response(code: int, ref: str) -> dict[str, Any]:
-    return {"description": DESCRIPTIONS[code],
-            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}}}
+    return {
+        "description": DESCRIPTIONS[code],
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}},
+    }
 
 
 def _document_operation(operation: dict[str, Any]) -> None:
@@ -245,10 +278,17 @@ async def _on_http_exception(request: Request, exc: StarletteHTTPException) -> J
     # UTF-8, nested past the recursion limit): a body problem like any other malformed JSON.
     if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
         cause = exc.__cause__
-        reason = ("nested too deeply" if isinstance(cause, RecursionError)
-                  else "not UTF-8 text" if isinstance(cause, UnicodeDecodeError) else "cannot decode")
-        return JSONResponse({"detail": [{"loc": "<body>", "msg": f"malformed JSON: {reason}"}]},
-                            status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+        reason = (
+            "nested too deeply"
+            if isinstance(cause, RecursionError)
+            else "not UTF-8 text"
+            if isinstance(cause, UnicodeDecodeError)
+            else "cannot decode"
+        )
+        return JSONResponse(
+            {"detail": [{"loc": "<body>", "msg": f"malformed JSON: {reason}"}]},
+            status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
+        )
     if 400 <= exc.status_code < 500:
         exc.detail = _scrub_detail(exc.detail)
     return await http_exception_handler(request, exc)

@@ -54,9 +54,18 @@ class InferenceRequest:
     stop: list[str] = field(default_factory=list)
 
     def payload(self, timeout_s: float) -> dict[str, Any]:
-        return {"path": self.path, "label": self.label, "messages": self.messages,
-                "max_new_tokens": self.max_new_tokens, "temperature": self.temperature, "top_p": self.top_p,
-                "seed": self.seed, "n": self.n, "stop": self.stop, "timeout_s": timeout_s}
+        return {
+            "path": self.path,
+            "label": self.label,
+            "messages": self.messages,
+            "max_new_tokens": self.max_new_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "seed": self.seed,
+            "n": self.n,
+            "stop": self.stop,
+            "timeout_s": timeout_s,
+        }
 
 
 def unavailable(message: str) -> HTTPException:
@@ -78,8 +87,16 @@ def _send(request_id: str, payload: dict[str, Any], expires_s: float) -> None:
 class Pending:
     """A request a worker claimed. Iterate `events()` once; always `close()`."""
 
-    def __init__(self, client: aioredis.Redis, request_id: str, user_id: int, settings: Settings, worker: str,
-                 submitted: float, picked_up: float):
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        request_id: str,
+        user_id: int,
+        settings: Settings,
+        worker: str,
+        submitted: float,
+        picked_up: float,
+    ):
         self.client = client
         self.request_id = request_id
         self.user_id = user_id
@@ -101,8 +118,9 @@ class Pending:
             try:
                 item = await self.client.blpop([key], timeout=min(POLL_S, remaining))
             except (redis.RedisError, OSError) as exc:
-                raise unavailable(f"lost the connection to the broker (Redis) during generation: "
-                                  f"{type(exc).__name__}") from None
+                raise unavailable(
+                    f"lost the connection to the broker (Redis) during generation: {type(exc).__name__}"
+                ) from None
             if item is None:
                 continue
             event = channel.decode(item[1])
@@ -173,8 +191,9 @@ async def start(request: InferenceRequest, user_id: int) -> Pending:
         except (redis.RedisError, OSError) as exc:
             raise unavailable(f"the broker (Redis) is unreachable: {type(exc).__name__}") from None
         if not live:
-            raise unavailable("no inference worker is running: start one with `tp worker -Q inference` "
-                              "(`tp up` runs one)")
+            raise unavailable(
+                "no inference worker is running: start one with `tp worker -Q inference` (`tp up` runs one)"
+            )
         inflight = channel.inflight_key(user_id)
         pipe = client.pipeline(transaction=True)
         pipe.incr(inflight)
@@ -182,9 +201,11 @@ async def start(request: InferenceRequest, user_id: int) -> Pending:
         count, _ = await pipe.execute()
         counted = True
         if count > settings.inference_max_inflight:
-            raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS,
-                                detail=f"you have {settings.inference_max_inflight} generation requests in progress "
-                                       f"already (TP_INFERENCE_MAX_INFLIGHT); wait for one to finish")
+            raise HTTPException(
+                status.HTTP_429_TOO_MANY_REQUESTS,
+                detail=f"you have {settings.inference_max_inflight} generation requests in progress "
+                f"already (TP_INFERENCE_MAX_INFLIGHT); wait for one to finish",
+            )
         submitted = time.monotonic()
         pickup = settings.inference_pickup_timeout_s
         try:
@@ -217,9 +238,11 @@ async def _await_pickup(client: aioredis.Redis, request_id: str, deadline: float
             # Either we abandon the request (no worker will run it) or a worker claimed it just now: then wait on.
             if await client.set(channel.claim_key(request_id), channel.ABANDONED, nx=True, ex=channel.KEY_TTL_S):
                 waiting = await _queue_length(client)
-                raise unavailable(f"no inference worker took the request within TP_INFERENCE_PICKUP_TIMEOUT="
-                                  f"{pickup_s:g}s (the inference workers are busy or stuck; {waiting} request(s) "
-                                  f"waiting); try again later")
+                raise unavailable(
+                    f"no inference worker took the request within TP_INFERENCE_PICKUP_TIMEOUT="
+                    f"{pickup_s:g}s (the inference workers are busy or stuck; {waiting} request(s) "
+                    f"waiting); try again later"
+                )
             deadline = time.monotonic() + 5.0
             continue
         item = await client.blpop([key], timeout=min(POLL_S, max(remaining, 0.01)))

@@ -32,8 +32,7 @@ class BodyTooLarge(HTTPException):
 
 
 def body_too_large_detail(limit_bytes: int) -> str:
-    return (f"the request body is larger than the limit of {limit_bytes / MB:g} MB (TP_MAX_BODY_MB); it was not "
-            f"read")
+    return f"the request body is larger than the limit of {limit_bytes / MB:g} MB (TP_MAX_BODY_MB); it was not read"
 
 
 def content_length(scope: Scope) -> int | None:
@@ -114,6 +113,11 @@ class BodyLimitMiddleware:
 
 async def _answer_413(send: Send, detail: str) -> None:
     body = json.dumps({"detail": detail}).encode()
-    await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

@@ -23,8 +23,9 @@ log = logging.getLogger("training_platform.api.access")
 def route_template(scope: Scope) -> str:
     """The matched route's full path template. FastAPI >= 0.16x keeps included routers nested (scope["route"] is
     the route relative to its router); its effective route context has the full template."""
-    context = (scope.get("fastapi") or {}).get("effective_route_context") if isinstance(scope.get("fastapi"), dict) \
-        else None
+    context = (
+        (scope.get("fastapi") or {}).get("effective_route_context") if isinstance(scope.get("fastapi"), dict) else None
+    )
     for candidate in (context, scope.get("route")):
         template = getattr(candidate, "path_format", None) or getattr(candidate, "path", None)
         if isinstance(template, str) and template:
@@ -88,12 +89,19 @@ class ObservabilityMiddleware:
             queued = start - arrived
             template = route_template(scope)
             try:
-                telemetry.observe_request(method, template, status_holder[0], elapsed,
-                                          queued if gate is not None else None)
+                telemetry.observe_request(
+                    method, template, status_holder[0], elapsed, queued if gate is not None else None
+                )
             except Exception:  # noqa: BLE001 - a metrics failure must not turn into a failed request
                 log.exception("could not record request metrics")
             if gate is not None:
-                log.info("%s %s %d %.1fms +%.1fms queued", method, scope.get("path", ""), status_holder[0],
-                         elapsed * 1000, queued * 1000)
+                log.info(
+                    "%s %s %d %.1fms +%.1fms queued",
+                    method,
+                    scope.get("path", ""),
+                    status_holder[0],
+                    elapsed * 1000,
+                    queued * 1000,
+                )
             else:
                 log.info("%s %s %d %.1fms", method, scope.get("path", ""), status_holder[0], elapsed * 1000)

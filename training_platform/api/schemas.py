@@ -104,9 +104,11 @@ class JobCreate(RequestBody):
 class JobClone(RequestBody):
     name: JobName | None = None
     overrides: dict[Annotated[str, StringConstraints(max_length=512)], Any] = Field(
-        default_factory=dict, max_length=100,
+        default_factory=dict,
+        max_length=100,
         description='Dotted keys, e.g. {"training.max_steps": 50, "rewards.0.weight": 1}; at most 100 keys of at most '
-                    '16 parts.')
+        "16 parts.",
+    )
     priority: Priority | None = None
 
 
@@ -135,8 +137,10 @@ class JobRead(BaseModel):
     cloned_from: int | None
     sweep_id: int | None = Field(None, description="The sweep that created the job (GET /sweeps/{id}).")
     best_checkpoint: dict[str, Any] | None = Field(
-        None, description='Training jobs evaluated with keep_best_by: {"metric", "step", "value", "evaluation_id", '
-                          '"path"}. That checkpoint is kept beyond keep_last_checkpoints.')
+        None,
+        description='Training jobs evaluated with keep_best_by: {"metric", "step", "value", "evaluation_id", '
+        '"path"}. That checkpoint is kept beyond keep_last_checkpoints.',
+    )
 
 
 class RankRead(BaseModel):
@@ -158,7 +162,8 @@ class DistributedRead(BaseModel):
 
 class JobDetail(JobRead):
     distributed: DistributedRead | None = Field(
-        None, description="Training jobs: launcher, nodes, world size and the state of each rank.")
+        None, description="Training jobs: launcher, nodes, world size and the state of each rank."
+    )
 
 
 class JobValidate(RequestBody):
@@ -170,8 +175,10 @@ class JobValidate(RequestBody):
 
 
 class ConfigProblem(BaseModel):
-    loc: list[str | int] = Field(description='The field path as a list, e.g. ["training", "learning_rate"] or '
-                                             '["rewards", 0, "weight"]; [] for the whole body.')
+    loc: list[str | int] = Field(
+        description='The field path as a list, e.g. ["training", "learning_rate"] or '
+        '["rewards", 0, "weight"]; [] for the whole body.'
+    )
     msg: str
 
 
@@ -180,7 +187,8 @@ class JobValidation(BaseModel):
 
     valid: bool
     effective_config: dict[str, Any] | None = Field(
-        description="Every default filled in (null when the config does not parse).")
+        description="Every default filled in (null when the config does not parse)."
+    )
     errors: list[ConfigProblem]
     warnings: list[str]
 
@@ -206,11 +214,13 @@ JobSort = Literal["created_at", "-created_at", "priority", "-priority", "status"
 class MetricsOut(BaseModel):
     # A [step, value] pair as a 2-item array (not a tuple: its `prefixItems` trips some OpenAPI tools).
     series: dict[str, list[Annotated[list[int | float | None], Field(min_length=2, max_length=2)]]] = Field(
-        description="name -> [[step, value], ...] by step.")
+        description="name -> [[step, value], ...] by step."
+    )
     names_available: list[str]
     downsampled: dict[str, bool] = Field(default_factory=dict, description="Which series were bucketed.")
     times: dict[str, list[float | None]] | None = Field(
-        None, description="with_time=true: name -> when each point was logged (epoch seconds), aligned with series.")
+        None, description="with_time=true: name -> when each point was logged (epoch seconds), aligned with series."
+    )
 
 
 class LogLines(BaseModel):
@@ -225,8 +235,9 @@ class CheckpointRead(BaseModel):
     removed: bool
     created_at: UtcDatetime
     evaluation_id: int | None = Field(None, description="The latest succeeded evaluation of this checkpoint.")
-    eval_metrics: dict[str, float] = Field(default_factory=dict, description='Its results, e.g. '
-                                                                            '{"gsm8k/accuracy": 0.42}.')
+    eval_metrics: dict[str, float] = Field(
+        default_factory=dict, description='Its results, e.g. {"gsm8k/accuracy": 0.42}.'
+    )
     is_best: bool = Field(False, description="The job's best checkpoint (see the job's best_checkpoint).")
 
 
@@ -235,7 +246,8 @@ class CheckpointRead(BaseModel):
 
 class ModelCreate(RequestBody):
     name: Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=NAME_PATTERN)] = Field(
-        description="Usable as `model.path` in job configs.")
+        description="Usable as `model.path` in job configs."
+    )
     path: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4096)]
 
 
@@ -274,13 +286,17 @@ class SweepCreate(RequestBody):
     name: SweepName = Field(description="Each job is named `<name> <key>=<value> ... seed=<seed>`.")
     config: dict[str, Any] = Field(description="The base training config (validated like POST /jobs).")
     grid: dict[GridKey, Annotated[list[Any], Field(min_length=1, max_length=SWEEP_MAX_VALUES)]] = Field(
-        default_factory=dict, max_length=SWEEP_MAX_KEYS,
+        default_factory=dict,
+        max_length=SWEEP_MAX_KEYS,
         description='Dotted config paths -> the values to try, e.g. {"training.learning_rate": [1e-4, 3e-4]}: one '
-                    f'job per combination and seed. At most {SWEEP_MAX_KEYS} keys of at most {SWEEP_MAX_VALUES} '
-                    f'distinct values; at most {SWEEP_MAX_JOBS} jobs in all. `training.seed` is set by `seeds`.')
+        f"job per combination and seed. At most {SWEEP_MAX_KEYS} keys of at most {SWEEP_MAX_VALUES} "
+        f"distinct values; at most {SWEEP_MAX_JOBS} jobs in all. `training.seed` is set by `seeds`.",
+    )
     seeds: Annotated[list[Seed], Field(min_length=1, max_length=SWEEP_MAX_SEEDS)] | None = Field(
-        None, description="Distinct values of `training.seed`, one job per grid point each (default: the base "
-                          "config's seed).")
+        None,
+        description="Distinct values of `training.seed`, one job per grid point each (default: the base "
+        "config's seed).",
+    )
     priority: Priority = 0
 
 
@@ -305,8 +321,8 @@ class SweepJob(BaseModel):
     max_steps: int | None
     error: str | None
     metrics: dict[str, float | None] = Field(
-        description="The last logged value of each metric (its final value once the job finished); null: not "
-                    "finite.")
+        description="The last logged value of each metric (its final value once the job finished); null: not finite."
+    )
 
 
 class MetricStats(BaseModel):
@@ -320,8 +336,9 @@ class SweepPoint(BaseModel):
     label: str = Field(description="e.g. `lr=0.0001 bs=8`.")
     job_ids: list[int]
     succeeded: int = Field(description="Its jobs that succeeded: the statistics are over these.")
-    metrics: dict[str, MetricStats] = Field(description="Per metric: mean and sample std of the succeeded jobs' "
-                                                        "final values across seeds.")
+    metrics: dict[str, MetricStats] = Field(
+        description="Per metric: mean and sample std of the succeeded jobs' final values across seeds."
+    )
 
 
 class SweepDetail(SweepRead):
@@ -340,11 +357,16 @@ TemplateDescription = Annotated[str, StringConstraints(max_length=2000)]
 class TemplateCreate(RequestBody):
     name: TemplateName = Field(description="Unique among your templates.")
     description: TemplateDescription = ""
-    config: dict[str, Any] = Field(description="A training config; checked by the schema and the cross-field rules. "
-                                               "Paths are checked when a job is submitted from it, with the "
-                                               "submitter's rights.")
-    shared: bool = Field(False, strict=True, description="Every user may read (and use) it; only the owner and "
-                                                         "admins change or delete it.")
+    config: dict[str, Any] = Field(
+        description="A training config; checked by the schema and the cross-field rules. "
+        "Paths are checked when a job is submitted from it, with the "
+        "submitter's rights."
+    )
+    shared: bool = Field(
+        False,
+        strict=True,
+        description="Every user may read (and use) it; only the owner and admins change or delete it.",
+    )
 
 
 class TemplateUpdate(RequestBody):

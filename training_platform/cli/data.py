@@ -67,10 +67,14 @@ def _data_commands(data_app: typer.Typer) -> None:
         file: Path = typer.Argument(..., help="JSONL/JSON/Parquet/CSV dataset."),
         fmt: str = typer.Option("auto", "--format", help="Row format (default: detected from the first row)."),
         output: Path | None = typer.Option(None, "--output", help="Also store the rows here (see --policy)."),
-        policy: str = typer.Option("reject", "--policy", help="With --output: reject (any bad row -> nothing "
-                                                              "stored) or quarantine (bad rows to their own file)."),
-        quarantine: Path | None = typer.Option(None, "--quarantine", help="Quarantine file (default "
-                                                                          "<output stem>.quarantine.jsonl)."),
+        policy: str = typer.Option(
+            "reject",
+            "--policy",
+            help="With --output: reject (any bad row -> nothing stored) or quarantine (bad rows to their own file).",
+        ),
+        quarantine: Path | None = typer.Option(
+            None, "--quarantine", help="Quarantine file (default <output stem>.quarantine.jsonl)."
+        ),
         report: Path | None = typer.Option(None, "--report", help="Write the full report (every problem) as JSON."),
     ):
         """Print the detected format, then `line N: field: reason` per bad row. Exit 0 if every row is valid,
@@ -101,8 +105,10 @@ def _data_commands(data_app: typer.Typer) -> None:
                 _err(f"{len(result.bad_rows)} bad row(s) of {result.rows}")
             if output is not None:
                 if result.accepted:
-                    _err(f"stored {result.valid_rows} rows: {output}"
-                         + (f"; quarantined {len(result.bad_rows)}: {result.quarantine}" if result.quarantine else ""))
+                    _err(
+                        f"stored {result.valid_rows} rows: {output}"
+                        + (f"; quarantined {len(result.bad_rows)}: {result.quarantine}" if result.quarantine else "")
+                    )
                 else:
                     _err(f"rejected: nothing stored ({policy})")
             if not result.ok:
@@ -111,15 +117,19 @@ def _data_commands(data_app: typer.Typer) -> None:
     @data_app.command("convert")
     def convert_cmd(
         file: Path = typer.Argument(..., help="Input dataset."),
-        to: str = typer.Option(..., "--to", help="Target: messages, sharegpt, alpaca, prompt_completion, "
-                                                 "preference_plain, preference_conversational, rl_prompt, verl."),
+        to: str = typer.Option(
+            ...,
+            "--to",
+            help="Target: messages, sharegpt, alpaca, prompt_completion, "
+            "preference_plain, preference_conversational, rl_prompt, verl.",
+        ),
         output: Path = typer.Option(..., "--output", help="Output file (.jsonl/.json/.parquet/.csv)."),
         fmt: str = typer.Option("auto", "--format", help="Input format (default: detected)."),
         data_source: str = typer.Option("custom", "--data-source", help="verl data_source for rows without one."),
         ability: str | None = typer.Option(None, "--ability", help="verl ability for rows without one."),
-        preview_tokenizer: Path | None = typer.Option(None, "--preview-tokenizer",
-                                                      help="Print the first rows rendered with this tokenizer's "
-                                                           "chat template."),
+        preview_tokenizer: Path | None = typer.Option(
+            None, "--preview-tokenizer", help="Print the first rows rendered with this tokenizer's chat template."
+        ),
         preview: int = typer.Option(3, "--preview", min=1, help="How many rows to preview."),
     ):
         """Convert between compatible formats (every row must convert, or nothing is written)."""
@@ -128,8 +138,7 @@ def _data_commands(data_app: typer.Typer) -> None:
         with _guard():
             _need_file(file)
             result = convert_file(file, output, to, fmt=fmt, data_source=data_source, ability=ability)
-            typer.echo(f"converted {result.converted} rows: {result.source_format} -> {result.target_format}: "
-                       f"{output}")
+            typer.echo(f"converted {result.converted} rows: {result.source_format} -> {result.target_format}: {output}")
             if preview_tokenizer is not None:
                 for item in preview_chat_template(output, preview_tokenizer, n=preview):
                     typer.echo(f"--- row {item['index']} ({item['tokens']} tokens)")
@@ -166,10 +175,12 @@ def _data_commands(data_app: typer.Typer) -> None:
         ngram: int = typer.Option(5, "--ngram", help="Words per shingle."),
         bands: int | None = typer.Option(None, "--bands", help="LSH bands (with --rows; default from threshold)."),
         rows: int | None = typer.Option(None, "--rows", help="LSH rows per band."),
-        margin: float | None = typer.Option(None, "--margin", help="Accept estimated Jaccard >= threshold - margin "
-                                                                   "(default: 3 std of the estimator)."),
-        keep: str = typer.Option("first", "--keep", help="Which row of a cluster to keep: first or best "
-                                                         "(heuristic quality)."),
+        margin: float | None = typer.Option(
+            None, "--margin", help="Accept estimated Jaccard >= threshold - margin (default: 3 std of the estimator)."
+        ),
+        keep: str = typer.Option(
+            "first", "--keep", help="Which row of a cluster to keep: first or best (heuristic quality)."
+        ),
         field: list[str] = typer.Option([], "--field", help="Text fields to compare (default: the format's)."),
         fmt: str | None = typer.Option(None, "--format", help="Row format (default: detected)."),
         exact: bool = typer.Option(True, "--exact/--no-exact", help="Exact (normalised text) duplicates."),
@@ -180,25 +191,39 @@ def _data_commands(data_app: typer.Typer) -> None:
 
         with _guard():
             _need_file(file)
-            config = DedupConfig(threshold=threshold, num_perm=num_perm, ngram=ngram, bands=bands, rows=rows,
-                                 margin=margin, keep=keep, exact=exact, near=near)
+            config = DedupConfig(
+                threshold=threshold,
+                num_perm=num_perm,
+                ngram=ngram,
+                bands=bands,
+                rows=rows,
+                margin=margin,
+                keep=keep,
+                exact=exact,
+                near=near,
+            )
             result = dedup_file(file, output, config, report_path=report, fmt=fmt, fields=_parse_fields(field))
-            typer.echo(f"kept {result['output_rows']} of {result['input_rows']} rows "
-                       f"({result['exact_duplicates']} exact, {result['near_duplicates']} near duplicates, "
-                       f"{len(result['clusters'])} clusters): {output}")
+            typer.echo(
+                f"kept {result['output_rows']} of {result['input_rows']} rows "
+                f"({result['exact_duplicates']} exact, {result['near_duplicates']} near duplicates, "
+                f"{len(result['clusters'])} clusters): {output}"
+            )
 
     @data_app.command("score")
     def score_cmd(
         file: Path = typer.Argument(..., help="Input dataset."),
         output: Path = typer.Option(..., "--output", help="Rows with their scores under `_scores`."),
-        report: Path | None = typer.Option(None, "--report", help="Report JSON (score distributions, judge "
-                                                                   "counters)."),
+        report: Path | None = typer.Option(None, "--report", help="Report JSON (score distributions, judge counters)."),
         heuristics: bool = typer.Option(True, "--heuristics/--no-heuristics", help="Heuristic scores."),
         perplexity_model: Path | None = typer.Option(None, "--perplexity-model", help="Local causal LM directory."),
         max_length: int = typer.Option(512, "--max-length", min=8, help="Tokens per row for perplexity."),
-        judge: Path | None = typer.Option(None, "--judge", help="Judge/reward config YAML/JSON: `endpoint` (a name "
-                                                                "from TP_ENDPOINTS / TP_ENDPOINTS_FILE), `model`, "
-                                                                "`mode`, ... (docs/endpoints.md)."),
+        judge: Path | None = typer.Option(
+            None,
+            "--judge",
+            help="Judge/reward config YAML/JSON: `endpoint` (a name "
+            "from TP_ENDPOINTS / TP_ENDPOINTS_FILE), `model`, "
+            "`mode`, ... (docs/endpoints.md).",
+        ),
         field: list[str] = typer.Option([], "--field", help="Text fields to score (default: the format's)."),
         by: str | None = typer.Option(None, "--by", help="Filter on this score (e.g. quality, perplexity, judge)."),
         min_value: float | None = typer.Option(None, "--min", help="Keep rows with score >= this."),
@@ -211,28 +236,43 @@ def _data_commands(data_app: typer.Typer) -> None:
 
         with _guard():
             _need_file(file)
-            kwargs = {"heuristics": heuristics, "perplexity_model": perplexity_model,
-                      "perplexity_max_length": max_length, "judge": judge, "fields": _parse_fields(field)}
+            kwargs = {
+                "heuristics": heuristics,
+                "perplexity_model": perplexity_model,
+                "perplexity_max_length": max_length,
+                "judge": judge,
+                "fields": _parse_fields(field),
+            }
             if by is None and (min_value is not None or max_value is not None or top_k is not None):
                 raise ValueError("--by: name the score to filter on (e.g. --by quality)")
             if by is not None:
-                result = score_then_filter(file, output, by=by, min_value=min_value, max_value=max_value,
-                                           top_k=top_k, lowest=lowest, report_path=report, **kwargs)
+                result = score_then_filter(
+                    file,
+                    output,
+                    by=by,
+                    min_value=min_value,
+                    max_value=max_value,
+                    top_k=top_k,
+                    lowest=lowest,
+                    report_path=report,
+                    **kwargs,
+                )
                 typer.echo(f"scored {result['rows']} rows, kept {result['filter']['output_rows']} by {by}: {output}")
             else:
                 result = score_file(file, output, report_path=report, **kwargs)
                 typer.echo(f"scored {result['rows']} rows: {output}")
             if "judge" in result:
                 j = result["judge"]
-                typer.echo(f"judge: {j['requests']} requests, {j['cache_hits']} cache hits, {j['errors']} errors, "
-                           f"mean latency {j['latency_mean_s']}s")
+                typer.echo(
+                    f"judge: {j['requests']} requests, {j['cache_hits']} cache hits, {j['errors']} errors, "
+                    f"mean latency {j['latency_mean_s']}s"
+                )
 
     @data_app.command("report")
     def report_cmd(
         file: Path = typer.Argument(..., help="Input dataset."),
         output: Path = typer.Option(..., "--output", help="Report JSON."),
-        eval_set: list[Path] = typer.Option([], "--eval-set", help="Eval set to check for contamination "
-                                                                   "(repeatable)."),
+        eval_set: list[Path] = typer.Option([], "--eval-set", help="Eval set to check for contamination (repeatable)."),
         ngram: int = typer.Option(13, "--ngram", help="Contamination n-gram size (words)."),
         min_matches: int = typer.Option(1, "--min-matches", min=1, help="Overlapping n-grams to flag a row."),
         tokenizer: Path | None = typer.Option(None, "--tokenizer", help="Tokenizer directory for token lengths."),
@@ -247,11 +287,21 @@ def _data_commands(data_app: typer.Typer) -> None:
             _need_file(file)
             for path in eval_set:
                 _need_file(path, "--eval-set")
-            result = audit_file(file, eval_sets=list(eval_set), tokenizer=tokenizer, fmt=fmt,
-                                fields=_parse_fields(field), ngram=ngram, min_matches=min_matches, dedup=dedup,
-                                report_path=output)
-            line = (f"{result['rows']} rows, distinct-1 {result['distinct_1']}, distinct-2 {result['distinct_2']}, "
-                    f"difficulty {json.dumps(result['difficulty_buckets'])}")
+            result = audit_file(
+                file,
+                eval_sets=list(eval_set),
+                tokenizer=tokenizer,
+                fmt=fmt,
+                fields=_parse_fields(field),
+                ngram=ngram,
+                min_matches=min_matches,
+                dedup=dedup,
+                report_path=output,
+            )
+            line = (
+                f"{result['rows']} rows, distinct-1 {result['distinct_1']}, distinct-2 {result['distinct_2']}, "
+                f"difficulty {json.dumps(result['difficulty_buckets'])}"
+            )
             if "contaminated_rows" in result:
                 line += f", {len(result['contaminated_rows'])} contaminated"
             typer.echo(f"{line}: {output}")
@@ -272,8 +322,9 @@ def _data_commands(data_app: typer.Typer) -> None:
             _need_file(file)
             for path in eval_set:
                 _need_file(path, "--eval-set")
-            result = decontaminate_file(file, output, list(eval_set), n=ngram, min_matches=min_matches,
-                                        report_path=report)
+            result = decontaminate_file(
+                file, output, list(eval_set), n=ngram, min_matches=min_matches, report_path=report
+            )
             typer.echo(f"removed {result['removed_rows']} contaminated rows, kept {result['output_rows']}: {output}")
 
     @data_app.command("resample")
@@ -295,24 +346,27 @@ def _data_commands(data_app: typer.Typer) -> None:
                 weights = {k.strip(): float(v) for k, v in (part.split("=", 1) for part in mix.split(","))}
             except ValueError:
                 raise ValueError(f"--mix: expected easy=W,medium=W,hard=W, got {mix!r}") from None
-            result = resample_to_mix(file, output, weights, total=total, replace=replace, seed=seed,
-                                     report_path=report)
+            result = resample_to_mix(file, output, weights, total=total, replace=replace, seed=seed, report_path=report)
             typer.echo(f"drew {result['output_rows']} rows {json.dumps(result['output_buckets'])}: {output}")
 
     @data_app.command("gate")
     def gate_cmd(
         file: Path = typer.Argument(..., help="Dataset file."),
-        profile: str = typer.Option("default", "--profile", help="Gate profile: default, strict, or one of "
-                                                                 "$TP_GATE_PROFILES_FILE."),
+        profile: str = typer.Option(
+            "default", "--profile", help="Gate profile: default, strict, or one of $TP_GATE_PROFILES_FILE."
+        ),
         eval_set: list[Path] = typer.Option([], "--eval-set", help="Eval set for the leakage check (repeatable)."),
-        reference: Path | None = typer.Option(None, "--reference", help="Reference set for the n-gram divergence "
-                                                                        "check."),
-        tokenizer: Path | None = typer.Option(None, "--tokenizer", help="Tokenizer directory for the length bounds "
-                                                                        "(default: whitespace words)."),
+        reference: Path | None = typer.Option(
+            None, "--reference", help="Reference set for the n-gram divergence check."
+        ),
+        tokenizer: Path | None = typer.Option(
+            None, "--tokenizer", help="Tokenizer directory for the length bounds (default: whitespace words)."
+        ),
         fmt: str | None = typer.Option(None, "--format", help="Row format (default: detected)."),
         report: Path | None = typer.Option(None, "--report", help="Write the gate report (JSON) here."),
-        profiles_file: Path | None = typer.Option(None, "--profiles-file", help="Profiles YAML (default: "
-                                                                                "$TP_GATE_PROFILES_FILE)."),
+        profiles_file: Path | None = typer.Option(
+            None, "--profiles-file", help="Profiles YAML (default: $TP_GATE_PROFILES_FILE)."
+        ),
     ):
         """Run a quality gate: one line per check (PASS / FAIL / SKIP, value, threshold). Exit 0 when every check
         passes (skipped ones say why), 1 when a check fails, 2 on bad input."""
@@ -327,8 +381,9 @@ def _data_commands(data_app: typer.Typer) -> None:
                 if reference is not None:
                     _need_file(reference, "--reference")
                 loaded = resolve_local_profile(profile, str(profiles_file) if profiles_file else None)
-                result = run_gate(file, loaded, eval_sets=list(eval_set), reference=reference,
-                                  tokenizer=tokenizer, fmt=fmt)
+                result = run_gate(
+                    file, loaded, eval_sets=list(eval_set), reference=reference, tokenizer=tokenizer, fmt=fmt
+                )
             except GateError as exc:
                 for loc, msg in exc.errors:
                     _err(f"{'--' + loc.replace('_', '-') if loc in ('profile', 'reference') else loc}: {msg}")
@@ -337,8 +392,10 @@ def _data_commands(data_app: typer.Typer) -> None:
                 write_json(report, result)
             typer.echo(summary_line(result))
             verdict = "PASSED" if result["passed"] else f"FAILED ({', '.join(result['failed'])})"
-            _err(f"gate {loaded.name} (hash {loaded.hash[:12]}) {verdict} on {result['dataset']['rows']} rows"
-                 + (f": {report}" if report is not None else ""))
+            _err(
+                f"gate {loaded.name} (hash {loaded.hash[:12]}) {verdict} on {result['dataset']['rows']} rows"
+                + (f": {report}" if report is not None else "")
+            )
             if not result["passed"]:
                 raise typer.Exit(1)
 
@@ -356,6 +413,7 @@ def data_synth_arithmetic(
     """Synthetic addition data in every format the algorithms need, with a held-out eval split."""
     from training_platform.demo.arithmetic import synth_arithmetic
 
-    for name, path in synth_arithmetic(out_dir, max_operand=max_operand, eval_fraction=eval_fraction,
-                                       seed=seed).items():
+    for name, path in synth_arithmetic(
+        out_dir, max_operand=max_operand, eval_fraction=eval_fraction, seed=seed
+    ).items():
         typer.echo(f"{name}: {path}")

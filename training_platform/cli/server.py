@@ -98,8 +98,12 @@ def up_cmd(
     grace: float = typer.Option(60.0, "--grace", min=0, help="Seconds to let a running job checkpoint on stop."),
     api_workers: int | None = typer.Option(None, "--api-workers", min=1, help=WORKERS_HELP),
     app: str = typer.Option(launcher.DEFAULT_API_APP, "--app", hidden=True, help="ASGI application to serve."),
-    ray: bool = typer.Option(False, "--ray", help="Also run a local Ray head (loopback, token auth) and point "
-                                                  "TP_RAY_ADDRESS at it: jobs with resources.launcher ray run there."),
+    ray: bool = typer.Option(
+        False,
+        "--ray",
+        help="Also run a local Ray head (loopback, token auth) and point "
+        "TP_RAY_ADDRESS at it: jobs with resources.launcher ray run there.",
+    ),
 ):
     """Run the whole platform on this machine (api + worker + beat) until Ctrl-C, as their supervisor.
 
@@ -108,9 +112,15 @@ def up_cmd(
     inference worker (the playground, /openai/v1) and beat as child processes. A child that dies is restarted (with
     backoff; after TP_UP_MAX_CRASHES exits within TP_UP_CRASH_WINDOW s `tp up` gives up and exits 1). Ctrl-C / SIGTERM
     stops them all (a running job checkpoints and is requeued). See docs/operations.md."""
-    code = launcher.run_platform(host=host, port=port, app=app, grace_s=grace,
-                                 api_workers=api_workers or launcher.default_api_workers(), ray=ray,
-                                 echo=lambda message: typer.echo(message))
+    code = launcher.run_platform(
+        host=host,
+        port=port,
+        app=app,
+        grace_s=grace,
+        api_workers=api_workers or launcher.default_api_workers(),
+        ray=ray,
+        echo=lambda message: typer.echo(message),
+    )
     raise typer.Exit(code)
 
 

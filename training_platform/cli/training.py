@@ -65,16 +65,22 @@ def config_schema():
 
 def train_cmd(
     config: Path = typer.Argument(..., help="Job config YAML."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Run directory (default: "
-                                                                     "$TP_DATA_DIR/runs/<run-id>)."),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Run directory (default: $TP_DATA_DIR/runs/<run-id>)."
+    ),
     resume: Path | None = typer.Option(None, "--resume", help="Continue this run from its latest checkpoint."),
     set_: list[str] = typer.Option([], "--set", help="Override KEY=VALUE (YAML value), repeatable."),
-    stop_at_step: int | None = typer.Option(None, "--stop-at-step", min=1,
-                                            help="Stop cleanly (with a checkpoint) after this step."),
-    ray_address: str | None = typer.Option(None, "--ray-address", help="Ray cluster for resources.launcher ray "
-                                                                        "(default: $TP_RAY_ADDRESS)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the effective config (and the "
-                                                          "generated verl config for engine verl); train nothing."),
+    stop_at_step: int | None = typer.Option(
+        None, "--stop-at-step", min=1, help="Stop cleanly (with a checkpoint) after this step."
+    ),
+    ray_address: str | None = typer.Option(
+        None, "--ray-address", help="Ray cluster for resources.launcher ray (default: $TP_RAY_ADDRESS)."
+    ),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Validate and print the effective config (and the generated verl config for engine verl); train nothing.",
+    ),
 ):
     """Validate, then train (one process, or every rank through the config's launcher). Prints the run directory
     as the last line."""
@@ -112,8 +118,10 @@ def train_cmd(
         _err("FATAL: interrupted")
         raise typer.Exit(1) from None
     if result.status == "stopped":
-        _err(f"stopped at step {result.step} ({result.stop_reason}); continue with: "
-             f"tp train {config} --resume {result.run_dir}")
+        _err(
+            f"stopped at step {result.step} ({result.stop_reason}); continue with: "
+            f"tp train {config} --resume {result.run_dir}"
+        )
     else:
         _err(f"finished at step {result.step}")
     typer.echo(str(result.run_dir))
@@ -135,8 +143,6 @@ def verify_cmd(run_dir: Path = typer.Argument(..., help="A run directory.")):
     typer.echo(f"OK: {checked} files match the manifest")
 
 
-
-
 @algorithms_app.callback(invoke_without_command=True)
 def algorithms_default(ctx: typer.Context):
     """Without a subcommand: the same as `tp algorithms list`."""
@@ -156,11 +162,11 @@ def algorithms_list(as_json: bool = typer.Option(False, "--json", help="One JSON
     header = f"{'ENGINE':7s} {'ALGORITHM':12s} {'DATA':10s} {'RESUME':6s} {'LAUNCHERS':22s} {'MODEL':23s} DESCRIPTION"
     typer.echo(header)
     for r in rows:
-        typer.echo(f"{r['engine']:7s} {r['algorithm']:12s} {r['data_kind']:10s} {'yes' if r['resume'] else 'no':6s} "
-                   f"{','.join(r['launchers']):22s} {','.join(r['model_kinds']):23s} {r['description']}"
-                   + (f" [{r['notes']}]" if r["notes"] else ""))
-
-
+        typer.echo(
+            f"{r['engine']:7s} {r['algorithm']:12s} {r['data_kind']:10s} {'yes' if r['resume'] else 'no':6s} "
+            f"{','.join(r['launchers']):22s} {','.join(r['model_kinds']):23s} {r['description']}"
+            + (f" [{r['notes']}]" if r["notes"] else "")
+        )
 
 
 @rewards_app.callback(invoke_without_command=True)
@@ -181,19 +187,25 @@ def rewards_cmd():
 
 @rewards_app.command("shadow")
 def rewards_shadow(
-    old: str = typer.Option(..., "--old", help="The current scorer: NAME, NAME:key=value,..., JSON, or a YAML/JSON "
-                                               "file of a reward section."),
+    old: str = typer.Option(
+        ...,
+        "--old",
+        help="The current scorer: NAME, NAME:key=value,..., JSON, or a YAML/JSON file of a reward section.",
+    ),
     new: str = typer.Option(..., "--new", help="The changed scorer (same forms as --old)."),
-    data: Path = typer.Option(..., "--data", help="JSONL/JSON/Parquet/CSV rows with prompt, completion and the "
-                                                  "columns the rewards read."),
-    limit: int = typer.Option(500, "--limit", help="Items scored: a seeded sample of at most this many rows "
-                                                   "(1..100000)."),
+    data: Path = typer.Option(
+        ..., "--data", help="JSONL/JSON/Parquet/CSV rows with prompt, completion and the columns the rewards read."
+    ),
+    limit: int = typer.Option(
+        500, "--limit", help="Items scored: a seeded sample of at most this many rows (1..100000)."
+    ),
     repeats: int = typer.Option(3, "--repeats", help="Calls per item and scorer, for the variance (1..50)."),
     top_k: int = typer.Option(10, "--top-k", help="k of the top-k overlap."),
     seed: int = typer.Option(0, "--seed"),
     min_spearman: float = typer.Option(0.8, "--min-spearman", help="Pass needs Spearman >= this."),
-    max_unstable: float = typer.Option(0.0, "--max-unstable", help="Pass needs the new scorer's share of items "
-                                                                   "with variance > 0.08 <= this."),
+    max_unstable: float = typer.Option(
+        0.0, "--max-unstable", help="Pass needs the new scorer's share of items with variance > 0.08 <= this."
+    ),
     report: Path | None = typer.Option(None, "--report", help="Write the JSON report here."),
 ):
     """Score the same sample with both scorers: Spearman, Kendall, top-k overlap, per-item variance across repeated
@@ -201,8 +213,17 @@ def rewards_shadow(
     from training_platform.training.rewards.shadow import ShadowInputError, shadow_report
 
     try:
-        result = shadow_report(old, new, data, limit=limit, repeats=repeats, seed=seed, top_k=top_k,
-                               min_spearman=min_spearman, max_unstable_share=max_unstable)
+        result = shadow_report(
+            old,
+            new,
+            data,
+            limit=limit,
+            repeats=repeats,
+            seed=seed,
+            top_k=top_k,
+            min_spearman=min_spearman,
+            max_unstable_share=max_unstable,
+        )
     except ShadowInputError as exc:
         for field, reason in exc.errors:
             _err(f"{field}: {reason}")
@@ -215,15 +236,22 @@ def rewards_shadow(
     def show(value):
         return "n/a" if value is None else f"{value:.4f}"
 
-    typer.echo(f"items {result['items_scored']}/{result['items']} (of {result['rows_in_file']} rows), repeats "
-               f"{result['repeats']}")
-    typer.echo(f"spearman {show(result['spearman'])}  kendall {show(result['kendall'])}  "
-               f"top-{result['top_k']} overlap {show(result['top_k_overlap'])}")
+    typer.echo(
+        f"items {result['items_scored']}/{result['items']} (of {result['rows_in_file']} rows), repeats "
+        f"{result['repeats']}"
+    )
+    typer.echo(
+        f"spearman {show(result['spearman'])}  kendall {show(result['kendall'])}  "
+        f"top-{result['top_k']} overlap {show(result['top_k_overlap'])}"
+    )
     for side in ("old", "new"):
         st = result["stability"][side]
-        typer.echo(f"{side}: mean score {show(result['mean_score'][side])}  mean variance {st['mean_variance']:.4f}  "
-                   f"unstable {st['unstable_share']:.2%}")
-    typer.echo(f"verdict: {result['verdict'].upper()}" + (f" ({'; '.join(result['reasons'])})"
-                                                           if result["reasons"] else ""))
+        typer.echo(
+            f"{side}: mean score {show(result['mean_score'][side])}  mean variance {st['mean_variance']:.4f}  "
+            f"unstable {st['unstable_share']:.2%}"
+        )
+    typer.echo(
+        f"verdict: {result['verdict'].upper()}" + (f" ({'; '.join(result['reasons'])})" if result["reasons"] else "")
+    )
     if result["verdict"] != "pass":
         raise typer.Exit(1)

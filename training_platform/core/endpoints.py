@@ -111,8 +111,12 @@ class OutboundRefused(EndpointError):
 
 def check_name(name: Any) -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise EndpointError("an endpoint name is 1-64 letters, digits, '_', '.', '-', starting with a letter or "
-                            f"digit; got {name!r}"[:300], "name")
+        raise EndpointError(
+            f"an endpoint name is 1-64 letters, digits, '_', '.', '-', starting with a letter or digit; got {name!r}"[
+                :300
+            ],
+            "name",
+        )
     return name
 
 
@@ -121,8 +125,7 @@ def check_base_url(url: Any) -> str:
     if not isinstance(url, str) or not url.strip():
         raise EndpointError("base_url: give the API root, e.g. https://api.example.com/v1", "base_url")
     if len(url) > MAX_URL or any(ord(c) < 33 or ord(c) == 127 for c in url):
-        raise EndpointError(f"base_url: at most {MAX_URL} characters, without spaces or control characters",
-                            "base_url")
+        raise EndpointError(f"base_url: at most {MAX_URL} characters, without spaces or control characters", "base_url")
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -130,16 +133,21 @@ def check_base_url(url: Any) -> str:
         raise EndpointError(f"base_url: not a valid URL ({exc})", "base_url") from None
     scheme = parts.scheme.lower()
     if scheme not in ALLOWED_SCHEMES:
-        raise EndpointError(f"base_url: only http:// and https:// URLs are allowed, not {scheme or 'no'} scheme "
-                            f"({scheme + '://' if scheme else 'a bare path'} is refused)", "base_url")
+        raise EndpointError(
+            f"base_url: only http:// and https:// URLs are allowed, not {scheme or 'no'} scheme "
+            f"({scheme + '://' if scheme else 'a bare path'} is refused)",
+            "base_url",
+        )
     if not parts.hostname:
         raise EndpointError("base_url: the URL has no host", "base_url")
     if parts.username is not None or parts.password is not None:
-        raise EndpointError("base_url: no user:password in the URL; put the key in the variable named by "
-                            "api_key_env", "base_url")
+        raise EndpointError(
+            "base_url: no user:password in the URL; put the key in the variable named by api_key_env", "base_url"
+        )
     if parts.query or parts.fragment or url.rstrip().endswith(("?", "#")):
-        raise EndpointError("base_url: no query string or fragment; give the API root such as "
-                            "https://api.example.com/v1", "base_url")
+        raise EndpointError(
+            "base_url: no query string or fragment; give the API root such as https://api.example.com/v1", "base_url"
+        )
     if port is not None and port == 0:
         raise EndpointError("base_url: port 0 is not a port", "base_url")
     return f"{scheme}://{parts.netloc}{parts.path}".rstrip("/")
@@ -149,11 +157,13 @@ def check_key_env(name: Any, *, admin: bool = False) -> str | None:
     if name is None or name == "":
         return None
     if not isinstance(name, str) or not _KEY_ENV.fullmatch(name):
-        raise EndpointError("api_key_env: the name of an environment variable (letters, digits, '_'; not starting "
-                            "with a digit; at most 128)", "api_key_env")
+        raise EndpointError(
+            "api_key_env: the name of an environment variable (letters, digits, '_'; not starting "
+            "with a digit; at most 128)",
+            "api_key_env",
+        )
     if admin and _PLATFORM_ENV.match(name):
-        raise EndpointError(f"api_key_env: {name} is a setting of the platform itself, not an API key",
-                            "api_key_env")
+        raise EndpointError(f"api_key_env: {name} is a setting of the platform itself, not an API key", "api_key_env")
     return name
 
 
@@ -165,8 +175,9 @@ def check_models(models: Any) -> tuple[str, ...]:
     out: list[str] = []
     for i, model in enumerate(models):
         if not isinstance(model, str) or not model.strip() or len(model) > MAX_MODEL_NAME or "\x00" in model:
-            raise EndpointError(f"models[{i}]: a non-empty model name of at most {MAX_MODEL_NAME} characters",
-                                f"models.{i}")
+            raise EndpointError(
+                f"models[{i}]: a non-empty model name of at most {MAX_MODEL_NAME} characters", f"models.{i}"
+            )
         if model not in out:
             out.append(model)
     return tuple(out)
@@ -194,8 +205,9 @@ class Endpoint:
 
     def check_model(self, model: str | None, field: str = "model") -> None:
         if self.models and model not in self.models:
-            raise ModelNotServed(f"endpoint {self.name!r} serves {', '.join(map(repr, self.models))}; not "
-                                 f"{model!r}"[:1000], field)
+            raise ModelNotServed(
+                f"endpoint {self.name!r} serves {', '.join(map(repr, self.models))}; not {model!r}"[:1000], field
+            )
 
 
 def make_endpoint(name: Any, spec: Any, source: Source = "env") -> Endpoint:
@@ -207,11 +219,16 @@ def make_endpoint(name: Any, spec: Any, source: Source = "env") -> Endpoint:
         raise EndpointError(f"endpoint {name!r}: expected an object with base_url (+ api_key_env, models)")
     unknown = sorted(set(spec) - {"base_url", "api_key_env", "models"})
     if unknown:
-        raise EndpointError(f"endpoint {name!r}: unknown key {unknown[0]!r} (allowed: base_url, api_key_env, "
-                            f"models)", unknown[0])
-    return Endpoint(name=name, base_url=check_base_url(spec.get("base_url")),
-                    api_key_env=check_key_env(spec.get("api_key_env"), admin=source == "admin"),
-                    models=check_models(spec.get("models")), source=source)
+        raise EndpointError(
+            f"endpoint {name!r}: unknown key {unknown[0]!r} (allowed: base_url, api_key_env, models)", unknown[0]
+        )
+    return Endpoint(
+        name=name,
+        base_url=check_base_url(spec.get("base_url")),
+        api_key_env=check_key_env(spec.get("api_key_env"), admin=source == "admin"),
+        models=check_models(spec.get("models")),
+        source=source,
+    )
 
 
 def parse_endpoints(text: str, origin: str = "TP_ENDPOINTS") -> dict[str, Endpoint]:
@@ -221,8 +238,10 @@ def parse_endpoints(text: str, origin: str = "TP_ENDPOINTS") -> dict[str, Endpoi
     except json.JSONDecodeError as exc:
         raise EndpointConfigError(f"{origin}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise EndpointConfigError(f"{origin}: expected a JSON object mapping names to "
-                                  f'{{"base_url": ..., "api_key_env": ..., "models": [...]}}')
+        raise EndpointConfigError(
+            f"{origin}: expected a JSON object mapping names to "
+            f'{{"base_url": ..., "api_key_env": ..., "models": [...]}}'
+        )
     out: dict[str, Endpoint] = {}
     for name, spec in data.items():
         try:
@@ -251,8 +270,7 @@ def env_endpoints(settings: Any = None) -> dict[str, Endpoint]:
             raise EndpointConfigError(f"TP_ENDPOINTS_FILE: cannot read {path}: {exc.strerror or exc}") from None
         for name, endpoint in parse_endpoints(text, "TP_ENDPOINTS_FILE").items():
             if name in out:
-                raise EndpointConfigError(f"endpoint {name!r} is defined in both TP_ENDPOINTS and "
-                                          f"TP_ENDPOINTS_FILE")
+                raise EndpointConfigError(f"endpoint {name!r} is defined in both TP_ENDPOINTS and TP_ENDPOINTS_FILE")
             out[name] = endpoint
     return out
 
@@ -269,9 +287,12 @@ class Endpoints:
     first use (EndpointConfigError then, if the operator's JSON is broken), so a resolver nobody asks costs
     nothing."""
 
-    def __init__(self, env: Mapping[str, Endpoint] | Iterable[Endpoint] | Callable[[], Mapping[str, Endpoint]]
-                 | None = None, lookup: Lookup | None = None,
-                 names: Callable[[], Iterable[Endpoint]] | None = None):
+    def __init__(
+        self,
+        env: Mapping[str, Endpoint] | Iterable[Endpoint] | Callable[[], Mapping[str, Endpoint]] | None = None,
+        lookup: Lookup | None = None,
+        names: Callable[[], Iterable[Endpoint]] | None = None,
+    ):
         self._env_source = env if callable(env) else None
         if env is None or callable(env):
             env = {}
@@ -280,8 +301,9 @@ class Endpoints:
         self._names = names
 
     @classmethod
-    def from_env(cls, settings: Any = None, lookup: Lookup | None = None,
-                 names: Callable[[], Iterable[Endpoint]] | None = None) -> Endpoints:
+    def from_env(
+        cls, settings: Any = None, lookup: Lookup | None = None, names: Callable[[], Iterable[Endpoint]] | None = None
+    ) -> Endpoints:
         return cls(lambda: env_endpoints(settings), lookup, names)
 
     @property
@@ -300,12 +322,13 @@ class Endpoints:
     def all(self) -> list[Endpoint]:
         """Every endpoint (environment first, then the looked-up ones it does not shadow), by name."""
         found = dict(self.env)
-        for endpoint in (self._names() if self._names is not None else []):
+        for endpoint in self._names() if self._names is not None else []:
             found.setdefault(endpoint.name, endpoint)
         return sorted(found.values(), key=lambda e: e.name)
 
-    def resolve(self, name: str | None, model: str | None = None, *, field: str = "endpoint",
-                model_field: str = "model") -> Endpoint:
+    def resolve(
+        self, name: str | None, model: str | None = None, *, field: str = "endpoint", model_field: str = "model"
+    ) -> Endpoint:
         """The endpoint `name`, checked to serve `model` (when it lists models). UnknownEndpoint / ModelNotServed
         carry the request field they concern."""
         if not name:
@@ -329,8 +352,9 @@ def _origin(url: str) -> tuple[str, str, int]:
     return scheme, (parts.hostname or "").lower(), port
 
 
-def keyed_client(endpoint: Endpoint, *, timeout: float, transport: Any = None,
-                 environ: Mapping[str, str] | None = None) -> httpx.Client:
+def keyed_client(
+    endpoint: Endpoint, *, timeout: float, transport: Any = None, environ: Mapping[str, str] | None = None
+) -> httpx.Client:
     """The httpx.Client for `endpoint`: base URL set, `Authorization: Bearer <key>` when its `api_key_env` is set
     in the environment, redirects never followed, and every request checked to go to the endpoint's own
     scheme://host:port before it is sent (OutboundRefused otherwise)."""
@@ -347,11 +371,18 @@ def keyed_client(endpoint: Endpoint, *, timeout: float, transport: Any = None,
 
     def same_origin(request: httpx.Request) -> None:
         if _origin(str(request.url)) != origin:
-            raise OutboundRefused(f"endpoint {name!r}: refusing to send a request to another host than the "
-                                  f"endpoint's own")
+            raise OutboundRefused(
+                f"endpoint {name!r}: refusing to send a request to another host than the endpoint's own"
+            )
 
-    return httpx.Client(base_url=endpoint.base_url, headers=headers, timeout=timeout, transport=transport,
-                        follow_redirects=False, event_hooks={"request": [same_origin]})
+    return httpx.Client(
+        base_url=endpoint.base_url,
+        headers=headers,
+        timeout=timeout,
+        transport=transport,
+        follow_redirects=False,
+        event_hooks={"request": [same_origin]},
+    )
 
 
 def has_key(endpoint: Endpoint, environ: Mapping[str, str] | None = None) -> bool:

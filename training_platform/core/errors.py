@@ -118,8 +118,12 @@ def _got(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def translate_pydantic_error(err: Mapping[str, Any], prefix: str = "", known_fields: Collection[str] | None = None,
-                             union_tags: Mapping[str, Collection[str]] | None = None) -> FieldError:
+def translate_pydantic_error(
+    err: Mapping[str, Any],
+    prefix: str = "",
+    known_fields: Collection[str] | None = None,
+    union_tags: Mapping[str, Collection[str]] | None = None,
+) -> FieldError:
     """One pydantic error -> FieldError. `prefix` places errors of a nested model (`rewards[0].params`);
     `known_fields` are the candidates of the "did you mean" hint for an unknown field; `union_tags` maps a
     discriminated union's field to its tags (dropped from paths, listed when the tag is wrong)."""
@@ -151,8 +155,11 @@ def translate_pydantic_error(err: Mapping[str, Any], prefix: str = "", known_fie
         discriminator = str(ctx.get("discriminator", "")).strip("'\"")
         if discriminator:
             path = f"{path}.{discriminator}" if path != "<root>" else discriminator
-        reason = (f"unknown {field} {_got(ctx.get('tag'))}; expected one of {expected}" if kind == "union_tag_invalid"
-                  else f"required field is missing; expected one of {expected}")
+        reason = (
+            f"unknown {field} {_got(ctx.get('tag'))}; expected one of {expected}"
+            if kind == "union_tag_invalid"
+            else f"required field is missing; expected one of {expected}"
+        )
     elif kind in ("int_type", "int_parsing", "int_from_float"):
         reason = f"must be an integer, got {_got(value)}"
     elif kind in ("float_type", "float_parsing"):
@@ -178,8 +185,12 @@ def translate_pydantic_error(err: Mapping[str, Any], prefix: str = "", known_fie
     return FieldError(path, reason)
 
 
-def pydantic_errors(exc: Any, prefix: str = "", known_fields: Collection[str] | None = None,
-                    union_tags: Mapping[str, Collection[str]] | None = None) -> list[FieldError]:
+def pydantic_errors(
+    exc: Any,
+    prefix: str = "",
+    known_fields: Collection[str] | None = None,
+    union_tags: Mapping[str, Collection[str]] | None = None,
+) -> list[FieldError]:
     """Every error of a pydantic ValidationError, translated, duplicates dropped; a value that fits no member of a
     union (reported once per member by pydantic) gets one `a, or b` reason."""
     by_path: dict[str, list[str]] = {}

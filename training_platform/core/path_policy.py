@@ -124,8 +124,9 @@ def readable(path: Path, reader: Reader, settings: Settings) -> bool:
             match = _STORE_FILE.match(parts[1])
             if match and match.group(1)[:2] == parts[0] and reader.can_read_content(match.group(1)):
                 return True
-    return any(_under(path, root) for root in reader.model_dirs(settings)) \
-        or any(_under(path, root) for root in reader.run_dirs(settings))
+    return any(_under(path, root) for root in reader.model_dirs(settings)) or any(
+        _under(path, root) for root in reader.run_dirs(settings)
+    )
 
 
 def check_path(loc: str, value: str, settings: Settings, reader: Reader) -> FieldError | None:
@@ -146,9 +147,12 @@ def check_path(loc: str, value: str, settings: Settings, reader: Reader) -> Fiel
         where = "the data directory" + (" and TP_MODEL_ROOTS" if _model_roots(settings) else "")
         return FieldError(loc, f"{name!r} is outside the allowed directories ({where})")
     # One message whatever lies behind the name (a symlink out, another user's file, nothing): nothing to probe.
-    areas = ("anything in the allowed directories" if reader.is_admin else
-             f"runs/job-N and evals/job-N of your jobs, users/{reader.user_name}/, the files of your datasets and of "
-             "shared ones, demo/, shared/, the model roots, registered models you may use")
+    areas = (
+        "anything in the allowed directories"
+        if reader.is_admin
+        else f"runs/job-N and evals/job-N of your jobs, users/{reader.user_name}/, the files of your datasets and of "
+        "shared ones, demo/, shared/, the model roots, registered models you may use"
+    )
     return FieldError(loc, f"{name!r} resolves outside the allowed directories or the areas you may read ({areas})")
 
 
@@ -159,12 +163,14 @@ def is_hub_id(value: str, settings: Settings) -> bool:
         return False
     org = value.split("/", 1)[0]
     local = settings.data_path / value
-    return not (settings.data_path / org).exists() and not (settings.data_path / org).is_symlink() \
-        and not local.exists()
+    return (
+        not (settings.data_path / org).exists() and not (settings.data_path / org).is_symlink() and not local.exists()
+    )
 
 
-def check_marked(paths: Iterable[tuple[str, str, PathMarker]], settings: Settings, reader: Reader,
-                 prefix: str = "") -> list[FieldError]:
+def check_marked(
+    paths: Iterable[tuple[str, str, PathMarker]], settings: Settings, reader: Reader, prefix: str = ""
+) -> list[FieldError]:
     """The policy over marked fields (see `training_platform.core.userpath`); a `model` field that is a hub id passes
     (registered model names must have been substituted by the caller)."""
     errors = []

@@ -80,8 +80,9 @@ class Settings(BaseSettings):
     api_concurrency: int = Field(2, validation_alias="TP_API_CONCURRENCY", ge=0, le=1000)
     # Inference workers (queue `inference`: the playground and /openai/v1; workers/inference_tasks.py).
     inference_cache_size: int = Field(2, validation_alias="TP_INFERENCE_CACHE", ge=1, le=64)
-    inference_device: str = Field("auto", validation_alias="TP_INFERENCE_DEVICE",
-                                  pattern=r"^(auto|cpu|cuda(:\d{1,2})?)$")
+    inference_device: str = Field(
+        "auto", validation_alias="TP_INFERENCE_DEVICE", pattern=r"^(auto|cpu|cuda(:\d{1,2})?)$"
+    )
     inference_pickup_timeout_s: float = Field(30.0, validation_alias="TP_INFERENCE_PICKUP_TIMEOUT", gt=0, le=3600)
     inference_timeout_s: float = Field(120.0, validation_alias="TP_INFERENCE_TIMEOUT", gt=0, le=3600)
     inference_max_inflight: int = Field(4, validation_alias="TP_INFERENCE_MAX_INFLIGHT", ge=1, le=1000)

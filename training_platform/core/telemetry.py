@@ -62,18 +62,32 @@ class _Metrics:
     def __init__(self) -> None:
         from prometheus_client import Counter, Histogram
 
-        self.http_requests = Counter("tp_http_requests", "HTTP requests handled by the API.",
-                                     ["method", "route", "status"])
-        self.http_duration = Histogram("tp_http_request_duration_seconds", "Time spent handling HTTP requests.",
-                                       ["method", "route"], buckets=HTTP_BUCKETS)
-        self.http_queue = Histogram("tp_http_request_queue_seconds", "Time reads waited for admission "
-                                    "(TP_API_CONCURRENCY) before being handled.", ["method", "route"],
-                                    buckets=HTTP_BUCKETS)
-        self.jobs_finished = Counter("tp_jobs_finished", "Jobs that reached an end state, by kind, algorithm "
-                                     "(data jobs: the operation) and outcome.", ["kind", "algorithm", "outcome"])
-        self.job_duration = Histogram("tp_job_duration_seconds", "From a job's start to its end state (jobs that "
-                                      "started), by kind, algorithm and outcome.", ["kind", "algorithm", "outcome"],
-                                      buckets=JOB_BUCKETS)
+        self.http_requests = Counter(
+            "tp_http_requests", "HTTP requests handled by the API.", ["method", "route", "status"]
+        )
+        self.http_duration = Histogram(
+            "tp_http_request_duration_seconds",
+            "Time spent handling HTTP requests.",
+            ["method", "route"],
+            buckets=HTTP_BUCKETS,
+        )
+        self.http_queue = Histogram(
+            "tp_http_request_queue_seconds",
+            "Time reads waited for admission (TP_API_CONCURRENCY) before being handled.",
+            ["method", "route"],
+            buckets=HTTP_BUCKETS,
+        )
+        self.jobs_finished = Counter(
+            "tp_jobs_finished",
+            "Jobs that reached an end state, by kind, algorithm (data jobs: the operation) and outcome.",
+            ["kind", "algorithm", "outcome"],
+        )
+        self.job_duration = Histogram(
+            "tp_job_duration_seconds",
+            "From a job's start to its end state (jobs that started), by kind, algorithm and outcome.",
+            ["kind", "algorithm", "outcome"],
+            buckets=JOB_BUCKETS,
+        )
 
 
 _lock = threading.Lock()

@@ -100,8 +100,13 @@ def user_paths(obj: Any, prefix: str = "") -> Iterator[tuple[str, str, PathMarke
             loc = _loc(prefix, name)
             marker = field_marker(type(obj), name)
             if marker is not None:
-                items = [(loc, value)] if isinstance(value, str) else \
-                    [(_loc(loc, i), v) for i, v in enumerate(value)] if isinstance(value, list | tuple) else []
+                items = (
+                    [(loc, value)]
+                    if isinstance(value, str)
+                    else [(_loc(loc, i), v) for i, v in enumerate(value)]
+                    if isinstance(value, list | tuple)
+                    else []
+                )
                 for where, item in items:
                     if isinstance(item, str) and item:
                         yield where, item, marker
@@ -140,16 +145,26 @@ def raw_user_paths(cls: type[BaseModel], raw: Any, prefix: str = "") -> Iterator
         value, loc = raw[key], _loc(prefix, key)
         marker = marker_of(info.annotation, info.metadata)
         if marker is not None:
-            items = [(loc, value)] if isinstance(value, str) else \
-                [(_loc(loc, i), v) for i, v in enumerate(value)] if isinstance(value, list) else []
+            items = (
+                [(loc, value)]
+                if isinstance(value, str)
+                else [(_loc(loc, i), v) for i, v in enumerate(value)]
+                if isinstance(value, list)
+                else []
+            )
             for where, item in items:
                 if isinstance(item, str) and item and where not in seen:
                     seen.add(where)
                     yield where, item, marker
             continue
         for sub in _model_classes(info.annotation):
-            entries = [(loc, value)] if isinstance(value, dict) else \
-                [(_loc(loc, i), v) for i, v in enumerate(value)] if isinstance(value, list) else []
+            entries = (
+                [(loc, value)]
+                if isinstance(value, dict)
+                else [(_loc(loc, i), v) for i, v in enumerate(value)]
+                if isinstance(value, list)
+                else []
+            )
             for where, item in entries:
                 for found in raw_user_paths(sub, item, where):
                     if found[0] not in seen:

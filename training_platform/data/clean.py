@@ -148,10 +148,19 @@ class StepStats:
     samples_modified: list[dict] = field(default_factory=list)
 
     def to_dict(self, counters: dict[str, int]) -> dict[str, Any]:
-        out = {"index": self.index, "op": self.op, "kind": self.kind, "params": self.params,
-               "input_rows": self.input_rows, "kept": self.kept, "removed": self.removed, "modified": self.modified,
-               "removed_by_reason": dict(sorted(self.reasons.items(), key=lambda kv: -kv[1])),
-               "samples_removed": self.samples_removed, "samples_modified": self.samples_modified}
+        out = {
+            "index": self.index,
+            "op": self.op,
+            "kind": self.kind,
+            "params": self.params,
+            "input_rows": self.input_rows,
+            "kept": self.kept,
+            "removed": self.removed,
+            "modified": self.modified,
+            "removed_by_reason": dict(sorted(self.reasons.items(), key=lambda kv: -kv[1])),
+            "samples_removed": self.samples_removed,
+            "samples_modified": self.samples_modified,
+        }
         counts = {k: v for k, v in counters.items() if v}
         if counts:
             out["counts"] = counts
@@ -165,8 +174,15 @@ def _reason_kind(reason: str) -> str:
     return reason
 
 
-def clean_file(path: str | Path, output: str | Path, recipe: Recipe | str | Path | dict | list, *,
-               report_path: str | Path | None = None, fmt: str | None = None, samples: int = 5) -> dict[str, Any]:
+def clean_file(
+    path: str | Path,
+    output: str | Path,
+    recipe: Recipe | str | Path | dict | list,
+    *,
+    report_path: str | Path | None = None,
+    fmt: str | None = None,
+    samples: int = 5,
+) -> dict[str, Any]:
     """Stream `path` through the recipe into `output` (atomic), return (and optionally write) the report."""
     from training_platform.core.files import sha256_file
     from training_platform.data.versions import derived_version
@@ -177,8 +193,9 @@ def clean_file(path: str | Path, output: str | Path, recipe: Recipe | str | Path
         raise ValueError(f"--format: unknown format {fmt!r}; use one of {', '.join(DATA_FORMATS)}")
     ctx = OpContext(fmt=fmt)
     operators: list[Operator] = [OPERATORS[s.op](s.params, ctx) for s in recipe.steps]
-    stats = [StepStats(i, s.op, op.kind, s.to_dict()) for i, (s, op) in enumerate(zip(recipe.steps, operators,
-                                                                                         strict=True))]
+    stats = [
+        StepStats(i, s.op, op.kind, s.to_dict()) for i, (s, op) in enumerate(zip(recipe.steps, operators, strict=True))
+    ]
     rows_in = rows_out = 0
     with RowWriter(output) as writer:
         for record in iter_records(path):
@@ -189,8 +206,15 @@ def clean_file(path: str | Path, output: str | Path, recipe: Recipe | str | Path
             if ctx.fmt is None and isinstance(row, dict):
                 ctx.fmt = detect_format(row)
                 if ctx.fmt is None:
-                    raise DatasetError([RowError(record.line, "<row>", f"cannot detect the format from the fields "
-                                                                       f"{sorted(row)}; set format in the recipe")])
+                    raise DatasetError(
+                        [
+                            RowError(
+                                record.line,
+                                "<row>",
+                                f"cannot detect the format from the fields {sorted(row)}; set format in the recipe",
+                            )
+                        ]
+                    )
             for op, st in zip(operators, stats, strict=True):
                 st.input_rows += 1
                 new, reason = op.process(row)
@@ -199,29 +223,41 @@ def clean_file(path: str | Path, output: str | Path, recipe: Recipe | str | Path
                     kind = _reason_kind(reason or "removed")
                     st.reasons[kind] = st.reasons.get(kind, 0) + 1
                     if len(st.samples_removed) < samples:
-                        st.samples_removed.append({"index": record.index, "line": record.line, "reason": reason,
-                                                   "row": _truncate(row)})
+                        st.samples_removed.append(
+                            {"index": record.index, "line": record.line, "reason": reason, "row": _truncate(row)}
+                        )
                     row = None
                     break
                 st.kept += 1
                 if new is not row:
                     st.modified += 1
                     if len(st.samples_modified) < samples:
-                        st.samples_modified.append({"index": record.index, "line": record.line,
-                                                    "before": _truncate(row), "after": _truncate(new)})
+                        st.samples_modified.append(
+                            {
+                                "index": record.index,
+                                "line": record.line,
+                                "before": _truncate(row),
+                                "after": _truncate(new),
+                            }
+                        )
                     row = new
             if row is not None:
                 writer.write(row)
                 rows_out += 1
     input_sha = sha256_file(path)
     report = {
-        "input": str(path), "output": str(output), "format": ctx.fmt,
-        "input_rows": rows_in, "output_rows": rows_out, "removed_rows": rows_in - rows_out,
+        "input": str(path),
+        "output": str(output),
+        "format": ctx.fmt,
+        "input_rows": rows_in,
+        "output_rows": rows_out,
+        "removed_rows": rows_in - rows_out,
         "recipe": recipe.to_dict(),
         "operators": [st.to_dict(op.counters) for st, op in zip(stats, operators, strict=True)],
         "input_sha256": input_sha,
-        "version": derived_version(output, parent_sha256=input_sha, operation="clean", params=recipe.to_dict(),
-                                   fmt=ctx.fmt),
+        "version": derived_version(
+            output, parent_sha256=input_sha, operation="clean", params=recipe.to_dict(), fmt=ctx.fmt
+        ),
     }
     report["output_sha256"] = report["version"]["sha256"]
     if report_path is not None:

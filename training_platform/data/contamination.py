@@ -43,7 +43,7 @@ def ngram_hashes(hashes: np.ndarray, n: int, weights: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
         out = hashes[: len(hashes) - n + 1] * weights[0]
         for i in range(1, n):
-            out += hashes[i: len(hashes) - n + 1 + i] * weights[i]
+            out += hashes[i : len(hashes) - n + 1 + i] * weights[i]
         return out ^ (np.uint64(n) * _GOLDEN)
 
 
@@ -148,7 +148,7 @@ class ContaminationIndex:
                 for h in hit.tolist():
                     owner = int(owners[pos[h]])
                     counts[owner] = counts.get(owner, 0) + 1
-                    examples.setdefault(owner, " ".join(words[h: h + length]))
+                    examples.setdefault(owner, " ".join(words[h : h + length]))
         return sorted(((o, c, examples[o]) for o, c in counts.items()), key=lambda x: -x[1])
 
     def owner(self, owner_id: int) -> tuple[str, int]:
@@ -156,8 +156,14 @@ class ContaminationIndex:
         return self.sets[set_index].name, row_index
 
 
-def build_index(eval_sets: Iterable[str | Path], *, n: int = 13, min_tokens: int = 8, min_chars: int = 5,
-                fields: list[str] | None = None) -> ContaminationIndex:
+def build_index(
+    eval_sets: Iterable[str | Path],
+    *,
+    n: int = 13,
+    min_tokens: int = 8,
+    min_chars: int = 5,
+    fields: list[str] | None = None,
+) -> ContaminationIndex:
     index = ContaminationIndex(n, min_tokens=min_tokens, min_chars=min_chars, fields=fields)
     names: set[str] = set()
     for path in eval_sets:
@@ -169,8 +175,14 @@ def build_index(eval_sets: Iterable[str | Path], *, n: int = 13, min_tokens: int
     return index
 
 
-def find_contamination(rows: Iterable[Any], index: ContaminationIndex, *, fmt: str | None = None,
-                       fields: list[str] | None = None, min_matches: int = 1) -> list[dict[str, Any]]:
+def find_contamination(
+    rows: Iterable[Any],
+    index: ContaminationIndex,
+    *,
+    fmt: str | None = None,
+    fields: list[str] | None = None,
+    min_matches: int = 1,
+) -> list[dict[str, Any]]:
     """One entry per contaminated training row: {row (0-based), eval_set, eval_row, matched_ngrams, example}."""
     from training_platform.data.formats import detect_format
 
@@ -182,32 +194,59 @@ def find_contamination(rows: Iterable[Any], index: ContaminationIndex, *, fmt: s
         if found and found[0][1] >= min_matches:
             owner, count, example = found[0]
             eval_set, eval_row = index.owner(owner)
-            out.append({"row": i, "eval_set": eval_set, "eval_row": eval_row, "matched_ngrams": count,
-                        "example": example, "eval_rows_matched": len(found)})
+            out.append(
+                {
+                    "row": i,
+                    "eval_set": eval_set,
+                    "eval_row": eval_row,
+                    "matched_ngrams": count,
+                    "example": example,
+                    "eval_rows_matched": len(found),
+                }
+            )
     return out
 
 
-def contamination_report(path: str | Path, eval_sets: list[str | Path], *, n: int = 13, min_tokens: int = 8,
-                         min_matches: int = 1, fields: list[str] | None = None) -> dict[str, Any]:
+def contamination_report(
+    path: str | Path,
+    eval_sets: list[str | Path],
+    *,
+    n: int = 13,
+    min_tokens: int = 8,
+    min_matches: int = 1,
+    fields: list[str] | None = None,
+) -> dict[str, Any]:
     from training_platform.data.io import iter_rows
 
     index = build_index(eval_sets, n=n, min_tokens=min_tokens, fields=fields)
     found = find_contamination(iter_rows(path), index, fields=fields, min_matches=min_matches)
-    return {"ngram": n, "min_tokens": min_tokens, "min_matches": min_matches,
-            "eval_sets": [{"name": s.name, "path": s.path, "rows": s.rows} for s in index.sets],
-            "contaminated_rows": [f["row"] for f in found], "contaminated": found,
-            "eval_texts_too_short": index.skipped_short}
+    return {
+        "ngram": n,
+        "min_tokens": min_tokens,
+        "min_matches": min_matches,
+        "eval_sets": [{"name": s.name, "path": s.path, "rows": s.rows} for s in index.sets],
+        "contaminated_rows": [f["row"] for f in found],
+        "contaminated": found,
+        "eval_texts_too_short": index.skipped_short,
+    }
 
 
-def decontaminate_file(path: str | Path, output: str | Path, eval_sets: list[str | Path], *, n: int = 13,
-                       min_tokens: int = 8, min_matches: int = 1, fields: list[str] | None = None,
-                       report_path: str | Path | None = None) -> dict[str, Any]:
+def decontaminate_file(
+    path: str | Path,
+    output: str | Path,
+    eval_sets: list[str | Path],
+    *,
+    n: int = 13,
+    min_tokens: int = 8,
+    min_matches: int = 1,
+    fields: list[str] | None = None,
+    report_path: str | Path | None = None,
+) -> dict[str, Any]:
     """Write the rows that are not contaminated (atomic); the report lists the removed ones."""
     from training_platform.core.files import write_json
     from training_platform.data.io import RowWriter, iter_records
 
-    report = contamination_report(path, eval_sets, n=n, min_tokens=min_tokens, min_matches=min_matches,
-                                  fields=fields)
+    report = contamination_report(path, eval_sets, n=n, min_tokens=min_tokens, min_matches=min_matches, fields=fields)
     bad = set(report["contaminated_rows"])
     kept = 0
     with RowWriter(output) as writer:
@@ -217,10 +256,25 @@ def decontaminate_file(path: str | Path, output: str | Path, eval_sets: list[str
                 kept += 1
     from training_platform.data.versions import derived_version
 
-    report.update({"input": str(path), "output": str(output), "output_rows": kept, "removed_rows": len(bad),
-                   "version": derived_version(output, parent=path, operation="decontaminate",
-                                              params={"eval_sets": [str(p) for p in eval_sets], "ngram": n,
-                                                      "min_tokens": min_tokens, "min_matches": min_matches})})
+    report.update(
+        {
+            "input": str(path),
+            "output": str(output),
+            "output_rows": kept,
+            "removed_rows": len(bad),
+            "version": derived_version(
+                output,
+                parent=path,
+                operation="decontaminate",
+                params={
+                    "eval_sets": [str(p) for p in eval_sets],
+                    "ngram": n,
+                    "min_tokens": min_tokens,
+                    "min_matches": min_matches,
+                },
+            ),
+        }
+    )
     if report_path is not None:
         write_json(report_path, report)
     return report

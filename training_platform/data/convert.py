@@ -36,8 +36,16 @@ from training_platform.data.formats import (
 )
 from training_platform.data.io import RowWriter, iter_records
 
-TARGET_FORMATS = ("messages", "sharegpt", "alpaca", "prompt_completion", "preference_plain",
-                  "preference_conversational", "rl_prompt", "verl")
+TARGET_FORMATS = (
+    "messages",
+    "sharegpt",
+    "alpaca",
+    "prompt_completion",
+    "preference_plain",
+    "preference_conversational",
+    "rl_prompt",
+    "verl",
+)
 _ALIASES = {"preference": "preference_plain", "conversational_preference": "preference_conversational"}
 _SFT = ("messages", "sharegpt", "alpaca", "prompt_completion")
 _TO_SHAREGPT = {"user": "human", "assistant": "gpt", "system": "system", "tool": "tool"}
@@ -92,8 +100,11 @@ def _from_messages(messages: list[dict], dst: str) -> dict:
     if dst == "alpaca":
         roles = [m["role"] for m in messages]
         if roles not in (["user", "assistant"], ["system", "user", "assistant"]):
-            raise ConversionError("messages", f"alpaca holds one user turn and one assistant reply (plus an optional "
-                                              f"system turn); this row has the turns {roles}")
+            raise ConversionError(
+                "messages",
+                f"alpaca holds one user turn and one assistant reply (plus an optional "
+                f"system turn); this row has the turns {roles}",
+            )
         out = {"instruction": messages[-2]["content"], "input": "", "output": messages[-1]["content"]}
         if roles[0] == "system":
             out["system"] = messages[0]["content"]
@@ -123,8 +134,10 @@ def _preference(row: dict, dst: str) -> dict:
     if dst == "preference_conversational":
         if conversational:
             return {k: row[k] for k in ("prompt", "chosen", "rejected") if k in row}
-        out = {"chosen": [{"role": "assistant", "content": chosen}],
-               "rejected": [{"role": "assistant", "content": rejected}]}
+        out = {
+            "chosen": [{"role": "assistant", "content": chosen}],
+            "rejected": [{"role": "assistant", "content": rejected}],
+        }
         return {"prompt": [{"role": "user", "content": prompt}], **out} if prompt is not None else out
     # -> plain
     if not conversational:
@@ -133,12 +146,18 @@ def _preference(row: dict, dst: str) -> dict:
         n = _common_prefix(chosen, rejected)
         prompt, chosen, rejected = (chosen[:n] or None), chosen[n:], rejected[n:]
     if prompt is not None and (len(prompt) != 1 or prompt[0].get("role") != "user"):
-        raise ConversionError("prompt", f"plain preference needs a single user prompt turn; this row has the turns "
-                                        f"{[m.get('role') for m in prompt]}")
+        raise ConversionError(
+            "prompt",
+            f"plain preference needs a single user prompt turn; this row has the turns "
+            f"{[m.get('role') for m in prompt]}",
+        )
     for name, reply in (("chosen", chosen), ("rejected", rejected)):
         if len(reply) != 1 or reply[0].get("role") != "assistant":
-            raise ConversionError(name, f"plain preference needs a single assistant reply; this row has the turns "
-                                        f"{[m.get('role') for m in reply]}")
+            raise ConversionError(
+                name,
+                f"plain preference needs a single assistant reply; this row has the turns "
+                f"{[m.get('role') for m in reply]}",
+            )
     out = {"chosen": chosen[0]["content"], "rejected": rejected[0]["content"]}
     return {"prompt": prompt[0]["content"], **out} if prompt is not None else out
 
@@ -150,8 +169,11 @@ def _rl(row: dict, src: str, dst: str, *, index: int, data_source: str, ability:
     if src == dst:
         return dict(row)
     if dst == "rl_prompt":  # verl -> rl_prompt
-        out = {"prompt": row["prompt"], "answer": row["reward_model"]["ground_truth"],
-               "data_source": row["data_source"]}
+        out = {
+            "prompt": row["prompt"],
+            "answer": row["reward_model"]["ground_truth"],
+            "data_source": row["data_source"],
+        }
         for key in ("ability", "extra_info"):
             if row.get(key) is not None:
                 out[key] = row[key]
@@ -179,8 +201,9 @@ def _rl(row: dict, src: str, dst: str, *, index: int, data_source: str, ability:
 # ---------------------------------------------------------------------------------------------- rows and files
 
 
-def convert_row(row: dict, src: str, dst: str, *, index: int = 0, data_source: str = "custom",
-                ability: str | None = None) -> dict:
+def convert_row(
+    row: dict, src: str, dst: str, *, index: int = 0, data_source: str = "custom", ability: str | None = None
+) -> dict:
     """Convert one valid row of format `src` to target `dst` (see the module docstring). Raises ConversionError
     (field, reason) when this row cannot be expressed in the target format."""
     dst = target_format(dst)
@@ -204,14 +227,27 @@ class ConvertReport:
     errors: list[RowError] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"input": self.input, "output": self.output, "source_format": self.source_format,
-                "target_format": self.target_format, "rows": self.rows, "converted": self.converted,
-                "errors": [str(e) for e in self.errors]}
+        return {
+            "input": self.input,
+            "output": self.output,
+            "source_format": self.source_format,
+            "target_format": self.target_format,
+            "rows": self.rows,
+            "converted": self.converted,
+            "errors": [str(e) for e in self.errors],
+        }
 
 
-def convert_file(path: str | Path, output: str | Path, to: str, *, fmt: str = "auto",
-                 field_map: dict[str, str] | None = None, data_source: str = "custom",
-                 ability: str | None = None) -> ConvertReport:
+def convert_file(
+    path: str | Path,
+    output: str | Path,
+    to: str,
+    *,
+    fmt: str = "auto",
+    field_map: dict[str, str] | None = None,
+    data_source: str = "custom",
+    ability: str | None = None,
+) -> ConvertReport:
     """Convert a whole file. Every row must be valid in its format and convertible; otherwise DatasetError lists
     the bad rows (line, field, reason) and nothing is written. The output type follows its suffix (`.parquet` for
     verl)."""
@@ -231,8 +267,9 @@ def convert_file(path: str | Path, output: str | Path, to: str, *, fmt: str = "a
                 if src is None:
                     raise DatasetError([RowError(record.line, "<row>", "cannot detect the format; pass --format")])
                 if not can_convert(src, dst):
-                    raise DatasetError([RowError(record.line, "<row>", f"format {src!r} cannot be converted to "
-                                                                       f"{dst!r}")])
+                    raise DatasetError(
+                        [RowError(record.line, "<row>", f"format {src!r} cannot be converted to {dst!r}")]
+                    )
                 report = ConvertReport(str(path), str(output), src, dst)
             report.rows += 1
             problems = validate_row(report.source_format, row)
@@ -240,8 +277,11 @@ def convert_file(path: str | Path, output: str | Path, to: str, *, fmt: str = "a
                 errors.append(RowError(record.line, *problems[0]))
                 continue
             try:
-                writer.write(convert_row(row, report.source_format, dst, index=record.index,
-                                         data_source=data_source, ability=ability))
+                writer.write(
+                    convert_row(
+                        row, report.source_format, dst, index=record.index, data_source=data_source, ability=ability
+                    )
+                )
                 report.converted += 1
             except ConversionError as exc:
                 errors.append(RowError(record.line, exc.field, exc.reason))
@@ -291,16 +331,17 @@ def render_row(row: dict, fmt: str, tokenizer) -> str:
         messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
         return chat(messages, generation=True) if template else prompt if isinstance(prompt, str) else chat(messages)
     if isinstance(prompt, list) or isinstance(reply, list):
+
         def as_list(v):
             return v if isinstance(v, list) else ([{"role": "assistant", "content": v}] if v else [])
 
-        return chat([*(prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]),
-                     *as_list(reply)])
+        return chat([*(prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]), *as_list(reply)])
     return f"{prompt}{reply}"
 
 
-def preview_chat_template(path: str | Path, tokenizer: str | Path | Any, *, n: int = 3, fmt: str = "auto"
-                          ) -> list[dict[str, Any]]:
+def preview_chat_template(
+    path: str | Path, tokenizer: str | Path | Any, *, n: int = 3, fmt: str = "auto"
+) -> list[dict[str, Any]]:
     """The first `n` valid rows rendered with the tokenizer's chat template: [{index, line, text, tokens}]."""
     tok = load_tokenizer(tokenizer) if isinstance(tokenizer, str | Path) else tokenizer
     out = []
@@ -314,10 +355,26 @@ def preview_chat_template(path: str | Path, tokenizer: str | Path | Any, *, n: i
         if src is None or validate_row(src, record.row):
             continue
         text = render_row(record.row, src, tok)
-        out.append({"index": record.index, "line": record.line, "text": text,
-                    "tokens": len(tok(text, add_special_tokens=False)["input_ids"])})
+        out.append(
+            {
+                "index": record.index,
+                "line": record.line,
+                "text": text,
+                "tokens": len(tok(text, add_special_tokens=False)["input_ids"]),
+            }
+        )
     return out
 
 
-__all__ = ["TARGET_FORMATS", "ConversionError", "can_convert", "convert_file", "convert_row", "load_tokenizer",
-           "preview_chat_template", "render_row", "target_format", "SHAREGPT_ROLES"]
+__all__ = [
+    "TARGET_FORMATS",
+    "ConversionError",
+    "can_convert",
+    "convert_file",
+    "convert_row",
+    "load_tokenizer",
+    "preview_chat_template",
+    "render_row",
+    "target_format",
+    "SHAREGPT_ROLES",
+]

@@ -104,7 +104,7 @@ class MinHasher:
             if total >= n:
                 windows = word_hashes[: total - n + 1] * self._weights[0]
                 for i in range(1, n):
-                    windows += word_hashes[i: total - n + 1 + i] * self._weights[i]
+                    windows += word_hashes[i : total - n + 1 + i] * self._weights[i]
             else:
                 windows = np.zeros(0, dtype=np.uint64)
             starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
@@ -115,12 +115,14 @@ class MinHasher:
             else:
                 offsets = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
                 grams = np.empty(int(counts.sum()), dtype=np.uint64)
-                grams[_ranges(offsets[long_docs], counts[long_docs])] = windows[_ranges(starts[long_docs],
-                                                                                        counts[long_docs])]
+                grams[_ranges(offsets[long_docs], counts[long_docs])] = windows[
+                    _ranges(starts[long_docs], counts[long_docs])
+                ]
                 for doc in np.flatnonzero(~long_docs & (lengths > 0)).tolist():
                     start, length = int(starts[doc]), int(lengths[doc])
-                    grams[offsets[doc]] = (word_hashes[start: start + length] * self._weights[:length]).sum(
-                        dtype=np.uint64)
+                    grams[offsets[doc]] = (word_hashes[start : start + length] * self._weights[:length]).sum(
+                        dtype=np.uint64
+                    )
         return ((grams ^ (grams >> np.uint64(32))) & _M32).astype(np.uint32), counts
 
     def shingle_hashes(self, text: str) -> np.ndarray:
@@ -147,9 +149,9 @@ class MinHasher:
             for p in range(0, self.num_perm, block):
                 k = min(block, self.num_perm - p)
                 # permutations along rows, so the per-doc min runs over contiguous memory
-                np.multiply(self.a[p:p + k, None], hv[None, :], out=buf[:k])
-                np.add(buf[:k], self.b[p:p + k, None], out=buf[:k])
-                rows[:, p:p + k] = np.minimum.reduceat(buf[:k], starts, axis=1).T
+                np.multiply(self.a[p : p + k, None], hv[None, :], out=buf[:k])
+                np.add(buf[:k], self.b[p : p + k, None], out=buf[:k])
+                rows[:, p : p + k] = np.minimum.reduceat(buf[:k], starts, axis=1).T
         out[nonempty] = rows
         return out
 
@@ -183,7 +185,7 @@ def jaccard(a: Iterable[int], b: Iterable[int]) -> float:
 
 def collision_probability(similarity: float, bands: int, rows: int) -> float:
     """Probability that two rows with this Jaccard similarity share at least one LSH band."""
-    return 1.0 - (1.0 - similarity ** rows) ** bands
+    return 1.0 - (1.0 - similarity**rows) ** bands
 
 
 def default_margin(threshold: float, num_perm: int) -> float:
@@ -275,9 +277,14 @@ class DedupConfig:
         else:
             bands, rows = lsh_params(self.threshold, self.num_perm)
         margin = default_margin(self.threshold, self.num_perm) if self.margin is None else self.margin
-        return {**asdict(self), "bands": bands, "rows": rows, "margin": round(margin, 4),
-                "verify_threshold": round(max(0.0, self.threshold - margin), 4),
-                "collision_probability_at_threshold": round(collision_probability(self.threshold, bands, rows), 4)}
+        return {
+            **asdict(self),
+            "bands": bands,
+            "rows": rows,
+            "margin": round(margin, 4),
+            "verify_threshold": round(max(0.0, self.threshold - margin), 4),
+            "collision_probability_at_threshold": round(collision_probability(self.threshold, bands, rows), 4),
+        }
 
 
 @dataclass
@@ -299,14 +306,21 @@ class DedupResult:
         return int(self.n_rows - self.keep.sum())
 
     def report(self) -> dict[str, Any]:
-        details = [{"size": len(m), "representative": r, "members": m, "kind": k}
-                   for m, r, k in zip(self.clusters, self.representatives, self.kinds, strict=True)]
+        details = [
+            {"size": len(m), "representative": r, "members": m, "kind": k}
+            for m, r, k in zip(self.clusters, self.representatives, self.kinds, strict=True)
+        ]
         return {
-            "input_rows": self.n_rows, "output_rows": int(self.keep.sum()),
-            "exact_duplicates": self.exact_duplicates, "near_duplicates": self.near_duplicates,
+            "input_rows": self.n_rows,
+            "output_rows": int(self.keep.sum()),
+            "exact_duplicates": self.exact_duplicates,
+            "near_duplicates": self.near_duplicates,
             "duplicate_rate": round(self.removed / self.n_rows, 6) if self.n_rows else 0.0,
-            "clusters": self.clusters, "cluster_details": details,
-            "params": self.params, "candidate_pairs": self.candidate_pairs, "verified_pairs": self.verified_pairs,
+            "clusters": self.clusters,
+            "cluster_details": details,
+            "params": self.params,
+            "candidate_pairs": self.candidate_pairs,
+            "verified_pairs": self.verified_pairs,
             "timings_s": {k: round(v, 3) for k, v in self.timings.items()},
         }
 
@@ -360,8 +374,13 @@ def _batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
         yield batch
 
 
-def find_duplicates(texts: Iterable[str], config: DedupConfig | None = None, *,
-                    quality: Callable[[str], float] | None = None, workdir: str | Path | None = None) -> DedupResult:
+def find_duplicates(
+    texts: Iterable[str],
+    config: DedupConfig | None = None,
+    *,
+    quality: Callable[[str], float] | None = None,
+    workdir: str | Path | None = None,
+) -> DedupResult:
     """Exact + near-duplicate clusters over a stream of texts (one per row, in order). See the module docstring."""
     import xxhash
 
@@ -386,8 +405,13 @@ def find_duplicates(texts: Iterable[str], config: DedupConfig | None = None, *,
         n = 0
         for batch in _batches(texts, config.batch_size):
             n += len(batch)
-            exact_hashes.append(np.fromiter((xxhash.xxh3_64_intdigest(normalize_for_exact(t).encode()) for t in batch),
-                                            dtype=np.uint64, count=len(batch)))
+            exact_hashes.append(
+                np.fromiter(
+                    (xxhash.xxh3_64_intdigest(normalize_for_exact(t).encode()) for t in batch),
+                    dtype=np.uint64,
+                    count=len(batch),
+                )
+            )
             if quality is not None:
                 qualities.append(np.fromiter(map(quality, batch), dtype=np.float32, count=len(batch)))
             if hasher is not None:
@@ -396,8 +420,9 @@ def find_duplicates(texts: Iterable[str], config: DedupConfig | None = None, *,
                 sig_spill.append(sigs)
                 has_shingles.append(counts > 0)
                 with np.errstate(over="ignore"):
-                    keys = np.add.reduceat(sigs[:, : bands * rows_per_band].astype(np.uint64) * band_weights,
-                                           band_starts, axis=1)
+                    keys = np.add.reduceat(
+                        sigs[:, : bands * rows_per_band].astype(np.uint64) * band_weights, band_starts, axis=1
+                    )
                 keys = _fmix(keys, _FMIX64)
                 for j in range(bands):
                     key_spills[j].append(keys[:, j])
@@ -443,14 +468,15 @@ def find_duplicates(texts: Iterable[str], config: DedupConfig | None = None, *,
                 a, b = np.concatenate((star[0], chain[0])), np.concatenate((star[1], chain[1]))
                 lo, hi = np.minimum(a, b), np.maximum(a, b)
                 keep_pair = lo != hi
-                codes = np.union1d(codes, lo[keep_pair].astype(np.uint64) * np.uint64(n)
-                                   + hi[keep_pair].astype(np.uint64))
+                codes = np.union1d(
+                    codes, lo[keep_pair].astype(np.uint64) * np.uint64(n) + hi[keep_pair].astype(np.uint64)
+                )
             candidates = len(codes)
             timings["lsh"] = time.perf_counter() - t2
             t3 = time.perf_counter()
             with sig_spill.path.open("rb") as sig_file:
                 for chunk in range(0, len(codes), 4096):
-                    part = codes[chunk: chunk + 4096]
+                    part = codes[chunk : chunk + 4096]
                     a = (part // np.uint64(n)).astype(np.int64)
                     b = (part % np.uint64(n)).astype(np.int64)
                     # only the signatures of this chunk's rows are read (not memory-mapped: bounded RSS)
@@ -498,9 +524,19 @@ def find_duplicates(texts: Iterable[str], config: DedupConfig | None = None, *,
     removed = int(n - keep.sum())
     exact_dups = (n - distinct) if config.exact else 0
     timings["total"] = time.perf_counter() - t0
-    return DedupResult(n_rows=n, clusters=clusters, representatives=reps, kinds=kinds, keep=keep,
-                       exact_duplicates=exact_dups, near_duplicates=removed - exact_dups, params=params,
-                       candidate_pairs=candidates, verified_pairs=verified, timings=timings)
+    return DedupResult(
+        n_rows=n,
+        clusters=clusters,
+        representatives=reps,
+        kinds=kinds,
+        keep=keep,
+        exact_duplicates=exact_dups,
+        near_duplicates=removed - exact_dups,
+        params=params,
+        candidate_pairs=candidates,
+        verified_pairs=verified,
+        timings=timings,
+    )
 
 
 def _row_texts(path: str | Path, fmt: str | None, fields: list[str] | None, info: dict) -> Iterator[str]:
@@ -521,9 +557,16 @@ def _row_texts(path: str | Path, fmt: str | None, fields: list[str] | None, info
         yield row_text(row, None if fmt == "unknown" else fmt, fields)
 
 
-def dedup_file(path: str | Path, output: str | Path, config: DedupConfig | None = None, *,
-               report_path: str | Path | None = None, fmt: str | None = None, fields: list[str] | None = None,
-               workdir: str | Path | None = None) -> dict[str, Any]:
+def dedup_file(
+    path: str | Path,
+    output: str | Path,
+    config: DedupConfig | None = None,
+    *,
+    report_path: str | Path | None = None,
+    fmt: str | None = None,
+    fields: list[str] | None = None,
+    workdir: str | Path | None = None,
+) -> dict[str, Any]:
     """Deduplicate a file into `output` (atomic; kept rows in input order, byte-identical lines for JSONL ->
     JSONL). Returns the report (`input_rows`, `output_rows`, `exact_duplicates`, `near_duplicates`, `clusters`
     as lists of 0-based input row indices, `cluster_details`, params, timings)."""
@@ -562,13 +605,27 @@ def dedup_file(path: str | Path, output: str | Path, config: DedupConfig | None 
     kept_shapes = np.bincount(shapes[keep], minlength=len(info["tracker"].signatures)) if len(shapes) else []
     fmt_out = info["format"] if info["format"] != "unknown" else None
     version = DatasetVersion(
-        sha256=output_sha, path=str(dst), rows=int(keep.sum()), format=fmt_out,
+        sha256=output_sha,
+        path=str(dst),
+        rows=int(keep.sum()),
+        format=fmt_out,
         schema=info["tracker"].schema({i: int(c) for i, c in enumerate(kept_shapes) if c}),
-        parent_sha256=sha256_file(src), operation="dedup", params={**result.params, "fields": fields},
-        size_bytes=dst.stat().st_size).to_dict()
+        parent_sha256=sha256_file(src),
+        operation="dedup",
+        params={**result.params, "fields": fields},
+        size_bytes=dst.stat().st_size,
+    ).to_dict()
     input_sha = version["parent_sha256"]
-    report = {"input": str(path), "output": str(output), "format": info["format"], "fields": fields,
-              **result.report(), "input_sha256": input_sha, "output_sha256": output_sha, "version": version}
+    report = {
+        "input": str(path),
+        "output": str(output),
+        "format": info["format"],
+        "fields": fields,
+        **result.report(),
+        "input_sha256": input_sha,
+        "output_sha256": output_sha,
+        "version": version,
+    }
     if report_path is not None:
         write_json(report_path, report)
     return report

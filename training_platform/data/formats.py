@@ -23,8 +23,16 @@ from pathlib import Path
 from typing import IO, Any
 
 ROLES = {"system", "user", "assistant", "tool"}
-SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
-                  "system": "system", "tool": "tool", "function_call": "assistant", "observation": "tool"}
+SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+    "tool": "tool",
+    "function_call": "assistant",
+    "observation": "tool",
+}
 
 # Which formats each kind of training data accepts.
 KIND_FORMATS: dict[str, tuple[str, ...]] = {
@@ -90,8 +98,9 @@ def _mb(n: int) -> str:
 
 
 def row_too_long(line: int, limit: int) -> LimitExceeded:
-    return LimitExceeded("row_bytes", line, f"line {line} is longer than the limit of {_mb(limit)} per row; "
-                                            f"it was not read")
+    return LimitExceeded(
+        "row_bytes", line, f"line {line} is longer than the limit of {_mb(limit)} per row; it was not read"
+    )
 
 
 def check_file_size(path: Path, limits: ReadLimits) -> None:
@@ -99,8 +108,9 @@ def check_file_size(path: Path, limits: ReadLimits) -> None:
     if limits.max_bytes is not None and path.suffix.lower() != ".parquet":
         size = path.stat().st_size
         if size > limits.max_bytes:
-            raise LimitExceeded("bytes", 0, f"the file is {_mb(size)}, over the limit of {_mb(limits.max_bytes)} "
-                                            f"per dataset file")
+            raise LimitExceeded(
+                "bytes", 0, f"the file is {_mb(size)}, over the limit of {_mb(limits.max_bytes)} per dataset file"
+            )
 
 
 def bounded_lines(f: IO, max_len: int) -> Iterator[tuple[int, Any]]:
@@ -182,22 +192,30 @@ def _parquet_batches(path: Path, limits: ReadLimits) -> Iterator[tuple[int, Any]
     file = pq.ParquetFile(path)
     meta = file.metadata
     if limits.max_rows is not None and meta.num_rows > limits.max_rows:
-        raise LimitExceeded("rows", 0, f"the file holds {meta.num_rows} rows, over the limit of {limits.max_rows} "
-                                       f"rows per dataset file")
+        raise LimitExceeded(
+            "rows", 0, f"the file holds {meta.num_rows} rows, over the limit of {limits.max_rows} rows per dataset file"
+        )
     expanded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
     if limits.max_bytes is not None and expanded > limits.max_bytes:
-        raise LimitExceeded("bytes", 0, f"the file expands to {_mb(expanded)}, over the limit of "
-                                        f"{_mb(limits.max_bytes)} per dataset file")
+        raise LimitExceeded(
+            "bytes",
+            0,
+            f"the file expands to {_mb(expanded)}, over the limit of {_mb(limits.max_bytes)} per dataset file",
+        )
     import pyarrow as pa
 
     line, decoded = 0, 0
     for batch in file.iter_batches(batch_size=1024):
         # dictionary-encoded columns count as what they decode to (their own nbytes are the indices)
-        decoded += sum(col.dictionary_decode().nbytes if pa.types.is_dictionary(col.type) else col.nbytes
-                       for col in batch.columns)
+        decoded += sum(
+            col.dictionary_decode().nbytes if pa.types.is_dictionary(col.type) else col.nbytes for col in batch.columns
+        )
         if limits.max_bytes is not None and decoded > limits.max_bytes:
-            raise LimitExceeded("bytes", line + 1, f"the file expands to more than the limit of "
-                                                   f"{_mb(limits.max_bytes)} per dataset file")
+            raise LimitExceeded(
+                "bytes",
+                line + 1,
+                f"the file expands to more than the limit of {_mb(limits.max_bytes)} per dataset file",
+            )
         for row in batch.to_pylist():
             line += 1
             yield line, row
@@ -233,8 +251,9 @@ def read_rows(path: str | Path, limits: ReadLimits | None = None) -> Iterator[tu
             lines = (line for _, line in bounded_lines(f, limits.max_row_bytes))
             yield from enumerate(csv.DictReader(lines), start=1)
     else:
-        raise DatasetError([RowError(0, "<file>", f"unsupported file type {suffix!r}; use one of "
-                                                  f"{', '.join(SUPPORTED_SUFFIXES)}")])
+        raise DatasetError(
+            [RowError(0, "<file>", f"unsupported file type {suffix!r}; use one of {', '.join(SUPPORTED_SUFFIXES)}")]
+        )
 
 
 def apply_field_map(row: dict, field_map: dict[str, str]) -> dict:
@@ -353,8 +372,11 @@ def validate_row(fmt: str, row: Any) -> list[tuple[str, str]]:
         return errors
     if fmt == "text":
         text = row.get("text")
-        return [] if isinstance(text, str) and text.strip() else [("text", f"must be a non-empty string, got "
-                                                                            f"{_short(text)}")]
+        return (
+            []
+            if isinstance(text, str) and text.strip()
+            else [("text", f"must be a non-empty string, got {_short(text)}")]
+        )
     if fmt == "preference":
         errors = []
         if "prompt" in row:
@@ -410,8 +432,7 @@ def to_canonical(fmt: str, row: dict) -> dict:
     if fmt == "messages":
         return {"messages": [{"role": m["role"], "content": m["content"]} for m in row["messages"]]}
     if fmt == "sharegpt":
-        return {"messages": [{"role": SHAREGPT_ROLES[t["from"]], "content": t["value"]}
-                             for t in row["conversations"]]}
+        return {"messages": [{"role": SHAREGPT_ROLES[t["from"]], "content": t["value"]} for t in row["conversations"]]}
     if fmt == "alpaca":
         user = row["instruction"] + (f"\n\n{row['input']}" if row.get("input") else "")
         messages = [{"role": "user", "content": user}, {"role": "assistant", "content": row["output"]}]
@@ -436,8 +457,11 @@ def to_canonical(fmt: str, row: dict) -> dict:
             out["answer"] = str(out["answer"])
         return out
     if fmt == "verl":
-        out = {"prompt": [{"role": m["role"], "content": m["content"]} for m in row["prompt"]],
-               "answer": str(row["reward_model"]["ground_truth"]), "data_source": row["data_source"]}
+        out = {
+            "prompt": [{"role": m["role"], "content": m["content"]} for m in row["prompt"]],
+            "answer": str(row["reward_model"]["ground_truth"]),
+            "data_source": row["data_source"],
+        }
         for key in ("ability", "extra_info"):
             if row.get(key) is not None:
                 out[key] = row[key]
@@ -466,12 +490,24 @@ def load_examples(
             detected = detect_format(row) if isinstance(row, dict) else None
             if detected is None:
                 keys = sorted(row) if isinstance(row, dict) else type(row).__name__
-                raise DatasetError([RowError(line, "<row>", f"cannot detect the format from the fields {keys}; "
-                                             f"set data.format or data.field_map")])
+                raise DatasetError(
+                    [
+                        RowError(
+                            line,
+                            "<row>",
+                            f"cannot detect the format from the fields {keys}; set data.format or data.field_map",
+                        )
+                    ]
+                )
             fmt = detected
         if fmt not in allowed and VARIANT_FORMATS.get(fmt) not in allowed:
-            raise DatasetError([RowError(line, "<row>", f"format {fmt!r} cannot train this algorithm; it needs "
-                                         f"{' or '.join(allowed)}")])
+            raise DatasetError(
+                [
+                    RowError(
+                        line, "<row>", f"format {fmt!r} cannot train this algorithm; it needs {' or '.join(allowed)}"
+                    )
+                ]
+            )
         problems = validate_row(fmt, row)
         if problems:
             total_bad += 1

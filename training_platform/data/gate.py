@@ -90,6 +90,7 @@ def register_check(name: str, params: type[CheckParams], description: str):
     def wrap(fn):
         CHECKS[name] = CheckSpec(name, params, fn, description)
         return fn
+
     return wrap
 
 
@@ -109,13 +110,19 @@ class GateProfile(BaseModel):
         return profile_hash(self)
 
     def public(self, source: str) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "checks": self.checks, "hash": self.hash,
-                "source": source}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "checks": self.checks,
+            "hash": self.hash,
+            "source": source,
+        }
 
 
 def profile_hash(profile: GateProfile) -> str:
-    canonical = json.dumps({"name": profile.name, "checks": profile.checks}, sort_keys=True,
-                           separators=(",", ":"), ensure_ascii=False)
+    canonical = json.dumps(
+        {"name": profile.name, "checks": profile.checks}, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -149,8 +156,7 @@ def parse_profile(name: str, raw: Any, *, loc: str = "") -> GateProfile:
                 errors += pydantic_errors(exc, prefix=where, known_fields=spec.params.model_fields)
     description = raw.get("description", "")
     try:
-        profile = GateProfile(name=name, description=description if description is not None else "",
-                              checks=normalized)
+        profile = GateProfile(name=name, description=description if description is not None else "", checks=normalized)
     except ValidationError as exc:
         errors += pydantic_errors(exc, prefix=loc or "<profile>")
         profile = None
@@ -160,15 +166,24 @@ def parse_profile(name: str, raw: Any, *, loc: str = "") -> GateProfile:
 
 
 _DEFAULT_CHECKS: dict[str, dict[str, Any]] = {
-    "schema": {}, "distinct_2": {}, "ngram_divergence": {}, "duplicates": {}, "length_bounds": {},
-    "metadata_coverage": {}, "leakage": {},
+    "schema": {},
+    "distinct_2": {},
+    "ngram_divergence": {},
+    "duplicates": {},
+    "length_bounds": {},
+    "metadata_coverage": {},
+    "leakage": {},
 }
 BUILTIN_RAW: dict[str, dict[str, Any]] = {
-    "default": {"description": "Schema, diversity (distinct-2 >= 0.6), divergence from a reference (KL >= 0.15), "
-                               "duplicates <= 2%, lengths, metadata coverage, no leaked eval rows.",
-                "checks": _DEFAULT_CHECKS},
-    "strict": {"description": "default + a difficulty mix of hard >= 30% and easy <= 30%.",
-               "checks": {**_DEFAULT_CHECKS, "difficulty_mix": {"min_hard": 0.3, "max_easy": 0.3}}},
+    "default": {
+        "description": "Schema, diversity (distinct-2 >= 0.6), divergence from a reference (KL >= 0.15), "
+        "duplicates <= 2%, lengths, metadata coverage, no leaked eval rows.",
+        "checks": _DEFAULT_CHECKS,
+    },
+    "strict": {
+        "description": "default + a difficulty mix of hard >= 30% and easy <= 30%.",
+        "checks": {**_DEFAULT_CHECKS, "difficulty_mix": {"min_hard": 0.3, "max_easy": 0.3}},
+    },
 }
 
 
@@ -230,8 +245,16 @@ class GateContext:
     """What the checks read: the dataset file (streamed, several passes), its format, the eval sets and reference,
     the tokenizer; shared measures computed once and cached."""
 
-    def __init__(self, path: Path, *, fmt: str | None, eval_sets: list[Path], reference: Path | None,
-                 tokenizer: Any = None, limits: Any = None):
+    def __init__(
+        self,
+        path: Path,
+        *,
+        fmt: str | None,
+        eval_sets: list[Path],
+        reference: Path | None,
+        tokenizer: Any = None,
+        limits: Any = None,
+    ):
         self.path, self.fmt, self.eval_sets, self.reference = path, fmt, eval_sets, reference
         self.tokenizer, self.limits = tokenizer, limits
         self._cache: dict[str, Any] = {}
@@ -296,9 +319,13 @@ def check_schema(ctx: GateContext, p: SchemaParams) -> Outcome:
     report = ctx.cached("validation", lambda: validate_file(ctx.path, fmt=ctx.fmt or "auto", limits=ctx.limits))
     bad = len(report.bad_rows) + len(report.file_errors)
     examples = [str(e) for e in report.file_errors[:3]] + [str(b.first) for b in report.bad_rows[:5]]
-    return Outcome("pass" if bad <= p.max_bad_rows else "fail", bad, f"<= {p.max_bad_rows}",
-                   f"{bad} bad row(s) of {report.rows}" + (f": {'; '.join(examples)}" if examples else ""),
-                   {"format": report.format})
+    return Outcome(
+        "pass" if bad <= p.max_bad_rows else "fail",
+        bad,
+        f"<= {p.max_bad_rows}",
+        f"{bad} bad row(s) of {report.rows}" + (f": {'; '.join(examples)}" if examples else ""),
+        {"format": report.format},
+    )
 
 
 class Distinct2Params(CheckParams):
@@ -321,8 +348,12 @@ def check_distinct_2(ctx: GateContext, p: Distinct2Params) -> Outcome:
     if not diversity.totals[2]:
         return Outcome("skipped", None, f">= {p.min}", "no row has two words: distinct-2 is undefined")
     value = diversity.distinct(2)
-    return Outcome("pass" if _ge(value, p.min) else "fail", value, f">= {p.min}",
-                   f"{len(diversity.counts[2])} unique of {diversity.totals[2]} word bigrams")
+    return Outcome(
+        "pass" if _ge(value, p.min) else "fail",
+        value,
+        f">= {p.min}",
+        f"{len(diversity.counts[2])} unique of {diversity.totals[2]} word bigrams",
+    )
 
 
 class DivergenceParams(CheckParams):
@@ -352,8 +383,11 @@ def kl_divergence_bits(p_counts, p_total: int, q_counts, q_total: int, smoothing
     return max(0.0, kl)
 
 
-@register_check("ngram_divergence", DivergenceParams,
-                "KL divergence of the word n-gram distribution from a reference set's (needs a reference).")
+@register_check(
+    "ngram_divergence",
+    DivergenceParams,
+    "KL divergence of the word n-gram distribution from a reference set's (needs a reference).",
+)
 def check_ngram_divergence(ctx: GateContext, p: DivergenceParams) -> Outcome:
     from training_platform.data.formats import detect_format
     from training_platform.data.io import iter_rows
@@ -376,8 +410,12 @@ def check_ngram_divergence(ctx: GateContext, p: DivergenceParams) -> Outcome:
         which = "the dataset" if not total else "the reference"
         return Outcome("skipped", None, threshold, f"{which} has no {p.n}-grams")
     value = round(kl_divergence_bits(counts, total, ref_counts, ref_total, p.smoothing), 6)
-    return Outcome("pass" if _ge(value, p.min_kl) else "fail", value, threshold,
-                   f"KL over {total} dataset and {ref_total} reference {p.n}-grams (bits)")
+    return Outcome(
+        "pass" if _ge(value, p.min_kl) else "fail",
+        value,
+        threshold,
+        f"KL over {total} dataset and {ref_total} reference {p.n}-grams (bits)",
+    )
 
 
 class DuplicatesParams(CheckParams):
@@ -395,9 +433,13 @@ def check_duplicates(ctx: GateContext, p: DuplicatesParams) -> Outcome:
     if not result.n_rows:
         return Outcome("skipped", None, f"<= {p.max_rate}", "no rows")
     rate = round(result.removed / result.n_rows, 6)
-    return Outcome("pass" if _le(rate, p.max_rate) else "fail", rate, f"<= {p.max_rate}",
-                   f"{result.exact_duplicates} exact, {result.near_duplicates} near duplicate row(s) of "
-                   f"{result.n_rows}", {"clusters": [c[:10] for c in result.clusters[:10]]})
+    return Outcome(
+        "pass" if _le(rate, p.max_rate) else "fail",
+        rate,
+        f"<= {p.max_rate}",
+        f"{result.exact_duplicates} exact, {result.near_duplicates} near duplicate row(s) of {result.n_rows}",
+        {"clusters": [c[:10] for c in result.clusters[:10]]},
+    )
 
 
 class LengthParams(CheckParams):
@@ -405,11 +447,15 @@ class LengthParams(CheckParams):
     max_tokens: int = Field(4096, ge=1, le=10_000_000, description="Maximum tokens per text field.")
     max_outside_share: float = Field(0.01, ge=0, le=1, description="Maximum share of rows with a field outside.")
     fields: list[Annotated[str, StringConstraints(min_length=1, max_length=128)]] | None = Field(
-        None, max_length=64, description="Top-level fields to check (default: the format's text fields).")
+        None, max_length=64, description="Top-level fields to check (default: the format's text fields)."
+    )
 
 
-@register_check("length_bounds", LengthParams,
-                "Tokens per text field (whitespace words unless a tokenizer is given) inside [min, max].")
+@register_check(
+    "length_bounds",
+    LengthParams,
+    "Tokens per text field (whitespace words unless a tokenizer is given) inside [min, max].",
+)
 def check_length_bounds(ctx: GateContext, p: LengthParams) -> Outcome:
     from training_platform.data.text import iter_texts
 
@@ -425,7 +471,7 @@ def check_length_bounds(ctx: GateContext, p: LengthParams) -> Outcome:
         counts = ctx.token_counts(flat) if flat else []
         pos = 0
         for index, texts in batch:
-            lengths = counts[pos: pos + len(texts)]
+            lengths = counts[pos : pos + len(texts)]
             pos += len(texts)
             if lengths:
                 shortest = min(lengths) if shortest is None else min(shortest, min(lengths))
@@ -445,9 +491,14 @@ def check_length_bounds(ctx: GateContext, p: LengthParams) -> Outcome:
     if not rows:
         return Outcome("skipped", None, threshold, "no rows")
     share = round(outside / rows, 6)
-    return Outcome("pass" if _le(share, p.max_outside_share) else "fail", share, threshold,
-                   f"{outside} of {rows} row(s) have a field outside the bounds (or no text); {ctx.token_unit['unit']}"
-                   f" per field: min {shortest}, max {longest}", {"example_rows": examples})
+    return Outcome(
+        "pass" if _le(share, p.max_outside_share) else "fail",
+        share,
+        threshold,
+        f"{outside} of {rows} row(s) have a field outside the bounds (or no text); {ctx.token_unit['unit']}"
+        f" per field: min {shortest}, max {longest}",
+        {"example_rows": examples},
+    )
 
 
 MetaName = Annotated[str, StringConstraints(min_length=1, max_length=128)]
@@ -456,9 +507,11 @@ MinDistinct = Annotated[int, Field(ge=1, le=1_000_000)]
 
 class MetadataParams(CheckParams):
     fields: dict[MetaName, MinDistinct] = Field(
-        default_factory=lambda: {"role": 4, "style": 3}, max_length=MAX_METADATA_FIELDS,
+        default_factory=lambda: {"role": 4, "style": 3},
+        max_length=MAX_METADATA_FIELDS,
         description="Metadata field -> minimum distinct values (a field is read at the row's top level or under "
-                    "`metadata`).")
+        "`metadata`).",
+    )
 
 
 def _metadata_value(row: Any, name: str) -> Any:
@@ -470,8 +523,11 @@ def _metadata_value(row: Any, name: str) -> Any:
     return meta.get(name) if isinstance(meta, dict) else None
 
 
-@register_check("metadata_coverage", MetadataParams,
-                "Distinct values of declared metadata fields (skipped for fields no row carries).")
+@register_check(
+    "metadata_coverage",
+    MetadataParams,
+    "Distinct values of declared metadata fields (skipped for fields no row carries).",
+)
 def check_metadata_coverage(ctx: GateContext, p: MetadataParams) -> Outcome:
     threshold = ", ".join(f"{k} >= {v}" for k, v in p.fields.items()) or "-"
     if not p.fields:
@@ -501,8 +557,9 @@ class LeakageParams(CheckParams):
     ngram: int = Field(13, ge=1, le=64, description="Words per n-gram of the overlap test.")
     min_tokens: int = Field(8, ge=1, le=1_000_000)
     min_matches: int = Field(1, ge=1, le=1_000_000, description="Overlapping n-grams that make a row leaked.")
-    minhash_threshold: float = Field(0.85, gt=0, le=1, description="MinHash similarity with an eval row that "
-                                                                   "makes a row leaked.")
+    minhash_threshold: float = Field(
+        0.85, gt=0, le=1, description="MinHash similarity with an eval row that makes a row leaked."
+    )
     num_perm: int = Field(128, ge=16, le=512)
     shingle: int = Field(5, ge=1, le=32, description="Words per MinHash shingle.")
     max_leaked: int = Field(0, ge=0, le=100_000_000, description="Leaked rows allowed.")
@@ -533,7 +590,7 @@ def minhash_leaks(ctx: GateContext, p: LeakageParams) -> dict[int, dict[str, Any
             owners.append(ref)
             signatures.append(sig)
             for b in range(bands):
-                buckets.setdefault((b, sig[b * rows_per_band:(b + 1) * rows_per_band].tobytes()), []).append(owner)
+                buckets.setdefault((b, sig[b * rows_per_band : (b + 1) * rows_per_band].tobytes()), []).append(owner)
 
     for eval_path in ctx.eval_sets:
         fmt, texts, refs = None, [], []
@@ -559,7 +616,7 @@ def minhash_leaks(ctx: GateContext, p: LeakageParams) -> dict[int, dict[str, Any
                 continue
             candidates = set()
             for b in range(bands):
-                candidates.update(buckets.get((b, sig[b * rows_per_band:(b + 1) * rows_per_band].tobytes()), ()))
+                candidates.update(buckets.get((b, sig[b * rows_per_band : (b + 1) * rows_per_band].tobytes()), ()))
             if not candidates:
                 continue
             ids = np.fromiter(candidates, dtype=np.int64)
@@ -567,8 +624,11 @@ def minhash_leaks(ctx: GateContext, p: LeakageParams) -> dict[int, dict[str, Any
             best = int(np.argmax(sims))
             if _ge(float(sims[best]), p.minhash_threshold):
                 eval_set, eval_row = owners[int(ids[best])]
-                found[start + j] = {"eval_set": eval_set, "eval_row": eval_row,
-                                    "similarity": round(float(sims[best]), 4)}
+                found[start + j] = {
+                    "eval_set": eval_set,
+                    "eval_row": eval_row,
+                    "similarity": round(float(sims[best]), 4),
+                }
 
     batch: list[str] = []
     start = 0
@@ -583,8 +643,11 @@ def minhash_leaks(ctx: GateContext, p: LeakageParams) -> dict[int, dict[str, Any
     return found
 
 
-@register_check("leakage", LeakageParams,
-                "Rows leaked from the chosen eval sets: n-gram overlap or MinHash similarity (needs eval sets).")
+@register_check(
+    "leakage",
+    LeakageParams,
+    "Rows leaked from the chosen eval sets: n-gram overlap or MinHash similarity (needs eval sets).",
+)
 def check_leakage(ctx: GateContext, p: LeakageParams) -> Outcome:
     from training_platform.data.contamination import build_index, find_contamination
 
@@ -600,16 +663,24 @@ def check_leakage(ctx: GateContext, p: LeakageParams) -> Outcome:
         item: dict[str, Any] = {"row": row}
         if row in by_ngram:
             f = by_ngram[row]
-            item["ngram"] = {"eval_set": f["eval_set"], "eval_row": f["eval_row"],
-                             "matched_ngrams": f["matched_ngrams"], "example": f["example"][:200]}
+            item["ngram"] = {
+                "eval_set": f["eval_set"],
+                "eval_row": f["eval_row"],
+                "matched_ngrams": f["matched_ngrams"],
+                "example": f["example"][:200],
+            }
         if row in by_minhash:
             item["minhash"] = by_minhash[row]
         examples.append(item)
     n = len(leaked)
-    return Outcome("pass" if n <= p.max_leaked else "fail", n, threshold,
-                   f"{len(by_ngram)} row(s) by n-gram overlap, {len(by_minhash)} by MinHash similarity, {n} in all, "
-                   f"against {', '.join(s.name for s in index.sets)}",
-                   {"leaked_rows": examples, "eval_sets": [{"name": s.name, "rows": s.rows} for s in index.sets]})
+    return Outcome(
+        "pass" if n <= p.max_leaked else "fail",
+        n,
+        threshold,
+        f"{len(by_ngram)} row(s) by n-gram overlap, {len(by_minhash)} by MinHash similarity, {n} in all, "
+        f"against {', '.join(s.name for s in index.sets)}",
+        {"leaked_rows": examples, "eval_sets": [{"name": s.name, "rows": s.rows} for s in index.sets]},
+    )
 
 
 class DifficultyParams(CheckParams):
@@ -617,8 +688,11 @@ class DifficultyParams(CheckParams):
     max_easy: float | None = Field(None, ge=0, le=1, description="Maximum share of easy rows.")
 
 
-@register_check("difficulty_mix", DifficultyParams,
-                "Shares of the audit report's difficulty buckets (easy < 1/3 <= medium < 2/3 <= hard).")
+@register_check(
+    "difficulty_mix",
+    DifficultyParams,
+    "Shares of the audit report's difficulty buckets (easy < 1/3 <= medium < 2/3 <= hard).",
+)
 def check_difficulty_mix(ctx: GateContext, p: DifficultyParams) -> Outcome:
     import numpy as np
 
@@ -630,8 +704,9 @@ def check_difficulty_mix(ctx: GateContext, p: DifficultyParams) -> Outcome:
         difficulty_scores,
     )
 
-    parts = ([f"hard >= {p.min_hard}"] if p.min_hard is not None else []) + \
-            ([f"easy <= {p.max_easy}"] if p.max_easy is not None else [])
+    parts = ([f"hard >= {p.min_hard}"] if p.min_hard is not None else []) + (
+        [f"easy <= {p.max_easy}"] if p.max_easy is not None else []
+    )
     threshold = ", ".join(parts) or "-"
     if not parts:
         return Outcome("skipped", None, threshold, "no min_hard or max_easy set")
@@ -649,33 +724,56 @@ def check_difficulty_mix(ctx: GateContext, p: DifficultyParams) -> Outcome:
         problems.append(f"hard {shares['hard']} < {p.min_hard}")
     if p.max_easy is not None and not _le(shares["easy"], p.max_easy):
         problems.append(f"easy {shares['easy']} > {p.max_easy}")
-    return Outcome("fail" if problems else "pass", shares, threshold,
-                   "; ".join(problems) or f"easy {shares['easy']}, medium {shares['medium']}, hard {shares['hard']}")
+    return Outcome(
+        "fail" if problems else "pass",
+        shares,
+        threshold,
+        "; ".join(problems) or f"easy {shares['easy']}, medium {shares['medium']}, hard {shares['hard']}",
+    )
 
 
 class RewardShadowParams(CheckParams):
-    min_spearman: float = Field(0.8, ge=-1, le=1, description=(
-        "A shadow report approves a reward set when its verdict is pass and its Spearman is >= this."))
+    min_spearman: float = Field(
+        0.8,
+        ge=-1,
+        le=1,
+        description=("A shadow report approves a reward set when its verdict is pass and its Spearman is >= this."),
+    )
 
 
 REWARD_SHADOW_CHECK = "reward_shadow"
 
 
-@register_check(REWARD_SHADOW_CHECK, RewardShadowParams,
-                "A training job's reward set must be the `new` scorer of a passing reward shadow report "
-                "(checked at the job's preflight; skipped on a dataset).")
+@register_check(
+    REWARD_SHADOW_CHECK,
+    RewardShadowParams,
+    "A training job's reward set must be the `new` scorer of a passing reward shadow report "
+    "(checked at the job's preflight; skipped on a dataset).",
+)
 def check_reward_shadow(ctx: GateContext, p: RewardShadowParams) -> Outcome:
     # About the job's rewards, not the data: training/gate_check.py and the worker's preflight enforce it.
-    return Outcome("skipped", None, f"spearman >= {p.min_spearman}",
-                   "applies to a training job's rewards: checked at its preflight against passing shadow reports")
+    return Outcome(
+        "skipped",
+        None,
+        f"spearman >= {p.min_spearman}",
+        "applies to a training job's rewards: checked at its preflight against passing shadow reports",
+    )
 
 
 # ---------------------------------------------------------------------------------------------- running
 
 
-def run_gate(source: str | Path | list[Any], profile: GateProfile, *, eval_sets: list[str | Path] | None = None,
-             reference: str | Path | None = None, tokenizer: Any = None, fmt: str | None = None,
-             limits: Any = None, shown: Callable[[Path], str] | None = None) -> dict[str, Any]:
+def run_gate(
+    source: str | Path | list[Any],
+    profile: GateProfile,
+    *,
+    eval_sets: list[str | Path] | None = None,
+    reference: str | Path | None = None,
+    tokenizer: Any = None,
+    fmt: str | None = None,
+    limits: Any = None,
+    shown: Callable[[Path], str] | None = None,
+) -> dict[str, Any]:
     """Run every check of `profile` on a dataset file (or a list of rows) -> the gate report (JSON-able).
 
     Report: {gate_report_version, passed, failed: [check names], skipped: [...], checks: [{name, verdict, value,
@@ -713,8 +811,9 @@ def run_gate(source: str | Path | list[Any], profile: GateProfile, *, eval_sets:
             detected = _detect(path, fmt)
         except Exception:  # noqa: BLE001 - an unparseable first line: the schema check reports it
             detected = fmt
-        ctx = GateContext(path, fmt=detected, eval_sets=eval_sets, reference=reference, tokenizer=tokenizer,
-                          limits=limits)
+        ctx = GateContext(
+            path, fmt=detected, eval_sets=eval_sets, reference=reference, tokenizer=tokenizer, limits=limits
+        )
         results = []
         for name, raw_params in profile.checks.items():
             spec = CHECKS[name]
@@ -727,9 +826,15 @@ def run_gate(source: str | Path | list[Any], profile: GateProfile, *, eval_sets:
             except Exception as exc:  # noqa: BLE001 - a check that cannot run fails, loudly, with why
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                 outcome = Outcome("fail", None, None, f"the check could not run: {type(exc).__name__}: {first}")
-            item = {"name": name, "verdict": outcome.verdict, "value": outcome.value, "threshold": outcome.threshold,
-                    "detail": outcome.detail, "params": raw_params,
-                    "seconds": round(time.perf_counter() - started, 3)}
+            item = {
+                "name": name,
+                "verdict": outcome.verdict,
+                "value": outcome.value,
+                "threshold": outcome.threshold,
+                "detail": outcome.detail,
+                "params": raw_params,
+                "seconds": round(time.perf_counter() - started, 3),
+            }
             if outcome.verdict == "skipped":
                 item["reason"] = outcome.detail
             item.update(outcome.extra)
@@ -739,7 +844,9 @@ def run_gate(source: str | Path | list[Any], profile: GateProfile, *, eval_sets:
     failed = [r["name"] for r in results if r["verdict"] == "fail"]
     return {
         "gate_report_version": GATE_REPORT_VERSION,
-        "passed": not failed, "failed": failed, "skipped": [r["name"] for r in results if r["verdict"] == "skipped"],
+        "passed": not failed,
+        "failed": failed,
+        "skipped": [r["name"] for r in results if r["verdict"] == "skipped"],
         "checks": results,
         "profile": {"name": profile.name, "hash": profile.hash, "checks": profile.checks},
         "dataset": {"path": shown_path, "sha256": sha, "rows": rows, "format": detected},
@@ -763,6 +870,8 @@ def summary_line(report: dict[str, Any]) -> str:
     for check in report["checks"]:
         mark = {"pass": "PASS", "fail": "FAIL", "skipped": "SKIP"}[check["verdict"]]
         value = json.dumps(check["value"]) if check["value"] is not None else "-"
-        parts.append(f"{mark} {check['name']}: {value} ({check['threshold'] or '-'})"
-                     + (f" - {check['detail']}" if check["verdict"] != "pass" and check["detail"] else ""))
+        parts.append(
+            f"{mark} {check['name']}: {value} ({check['threshold'] or '-'})"
+            + (f" - {check['detail']}" if check["verdict"] != "pass" and check["detail"] else "")
+        )
     return "\n".join(parts)

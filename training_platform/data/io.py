@@ -51,8 +51,9 @@ def iter_records(path: str | Path, limits: ReadLimits | None = None) -> Iterator
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (*SUPPORTED_SUFFIXES, ".ndjson"):
-        raise DatasetError([RowError(0, "<file>", f"unsupported file type {suffix!r}; use one of "
-                                                  f"{', '.join(SUPPORTED_SUFFIXES)}")])
+        raise DatasetError(
+            [RowError(0, "<file>", f"unsupported file type {suffix!r}; use one of {', '.join(SUPPORTED_SUFFIXES)}")]
+        )
     if not path.is_file():
         raise DatasetError([RowError(0, "<file>", f"no such file: {path}")])
     limits = limits or ReadLimits()
@@ -70,8 +71,13 @@ def iter_records(path: str | Path, limits: ReadLimits | None = None) -> Iterator
                 try:
                     yield Record(index, line_no, json.loads(line))
                 except json.JSONDecodeError as exc:
-                    yield Record(index, line_no, None, RowError(line_no, "<row>", f"invalid JSON: {exc.msg}"),
-                                 raw=line.rstrip("\n"))
+                    yield Record(
+                        index,
+                        line_no,
+                        None,
+                        RowError(line_no, "<row>", f"invalid JSON: {exc.msg}"),
+                        raw=line.rstrip("\n"),
+                    )
                 index += 1
         return
     from training_platform.data.formats import read_rows
@@ -110,8 +116,15 @@ class RowWriter:
         self.path = Path(path)
         self.suffix = self.path.suffix.lower()
         if self.suffix not in WRITE_SUFFIXES:
-            raise DatasetError([RowError(0, "<output>", f"unsupported output type {self.suffix!r}; use one of "
-                                                        f"{', '.join(WRITE_SUFFIXES)}")])
+            raise DatasetError(
+                [
+                    RowError(
+                        0,
+                        "<output>",
+                        f"unsupported output type {self.suffix!r}; use one of {', '.join(WRITE_SUFFIXES)}",
+                    )
+                ]
+            )
         self.rows = 0
         self._batch_rows = parquet_batch_rows
         self._ctx = None
@@ -135,8 +148,9 @@ class RowWriter:
         if self.suffix == ".jsonl":
             self._file.write(json.dumps(row, ensure_ascii=False, default=json_default) + "\n")
         elif self.suffix == ".json":
-            self._file.write(("\n" if self.rows == 0 else ",\n")
-                             + json.dumps(row, ensure_ascii=False, default=json_default))
+            self._file.write(
+                ("\n" if self.rows == 0 else ",\n") + json.dumps(row, ensure_ascii=False, default=json_default)
+            )
         elif self.suffix == ".csv":
             if not isinstance(row, dict):
                 raise DatasetError([RowError(self.rows + 1, "<row>", "CSV rows must be objects")])
@@ -144,8 +158,14 @@ class RowWriter:
                 self._csv = csv.DictWriter(self._file, fieldnames=list(row), extrasaction="raise")
                 self._csv.writeheader()
             try:
-                self._csv.writerow({k: v if isinstance(v, str | int | float | bool) or v is None
-                                    else json.dumps(v, ensure_ascii=False) for k, v in row.items()})
+                self._csv.writerow(
+                    {
+                        k: v
+                        if isinstance(v, str | int | float | bool) or v is None
+                        else json.dumps(v, ensure_ascii=False)
+                        for k, v in row.items()
+                    }
+                )
             except ValueError as exc:
                 raise DatasetError([RowError(self.rows + 1, "<row>", f"cannot be written as CSV: {exc}")]) from None
         else:
@@ -171,8 +191,15 @@ class RowWriter:
         try:
             table = pa.Table.from_pylist(self._buffer, schema=self._schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise DatasetError([RowError(first, "<row>", f"rows {first}..{self.rows} do not fit the Parquet schema "
-                                                         f"inferred from the first rows: {exc}")]) from None
+            raise DatasetError(
+                [
+                    RowError(
+                        first,
+                        "<row>",
+                        f"rows {first}..{self.rows} do not fit the Parquet schema inferred from the first rows: {exc}",
+                    )
+                ]
+            ) from None
         if self._pq_writer is None:
             self._schema = table.schema
             self._pq_writer = pq.ParquetWriter(self._temp, self._schema)

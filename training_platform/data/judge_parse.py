@@ -23,8 +23,9 @@ class JudgeParse(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     regex: str | None = Field(None, min_length=1, max_length=500)
-    json_field: str | None = Field(None, min_length=1, max_length=200,
-                                   pattern=r"^[A-Za-z0-9_\-]{1,64}(\.[A-Za-z0-9_\-]{1,64}){0,7}$")
+    json_field: str | None = Field(
+        None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_\-]{1,64}(\.[A-Za-z0-9_\-]{1,64}){0,7}$"
+    )
 
     @model_validator(mode="after")
     def _one_way(self) -> JudgeParse:
@@ -72,7 +73,7 @@ def _json_field(content: str, path: str) -> Any:
         if start < 0 or end <= start:
             return None
         try:
-            data = json.loads(text[start:end + 1])
+            data = json.loads(text[start : end + 1])
         except ValueError:
             return None
     for part in path.split("."):
@@ -111,7 +112,6 @@ def parse_score(content: Any, parse: JudgeParse | None = None) -> float | None:
 def judge_cache_key(**parts: Any) -> str:
     """sha256 of the parts (sorted by name): what makes two judge calls the same call."""
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
-
 
 
 __all__ = ["MAX_REPLY_CHARS", "JudgeParse", "judge_cache_key", "parse_score"]

@@ -59,9 +59,15 @@ def distribution(values: list[float] | np.ndarray, *, bins: int = 20, integer: b
         edges = np.linspace(lo, hi if hi > lo else lo + 1, bins + 1)
     counts, edges = np.histogram(arr, bins=edges)
     return {
-        "count": int(arr.size), "mean": round(float(arr.mean()), 4), "std": round(float(arr.std()), 4),
-        "min": lo, "p10": float(np.percentile(arr, 10)), "p50": float(np.percentile(arr, 50)),
-        "p90": float(np.percentile(arr, 90)), "p99": float(np.percentile(arr, 99)), "max": hi,
+        "count": int(arr.size),
+        "mean": round(float(arr.mean()), 4),
+        "std": round(float(arr.std()), 4),
+        "min": lo,
+        "p10": float(np.percentile(arr, 10)),
+        "p50": float(np.percentile(arr, 50)),
+        "p90": float(np.percentile(arr, 90)),
+        "p99": float(np.percentile(arr, 99)),
+        "max": hi,
         "histogram": {"edges": [round(float(e), 4) for e in edges], "counts": counts.tolist()},
     }
 
@@ -83,9 +89,13 @@ def average_ranks(values: np.ndarray) -> np.ndarray:
 
 def difficulty_features(row: Any, fmt: str | None) -> dict[str, int]:
     text = row_text(row, fmt)
-    return {"words": len(text.split()), "response_words": len(response_text(row, fmt).split()),
-            "numeric_steps": len(_NUMERIC_STEP.findall(text)), "numbers": len(_NUMBER.findall(text)),
-            "turns": turn_count(row, fmt)}
+    return {
+        "words": len(text.split()),
+        "response_words": len(response_text(row, fmt).split()),
+        "numeric_steps": len(_NUMERIC_STEP.findall(text)),
+        "numbers": len(_NUMBER.findall(text)),
+        "turns": turn_count(row, fmt),
+    }
 
 
 def difficulty_scores(features: dict[str, np.ndarray]) -> np.ndarray:
@@ -148,10 +158,21 @@ def _detect(path: str | Path, fmt: str | None) -> str | None:
     return None
 
 
-def audit_file(path: str | Path, *, eval_sets: list[str | Path] | None = None, tokenizer: Any = None,
-               fmt: str | None = None, fields: list[str] | None = None, ngram: int = 13, min_tokens: int = 8,
-               min_matches: int = 1, dedup: Any = True, thresholds: tuple[float, float] = (1 / 3, 2 / 3),
-               bins: int = 20, report_path: str | Path | None = None) -> dict[str, Any]:
+def audit_file(
+    path: str | Path,
+    *,
+    eval_sets: list[str | Path] | None = None,
+    tokenizer: Any = None,
+    fmt: str | None = None,
+    fields: list[str] | None = None,
+    ngram: int = 13,
+    min_tokens: int = 8,
+    min_matches: int = 1,
+    dedup: Any = True,
+    thresholds: tuple[float, float] = (1 / 3, 2 / 3),
+    bins: int = 20,
+    report_path: str | Path | None = None,
+) -> dict[str, Any]:
     """The audit report (see the module docstring). `tokenizer`: a tokenizer object or a local path, for token
     lengths of the text a trainer would see (chat template for chat rows). `dedup`: True, False or a DedupConfig."""
     from training_platform.core.files import sha256_file
@@ -201,19 +222,28 @@ def audit_file(path: str | Path, *, eval_sets: list[str | Path] | None = None, t
     buckets = bucket_of(scores, thresholds)
     bucket_counts = {name: int((buckets == i).sum()) for i, name in enumerate(BUCKETS)}
     report: dict[str, Any] = {
-        "input": str(path), "sha256": sha256_file(path), "format": fmt, "rows": n,
-        "definitions": {"distinct_n": DISTINCT_N_DEFINITION, "ngram_entropy": ENTROPY_DEFINITION,
-                        "difficulty": DIFFICULTY_DEFINITION},
+        "input": str(path),
+        "sha256": sha256_file(path),
+        "format": fmt,
+        "rows": n,
+        "definitions": {
+            "distinct_n": DISTINCT_N_DEFINITION,
+            "ngram_entropy": ENTROPY_DEFINITION,
+            "difficulty": DIFFICULTY_DEFINITION,
+        },
         "stats": {
             "rows": n,
             "chars": distribution(chars, bins=bins),
             "words": distribution(words, bins=bins),
             "tokens": distribution(tokens, bins=bins) if tokenizer is not None else None,
             "tokenizer": getattr(tokenizer, "name_or_path", None) if tokenizer is not None else None,
-            "turns": {**distribution(turns, bins=bins),
-                      "counts": {str(k): v for k, v in sorted(Counter(turns).items())}},
+            "turns": {
+                **distribution(turns, bins=bins),
+                "counts": {str(k): v for k, v in sorted(Counter(turns).items())},
+            },
         },
-        "distinct_1": diversity.distinct(1), "distinct_2": diversity.distinct(2),
+        "distinct_1": diversity.distinct(1),
+        "distinct_2": diversity.distinct(2),
         "ngram_entropy": {"1": diversity.entropy(1), "2": diversity.entropy(2)},
         "ngram_counts": {str(k): {"unique": len(c), "total": diversity.totals[k]} for k, c in diversity.counts.items()},
         "difficulty": {
@@ -229,11 +259,14 @@ def audit_file(path: str | Path, *, eval_sets: list[str | Path] | None = None, t
 
         config = dedup if isinstance(dedup, DedupConfig) else DedupConfig()
         result = find_duplicates((row_text(row, fmt, fields) for row in _rows(path)), config)
-        report["duplicates"] = {"exact_duplicates": result.exact_duplicates,
-                                "near_duplicates": result.near_duplicates,
-                                "duplicate_rate": round(result.removed / n, 6), "clusters": len(result.clusters),
-                                "largest_cluster": max((len(c) for c in result.clusters), default=0),
-                                "params": {k: result.params[k] for k in ("threshold", "num_perm", "ngram")}}
+        report["duplicates"] = {
+            "exact_duplicates": result.exact_duplicates,
+            "near_duplicates": result.near_duplicates,
+            "duplicate_rate": round(result.removed / n, 6),
+            "clusters": len(result.clusters),
+            "largest_cluster": max((len(c) for c in result.clusters), default=0),
+            "params": {k: result.params[k] for k in ("threshold", "num_perm", "ngram")},
+        }
         report["duplicate_rate"] = report["duplicates"]["duplicate_rate"]
     if eval_sets:
         from training_platform.data.contamination import build_index, find_contamination
@@ -242,9 +275,13 @@ def audit_file(path: str | Path, *, eval_sets: list[str | Path] | None = None, t
         found = find_contamination(_rows(path), index, fmt=fmt, fields=fields, min_matches=min_matches)
         report["contaminated_rows"] = [f["row"] for f in found]
         report["contamination"] = {
-            "ngram": ngram, "min_tokens": min_tokens, "min_matches": min_matches,
+            "ngram": ngram,
+            "min_tokens": min_tokens,
+            "min_matches": min_matches,
             "eval_sets": [{"name": s.name, "path": s.path, "rows": s.rows} for s in index.sets],
-            "contaminated_count": len(found), "contaminated_rate": round(len(found) / n, 6), "rows": found,
+            "contaminated_count": len(found),
+            "contaminated_rate": round(len(found) / n, 6),
+            "rows": found,
         }
     report["seconds"] = round(time.perf_counter() - t0, 3)
     if report_path is not None:
@@ -252,10 +289,18 @@ def audit_file(path: str | Path, *, eval_sets: list[str | Path] | None = None, t
     return report
 
 
-def resample_to_mix(path: str | Path, output: str | Path, mix: dict[str, float], *, total: int | None = None,
-                    seed: int = 0, replace: bool = False, fmt: str | None = None,
-                    thresholds: tuple[float, float] = (1 / 3, 2 / 3), report_path: str | Path | None = None
-                    ) -> dict[str, Any]:
+def resample_to_mix(
+    path: str | Path,
+    output: str | Path,
+    mix: dict[str, float],
+    *,
+    total: int | None = None,
+    seed: int = 0,
+    replace: bool = False,
+    fmt: str | None = None,
+    thresholds: tuple[float, float] = (1 / 3, 2 / 3),
+    report_path: str | Path | None = None,
+) -> dict[str, Any]:
     """Draw rows so the output's difficulty buckets follow `mix` (e.g. {"easy": 0.2, "medium": 0.5, "hard": 0.3},
     normalised). Without replacement, `total` defaults to (and is capped at) the largest size the buckets can
     supply; with `replace`, rows may repeat and `total` defaults to the input size. Output keeps input order
@@ -270,8 +315,9 @@ def resample_to_mix(path: str | Path, output: str | Path, mix: dict[str, float],
     for row in _rows(path):
         for name, value in difficulty_features(row, fmt).items():
             features[name].append(value)
-    buckets = bucket_of(difficulty_scores({k: np.asarray(v, dtype=np.float64) for k, v in features.items()}),
-                       thresholds)
+    buckets = bucket_of(
+        difficulty_scores({k: np.asarray(v, dtype=np.float64) for k, v in features.items()}), thresholds
+    )
     members = [np.flatnonzero(buckets == i) for i in range(len(BUCKETS))]
     available = np.array([len(m) for m in members])
     if not replace:
@@ -301,12 +347,18 @@ def resample_to_mix(path: str | Path, output: str | Path, mix: dict[str, float],
             for _ in range(counts.get(record.index, 0)):
                 writer.write(record.row)
     achieved = {b: int(targets[i]) for i, b in enumerate(BUCKETS)}
-    report = {"input": str(path), "output": str(output), "input_rows": int(len(buckets)),
-              "available": {b: int(available[i]) for i, b in enumerate(BUCKETS)},
-              "requested_mix": {b: round(float(weights[i]), 4) for i, b in enumerate(BUCKETS)},
-              "output_rows": int(len(picks)), "output_buckets": achieved,
-              "achieved_mix": {b: round(achieved[b] / len(picks), 4) if len(picks) else 0.0 for b in BUCKETS},
-              "replace": replace, "seed": seed}
+    report = {
+        "input": str(path),
+        "output": str(output),
+        "input_rows": int(len(buckets)),
+        "available": {b: int(available[i]) for i, b in enumerate(BUCKETS)},
+        "requested_mix": {b: round(float(weights[i]), 4) for i, b in enumerate(BUCKETS)},
+        "output_rows": int(len(picks)),
+        "output_buckets": achieved,
+        "achieved_mix": {b: round(achieved[b] / len(picks), 4) if len(picks) else 0.0 for b in BUCKETS},
+        "replace": replace,
+        "seed": seed,
+    }
     if report_path is not None:
         write_json(report_path, report)
     return report

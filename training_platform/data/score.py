@@ -80,9 +80,15 @@ def heuristic_scores(text: str) -> dict[str, float]:
         _clamp(unique / 0.5) if n_words >= 20 else 1.0,
     ]
     quality = sum(parts) / len(parts) if n_words else 0.0
-    return {"chars": len(text), "words": n_words, **{k: round(v, 4) for k, v in ratios.items()},
-            "dup_line_frac": round(dup_lines, 4), "top_2gram_char_frac": round(top2, 4),
-            "unique_word_ratio": round(unique, 4), "quality": round(quality, 4)}
+    return {
+        "chars": len(text),
+        "words": n_words,
+        **{k: round(v, 4) for k, v in ratios.items()},
+        "dup_line_frac": round(dup_lines, 4),
+        "top_2gram_char_frac": round(top2, 4),
+        "unique_word_ratio": round(unique, 4),
+        "quality": round(quality, 4),
+    }
 
 
 def heuristic_quality(text: str) -> float:
@@ -107,8 +113,11 @@ class PerplexityScorer:
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         local = Path(model_path).expanduser().exists()
-        self.model = AutoModelForCausalLM.from_pretrained(str(model_path), local_files_only=local,
-                                                          dtype=torch.float32).to(device).eval()
+        self.model = (
+            AutoModelForCausalLM.from_pretrained(str(model_path), local_files_only=local, dtype=torch.float32)
+            .to(device)
+            .eval()
+        )
         self.max_length, self.batch_size, self.device = max_length, batch_size, device
 
     def score(self, texts: list[str]) -> list[float | None]:
@@ -116,9 +125,15 @@ class PerplexityScorer:
 
         out: list[float | None] = []
         for start in range(0, len(texts), self.batch_size):
-            batch = texts[start:start + self.batch_size]
-            enc = self.tokenizer(batch, return_tensors="pt", padding=True, truncation=True,
-                                 max_length=self.max_length, add_special_tokens=False).to(self.device)
+            batch = texts[start : start + self.batch_size]
+            enc = self.tokenizer(
+                batch,
+                return_tensors="pt",
+                padding=True,
+                truncation=True,
+                max_length=self.max_length,
+                add_special_tokens=False,
+            ).to(self.device)
             with torch.inference_mode():
                 logits = self.model(**enc).logits[:, :-1].float()
             targets = enc["input_ids"][:, 1:]
@@ -146,8 +161,10 @@ LATENCY_SAMPLES = 1024  # the percentiles are over the most recent requests
 class JudgeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    endpoint: str = Field(max_length=64, description="The name of an endpoint the operator defined (TP_ENDPOINTS; "
-                                                     "GET /api/v1/endpoints lists them).")
+    endpoint: str = Field(
+        max_length=64,
+        description="The name of an endpoint the operator defined (TP_ENDPOINTS; GET /api/v1/endpoints lists them).",
+    )
     model: str = Field(min_length=1, max_length=256)
     mode: Literal["judge", "reward"] = "judge"
     prompt_template: str = DEFAULT_JUDGE_PROMPT
@@ -170,8 +187,10 @@ class JudgeConfig(BaseModel):
         if isinstance(data, dict):
             for field in ("base_url", "api_key_env", "api_key"):
                 if field in data:
-                    raise ValueError(f"`{field}` is not accepted: name an endpoint the operator defined in "
-                                     f"`endpoint` (TP_ENDPOINTS; GET /api/v1/endpoints lists them)")
+                    raise ValueError(
+                        f"`{field}` is not accepted: name an endpoint the operator defined in "
+                        f"`endpoint` (TP_ENDPOINTS; GET /api/v1/endpoints lists them)"
+                    )
         return data
 
     @model_validator(mode="after")
@@ -222,13 +241,20 @@ class JudgeClient:
 
         self.config = config if isinstance(config, JudgeConfig) else JudgeConfig.model_validate(config)
         resolver = endpoints if endpoints is not None else Endpoints.from_env()
-        self.endpoint = resolver.resolve(self.config.endpoint, self.config.model, field="judge.endpoint",
-                                         model_field="judge.model")
+        self.endpoint = resolver.resolve(
+            self.config.endpoint, self.config.model, field="judge.endpoint", model_field="judge.model"
+        )
         self.authenticated = has_key(self.endpoint)
         self._client = keyed_client(self.endpoint, timeout=self.config.timeout_s, transport=transport)
         self.cache: dict[str, float | None] = {}
-        self.stats = {"rows": 0, "requests": 0, "cache_hits": 0, "errors": 0, "latency_total_s": 0.0,
-                      "latency_max_s": 0.0}
+        self.stats = {
+            "rows": 0,
+            "requests": 0,
+            "cache_hits": 0,
+            "errors": 0,
+            "latency_total_s": 0.0,
+            "latency_max_s": 0.0,
+        }
         self.latencies: deque[float] = deque(maxlen=LATENCY_SAMPLES)
         self.last_error: str | None = None
         self._lock = threading.Lock()
@@ -253,8 +279,12 @@ class JudgeClient:
 
     def chat_payload(self, content: str) -> dict:
         """The `/chat/completions` body asking the judge about `content` (the rendered prompt)."""
-        return {"model": self.config.model, "temperature": self.config.temperature,
-                "max_tokens": self.config.max_tokens, "messages": [{"role": "user", "content": content}]}
+        return {
+            "model": self.config.model,
+            "temperature": self.config.temperature,
+            "max_tokens": self.config.max_tokens,
+            "messages": [{"role": "user", "content": content}],
+        }
 
     def _payload(self, text: str) -> tuple[str, dict]:
         text = text[: self.config.max_text_chars]
@@ -324,15 +354,16 @@ class JudgeClient:
                         self.stats["latency_max_s"] = max(self.stats["latency_max_s"], latency)
                         self.latencies.append(latency)
                 if response.status_code >= 500 or response.status_code == 429:
-                    raise httpx.HTTPStatusError(f"HTTP {response.status_code}", request=response.request,
-                                                response=response)
+                    raise httpx.HTTPStatusError(
+                        f"HTTP {response.status_code}", request=response.request, response=response
+                    )
                 response.raise_for_status()
                 value = self._parse(response.json())
             except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
                 error = _error_text(exc)
                 retryable = not isinstance(exc, httpx.HTTPStatusError) or exc.response.status_code >= 429
                 if attempt < self.config.max_retries and retryable:
-                    time.sleep(min(30.0, self.config.backoff_s * 2 ** attempt))
+                    time.sleep(min(30.0, self.config.backoff_s * 2**attempt))
                     continue
                 with self._lock:
                     self.last_error = error
@@ -349,14 +380,19 @@ class JudgeClient:
 
     def report(self) -> dict[str, Any]:
         calls = self.stats["requests"]
-        return {"mode": self.config.mode, "model": self.config.model, "endpoint": self.endpoint.name,
-                "authenticated": self.authenticated, **self.stats,
-                "latency_total_s": round(self.stats["latency_total_s"], 4),
-                "latency_max_s": round(self.stats["latency_max_s"], 4),
-                "latency_mean_s": round(self.stats["latency_total_s"] / calls, 4) if calls else 0.0,
-                "latency_p50_ms": percentile_ms(self.latencies, 50),
-                "latency_p95_ms": percentile_ms(self.latencies, 95),
-                "last_error": self.last_error}
+        return {
+            "mode": self.config.mode,
+            "model": self.config.model,
+            "endpoint": self.endpoint.name,
+            "authenticated": self.authenticated,
+            **self.stats,
+            "latency_total_s": round(self.stats["latency_total_s"], 4),
+            "latency_max_s": round(self.stats["latency_max_s"], 4),
+            "latency_mean_s": round(self.stats["latency_total_s"] / calls, 4) if calls else 0.0,
+            "latency_p50_ms": percentile_ms(self.latencies, 50),
+            "latency_p95_ms": percentile_ms(self.latencies, 95),
+            "last_error": self.last_error,
+        }
 
     def close(self) -> None:
         self._client.close()
@@ -391,22 +427,41 @@ def _stats(values: list[float]) -> dict[str, float]:
     if not values:
         return {"count": 0}
     arr = np.asarray(values, dtype=np.float64)
-    return {"count": int(arr.size), "mean": round(float(arr.mean()), 4), "min": round(float(arr.min()), 4),
-            "p10": round(float(np.percentile(arr, 10)), 4), "p50": round(float(np.percentile(arr, 50)), 4),
-            "p90": round(float(np.percentile(arr, 90)), 4), "max": round(float(arr.max()), 4)}
+    return {
+        "count": int(arr.size),
+        "mean": round(float(arr.mean()), 4),
+        "min": round(float(arr.min()), 4),
+        "p10": round(float(np.percentile(arr, 10)), 4),
+        "p50": round(float(np.percentile(arr, 50)), 4),
+        "p90": round(float(np.percentile(arr, 90)), 4),
+        "max": round(float(arr.max()), 4),
+    }
 
 
-def score_file(path: str | Path, output: str | Path, *, heuristics: bool = True,
-               perplexity_model: str | Path | None = None, perplexity_max_length: int = 512,
-               judge: JudgeConfig | dict | str | Path | None = None, judge_transport=None, endpoints=None,
-               fmt: str | None = None, fields: list[str] | None = None, batch_size: int = 16,
-               report_path: str | Path | None = None) -> dict[str, Any]:
+def score_file(
+    path: str | Path,
+    output: str | Path,
+    *,
+    heuristics: bool = True,
+    perplexity_model: str | Path | None = None,
+    perplexity_max_length: int = 512,
+    judge: JudgeConfig | dict | str | Path | None = None,
+    judge_transport=None,
+    endpoints=None,
+    fmt: str | None = None,
+    fields: list[str] | None = None,
+    batch_size: int = 16,
+    report_path: str | Path | None = None,
+) -> dict[str, Any]:
     """Score every row; write the rows with `_scores` added (atomic) and return the report (per-score
     distributions, judge counters). `endpoints` resolves the judge's endpoint name (default: TP_ENDPOINTS)."""
     t0 = time.perf_counter()
     scorer = PerplexityScorer(perplexity_model, max_length=perplexity_max_length) if perplexity_model else None
-    client = (JudgeClient(load_judge_config(judge), endpoints=endpoints, transport=judge_transport)
-              if judge is not None else None)
+    client = (
+        JudgeClient(load_judge_config(judge), endpoints=endpoints, transport=judge_transport)
+        if judge is not None
+        else None
+    )
     values: dict[str, list[float]] = {}
     rows = 0
     try:
@@ -452,9 +507,14 @@ def score_file(path: str | Path, output: str | Path, *, heuristics: bool = True,
     finally:
         if client is not None:
             client.close()
-    report: dict[str, Any] = {"input": str(path), "output": str(output), "format": fmt, "rows": rows,
-                              "scores": {k: _stats(v) for k, v in values.items()},
-                              "seconds": round(time.perf_counter() - t0, 3)}
+    report: dict[str, Any] = {
+        "input": str(path),
+        "output": str(output),
+        "format": fmt,
+        "rows": rows,
+        "scores": {k: _stats(v) for k, v in values.items()},
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
     if scorer is not None:
         report["perplexity"] = {"model": scorer.model_path, "max_length": perplexity_max_length}
     if client is not None:
@@ -464,9 +524,17 @@ def score_file(path: str | Path, output: str | Path, *, heuristics: bool = True,
     return report
 
 
-def filter_scores(path: str | Path, output: str | Path, *, by: str, min_value: float | None = None,
-                  max_value: float | None = None, top_k: int | None = None, lowest: bool = False,
-                  report_path: str | Path | None = None) -> dict[str, Any]:
+def filter_scores(
+    path: str | Path,
+    output: str | Path,
+    *,
+    by: str,
+    min_value: float | None = None,
+    max_value: float | None = None,
+    top_k: int | None = None,
+    lowest: bool = False,
+    report_path: str | Path | None = None,
+) -> dict[str, Any]:
     """Keep rows whose `_scores[by]` is within [min_value, max_value], then (if `top_k`) the k highest (lowest
     with `lowest`, e.g. perplexity); ties keep the earlier row. Rows without that score are removed. Order is
     kept."""
@@ -498,17 +566,35 @@ def filter_scores(path: str | Path, output: str | Path, *, by: str, min_value: f
         for record in iter_records(path):
             if record.index in keep:
                 writer.write(record.row)
-    report = {"input": str(path), "output": str(output), "by": by, "min": min_value, "max": max_value,
-              "top_k": top_k, "lowest": lowest, "input_rows": rows, "output_rows": len(keep),
-              "missing_score": missing}
+    report = {
+        "input": str(path),
+        "output": str(output),
+        "by": by,
+        "min": min_value,
+        "max": max_value,
+        "top_k": top_k,
+        "lowest": lowest,
+        "input_rows": rows,
+        "output_rows": len(keep),
+        "missing_score": missing,
+    }
     if report_path is not None:
         write_json(report_path, report)
     return report
 
 
-def score_then_filter(path: str | Path, output: str | Path, *, by: str, min_value: float | None = None,
-                      max_value: float | None = None, top_k: int | None = None, lowest: bool = False,
-                      report_path: str | Path | None = None, **score_kwargs: Any) -> dict[str, Any]:
+def score_then_filter(
+    path: str | Path,
+    output: str | Path,
+    *,
+    by: str,
+    min_value: float | None = None,
+    max_value: float | None = None,
+    top_k: int | None = None,
+    lowest: bool = False,
+    report_path: str | Path | None = None,
+    **score_kwargs: Any,
+) -> dict[str, Any]:
     """score_file, then filter_scores into `output` (the scored rows go through a temp file next to it)."""
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -517,8 +603,9 @@ def score_then_filter(path: str | Path, output: str | Path, *, by: str, min_valu
     try:
         report = score_file(path, scored, **score_kwargs)
         report["output"] = str(output)
-        report["filter"] = filter_scores(scored, output, by=by, min_value=min_value, max_value=max_value,
-                                         top_k=top_k, lowest=lowest)
+        report["filter"] = filter_scores(
+            scored, output, by=by, min_value=min_value, max_value=max_value, top_k=top_k, lowest=lowest
+        )
         report["filter"]["input"] = str(path)
     finally:
         Path(scored).unlink(missing_ok=True)
@@ -527,6 +614,20 @@ def score_then_filter(path: str | Path, output: str | Path, *, by: str, min_valu
     return report
 
 
-__all__ = ["SCORES_KEY", "JudgeCall", "JudgeClient", "JudgeConfig", "JudgeParse", "PerplexityScorer",
-           "judge_cache_key", "parse_score", "percentile_ms", "filter_scores", "heuristic_quality",
-           "heuristic_scores", "load_judge_config", "score_file", "score_then_filter"]
+__all__ = [
+    "SCORES_KEY",
+    "JudgeCall",
+    "JudgeClient",
+    "JudgeConfig",
+    "JudgeParse",
+    "PerplexityScorer",
+    "judge_cache_key",
+    "parse_score",
+    "percentile_ms",
+    "filter_scores",
+    "heuristic_quality",
+    "heuristic_scores",
+    "load_judge_config",
+    "score_file",
+    "score_then_filter",
+]

@@ -82,8 +82,9 @@ def iter_texts(row: Any, fmt: str | None = None, fields: list[str] | tuple[str, 
         yield from _walk(row[field], known)
 
 
-def row_text(row: Any, fmt: str | None = None, fields: list[str] | tuple[str, ...] | None = None,
-             sep: str = "\n") -> str:
+def row_text(
+    row: Any, fmt: str | None = None, fields: list[str] | tuple[str, ...] | None = None, sep: str = "\n"
+) -> str:
     """The row's texts joined by `sep`."""
     return sep.join(iter_texts(row, fmt, fields))
 
@@ -104,15 +105,19 @@ def response_text(row: Any, fmt: str | None) -> str:
         if isinstance(value, int | float) and not isinstance(value, bool):
             texts.append(str(value))
         elif isinstance(value, list):
-            texts += [m["content"] for m in value if isinstance(m, dict) and m.get("role") == "assistant"
-                      and isinstance(m.get("content"), str)]
+            texts += [
+                m["content"]
+                for m in value
+                if isinstance(m, dict) and m.get("role") == "assistant" and isinstance(m.get("content"), str)
+            ]
         else:
             texts += list(_walk(value, True))
     return "\n".join(texts)
 
 
-def map_texts(row: Any, fmt: str | None, fn: Callable[[str], str],
-              fields: list[str] | tuple[str, ...] | None = None) -> Any:
+def map_texts(
+    row: Any, fmt: str | None, fn: Callable[[str], str], fields: list[str] | tuple[str, ...] | None = None
+) -> Any:
     """A copy of the row with `fn` applied to each of its text strings (non-text values untouched). Returns the
     same object when nothing changed, so callers can count modified rows with `is`."""
     if not isinstance(row, dict):
@@ -162,17 +167,29 @@ def chat_turns(row: Any, fmt: str | None) -> list[dict] | None:
     from training_platform.data.formats import SHAREGPT_ROLES
 
     if fmt == "messages" and isinstance(row.get("messages"), list):
-        return [{"role": m.get("role"), "content": m.get("content")} if isinstance(m, dict)
-                else {"role": None, "content": m} for m in row["messages"]]
+        return [
+            {"role": m.get("role"), "content": m.get("content")}
+            if isinstance(m, dict)
+            else {"role": None, "content": m}
+            for m in row["messages"]
+        ]
     if fmt == "sharegpt" and isinstance(row.get("conversations"), list):
-        return [{"role": SHAREGPT_ROLES.get(t.get("from")), "content": t.get("value")} if isinstance(t, dict)
-                else {"role": None, "content": t} for t in row["conversations"]]
+        return [
+            {"role": SHAREGPT_ROLES.get(t.get("from")), "content": t.get("value")}
+            if isinstance(t, dict)
+            else {"role": None, "content": t}
+            for t in row["conversations"]
+        ]
     if fmt in ("prompt_completion", "kto", "rl_prompt", "verl") and isinstance(row.get("prompt"), list):
         turns = list(row["prompt"])
         if isinstance(row.get("completion"), list):
             turns += row["completion"]
-        return [{"role": m.get("role"), "content": m.get("content")} if isinstance(m, dict)
-                else {"role": None, "content": m} for m in turns]
+        return [
+            {"role": m.get("role"), "content": m.get("content")}
+            if isinstance(m, dict)
+            else {"role": None, "content": m}
+            for m in turns
+        ]
     return None
 
 

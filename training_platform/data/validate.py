@@ -64,11 +64,17 @@ class ValidationReport:
     def to_dict(self, max_rows: int | None = 1000) -> dict[str, Any]:
         bad = self.bad_rows if max_rows is None else self.bad_rows[:max_rows]
         return {
-            "path": self.path, "format": self.format, "rows": self.rows, "valid_rows": self.valid_rows,
+            "path": self.path,
+            "format": self.format,
+            "rows": self.rows,
+            "valid_rows": self.valid_rows,
             "bad_row_count": len(self.bad_rows),
             "bad_rows": [{"index": b.index, "line": b.line, "errors": [asdict(e) for e in b.errors]} for b in bad],
             "file_errors": [asdict(e) for e in self.file_errors],
-            "policy": self.policy, "accepted": self.accepted, "output": self.output, "quarantine": self.quarantine,
+            "policy": self.policy,
+            "accepted": self.accepted,
+            "output": self.output,
+            "quarantine": self.quarantine,
         }
 
 
@@ -85,14 +91,22 @@ def detect_file_format(path: str | Path, field_map: dict[str, str] | None = None
         row = apply_field_map(record.row, field_map or {})
         fmt = detect_format(row)
         if fmt is None:
-            raise DatasetError([RowError(record.line, "<row>", f"cannot detect the format from the fields "
-                                                               f"{sorted(row)}; pass the format explicitly")])
+            raise DatasetError(
+                [
+                    RowError(
+                        record.line,
+                        "<row>",
+                        f"cannot detect the format from the fields {sorted(row)}; pass the format explicitly",
+                    )
+                ]
+            )
         return fmt
     raise DatasetError([RowError(0, "<file>", "the file has no rows")])
 
 
-def _scan(path: str | Path, fmt: str, field_map: dict[str, str] | None, on_row=None,
-          limits: ReadLimits | None = None) -> ValidationReport:
+def _scan(
+    path: str | Path, fmt: str, field_map: dict[str, str] | None, on_row=None, limits: ReadLimits | None = None
+) -> ValidationReport:
     _check_format(fmt)
     report = ValidationReport(path=str(path), format=None if fmt == "auto" else fmt)
     for record in iter_records(path, limits):
@@ -107,8 +121,13 @@ def _scan(path: str | Path, fmt: str, field_map: dict[str, str] | None, on_row=N
                 detected = detect_format(row) if isinstance(row, dict) else None
                 if detected is None:
                     what = sorted(row) if isinstance(row, dict) else type(row).__name__
-                    errors = [RowError(record.line, "<row>", f"cannot detect the format from the fields {what}; "
-                                                             f"pass the format explicitly")]
+                    errors = [
+                        RowError(
+                            record.line,
+                            "<row>",
+                            f"cannot detect the format from the fields {what}; pass the format explicitly",
+                        )
+                    ]
                     report.file_errors.append(errors[0])
                     break
                 report.format = detected
@@ -124,8 +143,9 @@ def _scan(path: str | Path, fmt: str, field_map: dict[str, str] | None, on_row=N
     return report
 
 
-def validate_file(path: str | Path, *, fmt: str = "auto", field_map: dict[str, str] | None = None,
-                  limits: ReadLimits | None = None) -> ValidationReport:
+def validate_file(
+    path: str | Path, *, fmt: str = "auto", field_map: dict[str, str] | None = None, limits: ReadLimits | None = None
+) -> ValidationReport:
     """Check every row of the file (nothing is written). The format is the first row's unless `fmt` is given.
     A file over `limits` raises LimitExceeded."""
     return _scan(path, fmt, field_map, limits=limits)
@@ -136,9 +156,16 @@ def quarantine_path_for(dest: str | Path) -> Path:
     return dest.with_name(f"{dest.stem}.quarantine.jsonl")
 
 
-def ingest_file(path: str | Path, dest: str | Path, *, policy: Policy = "reject", fmt: str = "auto",
-                field_map: dict[str, str] | None = None, quarantine: str | Path | None = None,
-                limits: ReadLimits | None = None) -> ValidationReport:
+def ingest_file(
+    path: str | Path,
+    dest: str | Path,
+    *,
+    policy: Policy = "reject",
+    fmt: str = "auto",
+    field_map: dict[str, str] | None = None,
+    quarantine: str | Path | None = None,
+    limits: ReadLimits | None = None,
+) -> ValidationReport:
     """Validate and store. `reject`: any bad row (or file-level problem) -> nothing is written, report.accepted is
     False. `quarantine`: good rows to `dest`, bad rows to `quarantine` (default `<dest stem>.quarantine.jsonl`) as
     {"line", "index", "errors": [...], "row"}; written together, atomically. Rows are stored as read (after
@@ -159,13 +186,20 @@ def ingest_file(path: str | Path, dest: str | Path, *, policy: Policy = "reject"
         return report
 
     try:
-        with atomic_outputs(quarantine) as (q_temp,), RowWriter(dest) as writer, \
-                q_temp.open("w", encoding="utf-8") as q:
+        with (
+            atomic_outputs(quarantine) as (q_temp,),
+            RowWriter(dest) as writer,
+            q_temp.open("w", encoding="utf-8") as q,
+        ):
 
             def on_row(record, row, errors):
                 if errors:
-                    entry = {"index": record.index, "line": record.line, "errors": [asdict(e) for e in errors],
-                             "row": row}
+                    entry = {
+                        "index": record.index,
+                        "line": record.line,
+                        "errors": [asdict(e) for e in errors],
+                        "row": row,
+                    }
                     if record.raw is not None:
                         entry["raw"] = record.raw
                     q.write(json.dumps(entry, ensure_ascii=False, default=str) + "\n")

@@ -91,9 +91,16 @@ class SchemaTracker:
         return {key: "|".join(sorted(seen, key=lambda t: (t == "null", t))) for key, seen in types.items()}
 
 
-def describe_dataset(path: str | Path, *, parent_sha256: str | None = None, operation: str | None = None,
-                     params: dict[str, Any] | None = None, stats: dict[str, Any] | None = None,
-                     fmt: str | None = None, limits: ReadLimits | None = None) -> DatasetVersion:
+def describe_dataset(
+    path: str | Path,
+    *,
+    parent_sha256: str | None = None,
+    operation: str | None = None,
+    params: dict[str, Any] | None = None,
+    stats: dict[str, Any] | None = None,
+    fmt: str | None = None,
+    limits: ReadLimits | None = None,
+) -> DatasetVersion:
     """Hash the file and scan its rows once for the row count, the format (of the first row, unless given) and the
     schema (the union of JSON types seen per top-level field; a field missing from some rows is nullable)."""
     path = Path(path)
@@ -106,20 +113,37 @@ def describe_dataset(path: str | Path, *, parent_sha256: str | None = None, oper
             fmt = detect_format(record.row)
         sid = tracker.add(record.row)
         counts[sid] = counts.get(sid, 0) + 1
-    return DatasetVersion(sha256=sha256_file(path), path=str(path), rows=rows, format=fmt,
-                          schema=tracker.schema(counts), stats=stats or {}, parent_sha256=parent_sha256,
-                          operation=operation, params=params, size_bytes=path.stat().st_size)
+    return DatasetVersion(
+        sha256=sha256_file(path),
+        path=str(path),
+        rows=rows,
+        format=fmt,
+        schema=tracker.schema(counts),
+        stats=stats or {},
+        parent_sha256=parent_sha256,
+        operation=operation,
+        params=params,
+        size_bytes=path.stat().st_size,
+    )
 
 
-def derived_version(output: str | Path, *, parent: str | Path | None = None, parent_sha256: str | None = None,
-                    operation: str, params: dict[str, Any] | None = None, stats: dict[str, Any] | None = None,
-                    fmt: str | None = None) -> dict[str, Any]:
+def derived_version(
+    output: str | Path,
+    *,
+    parent: str | Path | None = None,
+    parent_sha256: str | None = None,
+    operation: str,
+    params: dict[str, Any] | None = None,
+    stats: dict[str, Any] | None = None,
+    fmt: str | None = None,
+) -> dict[str, Any]:
     """The DatasetVersion (as a dict) of a file an operation produced from `parent`: what reports carry as
     `version`, so the chain upload -> clean -> dedup can be stored and queried by sha256."""
     if parent_sha256 is None and parent is not None:
         parent_sha256 = sha256_file(parent)
-    return describe_dataset(output, parent_sha256=parent_sha256, operation=operation, params=params, stats=stats,
-                            fmt=fmt).to_dict()
+    return describe_dataset(
+        output, parent_sha256=parent_sha256, operation=operation, params=params, stats=stats, fmt=fmt
+    ).to_dict()
 
 
 def store_version(src: str | Path, store_dir: str | Path, **describe_kwargs: Any) -> DatasetVersion:

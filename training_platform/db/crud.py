@@ -55,20 +55,40 @@ def issue_token(session: Session, user: User) -> str:
 
 def user_for_token(session: Session, token: str) -> User | None:
     # One statement: every authenticated request runs it.
-    return session.exec(select(User).join(ApiToken, ApiToken.user_id == User.id)
-                        .where(ApiToken.token_hash == hash_token(token), ApiToken.revoked == False)  # noqa: E712
-                        ).first()
+    return session.exec(
+        select(User)
+        .join(ApiToken, ApiToken.user_id == User.id)
+        .where(ApiToken.token_hash == hash_token(token), ApiToken.revoked == False)  # noqa: E712
+    ).first()
 
 
 # ---------------------------------------------------------------------------------------------- jobs
 
 
-def create_job(session: Session, *, owner: User, name: str, config: dict, priority: int = 0,
-               kind: str = "train", cloned_from: int | None = None, sweep_id: int | None = None) -> Job:
+def create_job(
+    session: Session,
+    *,
+    owner: User,
+    name: str,
+    config: dict,
+    priority: int = 0,
+    kind: str = "train",
+    cloned_from: int | None = None,
+    sweep_id: int | None = None,
+) -> Job:
     algorithm = (config.get("algorithm") or {}).get("name", "?")
     max_steps = (config.get("training") or {}).get("max_steps")
-    job = Job(owner_id=owner.id, name=name, kind=kind, algorithm=algorithm, config=config, priority=priority,
-              max_steps=max_steps, cloned_from=cloned_from, sweep_id=sweep_id)
+    job = Job(
+        owner_id=owner.id,
+        name=name,
+        kind=kind,
+        algorithm=algorithm,
+        config=config,
+        priority=priority,
+        max_steps=max_steps,
+        cloned_from=cloned_from,
+        sweep_id=sweep_id,
+    )
     session.add(job)
     session.flush()
     session.add(JobEvent(job_id=job.id, from_status=None, to_status=JobStatus.queued.value, reason="submitted"))
@@ -96,14 +116,17 @@ def stale_jobs(session: Session, timeout_s: float, now: datetime | None = None) 
 # ---------------------------------------------------------------------------------------------- metrics
 
 
-def add_metric_points(session: Session, job_id: int, points: Iterable[tuple[int, str, float]],
-                      logged_at: dict[int, datetime] | None = None) -> int:
+def add_metric_points(
+    session: Session,
+    job_id: int,
+    points: Iterable[tuple[int, str, float]],
+    logged_at: dict[int, datetime] | None = None,
+) -> int:
     """Insert (step, name, value) points; a point already stored for (job, name, step) is kept, not duplicated.
     `logged_at`: step -> when the run logged it (its metrics row's `ts`), else the time of this insert."""
     now = utcnow()
     when = logged_at or {}
-    rows = [{"job_id": job_id, "step": s, "name": n, "value": float(v), "ts": when.get(s, now)}
-            for s, n, v in points]
+    rows = [{"job_id": job_id, "step": s, "name": n, "value": float(v), "ts": when.get(s, now)} for s, n, v in points]
     if not rows:
         return 0
     dialect = session.get_bind().dialect.name
@@ -189,10 +212,15 @@ def lock_job_row(session: Session, job_id: int) -> Job | None:
     database write lock (pysqlite starts the transaction lazily at the first write), so nothing changes the row
     between our read and our write."""
     if session.get_bind().dialect.name == "postgresql":
-        return session.exec(select(Job).where(Job.id == job_id).with_for_update()
-                            .execution_options(populate_existing=True)).first()
-    session.exec(update(Job).where(Job.id == job_id).values(updated_at=Job.updated_at)
-                 .execution_options(synchronize_session=False))
+        return session.exec(
+            select(Job).where(Job.id == job_id).with_for_update().execution_options(populate_existing=True)
+        ).first()
+    session.exec(
+        update(Job)
+        .where(Job.id == job_id)
+        .values(updated_at=Job.updated_at)
+        .execution_options(synchronize_session=False)
+    )
     return session.exec(select(Job).where(Job.id == job_id).execution_options(populate_existing=True)).first()
 
 
@@ -201,7 +229,9 @@ def lock_job_if_unchanged(session: Session, job: Job) -> bool:
     on PostgreSQL, the write lock on SQLite). Returns False, with `job` refreshed, when a worker changed it first;
     the caller then decides again on the fresh state."""
     result = session.exec(
-        update(Job).where(Job.id == job.id, Job.status == job.status).values(updated_at=Job.updated_at)
+        update(Job)
+        .where(Job.id == job.id, Job.status == job.status)
+        .values(updated_at=Job.updated_at)
         .execution_options(synchronize_session=False)
     )
     session.refresh(job)

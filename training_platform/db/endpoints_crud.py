@@ -21,8 +21,11 @@ log = logging.getLogger("training_platform.core.endpoints")
 def from_row(row: EndpointRow) -> Endpoint | None:
     """The row as an Endpoint, validated again (a row written around the API with a bad URL is ignored)."""
     try:
-        return make_endpoint(row.name, {"base_url": row.base_url, "api_key_env": row.api_key_env,
-                                        "models": list(row.models or [])}, "admin")
+        return make_endpoint(
+            row.name,
+            {"base_url": row.base_url, "api_key_env": row.api_key_env, "models": list(row.models or [])},
+            "admin",
+        )
     except EndpointError as exc:
         log.warning("endpoint %r in the database is invalid and ignored: %s", row.name, exc)
         return None

@@ -120,8 +120,10 @@ class MetricPoint(SQLModel, table=True):
     # One value per (job, name, step): re-ingesting after a resume cannot duplicate a point.
     __table_args__ = (UniqueConstraint("job_id", "name", "step", name="uq_metric_job_name_step"),)
     # BIGINT on PostgreSQL; SQLite only auto-increments an INTEGER primary key.
-    id: int | None = Field(default=None, sa_column=Column(BigInteger().with_variant(Integer, "sqlite"),
-                                                          primary_key=True, autoincrement=True))
+    id: int | None = Field(
+        default=None,
+        sa_column=Column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    )
     job_id: int = Field(foreign_key="jobs.id")
     name: str = Field(max_length=128)
     step: int
@@ -230,8 +232,10 @@ class EvalMetric(SQLModel, table=True):
     """One summary metric of one benchmark of one evaluation (what the leaderboard and best-checkpoint read)."""
 
     __tablename__ = "eval_metrics"
-    __table_args__ = (UniqueConstraint("job_id", "benchmark", "metric", name="uq_eval_metric"),
-                      Index("ix_eval_metrics_benchmark_metric", "benchmark", "metric"))
+    __table_args__ = (
+        UniqueConstraint("job_id", "benchmark", "metric", name="uq_eval_metric"),
+        Index("ix_eval_metrics_benchmark_metric", "benchmark", "metric"),
+    )
     id: int | None = Field(default=None, primary_key=True)
     job_id: int = Field(foreign_key="evaluations.job_id", index=True)
     benchmark: str = Field(max_length=64)
@@ -248,8 +252,10 @@ class EvalSample(SQLModel, table=True):
 
     __tablename__ = "eval_samples"
     __table_args__ = (Index("ix_eval_samples_job_benchmark_position", "job_id", "benchmark", "position"),)
-    id: int | None = Field(default=None, sa_column=Column(BigInteger().with_variant(Integer, "sqlite"),
-                                                          primary_key=True, autoincrement=True))
+    id: int | None = Field(
+        default=None,
+        sa_column=Column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    )
     job_id: int = Field(foreign_key="evaluations.job_id")
     benchmark: str = Field(max_length=64)
     position: int  # order in the benchmark's samples file

@@ -75,8 +75,9 @@ WHERE job_id = :job_id AND width = :width AND name IN :names AND bucket >= :lo A
 """).bindparams(bindparam("names", expanding=True))
 
 
-def refresh(session: Session, job_id: int, names: Iterable[str], lo_step: int, hi_step: int, *,
-            grown: bool = False) -> None:
+def refresh(
+    session: Session, job_id: int, names: Iterable[str], lo_step: int, hi_step: int, *, grown: bool = False
+) -> None:
     """Recompute every tier's buckets overlapping steps [lo_step, hi_step] of these series from what is stored.
     `grown`: points were only added there (none removed), so buckets are upserted instead of deleted and rebuilt."""
     names = sorted(set(names))
@@ -89,11 +90,14 @@ def refresh(session: Session, job_id: int, names: Iterable[str], lo_step: int, h
         if not grown:
             session.execute(_DELETE_RANGE, params)
         if i == 0:
-            session.execute(_UPSERT_FROM_POINTS if grown else _FROM_POINTS,
-                            {**params, "lo": lo * width, "hi": (hi + 1) * width})
+            session.execute(
+                _UPSERT_FROM_POINTS if grown else _FROM_POINTS, {**params, "lo": lo * width, "hi": (hi + 1) * width}
+            )
         else:
-            session.execute(_UPSERT_FROM_CHILDREN if grown else _FROM_CHILDREN,
-                            {**params, "child": WIDTHS[i - 1], "lo": lo * 4, "hi": (hi + 1) * 4})
+            session.execute(
+                _UPSERT_FROM_CHILDREN if grown else _FROM_CHILDREN,
+                {**params, "child": WIDTHS[i - 1], "lo": lo * 4, "hi": (hi + 1) * 4},
+            )
 
 
 def truncate(session: Session, job_id: int, step: int) -> None:
@@ -101,11 +105,17 @@ def truncate(session: Session, job_id: int, step: int) -> None:
     if step < 0:
         session.execute(text("DELETE FROM metric_rollups WHERE job_id = :job_id"), {"job_id": job_id})
         return
-    names = [r[0] for r in session.execute(
-        text("SELECT DISTINCT name FROM metric_rollups WHERE job_id = :job_id AND width = :top"),
-        {"job_id": job_id, "top": WIDTHS[-1]}).all()]
-    session.execute(text("DELETE FROM metric_rollups WHERE job_id = :job_id AND CAST(bucket AS BIGINT) * width > :s"),
-                    {"job_id": job_id, "s": step})
+    names = [
+        r[0]
+        for r in session.execute(
+            text("SELECT DISTINCT name FROM metric_rollups WHERE job_id = :job_id AND width = :top"),
+            {"job_id": job_id, "top": WIDTHS[-1]},
+        ).all()
+    ]
+    session.execute(
+        text("DELETE FROM metric_rollups WHERE job_id = :job_id AND CAST(bucket AS BIGINT) * width > :s"),
+        {"job_id": job_id, "s": step},
+    )
     refresh(session, job_id, names, step, step)
 
 
@@ -114,7 +124,6 @@ def rebuild(session: Session, job_id: int) -> None:
     from training_platform.db import crud
 
     session.execute(text("DELETE FROM metric_rollups WHERE job_id = :job_id"), {"job_id": job_id})
-    row = session.execute(text("SELECT MAX(step) FROM metric_points WHERE job_id = :job_id"),
-                          {"job_id": job_id}).one()
+    row = session.execute(text("SELECT MAX(step) FROM metric_points WHERE job_id = :job_id"), {"job_id": job_id}).one()
     if row[0] is not None:
         refresh(session, job_id, crud.metric_names(session, job_id), 0, int(row[0]))

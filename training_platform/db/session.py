@@ -27,8 +27,9 @@ def make_engine(url: str) -> Engine:
 
         return engine
     # Sessions in UTC whatever the server's zone, so naive reads of timestamptz columns are UTC too.
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20,
-                         connect_args={"options": "-c timezone=UTC"})
+    return create_engine(
+        url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args={"options": "-c timezone=UTC"}
+    )
 
 
 @lru_cache

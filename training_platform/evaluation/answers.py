@@ -16,9 +16,7 @@ from typing import Any
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _HASHES = re.compile(r"####\s*([^\n]*)")
-_ANSWER_IS = re.compile(
-    r"(?:\banswer\s*(?:is\b\s*:?|:)|\banswer\*+\s*:|\banswer\s*:\*+)[\s*]*([^\n]*)", re.IGNORECASE
-)
+_ANSWER_IS = re.compile(r"(?:\banswer\s*(?:is\b\s*:?|:)|\banswer\*+\s*:|\banswer\s*:\*+)[\s*]*([^\n]*)", re.IGNORECASE)
 # Fractions, thousands-separated numbers (1,234,567.5), plain numbers; last match wins.
 _NUMBER = re.compile(r"-?\d+\s*/\s*\d+|-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?|-?\.\d+")
 _NUMERIC = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?(?:/\d+)?")

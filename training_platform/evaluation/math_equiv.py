@@ -67,9 +67,15 @@ class _Worker:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in [_package_root(), env.get("PYTHONPATH", "")] if p)
         self.restarts += 1
-        proc = subprocess.Popen(self.argv,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-                                text=True, bufsize=1)
+        proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            text=True,
+            bufsize=1,
+        )
         if _readline(proc, _STARTUP_TIMEOUT_S) != "ready":
             _kill(proc)
             raise RuntimeError("the math-verify helper process did not start")

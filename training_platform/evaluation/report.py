@@ -49,30 +49,45 @@ def _short(text: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def render_markdown(summary: dict[str, Any], records: dict[str, list[dict[str, Any]]], *,
-                    max_samples: int = 50) -> str:
-    lines = [f"# Evaluation: {summary.get('name') or _model_label(summary)}", "",
-             f"- model: `{_model_label(summary)}` ({summary.get('model', {}).get('backend', '?')})",
-             f"- started: {summary.get('started_at', '?')}, finished: {summary.get('finished_at', '-')}, "
-             f"status: {summary.get('status', '?')}", ""]
+def render_markdown(summary: dict[str, Any], records: dict[str, list[dict[str, Any]]], *, max_samples: int = 50) -> str:
+    lines = [
+        f"# Evaluation: {summary.get('name') or _model_label(summary)}",
+        "",
+        f"- model: `{_model_label(summary)}` ({summary.get('model', {}).get('backend', '?')})",
+        f"- started: {summary.get('started_at', '?')}, finished: {summary.get('finished_at', '-')}, "
+        f"status: {summary.get('status', '?')}",
+        "",
+    ]
     lines += ["| benchmark | metric | value | stderr | 95% CI | n |", "|---|---|---|---|---|---|"]
     for name, bench in summary.get("benchmarks", {}).items():
         for metric_name, m in bench.get("metrics", {}).items():
             lo, hi = m.get("ci95", [0, 0])
-            lines.append(f"| {name} | {metric_name} | {m['value']:.4f} | {m['stderr']:.4f} | {lo:.3f}-{hi:.3f} "
-                         f"| {m['n']} |")
+            lines.append(
+                f"| {name} | {metric_name} | {m['value']:.4f} | {m['stderr']:.4f} | {lo:.3f}-{hi:.3f} | {m['n']} |"
+            )
     for name, bench in summary.get("benchmarks", {}).items():
         rows = records.get(name, [])
-        lines += ["", f"## {name}", "",
-                  f"{bench.get('n_items', len(rows))} items, {bench.get('n_samples', 1)} sample(s) each, "
-                  f"{'chat' if bench.get('chat') else 'completion'} prompts, {bench.get('n_shot', 0)}-shot; "
-                  f"data `{bench.get('data', '?')}`; time {bench.get('time_s', {})}", ""]
+        lines += [
+            "",
+            f"## {name}",
+            "",
+            f"{bench.get('n_items', len(rows))} items, {bench.get('n_samples', 1)} sample(s) each, "
+            f"{'chat' if bench.get('chat') else 'completion'} prompts, {bench.get('n_shot', 0)}-shot; "
+            f"data `{bench.get('data', '?')}`; time {bench.get('time_s', {})}",
+            "",
+        ]
         lines += ["| id | # | correct | extracted | reference | output |", "|---|---|---|---|---|---|"]
         for r in rows[:max_samples]:
             mark = "✅" if r.get("correct") else "❌"
             reference = r.get("reference") if r.get("benchmark") != "humaneval" else r.get("result")
-            cells = [str(r.get("id")), str(r.get("sample_index", 0)), mark, _short(r.get("extracted"), 40),
-                     _short(reference, 40), _short(r.get("output"), 80)]
+            cells = [
+                str(r.get("id")),
+                str(r.get("sample_index", 0)),
+                mark,
+                _short(r.get("extracted"), 40),
+                _short(reference, 40),
+                _short(r.get("output"), 80),
+            ]
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         if len(rows) > max_samples:
             lines.append(f"\n… {len(rows) - max_samples} more in `samples/{name}.jsonl`")
@@ -88,33 +103,39 @@ pre{white-space:pre-wrap;background:#f6f8fa;padding:8px;border-radius:4px;max-he
 """
 
 
-def render_html(summary: dict[str, Any], records: dict[str, list[dict[str, Any]]], *,
-                max_samples: int = 2000) -> str:
+def render_html(summary: dict[str, Any], records: dict[str, list[dict[str, Any]]], *, max_samples: int = 2000) -> str:
     e = html.escape
-    parts = ["<!doctype html><html><head><meta charset='utf-8'>",
-             f"<title>Evaluation: {e(summary.get('name') or _model_label(summary))}</title>",
-             f"<style>{_CSS}</style></head><body>",
-             f"<h1>Evaluation: {e(summary.get('name') or _model_label(summary))}</h1>",
-             f"<p>model <code>{e(_model_label(summary))}</code> ({e(str(summary.get('model', {}).get('backend')))})"
-             f", started {e(str(summary.get('started_at')))}, status {e(str(summary.get('status')))}</p>",
-             "<table><tr><th>benchmark</th><th>metric</th><th>value</th><th>stderr</th><th>95% CI</th>"
-             "<th>n</th></tr>"]
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>Evaluation: {e(summary.get('name') or _model_label(summary))}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>Evaluation: {e(summary.get('name') or _model_label(summary))}</h1>",
+        f"<p>model <code>{e(_model_label(summary))}</code> ({e(str(summary.get('model', {}).get('backend')))})"
+        f", started {e(str(summary.get('started_at')))}, status {e(str(summary.get('status')))}</p>",
+        "<table><tr><th>benchmark</th><th>metric</th><th>value</th><th>stderr</th><th>95% CI</th><th>n</th></tr>",
+    ]
     for name, bench in summary.get("benchmarks", {}).items():
         for metric_name, m in bench.get("metrics", {}).items():
             lo, hi = m.get("ci95", [0, 0])
-            parts.append(f"<tr><td>{e(name)}</td><td>{e(metric_name)}</td><td>{m['value']:.4f}</td>"
-                         f"<td>{m['stderr']:.4f}</td><td>{lo:.3f}–{hi:.3f}</td><td>{m['n']}</td></tr>")
+            parts.append(
+                f"<tr><td>{e(name)}</td><td>{e(metric_name)}</td><td>{m['value']:.4f}</td>"
+                f"<td>{m['stderr']:.4f}</td><td>{lo:.3f}–{hi:.3f}</td><td>{m['n']}</td></tr>"
+            )
     parts.append("</table>")
     skip = {"benchmark", "id", "sample_index", "prompt", "output", "extracted", "reference", "correct"}
     for name, rows in records.items():
         bench = summary["benchmarks"].get(name, {})
-        parts.append(f"<h2>{e(name)}</h2><p>{len(rows)} samples; data <code>{e(str(bench.get('data')))}</code>; "
-                     f"{'chat' if bench.get('chat') else 'completion'} prompts</p>")
+        parts.append(
+            f"<h2>{e(name)}</h2><p>{len(rows)} samples; data <code>{e(str(bench.get('data')))}</code>; "
+            f"{'chat' if bench.get('chat') else 'completion'} prompts</p>"
+        )
         for r in rows[:max_samples]:
             ok = bool(r.get("correct"))
-            label = (f"<span class='{'ok' if ok else 'bad'}'>{'✔' if ok else '✘'}</span> {e(str(r.get('id')))}"
-                     f" #{r.get('sample_index', 0)} — extracted <code>{e(_short(r.get('extracted'), 60))}</code>"
-                     f", reference <code>{e(_short(r.get('reference'), 60))}</code>")
+            label = (
+                f"<span class='{'ok' if ok else 'bad'}'>{'✔' if ok else '✘'}</span> {e(str(r.get('id')))}"
+                f" #{r.get('sample_index', 0)} — extracted <code>{e(_short(r.get('extracted'), 60))}</code>"
+                f", reference <code>{e(_short(r.get('reference'), 60))}</code>"
+            )
             extra = {k: v for k, v in r.items() if k not in skip}
             parts.append(
                 f"<details><summary>{label}</summary>"
@@ -122,7 +143,8 @@ def render_html(summary: dict[str, Any], records: dict[str, list[dict[str, Any]]
                 f"<h4>output</h4><pre>{e(str(r.get('output', '')))}</pre>"
                 f"<h4>extracted</h4><pre>{e(str(r.get('extracted')))}</pre>"
                 f"<h4>reference</h4><pre>{e(str(r.get('reference')))}</pre>"
-                f"<h4>details</h4><pre>{e(json.dumps(extra, indent=1, ensure_ascii=False))}</pre></details>")
+                f"<h4>details</h4><pre>{e(json.dumps(extra, indent=1, ensure_ascii=False))}</pre></details>"
+            )
         if len(rows) > max_samples:
             parts.append(f"<p>… {len(rows) - max_samples} more in samples/{e(name)}.jsonl</p>")
     parts.append("</body></html>")

@@ -22,8 +22,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from training_platform.core.errors import InvalidInput, pydantic_errors, translate_pydantic_error
 from training_platform.evaluation.config import BenchmarkSpec, EvalConfig, ModelSpec, SandboxSpec
 
-__all__ = ["OUTBOUND_FIELDS", "EvalRequest", "GenerationDefaults", "RequestError", "next_fire_time", "parse_cron",
-           "parse_metric_key"]
+__all__ = [
+    "OUTBOUND_FIELDS",
+    "EvalRequest",
+    "GenerationDefaults",
+    "RequestError",
+    "next_fire_time",
+    "parse_cron",
+    "parse_metric_key",
+]
 
 # What a request may no longer say: where a keyed call goes, and which variable's value it carries.
 OUTBOUND_FIELDS = ("base_url", "api_key_env", "api_key", "url")
@@ -54,17 +61,24 @@ class EvalRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     benchmarks: list[str | dict[str, Any]] = Field(
-        ..., min_length=1, max_length=64,
+        ...,
+        min_length=1,
+        max_length=64,
         description='Names or BenchmarkSpec objects, e.g. ["gsm8k", {"name": "humaneval", "n_samples": 5, '
-                    '"temperature": 0.8, "k": [1, 5]}].')
-    generation: GenerationDefaults = Field(default_factory=GenerationDefaults,
-                                           description="Defaults for every benchmark (a benchmark's own field wins).")
-    backend: dict[str, Any] = Field(default_factory=dict, description="ModelSpec fields except `path`: backend, "
-                                                                      "batch_size, device, dtype, num_threads, ... "
-                                                                      "With backend 'openai': `endpoint`, the name "
-                                                                      "of an endpoint the operator defined (GET "
-                                                                      "/api/v1/endpoints); `model` is then a model "
-                                                                      "it serves.")
+        '"temperature": 0.8, "k": [1, 5]}].',
+    )
+    generation: GenerationDefaults = Field(
+        default_factory=GenerationDefaults, description="Defaults for every benchmark (a benchmark's own field wins)."
+    )
+    backend: dict[str, Any] = Field(
+        default_factory=dict,
+        description="ModelSpec fields except `path`: backend, "
+        "batch_size, device, dtype, num_threads, ... "
+        "With backend 'openai': `endpoint`, the name "
+        "of an endpoint the operator defined (GET "
+        "/api/v1/endpoints); `model` is then a model "
+        "it serves.",
+    )
     sandbox: dict[str, Any] = Field(default_factory=dict, description="Code sandbox limits (humaneval).")
     seed: int = Field(0, ge=0, le=2**32 - 1)
 
@@ -72,8 +86,12 @@ class EvalRequest(BaseModel):
         """Settings an API user may not choose: running generated code without isolation is the operator's call
         (TP_SANDBOX_ALLOW_UNSAFE=1 on the eval workers), never a request's."""
         if self.sandbox.get("allow_unsandboxed"):
-            return [("sandbox.allow_unsandboxed", "only the operator can allow unsandboxed code "
-                                                  "(TP_SANDBOX_ALLOW_UNSAFE=1 on the eval workers)")]
+            return [
+                (
+                    "sandbox.allow_unsandboxed",
+                    "only the operator can allow unsandboxed code (TP_SANDBOX_ALLOW_UNSAFE=1 on the eval workers)",
+                )
+            ]
         return []
 
     def to_config(self, model_path: str, name: str | None = None) -> EvalConfig:
@@ -94,9 +112,14 @@ class EvalRequest(BaseModel):
             errors.append(("backend.path", "the model is chosen by `model` or `job_id`/`checkpoint`, not here"))
         for field in OUTBOUND_FIELDS:
             if field in self.backend:
-                errors.append((f"backend.{field}", "not accepted: the operator defines where requests go; name one "
-                                                   "of their endpoints in `backend.endpoint` (GET /api/v1/endpoints "
-                                                   "lists them) and the model it serves in `model`"))
+                errors.append(
+                    (
+                        f"backend.{field}",
+                        "not accepted: the operator defines where requests go; name one "
+                        "of their endpoints in `backend.endpoint` (GET /api/v1/endpoints "
+                        "lists them) and the model it serves in `model`",
+                    )
+                )
         if errors:
             raise RequestError(errors)
 
@@ -104,8 +127,12 @@ class EvalRequest(BaseModel):
 
         for i, spec in enumerate(entries):
             if spec["name"] not in BENCHMARKS:
-                errors.append((f"benchmarks.{i}.name", f"unknown benchmark {spec['name']!r}; known: "
-                                                       f"{', '.join(sorted(BENCHMARKS))}"))
+                errors.append(
+                    (
+                        f"benchmarks.{i}.name",
+                        f"unknown benchmark {spec['name']!r}; known: {', '.join(sorted(BENCHMARKS))}",
+                    )
+                )
         try:
             model = ModelSpec(path=model_path, **self.backend)
         except ValidationError as exc:
@@ -141,8 +168,9 @@ class EvalRequest(BaseModel):
         try:
             return EvalConfig(model=model, benchmarks=specs, seed=self.seed, sandbox=sandbox, name=name)
         except ValidationError as exc:
-            raise RequestError([(_join("", e["loc"]) or "benchmarks", translate_pydantic_error(e).reason)
-                                for e in exc.errors()]) from None
+            raise RequestError(
+                [(_join("", e["loc"]) or "benchmarks", translate_pydantic_error(e).reason) for e in exc.errors()]
+            ) from None
 
 
 def _join(prefix: str, loc: tuple) -> str:
@@ -164,7 +192,7 @@ def _unique(errors: list[tuple[str, str]]) -> list[tuple[str, str]]:
 
 
 def parse_metric_key(key: str, config: EvalConfig | None = None) -> tuple[str, str]:
-    """"gsm8k/accuracy" -> ("gsm8k", "accuracy"). With `config`, the benchmark must be one it runs and the metric
+    """ "gsm8k/accuracy" -> ("gsm8k", "accuracy"). With `config`, the benchmark must be one it runs and the metric
     one that benchmark reports (ValueError with the choices otherwise)."""
     benchmark, sep, metric = key.partition("/")
     if not sep or not benchmark or not metric:
@@ -192,8 +220,9 @@ def parse_cron(expression: str) -> str:
     normalised = " ".join(str(expression).split())
     fields = normalised.split(" ") if normalised else []
     if len(fields) not in (5, 6):
-        raise ValueError(f"expected 5 fields (minute hour day month weekday) or 6 (plus seconds), got "
-                         f"{len(fields)}: {expression!r}")
+        raise ValueError(
+            f"expected 5 fields (minute hour day month weekday) or 6 (plus seconds), got {len(fields)}: {expression!r}"
+        )
     try:
         croniter(normalised, datetime.now(UTC))
     except (ValueError, KeyError) as exc:

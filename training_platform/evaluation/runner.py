@@ -42,8 +42,9 @@ ProgressCallback = Callable[[dict[str, Any]], None]
 
 
 @contextmanager
-def _bar(total: int, desc: str, enabled: bool, callback: ProgressCallback | None = None,
-         event: dict[str, Any] | None = None):
+def _bar(
+    total: int, desc: str, enabled: bool, callback: ProgressCallback | None = None, event: dict[str, Any] | None = None
+):
     """A progress updater `update(n)`: a tqdm bar on stderr (when enabled) and/or `callback({**event, done, total})`
     (thread-safe: scoring updates it from worker threads)."""
     import threading
@@ -103,10 +104,16 @@ def prepare_benchmarks(config: EvalConfig) -> list[tuple[BenchmarkSpec, Benchmar
     return prepared
 
 
-def run_evaluation(config: EvalConfig, output_dir: str | Path, *, backend: Backend | None = None,
-                   progress: bool = True, log: Callable[[str], None] | None = None,
-                   on_progress: ProgressCallback | None = None,
-                   endpoints: Endpoints | None = None) -> dict[str, Any]:
+def run_evaluation(
+    config: EvalConfig,
+    output_dir: str | Path,
+    *,
+    backend: Backend | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+    on_progress: ProgressCallback | None = None,
+    endpoints: Endpoints | None = None,
+) -> dict[str, Any]:
     """Evaluate `config.model` on `config.benchmarks`; writes the output directory and returns the summary.
 
     `backend`: an already loaded backend (else one is loaded from `config.model` and closed at the end).
@@ -154,16 +161,25 @@ def run_evaluation(config: EvalConfig, output_dir: str | Path, *, backend: Backe
     finally:
         if own_backend:
             backend.close()
-    summary.update(status="completed", finished_at=now_iso(),
-                   time_s={"total": round(time.perf_counter() - t0, 3), "model_load": round(load_s, 3)})
+    summary.update(
+        status="completed",
+        finished_at=now_iso(),
+        time_s={"total": round(time.perf_counter() - t0, 3), "model_load": round(load_s, 3)},
+    )
     write_json(out / SUMMARY_FILE, summary)
 
     write_reports(out)
     return summary
 
 
-def _run_benchmark(bench: Benchmark, items: list[Item], backend: Backend, config: EvalConfig, progress: bool,
-                   on_progress: ProgressCallback | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _run_benchmark(
+    bench: Benchmark,
+    items: list[Item],
+    backend: Backend,
+    config: EvalConfig,
+    progress: bool,
+    on_progress: ProgressCallback | None,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     spec = bench.spec
     chat = bench.use_chat(backend.supports_chat())
     pool = bench.fewshot_items(items)
@@ -171,8 +187,12 @@ def _run_benchmark(bench: Benchmark, items: list[Item], backend: Backend, config
     prompts = [backend.render(r) for r in requests]
     records: list[dict[str, Any]] = []
     timing: dict[str, float] = {}
-    info: dict[str, Any] = {"chat": chat, "n_items": len(items), "n_shot": spec.n_shot, "primary_metric":
-                            bench.primary_metric}
+    info: dict[str, Any] = {
+        "chat": chat,
+        "n_items": len(items),
+        "n_shot": spec.n_shot,
+        "primary_metric": bench.primary_metric,
+    }
 
     if bench.kind == "loglikelihood":
         pairs: list[tuple[str, str]] = []
@@ -182,41 +202,85 @@ def _run_benchmark(bench: Benchmark, items: list[Item], backend: Backend, config
             spans.append((len(pairs), len(continuations)))
             pairs += [(prompt, c) for c in continuations]
         start = time.perf_counter()
-        with _bar(len(pairs), f"{spec.name}: log-likelihoods", progress, on_progress,
-                  {"benchmark": spec.name, "stage": "loglikelihood"}) as update:
+        with _bar(
+            len(pairs),
+            f"{spec.name}: log-likelihoods",
+            progress,
+            on_progress,
+            {"benchmark": spec.name, "stage": "loglikelihood"},
+        ) as update:
             scores = backend.loglikelihood(pairs, progress=update)
         timing["generate"] = time.perf_counter() - start
         per_item = timing["generate"] / max(1, len(items))
         for item, prompt, (first, count) in zip(items, prompts, spans, strict=True):
-            scored = bench.score_loglikelihoods(item, scores[first: first + count])
-            records.append({"benchmark": spec.name, "id": item.id, "sample_index": 0, "prompt": prompt,
-                            "output": scored["extracted"] or "", **scored, "reference": item.reference,
-                            "latency_s": round(per_item, 6)})
+            scored = bench.score_loglikelihoods(item, scores[first : first + count])
+            records.append(
+                {
+                    "benchmark": spec.name,
+                    "id": item.id,
+                    "sample_index": 0,
+                    "prompt": prompt,
+                    "output": scored["extracted"] or "",
+                    **scored,
+                    "reference": item.reference,
+                    "latency_s": round(per_item, 6),
+                }
+            )
         info["n_samples"] = 1
     else:
-        params = SamplingParams(max_new_tokens=bench.max_new_tokens(), temperature=spec.temperature,
-                                top_p=spec.top_p, n=spec.n_samples, stop=bench.stops(chat), seed=config.seed)
+        params = SamplingParams(
+            max_new_tokens=bench.max_new_tokens(),
+            temperature=spec.temperature,
+            top_p=spec.top_p,
+            n=spec.n_samples,
+            stop=bench.stops(chat),
+            seed=config.seed,
+        )
         start = time.perf_counter()
-        with _bar(len(requests), f"{spec.name}: generate", progress, on_progress,
-                  {"benchmark": spec.name, "stage": "generate"}) as update:
+        with _bar(
+            len(requests),
+            f"{spec.name}: generate",
+            progress,
+            on_progress,
+            {"benchmark": spec.name, "stage": "generate"},
+        ) as update:
             generations = backend.generate(requests, params, progress=update)
         timing["generate"] = time.perf_counter() - start
-        flat = [(item, prompt, j, gen) for item, prompt, gens in zip(items, prompts, generations, strict=True)
-                for j, gen in enumerate(gens)]
+        flat = [
+            (item, prompt, j, gen)
+            for item, prompt, gens in zip(items, prompts, generations, strict=True)
+            for j, gen in enumerate(gens)
+        ]
         start = time.perf_counter()
-        with _bar(len(flat), f"{spec.name}: score", progress, on_progress,
-                  {"benchmark": spec.name, "stage": "score"}) as update:
-            scored_rows = bench.score_many([f[0] for f in flat], [f[3].text for f in flat], progress=update,
-                                           chat=chat)
+        with _bar(
+            len(flat), f"{spec.name}: score", progress, on_progress, {"benchmark": spec.name, "stage": "score"}
+        ) as update:
+            scored_rows = bench.score_many([f[0] for f in flat], [f[3].text for f in flat], progress=update, chat=chat)
         timing["score"] = time.perf_counter() - start
         for (item, prompt, j, gen), fields in zip(flat, scored_rows, strict=True):
-            records.append({"benchmark": spec.name, "id": item.id, "sample_index": j, "prompt": prompt,
-                            "output": gen.text, **fields, "reference": item.reference,
-                            "latency_s": round(gen.latency_s, 6), "finish_reason": gen.finish_reason,
-                            "num_tokens": gen.num_tokens})
+            records.append(
+                {
+                    "benchmark": spec.name,
+                    "id": item.id,
+                    "sample_index": j,
+                    "prompt": prompt,
+                    "output": gen.text,
+                    **fields,
+                    "reference": item.reference,
+                    "latency_s": round(gen.latency_s, 6),
+                    "finish_reason": gen.finish_reason,
+                    "num_tokens": gen.num_tokens,
+                }
+            )
         info["n_samples"] = spec.n_samples
-        info["generation"] = {"max_new_tokens": params.max_new_tokens, "temperature": params.temperature,
-                              "top_p": params.top_p, "n": params.n, "stop": list(params.stop), "seed": params.seed}
+        info["generation"] = {
+            "max_new_tokens": params.max_new_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "n": params.n,
+            "stop": list(params.stop),
+            "seed": params.seed,
+        }
         if hasattr(bench, "mode"):
             info["mode"] = bench.mode(chat)
         if hasattr(bench, "isolation"):
@@ -227,9 +291,14 @@ def _run_benchmark(bench: Benchmark, items: list[Item], backend: Backend, config
     return info, records
 
 
-def score_predictions(benchmark: str | BenchmarkSpec, rows: Sequence[dict[str, Any]], *,
-                      sandbox: SandboxSpec | None = None, progress: bool = False,
-                      source: str = "predictions") -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def score_predictions(
+    benchmark: str | BenchmarkSpec,
+    rows: Sequence[dict[str, Any]],
+    *,
+    sandbox: SandboxSpec | None = None,
+    progress: bool = False,
+    source: str = "predictions",
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Score outputs produced elsewhere (no model). Returns (rows with the score fields added, summary line).
 
     GSM8K rows: question, answer, output. MATH: problem, answer or solution, output. HumanEval: task_id, completion
@@ -244,8 +313,11 @@ def score_predictions(benchmark: str | BenchmarkSpec, rows: Sequence[dict[str, A
             bench.sandbox_spec = sandbox
     else:
         items = bench.parse_rows([dict(r) for r in rows], source)
-        errors = [f"{source}:{r.get('__line__', i + 1)}: missing {field!r}" for i, r in enumerate(rows)
-                  if not isinstance(r.get(field), str)]
+        errors = [
+            f"{source}:{r.get('__line__', i + 1)}: missing {field!r}"
+            for i, r in enumerate(rows)
+            if not isinstance(r.get(field), str)
+        ]
         if errors:
             raise EvalDataError(f"{source}: {len(errors)} row(s) without a string {field!r}", errors)
         outputs = [r[field] for r in rows]

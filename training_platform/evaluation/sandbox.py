@@ -68,7 +68,7 @@ _MiB = 1 << 20
 # Runs inside the sandbox as `python -S -s bootstrap.py CONFIG` (no site: the program gets the standard library
 # only, and start-up is ~5x faster): apply the limits, drop root, set no_new_privs, then run the program in this
 # same interpreter as __main__ (one interpreter start per program, not two).
-_BOOTSTRAP = r'''
+_BOOTSTRAP = r"""
 import json, os, resource, sys
 cfg = json.loads(sys.argv[1])
 for name, (soft, hard) in cfg["limits"].items():
@@ -98,7 +98,7 @@ if os.path.dirname(main) not in sys.path:
 del json, resource, drop, cfg, name, soft, hard
 import runpy
 runpy.run_path(main, run_name="__main__")
-'''
+"""
 
 
 class SandboxUnavailable(RuntimeError):
@@ -250,16 +250,46 @@ def _bwrap_argv(bwrap: str, python: str, root_mode: bool, limits: SandboxLimits,
     if root_mode:
         # No user namespace (it could only map root to root): the bootstrap drops to an unprivileged uid, which
         # needs CAP_SETUID/CAP_SETGID until then; bwrap drops every other capability.
-        argv += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-                 "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        argv += [
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--cap-add",
+            "CAP_SETUID",
+            "--cap-add",
+            "CAP_SETGID",
+        ]
     else:
         argv += ["--unshare-all", "--unshare-user", "--disable-userns"]
     argv += _runtime_binds(python)
-    argv += ["--proc", "/proc", "--dev", "/dev",
-             "--perms", "1777", "--size", str(int(limits.tmpfs_bytes)), "--tmpfs", "/tmp",
-             "--perms", "1777", "--size", str(int(limits.tmpfs_bytes)), "--tmpfs", "/work",
-             "--ro-bind", box, "/box",
-             "--hostname", "sandbox", "--chdir", "/work", "--clearenv"]
+    argv += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--size",
+        str(int(limits.tmpfs_bytes)),
+        "--tmpfs",
+        "/tmp",
+        "--perms",
+        "1777",
+        "--size",
+        str(int(limits.tmpfs_bytes)),
+        "--tmpfs",
+        "/work",
+        "--ro-bind",
+        box,
+        "/box",
+        "--hostname",
+        "sandbox",
+        "--chdir",
+        "/work",
+        "--clearenv",
+    ]
     for key, value in _SANDBOX_ENV.items():
         argv += ["--setenv", key, value]
     return argv
@@ -293,14 +323,21 @@ def detect_isolation(python: str | None = None, *, refresh: bool = False) -> Iso
 def _probe(bwrap: str | None, python: str, root_mode: bool) -> IsolationInfo:
     mode = "root-drop" if root_mode else "userns"
     if bwrap is None:
-        return IsolationInfo(False, "none", "", "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install "
-                                               "bubblewrap)", None, python)
+        return IsolationInfo(
+            False,
+            "none",
+            "",
+            "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)",
+            None,
+            python,
+        )
     if not os.access(python, os.X_OK):
         return IsolationInfo(False, "none", "", f"the sandbox runtime {python} is not executable", bwrap, python)
     limits = SandboxLimits(wall_timeout_s=20.0)
     try:
-        result = _run_bwrap(bwrap, python, root_mode, limits, "import os\nprint('sandbox-ok', os.getuid())\n",
-                            (), {}, None)
+        result = _run_bwrap(
+            bwrap, python, root_mode, limits, "import os\nprint('sandbox-ok', os.getuid())\n", (), {}, None
+        )
     except OSError as exc:
         return IsolationInfo(False, "none", "", f"bwrap failed to start: {exc}", bwrap, python)
     if result.ok and result.stdout.startswith("sandbox-ok"):
@@ -308,9 +345,11 @@ def _probe(bwrap: str | None, python: str, root_mode: bool) -> IsolationInfo:
     detail = (result.stderr or result.stdout).strip().splitlines()
     hint = detail[-1] if detail else f"exit code {result.returncode}"
     if "namespace" in hint.lower() or "permission" in hint.lower() or "operation not permitted" in hint.lower():
-        hint += (" (unprivileged user namespaces are probably disabled: sysctl kernel.unprivileged_userns_clone=1"
-                 " / kernel.apparmor_restrict_unprivileged_userns=0, or run the worker in a container that allows"
-                 " them)")
+        hint += (
+            " (unprivileged user namespaces are probably disabled: sysctl kernel.unprivileged_userns_clone=1"
+            " / kernel.apparmor_restrict_unprivileged_userns=0, or run the worker in a container that allows"
+            " them)"
+        )
     return IsolationInfo(False, "none", "", f"bwrap does not work here: {hint}", bwrap, python)
 
 
@@ -381,17 +420,33 @@ def _wait(proc: subprocess.Popen, timeout: float) -> bool:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _finish(proc_out: Path, returncode: int | None, timed_out: bool, start: float, isolation: str,
-            limits: SandboxLimits) -> SandboxResult:
+def _finish(
+    proc_out: Path, returncode: int | None, timed_out: bool, start: float, isolation: str, limits: SandboxLimits
+) -> SandboxResult:
     stdout, out_trunc = _read_capped(proc_out / "stdout", limits.max_output_bytes)
     stderr, err_trunc = _read_capped(proc_out / "stderr", limits.max_output_bytes)
-    return SandboxResult(returncode=None if timed_out else returncode, stdout=stdout, stderr=stderr,
-                         timed_out=timed_out, duration_s=time.monotonic() - start, isolation=isolation,
-                         stdout_truncated=out_trunc, stderr_truncated=err_trunc)
+    return SandboxResult(
+        returncode=None if timed_out else returncode,
+        stdout=stdout,
+        stderr=stderr,
+        timed_out=timed_out,
+        duration_s=time.monotonic() - start,
+        isolation=isolation,
+        stdout_truncated=out_trunc,
+        stderr_truncated=err_trunc,
+    )
 
 
-def _run_bwrap(bwrap: str, python: str, root_mode: bool, limits: SandboxLimits, source: str,
-               args: Sequence[str], files: Mapping[str, str | bytes], stdin: str | None) -> SandboxResult:
+def _run_bwrap(
+    bwrap: str,
+    python: str,
+    root_mode: bool,
+    limits: SandboxLimits,
+    source: str,
+    args: Sequence[str],
+    files: Mapping[str, str | bytes],
+    stdin: str | None,
+) -> SandboxResult:
     host = Path(tempfile.mkdtemp(prefix="tp-sandbox-"))
     try:
         box, out = host / "box", host / "out"
@@ -402,15 +457,23 @@ def _run_bwrap(bwrap: str, python: str, root_mode: bool, limits: SandboxLimits, 
             if root_mode:
                 uid = stack.enter_context(_get_uid_pool().acquire())
                 drop_to = [uid, uid]
-            cfg = {"limits": limits.rlimits(), "drop_to": drop_to, "python": python, "main": "/box/main.py",
-                   "args": list(args), "env": dict(_SANDBOX_ENV), "cwd": "/work"}
+            cfg = {
+                "limits": limits.rlimits(),
+                "drop_to": drop_to,
+                "python": python,
+                "main": "/box/main.py",
+                "args": list(args),
+                "env": dict(_SANDBOX_ENV),
+                "cwd": "/work",
+            }
             argv = _bwrap_argv(bwrap, python, root_mode, limits, str(box))
             argv += [python, "-S", "-s", "/box/bootstrap.py", json.dumps(cfg)]
             stdout = stack.enter_context((out / "stdout").open("wb"))
             stderr = stack.enter_context((out / "stderr").open("wb"))
             start = time.monotonic()
-            returncode, timed_out = _spawn_and_wait(argv, env=dict(_BWRAP_ENV), cwd=host, stdin=stdin,
-                                                    stdout=stdout, stderr=stderr, limits=limits)
+            returncode, timed_out = _spawn_and_wait(
+                argv, env=dict(_BWRAP_ENV), cwd=host, stdin=stdin, stdout=stdout, stderr=stderr, limits=limits
+            )
         return _finish(out, returncode, timed_out, start, "bwrap", limits)
     finally:
         shutil.rmtree(host, ignore_errors=True)
@@ -429,13 +492,21 @@ def _feed_stdin(proc: subprocess.Popen[bytes], data: str) -> None:
     threading.Thread(target=feed, daemon=True).start()
 
 
-def _spawn_and_wait(argv: list[str], *, env: dict, cwd: Path, stdin: str | None, stdout, stderr,
-                    limits: SandboxLimits) -> tuple[int, bool]:
+def _spawn_and_wait(
+    argv: list[str], *, env: dict, cwd: Path, stdin: str | None, stdout, stderr, limits: SandboxLimits
+) -> tuple[int, bool]:
     """Start the program in its own session, feed stdin, wait up to the wall-clock limit; on any error the whole
     process group is killed. Returns (returncode, timed_out)."""
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                            stdout=stdout, stderr=stderr, env=env, cwd=str(cwd), start_new_session=True,
-                            close_fds=True)
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        env=env,
+        cwd=str(cwd),
+        start_new_session=True,
+        close_fds=True,
+    )
     try:
         if stdin is not None:
             _feed_stdin(proc, stdin)
@@ -447,8 +518,14 @@ def _spawn_and_wait(argv: list[str], *, env: dict, cwd: Path, stdin: str | None,
     return proc.returncode, timed_out
 
 
-def _run_unsandboxed(python: str, limits: SandboxLimits, source: str, args: Sequence[str],
-                     files: Mapping[str, str | bytes], stdin: str | None) -> SandboxResult:
+def _run_unsandboxed(
+    python: str,
+    limits: SandboxLimits,
+    source: str,
+    args: Sequence[str],
+    files: Mapping[str, str | bytes],
+    stdin: str | None,
+) -> SandboxResult:
     host = Path(tempfile.mkdtemp(prefix="tp-unsandboxed-"))
     try:
         box, out, work = host / "box", host / "out", host / "work"
@@ -456,13 +533,26 @@ def _run_unsandboxed(python: str, limits: SandboxLimits, source: str, args: Sequ
         out.mkdir(mode=0o700)
         work.mkdir(mode=0o700)
         env = {**_SANDBOX_ENV, "HOME": str(work), "TMPDIR": str(work)}
-        cfg = {"limits": limits.rlimits(), "drop_to": None, "python": python, "main": str(box / "main.py"),
-               "args": list(args), "env": env, "cwd": str(work)}
+        cfg = {
+            "limits": limits.rlimits(),
+            "drop_to": None,
+            "python": python,
+            "main": str(box / "main.py"),
+            "args": list(args),
+            "env": env,
+            "cwd": str(work),
+        }
         with (out / "stdout").open("wb") as stdout, (out / "stderr").open("wb") as stderr:
             start = time.monotonic()
-            returncode, timed_out = _spawn_and_wait([python, "-S", "-s", str(box / "bootstrap.py"), json.dumps(cfg)],
-                                                    env=env, cwd=work, stdin=stdin, stdout=stdout, stderr=stderr,
-                                                    limits=limits)
+            returncode, timed_out = _spawn_and_wait(
+                [python, "-S", "-s", str(box / "bootstrap.py"), json.dumps(cfg)],
+                env=env,
+                cwd=work,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                limits=limits,
+            )
         return _finish(out, returncode, timed_out, start, "none", limits)
     finally:
         shutil.rmtree(host, ignore_errors=True)
@@ -496,9 +586,16 @@ class Sandbox:
     def isolation(self) -> str:
         return self.info.mechanism if self.info.available else "none"
 
-    def run_python(self, source: str, *, args: Sequence[str] = (), files: Mapping[str, str | bytes] | None = None,
-                   stdin: str | None = None, limits: SandboxLimits | None = None,
-                   timeout: float | None = None) -> SandboxResult:
+    def run_python(
+        self,
+        source: str,
+        *,
+        args: Sequence[str] = (),
+        files: Mapping[str, str | bytes] | None = None,
+        stdin: str | None = None,
+        limits: SandboxLimits | None = None,
+        timeout: float | None = None,
+    ) -> SandboxResult:
         limits = limits or self.limits
         if timeout is not None:
             limits = replace(limits, wall_timeout_s=float(timeout))
@@ -506,6 +603,7 @@ class Sandbox:
         assert self.python is not None, "no Python interpreter for the sandbox"
         if self.info.available:
             assert self.info.bwrap is not None
-            return _run_bwrap(self.info.bwrap, self.python, self.info.mode == "root-drop", limits, source,
-                              args, files, stdin)
+            return _run_bwrap(
+                self.info.bwrap, self.python, self.info.mode == "root-drop", limits, source, args, files, stdin
+            )
         return _run_unsandboxed(self.python, limits, source, args, files, stdin)

@@ -71,9 +71,16 @@ def _numbers_equal(reference: str, extracted: str, tolerance: float) -> bool:
     return math.isclose(ref, pred, rel_tol=tolerance, abs_tol=tolerance)
 
 
-def score_output(scorer: str, output: str, reference: Any, *, extract_regex: str | None = None,
-                 case_sensitive: bool = False, tolerance: float = 1e-6,
-                 math_timeout: float = 5.0) -> ScoreResult:
+def score_output(
+    scorer: str,
+    output: str,
+    reference: Any,
+    *,
+    extract_regex: str | None = None,
+    case_sensitive: bool = False,
+    tolerance: float = 1e-6,
+    math_timeout: float = 5.0,
+) -> ScoreResult:
     if scorer not in SCORERS:
         raise ValueError(f"unknown scorer {scorer!r}; choose one of: {', '.join(SCORERS)}")
     output = output or ""

@@ -233,14 +233,21 @@ class _Pieces:
 
     def _send(self, end: int) -> None:
         if end > self.sent:
-            piece = self.text[self.sent:end]
+            piece = self.text[self.sent : end]
             self.sent = end
             self.pieces.append(piece)
             self.emit(piece)
 
 
-def generate(model, messages: Sequence[dict[str, str]], params: GenerateParams, *, on_text: OnText | None = None,
-             should_stop: Callable[[], bool] | None = None, deadline: float | None = None) -> Completion:
+def generate(
+    model,
+    messages: Sequence[dict[str, str]],
+    params: GenerateParams,
+    *,
+    on_text: OnText | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    deadline: float | None = None,
+) -> Completion:
     """Generate `params.n` replies to `messages` with `model` (from `load_model`). `on_text(index, piece)` gets
     every piece of text as it is produced; `should_stop()` and `deadline` (time.monotonic()) are checked after
     every token. Raises PromptError when the prompt does not fit the model's context with max_new_tokens."""
@@ -254,8 +261,10 @@ def generate(model, messages: Sequence[dict[str, str]], params: GenerateParams, 
     if not prompt_ids:
         raise PromptError("the prompt is empty after tokenization")
     if len(prompt_ids) + params.max_new_tokens > context:
-        raise PromptError(f"the prompt is {len(prompt_ids)} tokens; with max_new_tokens={params.max_new_tokens} that "
-                          f"exceeds the model's context of {context} tokens")
+        raise PromptError(
+            f"the prompt is {len(prompt_ids)} tokens; with max_new_tokens={params.max_new_tokens} that "
+            f"exceeds the model's context of {context} tokens"
+        )
 
     halted: list[str] = []
 
@@ -289,8 +298,12 @@ def generate(model, messages: Sequence[dict[str, str]], params: GenerateParams, 
 
     tokenizer = model.tokenizer
     pad = tokenizer.pad_token_id
-    config: dict[str, Any] = dict(max_new_tokens=params.max_new_tokens, pad_token_id=pad,
-                                  eos_token_id=model.eos_ids or None, repetition_penalty=1.0)
+    config: dict[str, Any] = dict(
+        max_new_tokens=params.max_new_tokens,
+        pad_token_id=pad,
+        eos_token_id=model.eos_ids or None,
+        repetition_penalty=1.0,
+    )
     if params.greedy:
         config.update(do_sample=False)
     else:
@@ -305,14 +318,19 @@ def generate(model, messages: Sequence[dict[str, str]], params: GenerateParams, 
     choices: list[Choice] = []
     start = time.perf_counter()
     for index in range(params.n):
-        pieces = _Pieces(tokenizer, params.stop, (lambda piece, i=index: on_text(i, piece)) if on_text else
-                         (lambda piece: None))
+        pieces = _Pieces(
+            tokenizer, params.stop, (lambda piece, i=index: on_text(i, piece)) if on_text else (lambda piece: None)
+        )
         halted.clear()
         with torch.inference_mode():
-            out = model.model.generate(input_ids=input_ids, attention_mask=attention,
-                                       generation_config=generation_config, streamer=Streamer(pieces),
-                                       stopping_criteria=StoppingCriteriaList([Halt(pieces)]))
-        new = out[0, len(prompt_ids):].tolist()
+            out = model.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention,
+                generation_config=generation_config,
+                streamer=Streamer(pieces),
+                stopping_criteria=StoppingCriteriaList([Halt(pieces)]),
+            )
+        new = out[0, len(prompt_ids) :].tolist()
         text = pieces.finish()
         if halted:
             finish = halted[0]
@@ -325,5 +343,9 @@ def generate(model, messages: Sequence[dict[str, str]], params: GenerateParams, 
         choices.append(Choice(index=index, text=text, finish_reason=finish, completion_tokens=len(new)))
         if halted:
             break
-    return Completion(choices=choices, prompt_tokens=len(prompt_ids), generate_s=time.perf_counter() - start,
-                      extra={"device": str(model.device)})
+    return Completion(
+        choices=choices,
+        prompt_tokens=len(prompt_ids),
+        generate_s=time.perf_counter() - start,
+        extra={"device": str(model.device)},
+    )

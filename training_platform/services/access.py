@@ -23,8 +23,7 @@ def model_visible(user: User, model: RegisteredModel) -> bool:
 
 
 def model_visible_clause(user: User):
-    return or_(RegisteredModel.owner_id == user.id, RegisteredModel.owner_id.is_(None),
-               RegisteredModel.shared == True)  # noqa: E712 - SQL
+    return or_(RegisteredModel.owner_id == user.id, RegisteredModel.owner_id.is_(None), RegisteredModel.shared == True)  # noqa: E712 - SQL
 
 
 def dataset_visible(user: User, dataset: Dataset) -> bool:
@@ -71,8 +70,11 @@ class UserReader:
     def can_read_content(self, sha256: str) -> bool:
         if sha256 not in self._shas:
             row = self.session.exec(
-                select(DatasetVersionRecord.id).join(Dataset, Dataset.id == DatasetVersionRecord.dataset_id)
-                .where(DatasetVersionRecord.sha256 == sha256, dataset_visible_clause(self.user)).limit(1)).first()
+                select(DatasetVersionRecord.id)
+                .join(Dataset, Dataset.id == DatasetVersionRecord.dataset_id)
+                .where(DatasetVersionRecord.sha256 == sha256, dataset_visible_clause(self.user))
+                .limit(1)
+            ).first()
             self._shas[sha256] = row is not None
         return self._shas[sha256]
 
@@ -87,12 +89,12 @@ class UserReader:
                     continue
         return self._models
 
-
     def run_dirs(self, settings: Settings) -> list[Path]:
         """The directories the workers recorded for this user's jobs (`runs/job-N`, `evals/job-N` normally)."""
         if self._run_dirs is None:
-            rows = self.session.exec(select(Job.run_dir).where(Job.owner_id == self.user.id,
-                                                               Job.run_dir.is_not(None))).all()
+            rows = self.session.exec(
+                select(Job.run_dir).where(Job.owner_id == self.user.id, Job.run_dir.is_not(None))
+            ).all()
             self._run_dirs = []
             for path in rows:
                 try:

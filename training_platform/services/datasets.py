@@ -101,8 +101,11 @@ def read_limits(settings: Settings):
     """The caps on one dataset file (docs/limits.md) as the data layer's ReadLimits."""
     from training_platform.data.formats import ReadLimits
 
-    return ReadLimits(max_rows=settings.max_dataset_rows, max_bytes=int(settings.max_dataset_expanded_mb * 2**20),
-                      max_row_bytes=int(settings.max_row_mb * 2**20))
+    return ReadLimits(
+        max_rows=settings.max_dataset_rows,
+        max_bytes=int(settings.max_dataset_expanded_mb * 2**20),
+        max_row_bytes=int(settings.max_row_mb * 2**20),
+    )
 
 
 def content_relpath(sha256: str, suffix: str) -> str:
@@ -194,15 +197,30 @@ def get_or_create_dataset(session: Session, owner: User, name: str, description:
 
 
 def find_version(session: Session, dataset_id: int, sha256: str) -> DatasetVersionRecord | None:
-    return session.exec(select(DatasetVersionRecord).where(DatasetVersionRecord.dataset_id == dataset_id,
-                                                           DatasetVersionRecord.sha256 == sha256)).first()
+    return session.exec(
+        select(DatasetVersionRecord).where(
+            DatasetVersionRecord.dataset_id == dataset_id, DatasetVersionRecord.sha256 == sha256
+        )
+    ).first()
 
 
-def add_version(session: Session, dataset: Dataset, file: Path, *, suffix: str, operation: str,
-                settings: Settings, fmt: str | None = None, parent: DatasetVersionRecord | None = None,
-                recipe: dict | None = None, report: dict | None = None, stats: dict | None = None,
-                job_id: int | None = None, described: Any = None,
-                audit: dict | None = None) -> tuple[DatasetVersionRecord, bool]:
+def add_version(
+    session: Session,
+    dataset: Dataset,
+    file: Path,
+    *,
+    suffix: str,
+    operation: str,
+    settings: Settings,
+    fmt: str | None = None,
+    parent: DatasetVersionRecord | None = None,
+    recipe: dict | None = None,
+    report: dict | None = None,
+    stats: dict | None = None,
+    job_id: int | None = None,
+    described: Any = None,
+    audit: dict | None = None,
+) -> tuple[DatasetVersionRecord, bool]:
     """Describe `file` (sha256, rows, format, schema), move it into the content store and record the version.
     Returns (version, created): content this dataset already has returns that version (`file` is left in place for
     the caller to remove). Flushes; the caller commits."""
@@ -216,12 +234,21 @@ def add_version(session: Session, dataset: Dataset, file: Path, *, suffix: str, 
     relpath = content_relpath(described.sha256, suffix)
     _put_content(file, relpath, described.sha256, settings)
     version = DatasetVersionRecord(
-        dataset_id=dataset.id, sha256=described.sha256, path=relpath, format=described.format,
-        rows=described.rows, size_bytes=described.size_bytes, row_schema=described.schema,
-        stats=jsonable(stats or {}), report=jsonable(report) if report is not None else None,
-        parent_version_id=parent.id if parent is not None else None, operation=operation,
-        recipe=jsonable(recipe) if recipe is not None else None, job_id=job_id,
-        audit=compact(jsonable(audit)) if audit is not None else None)
+        dataset_id=dataset.id,
+        sha256=described.sha256,
+        path=relpath,
+        format=described.format,
+        rows=described.rows,
+        size_bytes=described.size_bytes,
+        row_schema=described.schema,
+        stats=jsonable(stats or {}),
+        report=jsonable(report) if report is not None else None,
+        parent_version_id=parent.id if parent is not None else None,
+        operation=operation,
+        recipe=jsonable(recipe) if recipe is not None else None,
+        job_id=job_id,
+        audit=compact(jsonable(audit)) if audit is not None else None,
+    )
     session.add(version)
     session.flush()
     dataset.current_version_id = version.id
@@ -287,8 +314,15 @@ def _refusal_items(report) -> list[tuple[str, str]]:
     return items[:MAX_REPORTED_ERRORS]
 
 
-def prepare_ingest(file: Path, *, suffix: str, settings: Settings, fmt: str | None = None, policy: str = "reject",
-                   source: str | None = None) -> PreparedIngest:
+def prepare_ingest(
+    file: Path,
+    *,
+    suffix: str,
+    settings: Settings,
+    fmt: str | None = None,
+    policy: str = "reject",
+    source: str | None = None,
+) -> PreparedIngest:
     """Validate `file` (a temp or staging file; consumed by `store_ingest` or `discard()`), without the database:
     the heavy part of an ingest, run by the ingest data job. Policy `reject`: any bad row refuses the whole file
     (IngestRefused). Policy `quarantine`: the good rows become the content, the bad rows go to a quarantine file.
@@ -311,39 +345,60 @@ def prepare_ingest(file: Path, *, suffix: str, settings: Settings, fmt: str | No
         try:
             checked = validate_file(file, fmt=fmt or "auto", limits=limits)
         except LimitExceeded as exc:
-            raise IngestRefused([(e.field, f"{e.reason} ({CAP_SETTINGS[exc.cap]})") for e in exc.errors],
-                                policy=policy) from None
+            raise IngestRefused(
+                [(e.field, f"{e.reason} ({CAP_SETTINGS[exc.cap]})") for e in exc.errors], policy=policy
+            ) from None
         except DatasetError as exc:
-            raise IngestRefused([(f"line {e.line}: {e.field}" if e.line else e.field, e.reason)
-                                 for e in exc.errors[:MAX_REPORTED_ERRORS]], policy=policy) from None
+            raise IngestRefused(
+                [
+                    (f"line {e.line}: {e.field}" if e.line else e.field, e.reason)
+                    for e in exc.errors[:MAX_REPORTED_ERRORS]
+                ],
+                policy=policy,
+            ) from None
         except (UnicodeDecodeError, ValueError, OSError) as exc:
             raise IngestRefused([("<file>", f"cannot read the file: {exc}")], policy=policy) from None
         except Exception as exc:  # pyarrow and friends on a corrupt file  # noqa: BLE001
-            raise IngestRefused([("<file>", f"cannot read the file: {type(exc).__name__}: {exc}")],
-                                policy=policy) from None
+            raise IngestRefused(
+                [("<file>", f"cannot read the file: {type(exc).__name__}: {exc}")], policy=policy
+            ) from None
         bad = len(checked.bad_rows)
         if checked.file_errors or (bad and policy == "reject"):
             raise IngestRefused(_refusal_items(checked), rows=checked.rows, bad_rows=bad, policy=policy)
         if bad and checked.valid_rows == 0:
-            raise IngestRefused([("<file>", f"all {checked.rows} rows are invalid; nothing to store")]
-                                + _refusal_items(checked)[: MAX_REPORTED_ERRORS - 1], rows=checked.rows,
-                                bad_rows=bad, policy=policy)
+            raise IngestRefused(
+                [("<file>", f"all {checked.rows} rows are invalid; nothing to store")]
+                + _refusal_items(checked)[: MAX_REPORTED_ERRORS - 1],
+                rows=checked.rows,
+                bad_rows=bad,
+                policy=policy,
+            )
         content, quarantine = file, None
         if bad:  # quarantine: good rows to a new file, bad rows to their own
             content = new_tmp_path(settings, suffix, "good")
             quarantine = new_tmp_path(settings, ".jsonl", "quarantine")
             temps += [content, quarantine]
-            result = quarantine_rows(file, content, policy="quarantine", fmt=checked.format, quarantine=quarantine,
-                                     limits=limits)
+            result = quarantine_rows(
+                file, content, policy="quarantine", fmt=checked.format, quarantine=quarantine, limits=limits
+            )
             if not result.accepted:  # pragma: no cover - validate_file saw no file-level problem
                 raise IngestRefused(_refusal_items(result), rows=result.rows, bad_rows=len(result.bad_rows))
         report = checked.to_dict(max_rows=MAX_REPORT_ITEMS)
-        report.update(path=source, policy=policy, accepted=True, output=None, quarantine=None,
-                      uploaded_sha256=sha256_file(file))
+        report.update(
+            path=source, policy=policy, accepted=True, output=None, quarantine=None, uploaded_sha256=sha256_file(file)
+        )
         stats = {"uploaded_rows": checked.rows, "valid_rows": checked.valid_rows, "quarantined_rows": bad}
         described = describe_dataset(content, fmt=checked.format, limits=limits)
-        return PreparedIngest(content=content, suffix=suffix, described=described, report=report, stats=stats,
-                              quarantine=quarantine, bad_rows=bad, temps=temps)
+        return PreparedIngest(
+            content=content,
+            suffix=suffix,
+            described=described,
+            report=report,
+            stats=stats,
+            quarantine=quarantine,
+            bad_rows=bad,
+            temps=temps,
+        )
     except BaseException:
         for temp in temps:
             with contextlib.suppress(OSError):
@@ -351,9 +406,17 @@ def prepare_ingest(file: Path, *, suffix: str, settings: Settings, fmt: str | No
         raise
 
 
-def store_ingest(session: Session, dataset: Dataset, prepared: PreparedIngest, *, settings: Settings,
-                 operation: str = "upload", recipe: dict | None = None, job_id: int | None = None,
-                 audit: dict | None = None) -> Ingested:
+def store_ingest(
+    session: Session,
+    dataset: Dataset,
+    prepared: PreparedIngest,
+    *,
+    settings: Settings,
+    operation: str = "upload",
+    recipe: dict | None = None,
+    job_id: int | None = None,
+    audit: dict | None = None,
+) -> Ingested:
     """Store a prepared file as a version of `dataset` (its quarantine file next to the dataset's); the temp
     files are consumed. Flushes; the caller commits."""
     from training_platform.core.files import sha256_file
@@ -367,10 +430,20 @@ def store_ingest(session: Session, dataset: Dataset, prepared: PreparedIngest, *
             os.replace(prepared.quarantine, target)
             report["quarantine"] = rel
             report["quarantined_rows"] = prepared.bad_rows
-        version, created = add_version(session, dataset, prepared.content, suffix=prepared.suffix,
-                                       operation=operation, settings=settings, fmt=prepared.described.format,
-                                       recipe=recipe, report=report, stats=prepared.stats, job_id=job_id,
-                                       described=prepared.described)
+        version, created = add_version(
+            session,
+            dataset,
+            prepared.content,
+            suffix=prepared.suffix,
+            operation=operation,
+            settings=settings,
+            fmt=prepared.described.format,
+            recipe=recipe,
+            report=report,
+            stats=prepared.stats,
+            job_id=job_id,
+            described=prepared.described,
+        )
         report["output"] = version.path
         if created:
             version.report = jsonable(report)
@@ -391,9 +464,15 @@ def sweep_staging(session: Session, settings: Settings, *, older_than_s: float =
     import time
 
     root = staging_dir(settings)
-    active = {config.get("staged") for config in session.exec(select(Job.config).where(
-        Job.kind == "data", Job.algorithm == INGEST, Job.status.not_in([s.value for s in TERMINAL]))).all()
-        if isinstance(config, dict)}
+    active = {
+        config.get("staged")
+        for config in session.exec(
+            select(Job.config).where(
+                Job.kind == "data", Job.algorithm == INGEST, Job.status.not_in([s.value for s in TERMINAL])
+            )
+        ).all()
+        if isinstance(config, dict)
+    }
     removed, now = [], time.time()
     for path in root.iterdir():
         rel = str(path.relative_to(settings.data_path))
@@ -425,14 +504,18 @@ def drop_if_empty(session: Session, dataset_id: int, *, except_job: int | None =
     dataset = session.get(Dataset, dataset_id)
     if dataset is None:
         return False
-    versions = session.exec(select(func.count()).select_from(DatasetVersionRecord)
-                            .where(DatasetVersionRecord.dataset_id == dataset_id)).one()
+    versions = session.exec(
+        select(func.count()).select_from(DatasetVersionRecord).where(DatasetVersionRecord.dataset_id == dataset_id)
+    ).one()
     if versions:
         return False
-    active = session.exec(select(Job.id, Job.config).where(
-        Job.kind == "data", Job.status.not_in([s.value for s in TERMINAL]))).all()
-    if any(job_id != except_job and isinstance(config, dict) and config.get("dataset_id") == dataset_id
-           for job_id, config in active):
+    active = session.exec(
+        select(Job.id, Job.config).where(Job.kind == "data", Job.status.not_in([s.value for s in TERMINAL]))
+    ).all()
+    if any(
+        job_id != except_job and isinstance(config, dict) and config.get("dataset_id") == dataset_id
+        for job_id, config in active
+    ):
         return False
     session.delete(dataset)
     session.flush()
@@ -462,8 +545,9 @@ def referencing_jobs(session: Session, dataset: Dataset, settings: Settings) -> 
         targets = {absolute(v.path, settings).resolve(): v for v in versions}
         # Every version path contains its sha256: let the database pick the candidates, then check the paths.
         text = cast(Job.config, Text)
-        candidates = session.exec(select(Job.id, Job.config).where(or_(*[text.contains(v.sha256)
-                                                                          for v in versions]))).all()
+        candidates = session.exec(
+            select(Job.id, Job.config).where(or_(*[text.contains(v.sha256) for v in versions]))
+        ).all()
         for job_id, config in candidates:
             for value in _strings(config):
                 if "\x00" in value:
@@ -475,8 +559,9 @@ def referencing_jobs(session: Session, dataset: Dataset, settings: Settings) -> 
                 if hit is not None:
                     found[job_id] = f"job {job_id} references version {hit.id} ({value})"
                     break
-    active = session.exec(select(Job.id, Job.config).where(
-        Job.kind == "data", Job.status.not_in([s.value for s in TERMINAL]))).all()
+    active = session.exec(
+        select(Job.id, Job.config).where(Job.kind == "data", Job.status.not_in([s.value for s in TERMINAL]))
+    ).all()
     for job_id, config in active:
         if isinstance(config, dict) and config.get("dataset_id") == dataset.id:
             found.setdefault(job_id, f"data job {job_id} is still working on it")
@@ -488,10 +573,23 @@ def delete_dataset(session: Session, dataset: Dataset, settings: Settings) -> li
     transaction committed (content no other dataset shares, its quarantine and report directories)."""
     versions = session.exec(select(DatasetVersionRecord).where(DatasetVersionRecord.dataset_id == dataset.id)).all()
     paths = {v.path for v in versions}
-    shared = set(session.exec(select(DatasetVersionRecord.path).where(
-        DatasetVersionRecord.path.in_(paths), DatasetVersionRecord.dataset_id != dataset.id)).all()) if paths else set()
-    session.exec(update(DatasetVersionRecord).where(DatasetVersionRecord.dataset_id == dataset.id)
-                 .values(parent_version_id=None).execution_options(synchronize_session=False))
+    shared = (
+        set(
+            session.exec(
+                select(DatasetVersionRecord.path).where(
+                    DatasetVersionRecord.path.in_(paths), DatasetVersionRecord.dataset_id != dataset.id
+                )
+            ).all()
+        )
+        if paths
+        else set()
+    )
+    session.exec(
+        update(DatasetVersionRecord)
+        .where(DatasetVersionRecord.dataset_id == dataset.id)
+        .values(parent_version_id=None)
+        .execution_options(synchronize_session=False)
+    )
     session.flush()
     from training_platform.services.gates import delete_version_reports
 
@@ -559,12 +657,14 @@ class ConvertParams(_Params):
 class JudgeParams(_Params):
     """An LLM judge or reward model behind a named endpoint (see data/score.py JudgeConfig; no cache file here)."""
 
-    endpoint: str = Field(min_length=1, max_length=64, description="The name of an endpoint the operator defined "
-                                                                   "(GET /api/v1/endpoints).")
+    endpoint: str = Field(
+        min_length=1, max_length=64, description="The name of an endpoint the operator defined (GET /api/v1/endpoints)."
+    )
     model: str = Field(min_length=1, max_length=256, description="A model the endpoint serves.")
     mode: Literal["judge", "reward"] = "judge"
-    prompt_template: str | None = Field(None, max_length=20_000, description="With {text}; default: a 0-10 "
-                                                                             "quality grade.")
+    prompt_template: str | None = Field(
+        None, max_length=20_000, description="With {text}; default: a 0-10 quality grade."
+    )
     max_score: float = Field(10.0, gt=0, le=1e6)
     max_tokens: int = Field(8, ge=1, le=4096)
     temperature: float = Field(0.0, ge=0, le=5)
@@ -584,29 +684,39 @@ class ScoreParams(_Params):
     max: float | None = None
     top_k: int | None = Field(None, ge=1, le=100_000_000)
     lowest: bool = False
-    judge: JudgeParams | None = Field(None, description="Also score with an LLM judge / reward model (stored as "
-                                                        "`judge` / `reward`).")
+    judge: JudgeParams | None = Field(
+        None, description="Also score with an LLM judge / reward model (stored as `judge` / `reward`)."
+    )
 
 
 class DecontaminateParams(_Params):
-    eval_sets: list[UserFile] = Field(min_length=1, max_length=50,
-                                      description="Eval set files (path policy applies).")
+    eval_sets: list[UserFile] = Field(min_length=1, max_length=50, description="Eval set files (path policy applies).")
     ngram: int = Field(13, ge=1, le=64)
     min_tokens: int = Field(8, ge=1, le=1_000_000)
     min_matches: int = Field(1, ge=1, le=1_000_000)
 
 
-PARAMS: dict[str, type[_Params]] = {"clean": CleanParams, "dedup": DedupParams, "convert": ConvertParams,
-                                    "score": ScoreParams, "decontaminate": DecontaminateParams}
+PARAMS: dict[str, type[_Params]] = {
+    "clean": CleanParams,
+    "dedup": DedupParams,
+    "convert": ConvertParams,
+    "score": ScoreParams,
+    "decontaminate": DecontaminateParams,
+}
 
 
 def _pydantic_errors(exc: ValidationError, model: type[BaseModel]) -> list[tuple[str, str]]:
-    return [(e.path, f"unknown parameter; use {', '.join(model.model_fields)}") if e.reason.startswith("unknown field")
-            else e for e in pydantic_errors(exc, prefix="params", known_fields=model.model_fields)]
+    return [
+        (e.path, f"unknown parameter; use {', '.join(model.model_fields)}")
+        if e.reason.startswith("unknown field")
+        else e
+        for e in pydantic_errors(exc, prefix="params", known_fields=model.model_fields)
+    ]
 
 
-def _local_path(loc: str, value: str, settings: Settings, reader: Reader, *,
-                kind: str = "file") -> tuple[str, str] | None:
+def _local_path(
+    loc: str, value: str, settings: Settings, reader: Reader, *, kind: str = "file"
+) -> tuple[str, str] | None:
     error = check_path(loc, value, settings, reader)
     if error is not None:
         return loc, error.reason
@@ -653,13 +763,15 @@ def operation_paths(operation: str, params: dict[str, Any]) -> list[tuple[str, s
         from training_platform.data.clean import parse_recipe
 
         for i, step in enumerate(parse_recipe(parsed.recipe).steps):
-            found += [(f"params.recipe.operators[{i}].{loc}", value, marker)
-                      for loc, value, marker in user_paths(step.params)]
+            found += [
+                (f"params.recipe.operators[{i}].{loc}", value, marker) for loc, value, marker in user_paths(step.params)
+            ]
     return found
 
 
-def validate_operation(operation: str, params: Any, settings: Settings, *, reader: Reader,
-                       input_format: str | None = None) -> dict[str, Any]:
+def validate_operation(
+    operation: str, params: Any, settings: Settings, *, reader: Reader, input_format: str | None = None
+) -> dict[str, Any]:
     """Check an operation's parameters before a job is queued (and again in the worker, for the job's owner).
     Returns them normalised (defaults filled in; a clean recipe in its full form), which is what the job runs and
     what the version's lineage records. Every path (see `operation_paths`) must be readable by `reader`. Raises
@@ -682,20 +794,22 @@ def validate_operation(operation: str, params: Any, settings: Settings, *, reade
         try:
             recipe = parse_recipe(parsed.recipe)
         except RecipeError as exc:
-            errors += [(f"params.recipe.{where}" if not where.startswith("<") else "params.recipe", why)
-                       for where, why in exc.errors]
+            errors += [
+                (f"params.recipe.{where}" if not where.startswith("<") else "params.recipe", why)
+                for where, why in exc.errors
+            ]
         else:
             for i, step in enumerate(recipe.steps):
                 tokenizer = getattr(step.params, "tokenizer", None)
                 if isinstance(tokenizer, str) and tokenizer and not is_hub_id(tokenizer, settings):
-                    problem = _local_path(f"params.recipe.operators[{i}].tokenizer", tokenizer, settings, reader,
-                                          kind="dir")
+                    problem = _local_path(
+                        f"params.recipe.operators[{i}].tokenizer", tokenizer, settings, reader, kind="dir"
+                    )
                     if problem:
                         errors.append(problem)
             out["recipe"] = recipe.to_dict()
         if parsed.format is not None and parsed.format not in DATA_FORMATS:
-            errors.append(("params.format", f"unknown format {parsed.format!r}; use one of "
-                                            f"{', '.join(DATA_FORMATS)}"))
+            errors.append(("params.format", f"unknown format {parsed.format!r}; use one of {', '.join(DATA_FORMATS)}"))
     elif isinstance(parsed, DedupParams):
         from training_platform.data.dedup import DedupConfig
 
@@ -706,7 +820,7 @@ def validate_operation(operation: str, params: Any, settings: Settings, *, reade
             match = re.match(r"--([a-z][a-z-]*)(: )?", text)
             field = match.group(1).replace("-", "_") if match else ""
             if match and match.group(2):
-                text = text[match.end():]
+                text = text[match.end() :]
             text = re.sub(r"--([a-z][a-z-]*)", lambda m: m.group(1).replace("-", "_"), text)
             errors.append((f"params.{field}" if field in DedupParams.model_fields else "params", text))
     elif isinstance(parsed, ConvertParams):
@@ -725,8 +839,7 @@ def validate_operation(operation: str, params: Any, settings: Settings, *, reade
         if parsed.by is not None and parsed.min is None and parsed.max is None and parsed.top_k is None:
             errors.append(("params.by", "give min, max or top_k to filter by a score"))
         if parsed.perplexity_model:
-            problem = _local_path("params.perplexity_model", parsed.perplexity_model, settings, reader,
-                                  kind="dir")
+            problem = _local_path("params.perplexity_model", parsed.perplexity_model, settings, reader, kind="dir")
             if problem:
                 errors.append(problem)
         if parsed.judge is not None:
@@ -757,8 +870,9 @@ class OperationOutput:
     format: str | None = None  # None: detected from the output rows
 
 
-def run_operation(operation: str, params: dict[str, Any], source: Path, workdir: Path,
-                  settings: Settings) -> OperationOutput:
+def run_operation(
+    operation: str, params: dict[str, Any], source: Path, workdir: Path, settings: Settings
+) -> OperationOutput:
     """Run one operation on `source` into `workdir` (in this process). Domain errors (DatasetError, RecipeError,
     ValueError) propagate; the output file appears only when the whole operation succeeded."""
     suffix = source.suffix.lower()
@@ -776,8 +890,9 @@ def run_operation(operation: str, params: dict[str, Any], source: Path, workdir:
 
         config = DedupConfig(**{k: v for k, v in params.items() if k != "fields"})
         report = dedup_file(source, output, config, fields=params.get("fields"), workdir=workdir)
-        stats = {k: report[k] for k in ("input_rows", "output_rows", "exact_duplicates", "near_duplicates",
-                                        "duplicate_rate")}
+        stats = {
+            k: report[k] for k in ("input_rows", "output_rows", "exact_duplicates", "near_duplicates", "duplicate_rate")
+        }
         stats["clusters"] = len(report["clusters"])
     elif operation == "convert":
         from training_platform.data.convert import convert_file
@@ -786,25 +901,42 @@ def run_operation(operation: str, params: dict[str, Any], source: Path, workdir:
             output = workdir / "output.parquet"
         elif output.suffix != ".jsonl":
             output = workdir / "output.jsonl"
-        result = convert_file(source, output, params["to"], data_source=params["data_source"],
-                              ability=params.get("ability"))
+        result = convert_file(
+            source, output, params["to"], data_source=params["data_source"], ability=params.get("ability")
+        )
         report = result.to_dict()
-        stats = {"input_rows": result.rows, "output_rows": result.converted, "source_format": result.source_format,
-                 "target_format": result.target_format}
+        stats = {
+            "input_rows": result.rows,
+            "output_rows": result.converted,
+            "source_format": result.source_format,
+            "target_format": result.target_format,
+        }
     elif operation == "score":
         from training_platform.data.score import score_file, score_then_filter
 
-        kwargs = {"heuristics": params["heuristics"], "fields": params.get("fields"),
-                  "perplexity_model": resolve_path(params["perplexity_model"], settings)
-                  if params.get("perplexity_model") else None, "perplexity_max_length": params["max_length"]}
+        kwargs = {
+            "heuristics": params["heuristics"],
+            "fields": params.get("fields"),
+            "perplexity_model": resolve_path(params["perplexity_model"], settings)
+            if params.get("perplexity_model")
+            else None,
+            "perplexity_max_length": params["max_length"],
+        }
         if params.get("judge"):
             from training_platform.db.endpoints_crud import worker_resolver
 
             kwargs.update(judge=_judge_config(params["judge"]), endpoints=worker_resolver(settings))
         if params.get("by"):
-            report = score_then_filter(source, output, by=params["by"], min_value=params.get("min"),
-                                       max_value=params.get("max"), top_k=params.get("top_k"),
-                                       lowest=params["lowest"], **kwargs)
+            report = score_then_filter(
+                source,
+                output,
+                by=params["by"],
+                min_value=params.get("min"),
+                max_value=params.get("max"),
+                top_k=params.get("top_k"),
+                lowest=params["lowest"],
+                **kwargs,
+            )
             stats = {"input_rows": report["rows"], "output_rows": report["filter"]["output_rows"]}
         else:
             report = score_file(source, output, **kwargs)
@@ -814,10 +946,19 @@ def run_operation(operation: str, params: dict[str, Any], source: Path, workdir:
         from training_platform.data.contamination import decontaminate_file
 
         eval_sets = [resolve_path(p, settings) for p in params["eval_sets"]]
-        report = decontaminate_file(source, output, eval_sets, n=params["ngram"], min_tokens=params["min_tokens"],
-                                    min_matches=params["min_matches"])
-        stats = {"input_rows": report["output_rows"] + report["removed_rows"], "output_rows": report["output_rows"],
-                 "removed_rows": report["removed_rows"]}
+        report = decontaminate_file(
+            source,
+            output,
+            eval_sets,
+            n=params["ngram"],
+            min_tokens=params["min_tokens"],
+            min_matches=params["min_matches"],
+        )
+        stats = {
+            "input_rows": report["output_rows"] + report["removed_rows"],
+            "output_rows": report["output_rows"],
+            "removed_rows": report["removed_rows"],
+        }
     else:  # pragma: no cover - validate_operation refuses it first
         raise ValueError(f"unknown operation {operation!r}")
     if not output.is_file():

@@ -62,13 +62,28 @@ class Target:
 # ---------------------------------------------------------------------------------------------- the model
 
 
-def resolve_target(session: Session, user: User, *, model: str | None, job_id: int | None,
-                   checkpoint: int | str | None, backend: str, settings: Settings,
-                   loc: str = "") -> Target:
+def resolve_target(
+    session: Session,
+    user: User,
+    *,
+    model: str | None,
+    job_id: int | None,
+    checkpoint: int | str | None,
+    backend: str,
+    settings: Settings,
+    loc: str = "",
+) -> Target:
     """The model to evaluate; RequestError with field paths (`model`, `job_id`, `checkpoint`) otherwise."""
     if (model is None) == (job_id is None):
-        raise RequestError([(f"{loc}model", "give either `model` (a registered model, a path or a hub id) or "
-                                            "`job_id` (+ `checkpoint`) of a training job")])
+        raise RequestError(
+            [
+                (
+                    f"{loc}model",
+                    "give either `model` (a registered model, a path or a hub id) or "
+                    "`job_id` (+ `checkpoint`) of a training job",
+                )
+            ]
+        )
     if model is not None:
         if checkpoint is not None:
             raise RequestError([(f"{loc}checkpoint", "`checkpoint` goes with `job_id`, not with `model`")])
@@ -103,17 +118,24 @@ def _checkpoint_target(session: Session, user: User, job_id: int, checkpoint: in
     if job is None or not (user.is_admin or job.owner_id == user.id):
         raise RequestError([(f"{loc}job_id", f"job {job_id} not found")])
     if job.kind != "train":
-        raise RequestError([(f"{loc}job_id", f"job {job_id} is a {job.kind} job; only training jobs have "
-                                             f"checkpoints")])
-    live = session.exec(select(Checkpoint).where(Checkpoint.job_id == job.id, Checkpoint.removed == False)  # noqa: E712
-                        .order_by(Checkpoint.step)).all()
+        raise RequestError([(f"{loc}job_id", f"job {job_id} is a {job.kind} job; only training jobs have checkpoints")])
+    live = session.exec(
+        select(Checkpoint)
+        .where(Checkpoint.job_id == job.id, Checkpoint.removed == False)  # noqa: E712
+        .order_by(Checkpoint.step)
+    ).all()
     label_base = f"{job.name} (job {job.id})"
     if checkpoint == "final":
         final = Path(job.run_dir or "") / "final"
         if job.status != JobStatus.succeeded.value or not job.run_dir or not final.is_dir():
             raise RequestError([(f"{loc}checkpoint", f"job {job.id} has no final model (status {job.status})")])
-        return Target(model_path=str(final), label=f"{label_base} final", source_job_id=job.id,
-                      checkpoint_step=None, run_dir=job.run_dir)
+        return Target(
+            model_path=str(final),
+            label=f"{label_base} final",
+            source_job_id=job.id,
+            checkpoint_step=None,
+            run_dir=job.run_dir,
+        )
     if checkpoint == "latest":
         if not live:
             raise RequestError([(f"{loc}checkpoint", f"job {job.id} has no checkpoint yet")])
@@ -122,16 +144,20 @@ def _checkpoint_target(session: Session, user: User, job_id: int, checkpoint: in
         chosen = next((c for c in live if c.step == checkpoint), None)
         if chosen is None:
             steps = ", ".join(str(c.step) for c in live) or "none"
-            raise RequestError([(f"{loc}checkpoint", f"job {job.id} has no checkpoint at step {checkpoint} "
-                                                     f"(available: {steps})")])
+            raise RequestError(
+                [(f"{loc}checkpoint", f"job {job.id} has no checkpoint at step {checkpoint} (available: {steps})")]
+            )
     else:
-        raise RequestError([(f"{loc}checkpoint", f"expected a step number, 'latest' or 'final', got "
-                                                 f"{checkpoint!r}")])
+        raise RequestError([(f"{loc}checkpoint", f"expected a step number, 'latest' or 'final', got {checkpoint!r}")])
     if not Path(chosen.path).is_dir():
-        raise RequestError([(f"{loc}checkpoint", f"checkpoint step {chosen.step} of job {job.id} is missing on "
-                                                 f"disk")])
-    return Target(model_path=chosen.path, label=f"{label_base} step {chosen.step}", source_job_id=job.id,
-                  checkpoint_step=chosen.step, run_dir=job.run_dir)
+        raise RequestError([(f"{loc}checkpoint", f"checkpoint step {chosen.step} of job {job.id} is missing on disk")])
+    return Target(
+        model_path=chosen.path,
+        label=f"{label_base} step {chosen.step}",
+        source_job_id=job.id,
+        checkpoint_step=chosen.step,
+        run_dir=job.run_dir,
+    )
 
 
 def check_data_paths(config: EvalConfig, settings: Settings, reader: Reader) -> list[tuple[str, str]]:
@@ -147,21 +173,30 @@ def check_data_paths(config: EvalConfig, settings: Settings, reader: Reader) -> 
         errors += [(e.path, e.reason) for e in problems]
         for field in ("data", "fewshot_data"):
             value = getattr(spec, field)
-            if value and f"benchmarks.{i}.{field}" not in {e.path for e in problems} \
-                    and not resolve_path(value, settings).is_file():
+            if (
+                value
+                and f"benchmarks.{i}.{field}" not in {e.path for e in problems}
+                and not resolve_path(value, settings).is_file()
+            ):
                 errors.append((f"benchmarks.{i}.{field}", f"no such file: {shown(value, settings)}"))
     return errors
 
 
-def check_endpoint(config: EvalConfig, endpoints: Endpoints, *, job_id: int | None = None,
-                   loc: str = "") -> list[tuple[str, str]]:
+def check_endpoint(
+    config: EvalConfig, endpoints: Endpoints, *, job_id: int | None = None, loc: str = ""
+) -> list[tuple[str, str]]:
     """An openai backend's endpoint: one the operator (or an admin) defined, serving the model asked for. Checked
     at submission, when a schedule fires and again by the worker."""
     if config.model.backend != "openai":
         return []
     if job_id is not None:
-        return [(f"{loc}job_id", "an endpoint evaluates a model it serves: give `model` (the served model's name), "
-                                 "not a training job's checkpoint")]
+        return [
+            (
+                f"{loc}job_id",
+                "an endpoint evaluates a model it serves: give `model` (the served model's name), "
+                "not a training job's checkpoint",
+            )
+        ]
     try:
         endpoints.resolve(config.model.endpoint, config.model.path)
     except EndpointConfigError as exc:
@@ -173,9 +208,17 @@ def check_endpoint(config: EvalConfig, endpoints: Endpoints, *, job_id: int | No
     return []
 
 
-def check_request(request: EvalRequest, model_path: str, settings: Settings, *, keep_best_by: str | None,
-                  job_id: int | None, reader: Reader, name: str | None = None,
-                  session: Session | None = None) -> tuple[EvalConfig | None, list[tuple[str, str]]]:
+def check_request(
+    request: EvalRequest,
+    model_path: str,
+    settings: Settings,
+    *,
+    keep_best_by: str | None,
+    job_id: int | None,
+    reader: Reader,
+    name: str | None = None,
+    session: Session | None = None,
+) -> tuple[EvalConfig | None, list[tuple[str, str]]]:
     """What POST /evaluations and POST /schedules both check about the evaluation asked for: operator-only
     settings, the EvalConfig it makes (with data paths inside the allowed roots and present, the endpoint known
     and serving the model) and `keep_best_by`. Returns (the config or None, every problem as (field path,
@@ -206,8 +249,9 @@ def absolute_data_paths(config: EvalConfig, settings: Settings) -> EvalConfig:
     """The config with relative data paths resolved against TP_DATA_DIR (the worker's cwd is not)."""
     benchmarks = []
     for spec in config.benchmarks:
-        updates = {f: str(resolve_path(getattr(spec, f), settings)) for f in ("data", "fewshot_data")
-                   if getattr(spec, f)}
+        updates = {
+            f: str(resolve_path(getattr(spec, f), settings)) for f in ("data", "fewshot_data") if getattr(spec, f)
+        }
         benchmarks.append(spec.model_copy(update=updates))
     return config.model_copy(update={"benchmarks": benchmarks})
 
@@ -215,25 +259,51 @@ def absolute_data_paths(config: EvalConfig, settings: Settings) -> EvalConfig:
 # ---------------------------------------------------------------------------------------------- creating
 
 
-def create_evaluation(session: Session, *, owner: User, name: str | None, config: EvalConfig, target: Target,
-                      priority: int = 0, schedule_id: int | None = None, keep_best_by: str | None = None,
-                      request: dict[str, Any] | None = None) -> Job:
+def create_evaluation(
+    session: Session,
+    *,
+    owner: User,
+    name: str | None,
+    config: EvalConfig,
+    target: Target,
+    priority: int = 0,
+    schedule_id: int | None = None,
+    keep_best_by: str | None = None,
+    request: dict[str, Any] | None = None,
+) -> Job:
     """The eval job (queued) and its evaluations row. Pins the checkpoint it evaluates. Flushes, not commits."""
     benchmarks = [b.name for b in config.benchmarks]
     name = (name or f"eval {target.label}: {', '.join(benchmarks)}")[:200]
-    job_config = {"eval": config.model_dump(mode="json"), "request": request,
-                  "target": {"model_path": target.model_path, "label": target.label,
-                             "source_job_id": target.source_job_id, "checkpoint_step": target.checkpoint_step,
-                             "run_dir": target.run_dir},
-                  "schedule_id": schedule_id, "keep_best_by": keep_best_by}
+    job_config = {
+        "eval": config.model_dump(mode="json"),
+        "request": request,
+        "target": {
+            "model_path": target.model_path,
+            "label": target.label,
+            "source_job_id": target.source_job_id,
+            "checkpoint_step": target.checkpoint_step,
+            "run_dir": target.run_dir,
+        },
+        "schedule_id": schedule_id,
+        "keep_best_by": keep_best_by,
+    }
     job = crud.create_job(session, owner=owner, name=name, config=job_config, priority=priority, kind="eval")
     job.algorithm = "eval"
     job.max_steps = 100  # progress in percent
     session.add(job)
-    session.add(Evaluation(job_id=job.id, owner_id=owner.id, model_label=target.label[:300],
-                           model_path=target.model_path, source_job_id=target.source_job_id,
-                           checkpoint_step=target.checkpoint_step, schedule_id=schedule_id, benchmarks=benchmarks,
-                           keep_best_by=keep_best_by))
+    session.add(
+        Evaluation(
+            job_id=job.id,
+            owner_id=owner.id,
+            model_label=target.label[:300],
+            model_path=target.model_path,
+            source_job_id=target.source_job_id,
+            checkpoint_step=target.checkpoint_step,
+            schedule_id=schedule_id,
+            benchmarks=benchmarks,
+            keep_best_by=keep_best_by,
+        )
+    )
     session.flush()
     if target.run_dir and target.checkpoint_step is not None:
         from training_platform.training.rundir import RunDir
@@ -266,21 +336,37 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
-SAMPLE_COLUMNS = {"benchmark", "id", "sample_index", "prompt", "output", "extracted", "correct", "reference",
-                  "latency_s"}
+SAMPLE_COLUMNS = {
+    "benchmark",
+    "id",
+    "sample_index",
+    "prompt",
+    "output",
+    "extracted",
+    "correct",
+    "reference",
+    "latency_s",
+}
 
 
 def sample_rows(job_id: int, benchmark: str, records: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     for position, record in enumerate(records):
         correct = record.get("correct")
         latency = record.get("latency_s")
-        yield {"job_id": job_id, "benchmark": benchmark, "position": position,
-               "item_id": str(record.get("id"))[:300], "sample_index": int(record.get("sample_index") or 0),
-               "correct": bool(correct) if isinstance(correct, bool | int) else None,
-               "extracted": _text(record.get("extracted")), "reference": _text(record.get("reference")),
-               "output": _text(record.get("output")) or "", "prompt": _text(record.get("prompt")) or "",
-               "latency_s": float(latency) if isinstance(latency, int | float) else None,
-               "extra": {k: v for k, v in record.items() if k not in SAMPLE_COLUMNS}}
+        yield {
+            "job_id": job_id,
+            "benchmark": benchmark,
+            "position": position,
+            "item_id": str(record.get("id"))[:300],
+            "sample_index": int(record.get("sample_index") or 0),
+            "correct": bool(correct) if isinstance(correct, bool | int) else None,
+            "extracted": _text(record.get("extracted")),
+            "reference": _text(record.get("reference")),
+            "output": _text(record.get("output")) or "",
+            "prompt": _text(record.get("prompt")) or "",
+            "latency_s": float(latency) if isinstance(latency, int | float) else None,
+            "extra": {k: v for k, v in record.items() if k not in SAMPLE_COLUMNS},
+        }
 
 
 def store_results(session: Session, job_id: int, out_dir: Path, summary: dict[str, Any]) -> int:
@@ -294,12 +380,22 @@ def store_results(session: Session, job_id: int, out_dir: Path, summary: dict[st
     for benchmark, result in (summary.get("benchmarks") or {}).items():
         for metric, m in (result.get("metrics") or {}).items():
             ci = m.get("ci95") or [None, None]
-            session.add(EvalMetric(job_id=job_id, benchmark=benchmark, metric=metric, value=float(m["value"]),
-                                   stderr=m.get("stderr"), ci_low=ci[0], ci_high=ci[1], n=int(m.get("n") or 0)))
+            session.add(
+                EvalMetric(
+                    job_id=job_id,
+                    benchmark=benchmark,
+                    metric=metric,
+                    value=float(m["value"]),
+                    stderr=m.get("stderr"),
+                    ci_low=ci[0],
+                    ci_high=ci[1],
+                    n=int(m.get("n") or 0),
+                )
+            )
         samples_file = out_dir / SAMPLES_DIR / f"{benchmark}.jsonl"
         rows = list(sample_rows(job_id, benchmark, read_jsonl(samples_file))) if samples_file.is_file() else []
         for start in range(0, len(rows), SAMPLE_INSERT_CHUNK):
-            session.execute(EvalSample.__table__.insert(), rows[start: start + SAMPLE_INSERT_CHUNK])
+            session.execute(EvalSample.__table__.insert(), rows[start : start + SAMPLE_INSERT_CHUNK])
         stored += len(rows)
     evaluation = session.get(Evaluation, job_id)
     if evaluation is not None:
@@ -326,22 +422,33 @@ def metrics_of(session: Session, job_ids: list[int]) -> dict[int, dict[str, dict
     if not job_ids:
         return out
     for m in session.exec(select(EvalMetric).where(EvalMetric.job_id.in_(job_ids))).all():
-        out[m.job_id][f"{m.benchmark}/{m.metric}"] = {"value": m.value, "stderr": m.stderr,
-                                                      "ci95": [m.ci_low, m.ci_high], "n": m.n}
+        out[m.job_id][f"{m.benchmark}/{m.metric}"] = {
+            "value": m.value,
+            "stderr": m.stderr,
+            "ci95": [m.ci_low, m.ci_high],
+            "n": m.n,
+        }
     return out
 
 
 def checkpoint_results(session: Session, source_job_id: int) -> dict[int, dict[str, Any]]:
     """Per checkpoint step of a training job: the latest succeeded evaluation's metrics and its id."""
-    rows = session.exec(select(Evaluation.job_id, Evaluation.checkpoint_step)
-                        .join(Job, Job.id == Evaluation.job_id)
-                        .where(Evaluation.source_job_id == source_job_id, Evaluation.checkpoint_step.is_not(None),
-                               Job.status == JobStatus.succeeded.value)
-                        .order_by(Evaluation.job_id)).all()
+    rows = session.exec(
+        select(Evaluation.job_id, Evaluation.checkpoint_step)
+        .join(Job, Job.id == Evaluation.job_id)
+        .where(
+            Evaluation.source_job_id == source_job_id,
+            Evaluation.checkpoint_step.is_not(None),
+            Job.status == JobStatus.succeeded.value,
+        )
+        .order_by(Evaluation.job_id)
+    ).all()
     latest = {step: eval_id for eval_id, step in rows}  # later evaluations overwrite earlier ones
     metrics = metrics_of(session, list(latest.values()))
-    return {step: {"evaluation_id": eval_id, "metrics": {k: v["value"] for k, v in metrics[eval_id].items()}}
-            for step, eval_id in latest.items()}
+    return {
+        step: {"evaluation_id": eval_id, "metrics": {k: v["value"] for k, v in metrics[eval_id].items()}}
+        for step, eval_id in latest.items()
+    }
 
 
 # ---------------------------------------------------------------------------------------------- best checkpoint
@@ -352,16 +459,21 @@ def best_checkpoint(session: Session, source_job_id: int, metric_key: str) -> di
     checkpoint's latest succeeded evaluation (what GET /jobs/{id}/checkpoints shows). Higher is better; the earliest
     step wins a tie. None when no live checkpoint has that metric. ValueError for a malformed key."""
     parse_metric_key(metric_key)
-    live = {c.step: c for c in session.exec(select(Checkpoint).where(Checkpoint.job_id == source_job_id,
-                                                                      Checkpoint.removed == False)).all()}  # noqa: E712
-    scored = [(r["metrics"][metric_key], step, r["evaluation_id"])
-              for step, r in checkpoint_results(session, source_job_id).items()
-              if metric_key in r["metrics"] and step in live]
+    live = {
+        c.step: c
+        for c in session.exec(
+            select(Checkpoint).where(Checkpoint.job_id == source_job_id, Checkpoint.removed == False)  # noqa: E712
+        ).all()
+    }
+    scored = [
+        (r["metrics"][metric_key], step, r["evaluation_id"])
+        for step, r in checkpoint_results(session, source_job_id).items()
+        if metric_key in r["metrics"] and step in live
+    ]
     if not scored:
         return None
     value, step, evaluation_id = max(scored, key=lambda s: (s[0], -s[1]))
-    return {"metric": metric_key, "step": step, "value": value, "evaluation_id": evaluation_id,
-            "path": live[step].path}
+    return {"metric": metric_key, "step": step, "value": value, "evaluation_id": evaluation_id, "path": live[step].path}
 
 
 def update_best_checkpoint(session: Session, source_job_id: int, metric_key: str) -> dict[str, Any] | None:
@@ -391,15 +503,17 @@ def update_best_checkpoint(session: Session, source_job_id: int, metric_key: str
 # ---------------------------------------------------------------------------------------------- leaderboard
 
 
-def leaderboard(session: Session, user: User, benchmark: str, metric: str, *, job_id: int | None = None
-                ) -> list[dict[str, Any]]:
+def leaderboard(
+    session: Session, user: User, benchmark: str, metric: str, *, job_id: int | None = None
+) -> list[dict[str, Any]]:
     """One entry per model (a checkpoint is a model): its latest succeeded evaluation on `benchmark`, ranked by
     `metric` (higher first). Only evaluations this user may see."""
-    query = (select(EvalMetric, Evaluation, Job.finished_at, Job.owner_id)
-             .join(Evaluation, Evaluation.job_id == EvalMetric.job_id)
-             .join(Job, Job.id == Evaluation.job_id)
-             .where(EvalMetric.benchmark == benchmark, EvalMetric.metric == metric,
-                    Job.status == JobStatus.succeeded.value))
+    query = (
+        select(EvalMetric, Evaluation, Job.finished_at, Job.owner_id)
+        .join(Evaluation, Evaluation.job_id == EvalMetric.job_id)
+        .join(Job, Job.id == Evaluation.job_id)
+        .where(EvalMetric.benchmark == benchmark, EvalMetric.metric == metric, Job.status == JobStatus.succeeded.value)
+    )
     if not user.is_admin:
         query = query.where(Job.owner_id == user.id)
     if job_id is not None:
@@ -410,11 +524,21 @@ def leaderboard(session: Session, user: User, benchmark: str, metric: str, *, jo
     entries = []
     for m, evaluation, finished_at in latest.values():
         data = ((evaluation.summary or {}).get("benchmarks") or {}).get(benchmark) or {}
-        entries.append({"evaluation_id": evaluation.job_id, "model": evaluation.model_label,
-                        "model_path": evaluation.model_path, "source_job_id": evaluation.source_job_id,
-                        "checkpoint_step": evaluation.checkpoint_step, "value": m.value, "stderr": m.stderr,
-                        "ci95": [m.ci_low, m.ci_high], "n": m.n, "data_sha256": data.get("data_sha256"),
-                        "evaluated_at": finished_at})
+        entries.append(
+            {
+                "evaluation_id": evaluation.job_id,
+                "model": evaluation.model_label,
+                "model_path": evaluation.model_path,
+                "source_job_id": evaluation.source_job_id,
+                "checkpoint_step": evaluation.checkpoint_step,
+                "value": m.value,
+                "stderr": m.stderr,
+                "ci95": [m.ci_low, m.ci_high],
+                "n": m.n,
+                "data_sha256": data.get("data_sha256"),
+                "evaluated_at": finished_at,
+            }
+        )
     entries.sort(key=lambda e: (-e["value"], e["stderr"] if e["stderr"] is not None else 0.0, e["evaluation_id"]))
     for rank, entry in enumerate(entries, 1):
         entry["rank"] = rank

@@ -47,8 +47,9 @@ def resolve_profile(session: Session, settings: Settings, name: str, loc: str = 
     return profiles[name][0]
 
 
-def check_inputs(eval_sets: list[str], reference: str | None, settings: Settings, reader: Reader,
-                 prefix: str = "") -> list[tuple[str, str]]:
+def check_inputs(
+    eval_sets: list[str], reference: str | None, settings: Settings, reader: Reader, prefix: str = ""
+) -> list[tuple[str, str]]:
     """Every eval set / reference path readable by `reader` and an existing file; bounded count."""
     errors: list[tuple[str, str]] = []
     if len(eval_sets) > MAX_EVAL_SETS:
@@ -66,35 +67,63 @@ def check_inputs(eval_sets: list[str], reference: str | None, settings: Settings
     return errors
 
 
-def run_on_file(path: Path, profile: GateProfile, settings: Settings, *, eval_sets: list[str] | None = None,
-                reference: str | None = None, fmt: str | None = None) -> dict[str, Any]:
+def run_on_file(
+    path: Path,
+    profile: GateProfile,
+    settings: Settings,
+    *,
+    eval_sets: list[str] | None = None,
+    reference: str | None = None,
+    fmt: str | None = None,
+) -> dict[str, Any]:
     from training_platform.data.gate import run_gate
     from training_platform.services.datasets import read_limits
 
-    return run_gate(path, profile, eval_sets=[resolve_path(p, settings) for p in eval_sets or []],
-                    reference=resolve_path(reference, settings) if reference else None, fmt=fmt,
-                    limits=read_limits(settings), shown=lambda p: shown(p, settings))
+    return run_gate(
+        path,
+        profile,
+        eval_sets=[resolve_path(p, settings) for p in eval_sets or []],
+        reference=resolve_path(reference, settings) if reference else None,
+        fmt=fmt,
+        limits=read_limits(settings),
+        shown=lambda p: shown(p, settings),
+    )
 
 
-def store_report(session: Session, version: DatasetVersionRecord, report: dict[str, Any],
-                 job_id: int | None) -> GateReportRecord:
-    record = GateReportRecord(dataset_version_id=version.id, sha256=version.sha256,
-                              profile_name=report["profile"]["name"], profile_hash=report["profile"]["hash"],
-                              passed=bool(report["passed"]), report=report, job_id=job_id)
+def store_report(
+    session: Session, version: DatasetVersionRecord, report: dict[str, Any], job_id: int | None
+) -> GateReportRecord:
+    record = GateReportRecord(
+        dataset_version_id=version.id,
+        sha256=version.sha256,
+        profile_name=report["profile"]["name"],
+        profile_hash=report["profile"]["hash"],
+        passed=bool(report["passed"]),
+        report=report,
+        job_id=job_id,
+    )
     session.add(record)
     session.flush()
     return record
 
 
-def passing_report(session: Session, sha256: str, profile: GateProfile, eval_shas: list[str],
-                   reference_sha: str | None) -> GateReportRecord | None:
+def passing_report(
+    session: Session, sha256: str, profile: GateProfile, eval_shas: list[str], reference_sha: str | None
+) -> GateReportRecord | None:
     """The newest passing report for exactly this content, profile (name + hash) and inputs."""
     from training_platform.data.gate import inputs_match
 
-    rows = session.exec(select(GateReportRecord).where(
-        GateReportRecord.sha256 == sha256, GateReportRecord.profile_name == profile.name,
-        GateReportRecord.profile_hash == profile.hash, GateReportRecord.passed == True)  # noqa: E712
-        .order_by(GateReportRecord.id.desc()).limit(50)).all()
+    rows = session.exec(
+        select(GateReportRecord)
+        .where(
+            GateReportRecord.sha256 == sha256,
+            GateReportRecord.profile_name == profile.name,
+            GateReportRecord.profile_hash == profile.hash,
+            GateReportRecord.passed == True,  # noqa: E712 - SQL
+        )
+        .order_by(GateReportRecord.id.desc())
+        .limit(50)
+    ).all()
     return next((r for r in rows if inputs_match(r.report, eval_shas, reference_sha)), None)
 
 
@@ -107,13 +136,21 @@ def version_for_file(session: Session, path: Path, settings: Settings) -> Datase
     except ValueError:
         relative = None
     if relative is not None:
-        found = session.exec(select(DatasetVersionRecord).where(DatasetVersionRecord.path == relative)
-                             .order_by(DatasetVersionRecord.id).limit(1)).first()
+        found = session.exec(
+            select(DatasetVersionRecord)
+            .where(DatasetVersionRecord.path == relative)
+            .order_by(DatasetVersionRecord.id)
+            .limit(1)
+        ).first()
         if found is not None:
             return found
     sha = sha256_file(path)
-    return session.exec(select(DatasetVersionRecord).where(DatasetVersionRecord.sha256 == sha)
-                        .order_by(DatasetVersionRecord.id).limit(1)).first()
+    return session.exec(
+        select(DatasetVersionRecord)
+        .where(DatasetVersionRecord.sha256 == sha)
+        .order_by(DatasetVersionRecord.id)
+        .limit(1)
+    ).first()
 
 
 def delete_version_reports(session: Session, version_ids: list[int]) -> None:

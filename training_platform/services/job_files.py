@@ -55,8 +55,9 @@ def _relative(path: Path, data_dir: Path) -> str:
     return path.name
 
 
-def remove_job_files(job_id: int, data_dir: Path, *, run_dir: str | None = None,
-                     keep: dict[Path, str] | None = None) -> Removal:
+def remove_job_files(
+    job_id: int, data_dir: Path, *, run_dir: str | None = None, keep: dict[Path, str] | None = None
+) -> Removal:
     """Remove job `job_id`'s files under `data_dir` (resolved), except the directories in `keep` ({resolved path:
     why}, e.g. registered models) and what lies outside `data_dir` or behind a symlink."""
     data_dir = data_dir.resolve()

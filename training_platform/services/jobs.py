@@ -27,8 +27,13 @@ def transition(session: Session, job: Job, to: JobStatus | str, reason: str = ""
         started = job.started_at
         if started is not None and started.tzinfo is None:
             started = started.replace(tzinfo=now.tzinfo)
-        telemetry.job_finished_on_commit(session, job.kind, job.algorithm, target.value,
-                                         (now - started).total_seconds() if started is not None else None)
+        telemetry.job_finished_on_commit(
+            session,
+            job.kind,
+            job.algorithm,
+            target.value,
+            (now - started).total_seconds() if started is not None else None,
+        )
     if target == JobStatus.queued:
         job.finished_at = None
         job.worker = None

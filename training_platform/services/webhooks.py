@@ -149,11 +149,14 @@ def check_url(url: Any, hosts: frozenset[Host]) -> str:
     if parts.fragment or url.endswith("#"):
         raise WebhookError("no #fragment in the URL", "url")
     if not hosts:
-        raise WebhookError("the operator allows no webhook hosts (TP_WEBHOOK_HOSTS is empty): webhooks are "
-                           "disabled on this platform", "url")
+        raise WebhookError(
+            "the operator allows no webhook hosts (TP_WEBHOOK_HOSTS is empty): webhooks are disabled on this platform",
+            "url",
+        )
     if not host_allowed(scheme, host, port, hosts):
-        raise WebhookError(f"host {shown_host(url)!r} is not one the operator allows for webhooks "
-                           f"(TP_WEBHOOK_HOSTS)", "url")
+        raise WebhookError(
+            f"host {shown_host(url)!r} is not one the operator allows for webhooks (TP_WEBHOOK_HOSTS)", "url"
+        )
     return url
 
 
@@ -190,8 +193,14 @@ def job_payload(job: Any, event: str, data_path: Any = None) -> dict[str, Any]:
 
     from training_platform.training.rundir import redact
 
-    info: dict[str, Any] = {"id": job.id, "name": job.name, "kind": job.kind, "algorithm": job.algorithm,
-                            "status": job.status, "finished_at": _iso(job.finished_at)}
+    info: dict[str, Any] = {
+        "id": job.id,
+        "name": job.name,
+        "kind": job.kind,
+        "algorithm": job.algorithm,
+        "status": job.status,
+        "finished_at": _iso(job.finished_at),
+    }
     if job.error:
         info["error"] = redact(str(job.error))[:MAX_ERROR_TEXT]
     if job.run_dir and data_path is not None:
@@ -242,8 +251,7 @@ def _before_commit(session: Any) -> None:
             if event is None:
                 continue
             body = json.dumps(job_payload(job, event, data_path), separators=(",", ":"), sort_keys=True)
-            ready.append(JobEnded(owner_id=job.owner_id, job_id=job.id, event_id=event_row.id, event=event,
-                                  body=body))
+            ready.append(JobEnded(owner_id=job.owner_id, job_id=job.id, event_id=event_row.id, event=event, body=body))
         except Exception:  # noqa: BLE001
             log.exception("job %s: could not prepare its webhook notification", getattr(job, "id", "?"))
 
@@ -322,19 +330,24 @@ def dispatch(ended: Iterable[JobEnded], bind: Any = None) -> int:
     sent = 0
     for item in ended:
         with session_scope() as session:
-            hooks = [(w.id, w.url) for w in session.exec(select(Webhook).where(Webhook.owner_id == item.owner_id))
-                     .all() if item.event in (w.events or [])]
+            hooks = [
+                (w.id, w.url)
+                for w in session.exec(select(Webhook).where(Webhook.owner_id == item.owner_id)).all()
+                if item.event in (w.events or [])
+            ]
         for webhook_id, url in hooks:
             try:
                 from training_platform.workers.celery_app import WEBHOOK_TASK, app
 
-                app.send_task(WEBHOOK_TASK, args=[webhook_id, item.job_id, item.event, item.event_id, item.body],
-                              queue="maintenance")
+                app.send_task(
+                    WEBHOOK_TASK,
+                    args=[webhook_id, item.job_id, item.event, item.event_id, item.body],
+                    queue="maintenance",
+                )
                 sent += 1
             except Exception as exc:  # noqa: BLE001 - the job is done either way; say loudly what was lost
                 reason = f"not delivered: the broker could not be reached ({type(exc).__name__})"
-                log.error("webhook %s (%s): job %s %s %s", webhook_id, shown_host(url), item.job_id, item.event,
-                          reason)
+                log.error("webhook %s (%s): job %s %s %s", webhook_id, shown_host(url), item.job_id, item.event, reason)
                 try:
                     with session_scope() as session:
                         row = session.get(Webhook, webhook_id)
@@ -363,8 +376,7 @@ class _Dispatcher:
             if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
                 self._queue = queue.Queue()  # after a fork the parent's queue and thread are not ours
                 self._pid = os.getpid()
-                self._thread = threading.Thread(target=self._run, args=(self._queue,), name="tp-webhooks",
-                                                daemon=True)
+                self._thread = threading.Thread(target=self._run, args=(self._queue,), name="tp-webhooks", daemon=True)
                 self._thread.start()
             self._queue.put((items, bind))
 
@@ -410,8 +422,15 @@ class Outcome:
         return self.error is None
 
 
-def post(url: str, body: bytes, headers: dict[str, str], *, hosts: frozenset[Host], timeout: float = TIMEOUT_S,
-         transport: Any = None) -> Outcome:
+def post(
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    *,
+    hosts: frozenset[Host],
+    timeout: float = TIMEOUT_S,
+    transport: Any = None,
+) -> Outcome:
     """One attempt: POST `body` to `url` (checked again against `hosts`, with httpx's own reading of the URL).
     Redirects are not followed and the response body is not read."""
     import httpx
@@ -461,8 +480,17 @@ def post(url: str, body: bytes, headers: dict[str, str], *, hosts: frozenset[Hos
     return Outcome(code, f"HTTP {code}", retry=code >= 500 or code == 429)
 
 
-def deliver(webhook_id: int, job_id: int, event: str, event_id: int | None, body: str, *, attempt: int = 1,
-            final: bool = True, transport: Any = None) -> Outcome | None:
+def deliver(
+    webhook_id: int,
+    job_id: int,
+    event: str,
+    event_id: int | None,
+    body: str,
+    *,
+    attempt: int = 1,
+    final: bool = True,
+    transport: Any = None,
+) -> Outcome | None:
     """One delivery attempt of `body` to webhook `webhook_id`, its outcome recorded on the row. None when the webhook
     was deleted meanwhile. `final`: no retry will follow (the recorded error says so)."""
     from training_platform.core.timeutil import utcnow
@@ -476,8 +504,13 @@ def deliver(webhook_id: int, job_id: int, event: str, event_id: int | None, body
             return None
         url, secret = row.url, row.secret
     data = body.encode("utf-8")
-    headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, "X-TP-Event": event,
-               "X-TP-Delivery": f"{event_id or 0}-{webhook_id}", "X-TP-Delivery-Attempt": str(attempt)}
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "X-TP-Event": event,
+        "X-TP-Delivery": f"{event_id or 0}-{webhook_id}",
+        "X-TP-Delivery-Attempt": str(attempt),
+    }
     if secret:
         headers["X-TP-Signature"] = sign(secret, data)
     try:
@@ -498,6 +531,14 @@ def deliver(webhook_id: int, job_id: int, event: str, event_id: int | None, body
             row.last_status_code, row.last_error, row.last_attempts = outcome.status_code, error, attempt
             session.add(row)
     level = logging.INFO if outcome.ok else logging.WARNING
-    log.log(level, "webhook %s (%s): job %s %s attempt %d: %s", webhook_id, shown_host(url), job_id, event, attempt,
-            f"HTTP {outcome.status_code}" if outcome.ok else error)
+    log.log(
+        level,
+        "webhook %s (%s): job %s %s attempt %d: %s",
+        webhook_id,
+        shown_host(url),
+        job_id,
+        event,
+        attempt,
+        f"HTTP {outcome.status_code}" if outcome.ok else error,
+    )
     return outcome

@@ -115,8 +115,13 @@ def plan_archive(run_dir: str | Path, name: str) -> ArchivePlan:
         os.close(root)
     plan.files.sort()
     if plan.skipped:
-        log.warning("archive of %s/%s: skipped %d symlink(s) or special file(s): %s", run_dir.name, plan.prefix,
-                    len(plan.skipped), ", ".join(plan.skipped[:10]))
+        log.warning(
+            "archive of %s/%s: skipped %d symlink(s) or special file(s): %s",
+            run_dir.name,
+            plan.prefix,
+            len(plan.skipped),
+            ", ".join(plan.skipped[:10]),
+        )
     return plan
 
 
@@ -206,8 +211,9 @@ def _tar_chunks(plan: ArchivePlan) -> Iterator[bytes]:
                     finally:
                         os.close(parent)
                 except OSError as exc:  # replaced by a symlink, or removed, since the listing
-                    raise ArchiveError(f"{plan.prefix}/{'/'.join(rel)} changed while archiving: "
-                                       f"{exc.strerror}") from None
+                    raise ArchiveError(
+                        f"{plan.prefix}/{'/'.join(rel)} changed while archiving: {exc.strerror}"
+                    ) from None
                 with os.fdopen(fd, "rb") as f:
                     st = os.fstat(f.fileno())
                     if not stat.S_ISREG(st.st_mode):
@@ -234,8 +240,9 @@ def _tar_chunks(plan: ArchivePlan) -> Iterator[bytes]:
     finally:
         os.close(root)
     hashes = manifest_hashes(plan.run_dir, plan.prefix)
-    lines = "".join(f"{hashes[f'{plan.prefix}/{rel}']}  {plan.name}/{rel}\n" for rel in included
-                    if f"{plan.prefix}/{rel}" in hashes)
+    lines = "".join(
+        f"{hashes[f'{plan.prefix}/{rel}']}  {plan.name}/{rel}\n" for rel in included if f"{plan.prefix}/{rel}" in hashes
+    )
     data = lines.encode("utf-8", errors="surrogateescape")
     header = _header(MANIFEST_NAME, len(data), time.time())
     pad = (-len(data)) % _BLOCK

@@ -84,21 +84,30 @@ class DifficultyMix(StrictModel):
 
 
 class CurriculumStage(StrictModel):
-    until_step: int = Field(ge=1, le=MAX_STEPS, description="This mix is used up to and including this "
-                                                            "optimizer step; the last stage's mix continues after.")
+    until_step: int = Field(
+        ge=1,
+        le=MAX_STEPS,
+        description="This mix is used up to and including this optimizer step; the last stage's mix continues after.",
+    )
     mix: DifficultyMix
 
 
 class SamplingSection(StrictModel):
     """Difficulty-aware sampling of training rows (training/sampling.py)."""
 
-    strategy: Literal["uniform", "mix", "curriculum"] = Field("uniform", description=(
-        "uniform: the trainer's own shuffling; mix: every batch follows `mix`; curriculum: the mix of the "
-        "schedule stage of the current step."))
-    mix: DifficultyMix | None = Field(None, description="strategy mix: bucket shares, e.g. {easy: .2, medium: .4, "
-                                                        "hard: .4}.")
-    schedule: list[CurriculumStage] = Field(default_factory=list, max_length=100, description=(
-        "strategy curriculum: stages with increasing until_step."))
+    strategy: Literal["uniform", "mix", "curriculum"] = Field(
+        "uniform",
+        description=(
+            "uniform: the trainer's own shuffling; mix: every batch follows `mix`; curriculum: the mix of the "
+            "schedule stage of the current step."
+        ),
+    )
+    mix: DifficultyMix | None = Field(
+        None, description="strategy mix: bucket shares, e.g. {easy: .2, medium: .4, hard: .4}."
+    )
+    schedule: list[CurriculumStage] = Field(
+        default_factory=list, max_length=100, description=("strategy curriculum: stages with increasing until_step.")
+    )
     seed: int | None = Field(None, ge=0, le=2**32 - 1, description="Sampler seed (default: training.seed).")
 
 
@@ -106,15 +115,23 @@ class GateSection(StrictModel):
     """`data.gate`: the train file must pass this quality-gate profile (a stored passing report for exactly this
     content and profile, or the gate is run at preflight); failing checks refuse the run unless an admin overrides."""
 
-    profile: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
-                         description="Gate profile: default, strict, or one from TP_GATE_PROFILES_FILE / "
-                                     "/api/v1/gate-profiles.")
-    eval_sets: list[UserFile] = Field(default_factory=list, max_length=20,
-                                      description="Eval set files for the leakage check.")
+    profile: str = Field(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        description="Gate profile: default, strict, or one from TP_GATE_PROFILES_FILE / /api/v1/gate-profiles.",
+    )
+    eval_sets: list[UserFile] = Field(
+        default_factory=list, max_length=20, description="Eval set files for the leakage check."
+    )
     reference: UserFile | None = Field(None, description="Reference set for the n-gram divergence check.")
-    reward_shadow_report: UserFile | None = Field(None, description=(
-        "A passing `tp rewards shadow --report` file whose new scorer is this job's reward set, for a profile with "
-        "the reward_shadow check (the platform also finds your passing POST /rewards/shadow reports itself)."))
+    reward_shadow_report: UserFile | None = Field(
+        None,
+        description=(
+            "A passing `tp rewards shadow --report` file whose new scorer is this job's reward set, for a profile with "
+            "the reward_shadow check (the platform also finds your passing POST /rewards/shadow reports itself)."
+        ),
+    )
 
 
 class DataSection(StrictModel):
@@ -128,17 +145,30 @@ class DataSection(StrictModel):
     eval_split: float = Field(0.0, ge=0, lt=1, description="Fraction of train held out when no eval_file.")
     max_train_samples: int | None = Field(None, ge=1, le=100_000_000)
     shuffle_seed: int = Field(0, ge=0, le=2**32 - 1)
-    sampling: SamplingSection | None = Field(None, description=(
-        "Difficulty-aware sampling by the buckets of the audit report (easy/medium/hard); engine trl."))
-    gate: GateSection | None = Field(None, description=(
-        "A quality gate the training data must pass before the run starts (training_platform/data/gate.py)."))
+    sampling: SamplingSection | None = Field(
+        None,
+        description=("Difficulty-aware sampling by the buckets of the audit report (easy/medium/hard); engine trl."),
+    )
+    gate: GateSection | None = Field(
+        None,
+        description=(
+            "A quality gate the training data must pass before the run starts (training_platform/data/gate.py)."
+        ),
+    )
 
 
 class TrainingSection(StrictModel):
     learning_rate: float = Field(5e-5, gt=0, le=1)
     lr_scheduler: Literal[
-        "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
-        "inverse_sqrt", "cosine_with_min_lr", "warmup_stable_decay",
+        "linear",
+        "cosine",
+        "cosine_with_restarts",
+        "polynomial",
+        "constant",
+        "constant_with_warmup",
+        "inverse_sqrt",
+        "cosine_with_min_lr",
+        "warmup_stable_decay",
     ] = "linear"
     warmup_ratio: float = Field(0.0, ge=0, lt=1)
     warmup_steps: int = Field(0, ge=0, le=MAX_STEPS)
@@ -156,15 +186,31 @@ class TrainingSection(StrictModel):
     eval_steps: int | None = Field(None, ge=1, le=MAX_STEPS, description="Evaluate every N steps (needs eval data).")
     keep_last_checkpoints: int = Field(3, ge=1, le=1000)
     dataloader_num_workers: int = Field(0, ge=0, le=64)
-    rollout_samples_per_step: int = Field(8, ge=0, le=1024, description=(
-        "RL (GRPO, RLOO, PPO; verl's too): rollouts kept per logging step in the run's rollouts.jsonl (prompt, "
-        "completion, rewards, advantage), a seeded sample of that step's generations; 0 keeps none."))
-    rollouts_max_mb: int = Field(100, ge=1, le=10_240, description=(
-        "Size cap of rollouts.jsonl in MB: once reached no more rollouts are kept (training goes on; the log and "
-        "run.json say at which step)."))
-    reward_weights: Literal["normalise", "strict", "exact"] = Field("normalise", description=(
-        "Rule for rewards[*].weight: normalise (divided by their sum, a warning when it is not 1), exact (must sum "
-        "to 1), strict (sum 1 and no reward above 0.5)."))
+    rollout_samples_per_step: int = Field(
+        8,
+        ge=0,
+        le=1024,
+        description=(
+            "RL (GRPO, RLOO, PPO; verl's too): rollouts kept per logging step in the run's rollouts.jsonl (prompt, "
+            "completion, rewards, advantage), a seeded sample of that step's generations; 0 keeps none."
+        ),
+    )
+    rollouts_max_mb: int = Field(
+        100,
+        ge=1,
+        le=10_240,
+        description=(
+            "Size cap of rollouts.jsonl in MB: once reached no more rollouts are kept (training goes on; the log and "
+            "run.json say at which step)."
+        ),
+    )
+    reward_weights: Literal["normalise", "strict", "exact"] = Field(
+        "normalise",
+        description=(
+            "Rule for rewards[*].weight: normalise (divided by their sum, a warning when it is not 1), exact (must sum "
+            "to 1), strict (sum 1 and no reward above 0.5)."
+        ),
+    )
 
 
 class RewardSection(StrictModel):
@@ -175,18 +221,36 @@ class RewardSection(StrictModel):
 
 class ResourcesSection(StrictModel):
     device: Literal["auto", "cpu", "cuda", "mps"] = Field(
-        "auto", description="auto: cuda, then mps (Apple GPU, one process), then cpu; the run records what it used.")
-    num_devices: int = Field(1, ge=1, le=1024, description=(
-        "Processes per node: GPUs per node, or CPU processes (gloo). World size = num_nodes x num_devices; "
-        "training.per_device_batch_size is per process."))
-    num_nodes: int = Field(1, ge=1, le=1024, description="Machines; more than one runs on the Ray cluster "
-                                                          "(TP_RAY_ADDRESS).")
+        "auto", description="auto: cuda, then mps (Apple GPU, one process), then cpu; the run records what it used."
+    )
+    num_devices: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description=(
+            "Processes per node: GPUs per node, or CPU processes (gloo). World size = num_nodes x num_devices; "
+            "training.per_device_batch_size is per process."
+        ),
+    )
+    num_nodes: int = Field(
+        1, ge=1, le=1024, description="Machines; more than one runs on the Ray cluster (TP_RAY_ADDRESS)."
+    )
     launcher: Literal["auto", "local", "torchrun", "ray"] = Field(
-        "auto", description="auto: local for one process, torchrun for several on one node, ray across nodes.")
-    max_restarts: int = Field(0, ge=0, le=100, description="After a rank fails: restart every rank from the last "
-                                                           "checkpoint, at most this many times (0: fail the run).")
-    world_size: int | None = Field(None, ge=1, le=1_048_576, description=(
-        "Derived: num_nodes x num_devices (recorded in config_effective.yaml); when given it must match."))
+        "auto", description="auto: local for one process, torchrun for several on one node, ray across nodes."
+    )
+    max_restarts: int = Field(
+        0,
+        ge=0,
+        le=100,
+        description="After a rank fails: restart every rank from the last "
+        "checkpoint, at most this many times (0: fail the run).",
+    )
+    world_size: int | None = Field(
+        None,
+        ge=1,
+        le=1_048_576,
+        description=("Derived: num_nodes x num_devices (recorded in config_effective.yaml); when given it must match."),
+    )
 
     @property
     def processes(self) -> int:
@@ -206,11 +270,15 @@ class VerlSection(StrictModel):
     """Options of `engine: verl` only (docs/engines.md)."""
 
     rollout: Literal["vllm", "sglang"] = Field("vllm", description="Rollout engine of verl's RL trainers.")
-    overrides: dict[Annotated[str, StringConstraints(pattern=VERL_OVERRIDE_KEY, max_length=200)],
-                    VerlScalar | Annotated[list[VerlScalar], Field(max_length=64)]] = Field(
-        default_factory=dict, max_length=100,
+    overrides: dict[
+        Annotated[str, StringConstraints(pattern=VERL_OVERRIDE_KEY, max_length=200)],
+        VerlScalar | Annotated[list[VerlScalar], Field(max_length=64)],
+    ] = Field(
+        default_factory=dict,
+        max_length=100,
         description="verl config keys set after the mapping (e.g. {'algorithm.adv_estimator': 'grpo_passk'}); "
-                    "each is checked against verl's config and registries.")
+        "each is checked against verl's config and registries.",
+    )
 
 
 class TrackingSection(StrictModel):
@@ -227,7 +295,8 @@ AlgorithmUnion = Annotated[
 
 class JobConfig(StrictModel):
     engine: Literal[tuple(ENGINES)] = Field(  # type: ignore[valid-type] - built from the engine registry
-        "trl", description="Training engine (`tp algorithms list` shows what each engine runs).")
+        "trl", description="Training engine (`tp algorithms list` shows what each engine runs)."
+    )
     model: ModelSection
     data: DataSection
     algorithm: AlgorithmUnion
@@ -251,9 +320,20 @@ class JobConfig(StrictModel):
 # pydantic names the member of a plain union in the location (`target_modules.list[str]`); not a field.
 def _known_field_names() -> set[str]:
     names: set[str] = set()
-    models = [JobConfig, ModelSection, LoraSection, DataSection, SamplingSection, CurriculumStage, DifficultyMix,
-              TrainingSection, RewardSection,
-              ResourcesSection, TrackingSection, *[s.params for s in ALGORITHMS.values()]]
+    models = [
+        JobConfig,
+        ModelSection,
+        LoraSection,
+        DataSection,
+        SamplingSection,
+        CurriculumStage,
+        DifficultyMix,
+        TrainingSection,
+        RewardSection,
+        ResourcesSection,
+        TrackingSection,
+        *[s.params for s in ALGORITHMS.values()],
+    ]
     for m in models:
         names.update(m.model_fields)
     return names
@@ -282,8 +362,9 @@ def parse_config(raw: Any) -> JobConfig:
     try:
         return JobConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(pydantic_errors(exc, known_fields=_known_field_names(),
-                                          union_tags={"algorithm": tuple(ALGORITHMS)})) from None
+        raise ConfigError(
+            pydantic_errors(exc, known_fields=_known_field_names(), union_tags={"algorithm": tuple(ALGORITHMS)})
+        ) from None
 
 
 def check_rules(cfg: JobConfig) -> list[FieldError]:
@@ -295,8 +376,13 @@ def check_rules(cfg: JobConfig) -> list[FieldError]:
     builder = get_builder(cfg.engine, spec.name)
     if builder is None:
         others = engines_for(spec.name)
-        errors.append(FieldError("engine", f"engine {cfg.engine!r} cannot train {spec.name}"
-                                           + (f"; use {' or '.join(repr(e) for e in others)}" if others else "")))
+        errors.append(
+            FieldError(
+                "engine",
+                f"engine {cfg.engine!r} cannot train {spec.name}"
+                + (f"; use {' or '.join(repr(e) for e in others)}" if others else ""),
+            )
+        )
     errors.extend(_resource_rules(cfg, builder))
 
     if t.warmup_ratio and t.warmup_steps:
@@ -323,21 +409,27 @@ def check_rules(cfg: JobConfig) -> list[FieldError]:
             weight_errors, _, _ = check_reward_weights(cfg.rewards, mode=t.reward_weights)
             errors.extend(FieldError(p, r) for p, r in weight_errors)
     elif cfg.rewards:
-        errors.append(FieldError(
-            "rewards", f"{spec.name} does not use reward functions (only "
-            f"{', '.join(n for n, s in ALGORITHMS.items() if s.uses_reward_functions)} do)"))
+        errors.append(
+            FieldError(
+                "rewards",
+                f"{spec.name} does not use reward functions (only "
+                f"{', '.join(n for n, s in ALGORITHMS.items() if s.uses_reward_functions)} do)",
+            )
+        )
     for i, reward in enumerate(cfg.rewards):
         definition = REWARDS.get(reward.name)
         if definition is None:
-            errors.append(FieldError(f"rewards[{i}].name",
-                                     f"unknown reward {reward.name!r}; known: {', '.join(sorted(REWARDS))}"))
+            errors.append(
+                FieldError(f"rewards[{i}].name", f"unknown reward {reward.name!r}; known: {', '.join(sorted(REWARDS))}")
+            )
             continue
         try:
             definition.params_model.model_validate(reward.params)
         except ValidationError as exc:
             fields = set(definition.params_model.model_fields)
-            errors.extend(translate_pydantic_error(e, prefix=f"rewards[{i}].params", known_fields=fields)
-                          for e in exc.errors())
+            errors.extend(
+                translate_pydantic_error(e, prefix=f"rewards[{i}].params", known_fields=fields) for e in exc.errors()
+            )
 
     if cfg.model.dtype == "fp16" and cfg.resources.device == "cpu":
         errors.append(FieldError("model.dtype", "fp16 training needs a CUDA device; use fp32 or bf16 on cpu"))
@@ -363,15 +455,29 @@ def _sampling_rules(cfg: JobConfig) -> list[FieldError]:
         return []
     errors: list[FieldError] = []
     if cfg.engine != "trl":
-        errors.append(FieldError("data.sampling", f"difficulty-aware sampling runs on engine trl; engine "
-                                                  f"{cfg.engine} does not support it yet"))
+        errors.append(
+            FieldError(
+                "data.sampling",
+                f"difficulty-aware sampling runs on engine trl; engine {cfg.engine} does not support it yet",
+            )
+        )
     elif cfg.spec.name not in SAMPLING_ALGORITHMS:
-        errors.append(FieldError("data.sampling", f"{cfg.spec.name} draws its rows with its own data loader: "
-                                                  f"difficulty-aware sampling supports "
-                                                  f"{', '.join(SAMPLING_ALGORITHMS)}"))
+        errors.append(
+            FieldError(
+                "data.sampling",
+                f"{cfg.spec.name} draws its rows with its own data loader: "
+                f"difficulty-aware sampling supports "
+                f"{', '.join(SAMPLING_ALGORITHMS)}",
+            )
+        )
     if s.strategy != "uniform" and getattr(cfg.algorithm, "packing", False):
-        errors.append(FieldError("algorithm.packing", "packing merges rows into sequences: it cannot be combined "
-                                                      "with data.sampling (rows are drawn by difficulty)"))
+        errors.append(
+            FieldError(
+                "algorithm.packing",
+                "packing merges rows into sequences: it cannot be combined "
+                "with data.sampling (rows are drawn by difficulty)",
+            )
+        )
     if s.strategy == "mix" and s.mix is None:
         errors.append(FieldError("data.sampling.mix", "required for strategy mix"))
     if s.strategy != "mix" and s.mix is not None:
@@ -379,13 +485,16 @@ def _sampling_rules(cfg: JobConfig) -> list[FieldError]:
     if s.strategy == "curriculum" and not s.schedule:
         errors.append(FieldError("data.sampling.schedule", "strategy curriculum needs at least one stage"))
     if s.strategy != "curriculum" and s.schedule:
-        errors.append(FieldError("data.sampling.schedule", f"only used by strategy curriculum (this is "
-                                                           f"{s.strategy})"))
+        errors.append(FieldError("data.sampling.schedule", f"only used by strategy curriculum (this is {s.strategy})"))
     for i in range(1, len(s.schedule)):
         if s.schedule[i].until_step <= s.schedule[i - 1].until_step:
-            errors.append(FieldError(f"data.sampling.schedule[{i}].until_step",
-                                     f"must be greater than the previous stage's ({s.schedule[i - 1].until_step}), "
-                                     f"got {s.schedule[i].until_step}"))
+            errors.append(
+                FieldError(
+                    f"data.sampling.schedule[{i}].until_step",
+                    f"must be greater than the previous stage's ({s.schedule[i - 1].until_step}), "
+                    f"got {s.schedule[i].until_step}",
+                )
+            )
     return errors
 
 
@@ -397,31 +506,52 @@ def _resource_rules(cfg: JobConfig, builder) -> list[FieldError]:
     errors: list[FieldError] = []
     launcher = r.resolved_launcher
     if r.world_size is not None and r.world_size != r.processes:
-        errors.append(FieldError("resources.world_size", f"must equal num_nodes x num_devices ({r.processes}), got "
-                                                         f"{r.world_size}"))
+        errors.append(
+            FieldError(
+                "resources.world_size", f"must equal num_nodes x num_devices ({r.processes}), got {r.world_size}"
+            )
+        )
     if r.device == "mps" and r.processes > 1:
-        errors.append(FieldError("resources.num_devices", "mps trains in one process (one Apple GPU): num_devices "
-                                                          "and num_nodes must be 1"))
+        errors.append(
+            FieldError(
+                "resources.num_devices",
+                "mps trains in one process (one Apple GPU): num_devices and num_nodes must be 1",
+            )
+        )
     if launcher == "local" and r.processes > 1:
-        errors.append(FieldError("resources.launcher", f"local runs one process, but num_nodes x num_devices = "
-                                                       f"{r.processes}: use torchrun (one node) or ray"))
+        errors.append(
+            FieldError(
+                "resources.launcher",
+                f"local runs one process, but num_nodes x num_devices = {r.processes}: use torchrun (one node) or ray",
+            )
+        )
     elif launcher == "torchrun" and r.num_nodes > 1:
-        errors.append(FieldError("resources.launcher", "torchrun starts the processes of one node; num_nodes > 1 "
-                                                       "needs ray"))
+        errors.append(
+            FieldError("resources.launcher", "torchrun starts the processes of one node; num_nodes > 1 needs ray")
+        )
     elif launcher == "ray":
         if not os.environ.get("TP_RAY_ADDRESS"):
-            errors.append(FieldError("resources.launcher", "ray needs a cluster: set TP_RAY_ADDRESS (host:port or "
-                                                           "ray://host:port), or tp train --ray-address"))
+            errors.append(
+                FieldError(
+                    "resources.launcher",
+                    "ray needs a cluster: set TP_RAY_ADDRESS (host:port or ray://host:port), or tp train --ray-address",
+                )
+            )
         elif r.device == "mps":
             errors.append(FieldError("resources.device", "mps runs one local process, not on a Ray cluster"))
     if builder is not None and launcher not in builder.capabilities.launchers:
-        errors.append(FieldError("resources.launcher", f"{cfg.engine} {cfg.spec.name} runs under "
-                                                       f"{', '.join(builder.capabilities.launchers)}, not {launcher}"))
+        errors.append(
+            FieldError(
+                "resources.launcher",
+                f"{cfg.engine} {cfg.spec.name} runs under {', '.join(builder.capabilities.launchers)}, not {launcher}",
+            )
+        )
     return errors
 
 
-def validate_config(raw: Any, *, check_disk: bool = True, loaded: dict | None = None,
-                    dry_run: bool = False) -> JobConfig:
+def validate_config(
+    raw: Any, *, check_disk: bool = True, loaded: dict | None = None, dry_run: bool = False
+) -> JobConfig:
     """All three layers; raises ConfigError listing every problem found. `loaded` receives the datasets read
     while checking them, so a run does not read them twice. `dry_run`: skip what only a real start needs (the
     devices verl's RL runs on)."""
@@ -445,11 +575,14 @@ class _YAMLLoader(yaml.SafeLoader):
 
 _YAMLLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
                 |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
                 |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
                 |[-+]?\.(?:inf|Inf|INF)
-                |\.(?:nan|NaN|NAN))$""", re.X),
+                |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
     list("-+0123456789."),
 )
 
@@ -489,8 +622,9 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
         try:
             pairs.append((key.strip(), yaml_load(text) if text != "" else ""))
         except yaml.YAMLError as exc:
-            raise ConfigError([FieldError(key, f"cannot parse override value {text!r}: {_yaml_problem(exc)}")]) \
-                from None
+            raise ConfigError(
+                [FieldError(key, f"cannot parse override value {text!r}: {_yaml_problem(exc)}")]
+            ) from None
     try:
         return apply_pairs(raw, pairs)
     except OverrideError as exc:

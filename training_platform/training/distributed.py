@@ -37,9 +37,14 @@ class DistContext:
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world <= 1:
             return cls(launcher=launcher if launcher != "torchrun" else "local")
-        return cls(rank=int(os.environ["RANK"]), world_size=world, local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-                   local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-                   node_rank=int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0"))), launcher=launcher)
+        return cls(
+            rank=int(os.environ["RANK"]),
+            world_size=world,
+            local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+            local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+            node_rank=int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0"))),
+            launcher=launcher,
+        )
 
     def init(self, device: str) -> None:
         """Join the process group (idempotent): nccl when this rank trains on CUDA, gloo otherwise."""

@@ -54,9 +54,16 @@ def enforce(cfg, train_path: Path) -> list[tuple[str, dict[str, Any]]]:
         override = json.loads(override_file.read_text()) if override_file.is_file() else None
         sha = sha256_file(train_path)
         if report.get("dataset", {}).get("sha256") != sha:
-            raise ConfigError([FieldError("data.gate", f"the gate report handed over is for other content "
-                                                       f"(sha256 {report.get('dataset', {}).get('sha256')}), not "
-                                                       f"the train file (sha256 {sha})")])
+            raise ConfigError(
+                [
+                    FieldError(
+                        "data.gate",
+                        f"the gate report handed over is for other content "
+                        f"(sha256 {report.get('dataset', {}).get('sha256')}), not "
+                        f"the train file (sha256 {sha})",
+                    )
+                ]
+            )
         if not report.get("passed") and override is None:
             raise ConfigError([FieldError("data.gate", f"quality gate {name!r} failed: {failing_summary(report)}")])
         files = [(f"gates/{name}.json", report)]
@@ -74,9 +81,13 @@ def enforce(cfg, train_path: Path) -> list[tuple[str, dict[str, Any]]]:
     except GateError as exc:
         raise ConfigError([FieldError("data.gate.profile", msg) for _, msg in exc.errors]) from None
     try:
-        report = run_gate(train_path, profile, eval_sets=[resolve_data_path(p) for p in gate.eval_sets],
-                          reference=resolve_data_path(gate.reference) if gate.reference else None,
-                          fmt=None if cfg.data.format == "auto" else cfg.data.format)
+        report = run_gate(
+            train_path,
+            profile,
+            eval_sets=[resolve_data_path(p) for p in gate.eval_sets],
+            reference=resolve_data_path(gate.reference) if gate.reference else None,
+            fmt=None if cfg.data.format == "auto" else cfg.data.format,
+        )
     except GateError as exc:
         raise ConfigError([FieldError(f"data.gate.{loc}", msg) for loc, msg in exc.errors]) from None
     if not report["passed"]:
@@ -110,9 +121,16 @@ def offline_shadow_report(cfg, profile_name: str, min_spearman: float) -> dict[s
     loc = "data.gate.reward_shadow_report"
     given = cfg.data.gate.reward_shadow_report
     if given is None:
-        raise ConfigError([FieldError(loc, f"gate profile {profile_name!r} requires a passing reward shadow report "
-                                           f"for this job's rewards: run `tp rewards shadow --old CURRENT --new "
-                                           f"THESE --data FILE --report FILE` and name the file here")])
+        raise ConfigError(
+            [
+                FieldError(
+                    loc,
+                    f"gate profile {profile_name!r} requires a passing reward shadow report "
+                    f"for this job's rewards: run `tp rewards shadow --old CURRENT --new "
+                    f"THESE --data FILE --report FILE` and name the file here",
+                )
+            ]
+        )
     path = resolve_data_path(given)
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
@@ -120,8 +138,9 @@ def offline_shadow_report(cfg, profile_name: str, min_spearman: float) -> dict[s
         raise ConfigError([FieldError(loc, f"cannot read the shadow report {given}: {exc}")]) from None
     problem = approval_problem(report, job_rewards(cfg), min_spearman=min_spearman)
     if problem is not None:
-        raise ConfigError([FieldError(loc, f"the shadow report {given} does not approve this job's rewards: "
-                                           f"{problem}")])
+        raise ConfigError(
+            [FieldError(loc, f"the shadow report {given} does not approve this job's rewards: {problem}")]
+        )
     return report
 
 
@@ -133,6 +152,7 @@ def keep(run, files: list[tuple[str, dict[str, Any]]]) -> None:
         path = run.path / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, content)
-        kind = {OVERRIDE_FILE: "gate_override", f"gates/{SHADOW_FILE}": "reward_shadow_report"}.get(relative,
-                                                                                                    "gate_report")
+        kind = {OVERRIDE_FILE: "gate_override", f"gates/{SHADOW_FILE}": "reward_shadow_report"}.get(
+            relative, "gate_report"
+        )
         run.record(kind, path)

@@ -34,8 +34,9 @@ def _load_model_config(ref: str, trust_remote_code: bool):
 def _check_model(path_field: str, ref: str, trust_remote_code: bool) -> tuple[Any, list[FieldError]]:
     resolved, is_local = resolve_model_ref(ref)
     if is_local and not (Path(resolved) / "config.json").is_file():
-        return None, [FieldError(path_field, f"{display_path(resolved)} is not a Hugging Face model directory "
-                                             "(no config.json)")]
+        return None, [
+            FieldError(path_field, f"{display_path(resolved)} is not a Hugging Face model directory (no config.json)")
+        ]
     looks_like_hub_id = not is_local and "/" in ref and not ref.startswith((".", "/", "~"))
     if not is_local and not looks_like_hub_id:
         return None, [FieldError(path_field, f"no such model directory: {display_path(resolve_data_path(ref))}")]
@@ -46,16 +47,24 @@ def _check_model(path_field: str, ref: str, trust_remote_code: bool) -> tuple[An
         except Exception as exc:  # noqa: BLE001
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             shown = display_path(resolve_data_path(ref))
-            return None, [FieldError(path_field, f"no such model directory: {shown}, and not "
-                                                 f"loadable as a hub id (not cached, or the hub is unreachable): "
-                                                 f"{first_line}")]
+            return None, [
+                FieldError(
+                    path_field,
+                    f"no such model directory: {shown}, and not "
+                    f"loadable as a hub id (not cached, or the hub is unreachable): "
+                    f"{first_line}",
+                )
+            ]
     try:
         return _load_model_config(resolved, trust_remote_code), []
     except Exception as exc:  # noqa: BLE001 - any loading failure is a config error for the user
         where = "local directory" if is_local else "hub id (not in the local cache, or the hub is unreachable)"
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return None, [FieldError(path_field, f"cannot load the model config from {display_path(resolved)} as a "
-                                             f"{where}: {first_line}")]
+        return None, [
+            FieldError(
+                path_field, f"cannot load the model config from {display_path(resolved)} as a {where}: {first_line}"
+            )
+        ]
 
 
 def _linear_module_names(model_config) -> set[str]:
@@ -72,8 +81,13 @@ def _check_dataset(cfg: JobConfig, field: str, file: str, cache: dict | None) ->
     if not path.is_file():
         return [FieldError(field, f"no such file: {display_path(path)}")]
     try:
-        rows, fmt = load_examples(path, kind=cfg.spec.data_kind, fmt=cfg.data.format, field_map=cfg.data.field_map,
-                                  limit=cfg.data.max_train_samples if field == "data.train_file" else None)
+        rows, fmt = load_examples(
+            path,
+            kind=cfg.spec.data_kind,
+            fmt=cfg.data.format,
+            field_map=cfg.data.field_map,
+            limit=cfg.data.max_train_samples if field == "data.train_file" else None,
+        )
     except DatasetError as exc:
         errors = [FieldError(field, f"{path.name}: {e}") for e in exc.errors]
         if exc.total_bad > len({e.line for e in exc.errors}):
@@ -88,9 +102,13 @@ def _check_dataset(cfg: JobConfig, field: str, file: str, cache: dict | None) ->
         for i, reward in enumerate(cfg.rewards):
             column = reward.params.get("answer_field", "answer" if reward.name == "math_answer" else None)
             if column and column not in rows[0]:
-                errors.append(FieldError(f"rewards[{i}].params.answer_field",
-                                         f"column {column!r} is not in {path.name} (fields: {sorted(rows[0])}); "
-                                         f"map it with data.field_map"))
+                errors.append(
+                    FieldError(
+                        f"rewards[{i}].params.answer_field",
+                        f"column {column!r} is not in {path.name} (fields: {sorted(rows[0])}); "
+                        f"map it with data.field_map",
+                    )
+                )
     needs_chat = fmt in ("messages", "sharegpt", "alpaca") or isinstance(rows[0].get("prompt"), list)
     if cache is not None:
         cache.setdefault("needs_chat_template", needs_chat)
@@ -111,8 +129,11 @@ def check_environment(cfg: JobConfig, cache: dict | None = None, *, dry_run: boo
     if model_config is not None:
         context = getattr(model_config, "max_position_embeddings", None)
         if context is not None and cfg.data.max_length > context:
-            errors.append(FieldError("data.max_length", f"must be <= the model's context length ({context}), "
-                                                        f"got {cfg.data.max_length}"))
+            errors.append(
+                FieldError(
+                    "data.max_length", f"must be <= the model's context length ({context}), got {cfg.data.max_length}"
+                )
+            )
         lora = cfg.model.lora
         if lora is not None and lora.target_modules != "all-linear":
             try:
@@ -122,11 +143,13 @@ def check_environment(cfg: JobConfig, cache: dict | None = None, *, dry_run: boo
             else:
                 for i, target in enumerate(lora.target_modules):
                     if target.rsplit(".", 1)[-1] not in available:
-                        errors.append(FieldError(
-                            f"model.lora.target_modules[{i}]",
-                            f"{target!r} matches no linear layer of the model; "
-                            f"available: {', '.join(sorted(available))}",
-                        ))
+                        errors.append(
+                            FieldError(
+                                f"model.lora.target_modules[{i}]",
+                                f"{target!r} matches no linear layer of the model; "
+                                f"available: {', '.join(sorted(available))}",
+                            )
+                        )
         if not model_errors:
             errors += _check_tokenizer(cfg, cache)
 
@@ -159,13 +182,22 @@ def _probe_judges(cfg: JobConfig, cache: dict) -> list[FieldError]:
         try:
             result = probe_judge(reward.params)
         except Exception as exc:  # noqa: BLE001 - a broken endpoint definition is the job's error, not a crash
-            result = {"ok": False, "endpoint": reward.params.get("endpoint"), "model": reward.params.get("model"),
-                      "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            result = {
+                "ok": False,
+                "endpoint": reward.params.get("endpoint"),
+                "model": reward.params.get("model"),
+                "error": f"{type(exc).__name__}: {str(exc)[:300]}",
+            }
         probes.append({"reward_index": i, **result})
         if not result["ok"]:
-            errors.append(FieldError(f"rewards[{i}]", f"llm_judge: endpoint {result.get('endpoint')!r} (model "
-                                                      f"{result.get('model')!r}) did not pass the probe call: "
-                                                      f"{result.get('error')}"))
+            errors.append(
+                FieldError(
+                    f"rewards[{i}]",
+                    f"llm_judge: endpoint {result.get('endpoint')!r} (model "
+                    f"{result.get('model')!r}) did not pass the probe call: "
+                    f"{result.get('error')}",
+                )
+            )
     if probes:
         cache["judge_probe"] = probes
     return errors
@@ -182,11 +214,17 @@ def _check_tokenizer(cfg: JobConfig, cache: dict) -> list[FieldError]:
     errors = []
     template = getattr(tokenizer, "chat_template", None)
     if cache.get("needs_chat_template") and not template:
-        errors.append(FieldError("data.train_file", "the data is conversational but the tokenizer has no chat "
-                                                    "template; use plain text / prompt-completion strings"))
+        errors.append(
+            FieldError(
+                "data.train_file",
+                "the data is conversational but the tokenizer has no chat "
+                "template; use plain text / prompt-completion strings",
+            )
+        )
     if getattr(cfg.algorithm, "assistant_only_loss", False) and template and "generation" not in template:
-        errors.append(FieldError("algorithm.assistant_only_loss",
-                                 "the tokenizer's chat template has no {% generation %} markers"))
+        errors.append(
+            FieldError("algorithm.assistant_only_loss", "the tokenizer's chat template has no {% generation %} markers")
+        )
     return errors
 
 
@@ -202,11 +240,19 @@ def _check_verl(cfg: JobConfig, cache: dict, *, dry_run: bool) -> list[FieldErro
             continue
         row = rows[0]  # a file's rows share one canonical shape
         if cfg.algorithm.name == "sft" and "messages" not in row and not {"prompt", "completion"} <= set(row):
-            return [FieldError(field, "engine verl trains SFT on conversations (messages) or prompt/completion "
-                                      "rows, not plain text")]
+            return [
+                FieldError(
+                    field,
+                    "engine verl trains SFT on conversations (messages) or prompt/completion rows, not plain text",
+                )
+            ]
         if cfg.algorithm.name != "sft" and "answer" not in row:
-            return [FieldError(field, "verl's RL rows need a reference answer (an `answer` column: verl's "
-                                      "reward_model.ground_truth)")]
+            return [
+                FieldError(
+                    field,
+                    "verl's RL rows need a reference answer (an `answer` column: verl's reward_model.ground_truth)",
+                )
+            ]
     try:
         engine.verl_config(cfg, engine.planned_paths(cfg, None))
     except ConfigError as exc:
@@ -238,8 +284,12 @@ def _check_devices(cfg: JobConfig) -> list[FieldError]:
         from training_platform.training.launchers import ray_cluster
 
         r = cfg.resources
-        return [FieldError(field, reason) for field, reason in ray_cluster.check(
-            address, num_nodes=r.num_nodes, num_devices=r.num_devices, use_gpu=device == "cuda")]
+        return [
+            FieldError(field, reason)
+            for field, reason in ray_cluster.check(
+                address, num_nodes=r.num_nodes, num_devices=r.num_devices, use_gpu=device == "cuda"
+            )
+        ]
     if device == "cpu":  # any number of CPU processes; fp16 / QLoRA on cpu are config rules (check_rules)
         return []
     import torch
@@ -253,8 +303,12 @@ def _check_devices(cfg: JobConfig) -> list[FieldError]:
         errors.append(FieldError("resources.device", "mps was requested but no Apple GPU (MPS) is available"))
     uses_cuda = device == "cuda" or (device == "auto" and available > 0)
     if uses_cuda and 0 < available < wanted:
-        errors.append(FieldError("resources.num_devices", f"{wanted} processes per node need {wanted} CUDA devices; "
-                                                          f"{available} available on this node"))
+        errors.append(
+            FieldError(
+                "resources.num_devices",
+                f"{wanted} processes per node need {wanted} CUDA devices; {available} available on this node",
+            )
+        )
     if cfg.model.dtype == "fp16" and available == 0:
         errors.append(FieldError("model.dtype", "fp16 training needs a CUDA device; use fp32 or bf16"))
     if cfg.model.lora is not None and cfg.model.lora.quantization != "none":

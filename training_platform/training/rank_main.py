@@ -85,9 +85,18 @@ def run_rank(run_dir: Path, launcher: str) -> int:
         cfg = validate_config(launch["config"], loaded=loaded)
         device = "cuda" if cfg.resources.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
         dist.init(device)
-        log.info("rank %d/%d (local %d/%d, node %d, pid %d) on %s, backend %s, %d torch threads", dist.rank,
-                 dist.world_size, dist.local_rank, dist.local_world_size, dist.node_rank, os.getpid(), device,
-                 dist.backend, torch.get_num_threads())
+        log.info(
+            "rank %d/%d (local %d/%d, node %d, pid %d) on %s, backend %s, %d torch threads",
+            dist.rank,
+            dist.world_size,
+            dist.local_rank,
+            dist.local_world_size,
+            dist.node_rank,
+            os.getpid(),
+            device,
+            dist.backend,
+            torch.get_num_threads(),
+        )
         stop = StopSignal(run.stop_file, stop_at_step=launch.get("stop_at_step"), agree=dist.any)
         # SIGTERM (the launcher shutting down, or a Ray stop): ask for the agreed stop; the STOP file is the
         # driver's way and reaches every node through the shared run directory.
@@ -96,8 +105,9 @@ def run_rank(run_dir: Path, launcher: str) -> int:
         writer = RunWriter(run, rank=dist.rank, keep_last=cfg.training.keep_last_checkpoints)
         resume_from = Path(launch["resume_from"]) if launch.get("resume_from") else None
         try:
-            result = get_engine(cfg.engine).train(cfg, run, loaded=loaded, resume_from=resume_from, stop=stop,
-                                                  writer=writer, dist=dist)
+            result = get_engine(cfg.engine).train(
+                cfg, run, loaded=loaded, resume_from=resume_from, stop=stop, writer=writer, dist=dist
+            )
             outcome = {"step": result.step, "stopped": result.stopped, "summary": result.summary}
         except TrainingStopped as stopped:
             outcome = {"step": run.read_run_info().get("step"), "stopped": str(stopped), "summary": {}}
@@ -109,9 +119,21 @@ def run_rank(run_dir: Path, launcher: str) -> int:
         tb = traceback.format_exc()
         log.error("rank %d failed: %s\n%s", dist.rank, exc, tb)
         with suppress(Exception):
-            atomic_write_text(error_file(run, dist.rank), json.dumps({
-                "rank": dist.rank, "node": dist.node_rank, "type": type(exc).__name__,
-                "message": redact(str(exc)), "traceback": redact(tb), "ts": now_iso()}, indent=2) + "\n")
+            atomic_write_text(
+                error_file(run, dist.rank),
+                json.dumps(
+                    {
+                        "rank": dist.rank,
+                        "node": dist.node_rank,
+                        "type": type(exc).__name__,
+                        "message": redact(str(exc)),
+                        "traceback": redact(tb),
+                        "ts": now_iso(),
+                    },
+                    indent=2,
+                )
+                + "\n",
+            )
         return 1
     finally:
         if writer is not None:

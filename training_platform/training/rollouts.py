@@ -52,12 +52,18 @@ def _text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)  # a conversational prompt: its messages
 
 
-def rollout_row(step: int, prompt: Any, completion: Any, rewards: Mapping[str, Any] | None, reward: Any,
-                advantage: Any = None) -> dict[str, Any]:
+def rollout_row(
+    step: int, prompt: Any, completion: Any, rewards: Mapping[str, Any] | None, reward: Any, advantage: Any = None
+) -> dict[str, Any]:
     """One row of rollouts.jsonl, normalised (strings, finite floats or null)."""
-    return {"step": int(step), "prompt": _text(prompt), "completion": _text(completion),
-            "rewards": {str(k): _number(v) for k, v in (rewards or {}).items()},
-            "reward": _number(reward), "advantage": _number(advantage)}
+    return {
+        "step": int(step),
+        "prompt": _text(prompt),
+        "completion": _text(completion),
+        "rewards": {str(k): _number(v) for k, v in (rewards or {}).items()},
+        "reward": _number(reward),
+        "advantage": _number(advantage),
+    }
 
 
 class RolloutWriter:
@@ -79,8 +85,7 @@ class RolloutWriter:
     @classmethod
     def for_job(cls, cfg, run: RunDir, *, rank: int = 0) -> RolloutWriter:
         t = cfg.training
-        return cls(run, rank=rank, samples_per_step=t.rollout_samples_per_step, max_mb=t.rollouts_max_mb,
-                   seed=t.seed)
+        return cls(run, rank=rank, samples_per_step=t.rollout_samples_per_step, max_mb=t.rollouts_max_mb, seed=t.seed)
 
     @property
     def path(self):
@@ -110,9 +115,14 @@ class RolloutWriter:
         if size + len(data) > self.max_bytes:
             self.capped = True
             mb = self.max_bytes / 2**20
-            log.error("ROLLOUTS CAPPED: %s reached training.rollouts_max_mb (%g MB) at step %d; no more rollouts are "
-                      "kept for this run (training goes on; raise training.rollouts_max_mb or lower "
-                      "training.rollout_samples_per_step to keep more)", self.path.name, mb, step)
+            log.error(
+                "ROLLOUTS CAPPED: %s reached training.rollouts_max_mb (%g MB) at step %d; no more rollouts are "
+                "kept for this run (training goes on; raise training.rollouts_max_mb or lower "
+                "training.rollout_samples_per_step to keep more)",
+                self.path.name,
+                mb,
+                step,
+            )
             self.run.update_run_info(rollouts_capped_at_step=step)
             return 0
         with self.path.open("ab") as f:

@@ -115,8 +115,14 @@ class RunDir:
             shown = str(file.relative_to(self.path))
         except ValueError:
             shown = str(file)
-        entry = {"kind": kind, "path": shown, "sha256": sha256_file(file), "bytes": file.stat().st_size,
-                 "ts": now_iso(), **extra}
+        entry = {
+            "kind": kind,
+            "path": shown,
+            "sha256": sha256_file(file),
+            "bytes": file.stat().st_size,
+            "ts": now_iso(),
+            **extra,
+        }
         with self.manifest_file.open("a", encoding="utf-8") as f:
             f.write(json.dumps(entry) + "\n")
         return entry
@@ -142,9 +148,12 @@ class RunDir:
     def checkpoint_dirs(self) -> list[Path]:
         if not self.checkpoints.exists():
             return []
-        dirs = [p for p in self.checkpoints.iterdir()
-                if p.is_dir() and not p.is_symlink() and p.name.startswith(CHECKPOINT_PREFIX)]
-        return sorted(dirs, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX):]))
+        dirs = [
+            p
+            for p in self.checkpoints.iterdir()
+            if p.is_dir() and not p.is_symlink() and p.name.startswith(CHECKPOINT_PREFIX)
+        ]
+        return sorted(dirs, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX) :]))
 
     def latest_checkpoint(self) -> Path | None:
         link = self.checkpoints / "latest"
@@ -247,8 +256,15 @@ class RunDir:
         """Logs, reports and the effective config; text files are redacted; never weights or secrets."""
         target = self.path / "failpack.tgz"
         tmp = self.path / ".failpack.tgz.tmp"
-        names = ["error.json", "train.log", "metrics.jsonl", "config_effective.yaml", "run.json", "env.json",
-                 "manifest.jsonl"]
+        names = [
+            "error.json",
+            "train.log",
+            "metrics.jsonl",
+            "config_effective.yaml",
+            "run.json",
+            "env.json",
+            "manifest.jsonl",
+        ]
         with tarfile.open(tmp, "w:gz") as tar:
             for name in names:
                 file = self.path / name
@@ -298,8 +314,18 @@ def environment_info() -> dict[str, Any]:
     from importlib import metadata
 
     packages = {}
-    for name in ("training_platform", "torch", "transformers", "trl", "peft", "datasets", "accelerate",
-                 "tokenizers", "math-verify", "pydantic"):
+    for name in (
+        "training_platform",
+        "torch",
+        "transformers",
+        "trl",
+        "peft",
+        "datasets",
+        "accelerate",
+        "tokenizers",
+        "math-verify",
+        "pydantic",
+    ):
         try:
             packages[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

@@ -77,8 +77,11 @@ def _resume_differences(old: dict, new: dict) -> list[FieldError]:
     with suppress(ConfigError):  # a field since removed or renamed: compare as recorded
         old = effective_config(parse_config(old))
     a, b = _flatten(old), _flatten(new)
-    return [FieldError(k, f"differs from the run being resumed ({a.get(k)!r} there, {b.get(k)!r} now)")
-            for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k) and k not in RESUMABLE_CHANGES]
+    return [
+        FieldError(k, f"differs from the run being resumed ({a.get(k)!r} there, {b.get(k)!r} now)")
+        for k in sorted(set(a) | set(b))
+        if a.get(k) != b.get(k) and k not in RESUMABLE_CHANGES
+    ]
 
 
 @contextmanager
@@ -133,8 +136,15 @@ class RankFailed(RuntimeError):
     """A rank of a multi-process run failed (the message names it)."""
 
 
-def _train_ranks(cfg, submitted: dict, run: RunDir, launcher: str, resume_from: Path | None, stopper: StopSignal,
-                 stop_at_step: int | None) -> tuple[int | None, str | None, dict]:
+def _train_ranks(
+    cfg,
+    submitted: dict,
+    run: RunDir,
+    launcher: str,
+    resume_from: Path | None,
+    stopper: StopSignal,
+    stop_at_step: int | None,
+) -> tuple[int | None, str | None, dict]:
     """Hand the run to the launcher's ranks; restart them from the last checkpoint after a rank failure when
     `resources.max_restarts` allows (metric rows after that checkpoint dropped first: no step appears twice)."""
     import shutil
@@ -147,9 +157,15 @@ def _train_ranks(cfg, submitted: dict, run: RunDir, launcher: str, resume_from: 
     while True:
         shutil.rmtree(ranks_dir(run), ignore_errors=True)  # the last attempt's errors and result
         ranks_dir(run).mkdir()
-        (ranks_dir(run) / LAUNCH_FILE).write_text(json.dumps({
-            "config": submitted, "resume_from": str(resume_from) if resume_from else None,
-            "stop_at_step": stop_at_step}))
+        (ranks_dir(run) / LAUNCH_FILE).write_text(
+            json.dumps(
+                {
+                    "config": submitted,
+                    "resume_from": str(resume_from) if resume_from else None,
+                    "stop_at_step": stop_at_step,
+                }
+            )
+        )
         if launcher == "ray":
             outcome = ray_train.launch(run, cfg=cfg, address=os.environ["TP_RAY_ADDRESS"], stop=stopper)
             if outcome.returncode == 2:  # the cluster cannot run it: a clear error, not worth a restart
@@ -167,8 +183,14 @@ def _train_ranks(cfg, submitted: dict, run: RunDir, launcher: str, resume_from: 
             step = int(latest.name.rsplit("_", 1)[-1])
             dropped = run.truncate_metrics_after(step)
             run.truncate_rollouts_after(step)
-            log.warning("%s: restarting every rank from %s (restart %d of %d; %d metric lines after it dropped)",
-                        outcome.message, latest.name, restarts, cfg.resources.max_restarts, dropped)
+            log.warning(
+                "%s: restarting every rank from %s (restart %d of %d; %d metric lines after it dropped)",
+                outcome.message,
+                latest.name,
+                restarts,
+                cfg.resources.max_restarts,
+                dropped,
+            )
             run.update_run_info(restarts=restarts, last_restart_reason=redact(outcome.message))
             resume_from = latest
             continue
@@ -201,8 +223,15 @@ def train(
 ) -> RunResult:
     """Validate and run one training job. Raises ConfigError (nothing started) or TrainingFailed (run recorded)."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # started as one of several ranks by an outside torchrun
-        raise ConfigError([FieldError("resources.launcher", "tp train starts its own processes: run it once (not "
-                                                            "under torchrun) with resources.num_devices / num_nodes")])
+        raise ConfigError(
+            [
+                FieldError(
+                    "resources.launcher",
+                    "tp train starts its own processes: run it once (not "
+                    "under torchrun) with resources.num_devices / num_nodes",
+                )
+            ]
+        )
     overrides = list(overrides or [])
     loaded: dict = {}
     submitted = apply_overrides(raw_config, overrides)
@@ -219,8 +248,15 @@ def train(
         if not (run.path / "config_effective.yaml").is_file():
             raise ConfigError([FieldError("--resume", f"{run.path} is not a run directory")])
         if not get_builder(cfg.engine, cfg.spec.name).capabilities.resume:
-            raise ConfigError([FieldError("--resume", f"{cfg.spec.name} runs of engine {cfg.engine} cannot be "
-                                                      "resumed (no checkpoint resume); start a new run")])
+            raise ConfigError(
+                [
+                    FieldError(
+                        "--resume",
+                        f"{cfg.spec.name} runs of engine {cfg.engine} cannot be "
+                        "resumed (no checkpoint resume); start a new run",
+                    )
+                ]
+            )
         differences = _resume_differences(run.read_config(), effective)
         if differences:
             raise ConfigError(differences)
@@ -230,8 +266,15 @@ def train(
     else:
         run = RunDir(output if output is not None else runs_dir() / new_run_id(cfg.spec.name))
         if run.path.exists() and any(run.path.iterdir()):
-            raise ConfigError([FieldError("--output", f"{run.path} already exists and is not empty; use "
-                                                      "--resume to continue it or choose another directory")])
+            raise ConfigError(
+                [
+                    FieldError(
+                        "--output",
+                        f"{run.path} already exists and is not empty; use "
+                        "--resume to continue it or choose another directory",
+                    )
+                ]
+            )
     run.create()
 
     stopper = StopSignal(run.stop_file, stop_at_step=stop_at_step)
@@ -245,8 +288,15 @@ def train(
             if resume_from is None:
                 run.record("config", run.write_config(effective))
                 (run.path / "env.json").write_text(json.dumps(environment_info(), indent=2) + "\n")
-                run.update_run_info(run_id=run.path.name, algorithm=cfg.spec.name, engine=cfg.engine,
-                                    status="running", created_at=now_iso(), overrides=overrides, attempts=1)
+                run.update_run_info(
+                    run_id=run.path.name,
+                    algorithm=cfg.spec.name,
+                    engine=cfg.engine,
+                    status="running",
+                    created_at=now_iso(),
+                    overrides=overrides,
+                    attempts=1,
+                )
             else:
                 step = int(resume_from.name.rsplit("_", 1)[-1])
                 dropped = run.truncate_metrics_after(step)
@@ -254,37 +304,51 @@ def train(
                 if effective != run.read_config():
                     run.record("config", run.write_config(effective))
                 info = run.read_run_info()
-                run.update_run_info(status="running", resumed_from=resume_from.name,
-                                    attempts=info.get("attempts", 1) + 1, resume_overrides=overrides)
-                log.info("resuming from %s (dropped %d metric lines and %d rollout rows logged after it)",
-                         resume_from, dropped, dropped_rollouts)
+                run.update_run_info(
+                    status="running",
+                    resumed_from=resume_from.name,
+                    attempts=info.get("attempts", 1) + 1,
+                    resume_overrides=overrides,
+                )
+                log.info(
+                    "resuming from %s (dropped %d metric lines and %d rollout rows logged after it)",
+                    resume_from,
+                    dropped,
+                    dropped_rollouts,
+                )
             for field in ("data.train_file", "data.eval_file"):
                 if field in loaded:
                     run.record("dataset", loaded[field][2], field=field, format=loaded[field][1])
             gate_check.keep(run, gate_files)
             if loaded.get("judge_probe"):  # preflight's real call to each llm_judge endpoint (latency, score)
                 (run.path / "judge_probe.json").write_text(json.dumps(loaded["judge_probe"], indent=2) + "\n")
-            run.update_run_info(started_at=now_iso(), pid=os.getpid(), launcher=launcher,
-                                world_size=cfg.resources.processes, num_nodes=cfg.resources.num_nodes,
-                                processes_per_node=cfg.resources.num_devices)
+            run.update_run_info(
+                started_at=now_iso(),
+                pid=os.getpid(),
+                launcher=launcher,
+                world_size=cfg.resources.processes,
+                num_nodes=cfg.resources.num_nodes,
+                processes_per_node=cfg.resources.num_devices,
+            )
             log.info("run dir: %s (launcher %s, world size %d)", run.path, launcher, cfg.resources.processes)
 
             with _stop_on_signals(stopper):
                 if launcher == "local" or get_builder(cfg.engine, cfg.spec.name).capabilities.own_workers:
                     try:
-                        result = get_engine(cfg.engine).train(cfg, run, loaded=loaded, resume_from=resume_from,
-                                                              stop=stopper, writer=writer, dist=dist)
+                        result = get_engine(cfg.engine).train(
+                            cfg, run, loaded=loaded, resume_from=resume_from, stop=stopper, writer=writer, dist=dist
+                        )
                         step, stopped, summary = result.step, result.stopped, result.summary
                     except TrainingStopped as stop:
                         step, stopped, summary = run.read_run_info().get("step"), str(stop), {}
                 else:
-                    step, stopped, summary = _train_ranks(cfg, submitted, run, launcher, resume_from, stopper,
-                                                          stop_at_step)
+                    step, stopped, summary = _train_ranks(
+                        cfg, submitted, run, launcher, resume_from, stopper, stop_at_step
+                    )
             writer.flush()  # every checkpoint and final file hashed before the run is recorded as ended
 
             status = "stopped" if stopped else "succeeded"
-            run.update_run_info(status=status, step=step, stop_reason=stopped, finished_at=now_iso(),
-                                summary=summary)
+            run.update_run_info(status=status, step=step, stop_reason=stopped, finished_at=now_iso(), summary=summary)
             log.info("run %s at step %s%s", status, step, f" ({stopped})" if stopped else "")
             return RunResult(run_dir=run.path, status=status, step=step or 0, stop_reason=stopped)
         except BaseException as exc:  # noqa: BLE001 - every failure is recorded, then re-raised
@@ -293,8 +357,7 @@ def train(
             with suppress(Exception):  # what was queued is recorded (the failure bundle lists it); its error is logged
                 writer.flush()
             step = run.read_run_info().get("step", step)
-            run.update_run_info(status="failed", finished_at=now_iso(),
-                                error=redact(f"{type(exc).__name__}: {exc}"))
+            run.update_run_info(status="failed", finished_at=now_iso(), error=redact(f"{type(exc).__name__}: {exc}"))
             run.write_failure(exc, tb, step)
             if isinstance(exc, KeyboardInterrupt):
                 raise

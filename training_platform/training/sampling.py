@@ -58,8 +58,9 @@ def _shares(mix: dict[str, float]) -> np.ndarray:
 class SamplingPlan:
     """The stages of a strategy: the mix in force at each optimizer step (1-based, as Trainer logs it)."""
 
-    def __init__(self, strategy: str, mix: dict[str, float] | None = None,
-                 schedule: Sequence[tuple[int, dict[str, float]]] = ()):
+    def __init__(
+        self, strategy: str, mix: dict[str, float] | None = None, schedule: Sequence[tuple[int, dict[str, float]]] = ()
+    ):
         if strategy not in ("mix", "curriculum"):
             raise ValueError(f"data.sampling.strategy: the sampler draws for mix or curriculum, not {strategy!r}")
         if strategy == "mix":
@@ -77,8 +78,11 @@ class SamplingPlan:
 
     @classmethod
     def from_config(cls, sampling: Any) -> SamplingPlan:
-        return cls(sampling.strategy, sampling.mix.as_dict() if sampling.mix is not None else None,
-                   [(s.until_step, s.mix.as_dict()) for s in sampling.schedule])
+        return cls(
+            sampling.strategy,
+            sampling.mix.as_dict() if sampling.mix is not None else None,
+            [(s.until_step, s.mix.as_dict()) for s in sampling.schedule],
+        )
 
     def stage_of(self, step: int) -> int:
         for i, (until, _) in enumerate(self.stages):
@@ -93,8 +97,7 @@ class SamplingPlan:
 class IndexStream:
     """The deterministic stream of row indices (see the module docstring)."""
 
-    def __init__(self, buckets: np.ndarray, plan: SamplingPlan, *, seed: int, block_size: int,
-                 items_per_step: float):
+    def __init__(self, buckets: np.ndarray, plan: SamplingPlan, *, seed: int, block_size: int, items_per_step: float):
         if block_size < 1 or items_per_step <= 0:
             raise ValueError(f"block_size ({block_size}) and items_per_step ({items_per_step}) must be positive")
         self.buckets = np.asarray(buckets, dtype=np.int64)
@@ -105,8 +108,9 @@ class IndexStream:
         for i, (_, shares) in enumerate(plan.stages):
             if not (shares[self.available] > 0).any():
                 where = "data.sampling.mix" if plan.strategy == "mix" else f"data.sampling.schedule[{i}].mix"
-                raise ValueError(f"{where}: asks only for buckets with no rows (rows per bucket: "
-                                 f"{self.bucket_counts()})")
+                raise ValueError(
+                    f"{where}: asks only for buckets with no rows (rows per bucket: {self.bucket_counts()})"
+                )
         self.plan = plan
         self.seed = int(seed)
         self.block_size = int(block_size)
@@ -191,7 +195,7 @@ def shard_indices(indices: Sequence[int], *, rank: int, world_size: int, batch_s
     full = len(indices) - len(indices) % per_round
     out: list[int] = []
     for start in range(0, full, per_round):
-        out.extend(indices[start + rank * batch_size: start + (rank + 1) * batch_size])
+        out.extend(indices[start + rank * batch_size : start + (rank + 1) * batch_size])
     return out
 
 
@@ -224,8 +228,9 @@ class DifficultyRepeatSampler(DifficultySampler):
     """GRPO / RLOO: TRL's RepeatSampler layout (each chunk of unique prompts repeated `repeat_count` times, each
     prompt `mini_repeat_count` times in a row) over the difficulty stream instead of a permutation."""
 
-    def __init__(self, stream: IndexStream, num_rows: int, *, mini_repeat_count: int, batch_size: int,
-                 repeat_count: int):
+    def __init__(
+        self, stream: IndexStream, num_rows: int, *, mini_repeat_count: int, batch_size: int, repeat_count: int
+    ):
         self.chunks_per_epoch = num_rows // batch_size
         super().__init__(stream, self.chunks_per_epoch * batch_size)
         self.mini_repeat_count = mini_repeat_count
@@ -239,7 +244,7 @@ class DifficultyRepeatSampler(DifficultySampler):
         start = self.epoch * self.length
         unique = list(self.stream.indices(start, start + self.length))
         for c in range(self.chunks_per_epoch):
-            chunk = unique[c * self.batch_size:(c + 1) * self.batch_size]
+            chunk = unique[c * self.batch_size : (c + 1) * self.batch_size]
             for _ in range(self.repeat_count):
                 for index in chunk:
                     for _ in range(self.mini_repeat_count):
@@ -254,19 +259,36 @@ def sampling_record(stream: IndexStream, *, strategy: str, total_steps: int, wor
     for i, (until, shares) in enumerate(stream.plan.stages):
         first = 1 if i == 0 else int(stream.plan.stages[i - 1][0]) + 1
         last = steps if until is None or i == len(stream.plan.stages) - 1 else min(int(until), steps)
-        totals = {b: sum(per_step[s - 1][b] for s in range(first, last + 1)) for b in BUCKETS} \
-            if first <= last else dict.fromkeys(BUCKETS, 0)
+        totals = (
+            {b: sum(per_step[s - 1][b] for s in range(first, last + 1)) for b in BUCKETS}
+            if first <= last
+            else dict.fromkeys(BUCKETS, 0)
+        )
         n = sum(totals.values())
-        stages.append({"until_step": until, "requested_mix": dict(zip(BUCKETS, shares.round(6).tolist(), strict=True)),
-                       "effective_mix": dict(zip(BUCKETS, stream.effective_shares(shares).round(6).tolist(),
-                                                 strict=True)),
-                       "steps": [first, last] if first <= last else None, "drawn": totals,
-                       "drawn_mix": {b: round(totals[b] / n, 6) if n else 0.0 for b in BUCKETS}})
-    return {"strategy": strategy, "seed": stream.seed, "thresholds": {"easy_below": THRESHOLDS[0],
-                                                                       "hard_from": THRESHOLDS[1]},
-            "rows": int(len(stream.buckets)), "bucket_rows": stream.bucket_counts(), "world_size": world_size,
-            "block_size": stream.block_size, "rows_per_step": stream.items_per_step, "total_steps": int(total_steps),
-            "recorded_steps": steps, "stages": stages, "per_step": per_step}
+        stages.append(
+            {
+                "until_step": until,
+                "requested_mix": dict(zip(BUCKETS, shares.round(6).tolist(), strict=True)),
+                "effective_mix": dict(zip(BUCKETS, stream.effective_shares(shares).round(6).tolist(), strict=True)),
+                "steps": [first, last] if first <= last else None,
+                "drawn": totals,
+                "drawn_mix": {b: round(totals[b] / n, 6) if n else 0.0 for b in BUCKETS},
+            }
+        )
+    return {
+        "strategy": strategy,
+        "seed": stream.seed,
+        "thresholds": {"easy_below": THRESHOLDS[0], "hard_from": THRESHOLDS[1]},
+        "rows": int(len(stream.buckets)),
+        "bucket_rows": stream.bucket_counts(),
+        "world_size": world_size,
+        "block_size": stream.block_size,
+        "rows_per_step": stream.items_per_step,
+        "total_steps": int(total_steps),
+        "recorded_steps": steps,
+        "stages": stages,
+        "per_step": per_step,
+    }
 
 
 # ---------------------------------------------------------------------------------------------- TRL integration
@@ -294,8 +316,10 @@ def install_sampler(cfg: Any, trainer: Any, buckets: np.ndarray, *, world_size: 
     t = cfg.training
     num_rows = len(trainer.train_dataset)
     if num_rows != len(buckets):
-        raise RuntimeError(f"data.sampling: the trainer kept {num_rows} of the {len(buckets)} bucketed rows (its "
-                           f"preprocessing dropped or merged rows): rows cannot be drawn by difficulty")
+        raise RuntimeError(
+            f"data.sampling: the trainer kept {num_rows} of the {len(buckets)} bucketed rows (its "
+            f"preprocessing dropped or merged rows): rows cannot be drawn by difficulty"
+        )
     seed = s.seed if s.seed is not None else t.seed
     plan = SamplingPlan.from_config(s)
     args = trainer.args
@@ -305,7 +329,8 @@ def install_sampler(cfg: Any, trainer: Any, buckets: np.ndarray, *, world_size: 
         items_per_step = block * t.gradient_accumulation_steps / repeat
         stream = IndexStream(buckets, plan, seed=seed, block_size=block, items_per_step=items_per_step)
         sampler: DifficultySampler = DifficultyRepeatSampler(
-            stream, num_rows, mini_repeat_count=trainer.num_generations, batch_size=block, repeat_count=repeat)
+            stream, num_rows, mini_repeat_count=trainer.num_generations, batch_size=block, repeat_count=repeat
+        )
         epoch_unique = sampler.length
     else:
         block = t.per_device_batch_size * world_size
@@ -326,6 +351,12 @@ def install_sampler(cfg: Any, trainer: Any, buckets: np.ndarray, *, world_size: 
 
 def uniform_record(buckets: np.ndarray, *, seed: int, world_size: int) -> dict[str, Any]:
     counts = np.bincount(np.asarray(buckets, dtype=np.int64), minlength=len(BUCKETS))
-    return {"strategy": "uniform", "seed": seed, "sampler": "trainer default (shuffled)",
-            "thresholds": {"easy_below": THRESHOLDS[0], "hard_from": THRESHOLDS[1]}, "rows": int(len(buckets)),
-            "bucket_rows": {b: int(counts[k]) for k, b in enumerate(BUCKETS)}, "world_size": world_size}
+    return {
+        "strategy": "uniform",
+        "seed": seed,
+        "sampler": "trainer default (shuffled)",
+        "thresholds": {"easy_below": THRESHOLDS[0], "hard_from": THRESHOLDS[1]},
+        "rows": int(len(buckets)),
+        "bucket_rows": {b: int(counts[k]) for k, b in enumerate(BUCKETS)},
+        "world_size": world_size,
+    }

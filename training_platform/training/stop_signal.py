@@ -21,8 +21,13 @@ class TrainingStopped(Exception):
 
 
 class StopSignal:
-    def __init__(self, stop_file: Path | None = None, *, stop_at_step: int | None = None,
-                 agree: Callable[[bool], bool] | None = None):
+    def __init__(
+        self,
+        stop_file: Path | None = None,
+        *,
+        stop_at_step: int | None = None,
+        agree: Callable[[bool], bool] | None = None,
+    ):
         self.stop_file = stop_file
         self.stop_at_step = stop_at_step
         self.agree = agree  # any(flag over all ranks); None: one process

@@ -25,10 +25,17 @@ WEBHOOK_TASK = "training_platform.workers.webhook_tasks.deliver_webhook"  # job-
 def make_celery(broker_url: str | None = None) -> Celery:
     settings = get_settings()
     url = broker_url or settings.redis_url or "redis://127.0.0.1:6379/0"
-    app = Celery("training_platform", broker=url,
-                 include=["training_platform.workers.tasks", "training_platform.workers.data_tasks",
-                          "training_platform.workers.eval_tasks", "training_platform.workers.webhook_tasks",
-                          "training_platform.workers.inference_tasks"])
+    app = Celery(
+        "training_platform",
+        broker=url,
+        include=[
+            "training_platform.workers.tasks",
+            "training_platform.workers.data_tasks",
+            "training_platform.workers.eval_tasks",
+            "training_platform.workers.webhook_tasks",
+            "training_platform.workers.inference_tasks",
+        ],
+    )
     app.conf.update(
         # Each queue on its own direct exchange + routing key. A bare Queue(name) is bound to the default exchange
         # with the default routing key ("train" for all four): on an AMQP broker every queue would get a copy of
@@ -48,10 +55,14 @@ def make_celery(broker_url: str | None = None) -> Celery:
         timezone="UTC",
         # The recovery sweep has its own queue, consumed by `tp beat` (beat embedded in a one-process worker), so
         # it runs even while every training worker is busy with a long job.
-        task_routes={RECOVERY_TASK: {"queue": "maintenance"}, SCHEDULE_TASK: {"queue": "maintenance"},
-                     WEBHOOK_TASK: {"queue": "maintenance"},
-                     DATA_TASK: {"queue": "data"}, EVAL_TASK: {"queue": "eval"},
-                     INFERENCE_TASK: {"queue": "inference"}},
+        task_routes={
+            RECOVERY_TASK: {"queue": "maintenance"},
+            SCHEDULE_TASK: {"queue": "maintenance"},
+            WEBHOOK_TASK: {"queue": "maintenance"},
+            DATA_TASK: {"queue": "data"},
+            EVAL_TASK: {"queue": "eval"},
+            INFERENCE_TASK: {"queue": "inference"},
+        },
         beat_schedule={
             "recover-stale-jobs": {
                 "task": RECOVERY_TASK,

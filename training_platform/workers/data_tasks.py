@@ -124,10 +124,17 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         try:
             dataset_id, source, params, checks = self._preflight(job.config, job.owner_id)
         except DataJobFailed as exc:
-            report = {"ok": False, "checks": [{"name": "input", "ok": False, "detail": exc.error}],
-                      "errors": [{"loc": exc.reason, "msg": exc.error}]}
-            self._finish(JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc.reason}: "
-                                                                            f"{exc.error}", preflight=report)
+            report = {
+                "ok": False,
+                "checks": [{"name": "input", "ok": False, "detail": exc.error}],
+                "errors": [{"loc": exc.reason, "msg": exc.error}],
+            }
+            self._finish(
+                JobStatus.failed.value,
+                "preflight failed",
+                error=f"preflight failed: {exc.reason}: {exc.error}",
+                preflight=report,
+            )
             return JobStatus.failed.value
         operation = job.config["operation"]
         self._start_running(f"{operation} started (attempt {job.attempts})", checks)
@@ -165,8 +172,11 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         if self._finish(JobStatus.failed.value, reason, error=error, **fields):
             with session_scope() as session:
                 if dataset_service.drop_if_empty(session, config["dataset_id"], except_job=self.job_id):
-                    log.info("job %s: dataset %s had nothing but this refused upload: removed", self.job_id,
-                             config["dataset_id"])
+                    log.info(
+                        "job %s: dataset %s had nothing but this refused upload: removed",
+                        self.job_id,
+                        config["dataset_id"],
+                    )
             with contextlib.suppress(OSError, DataJobFailed):
                 self._staged_file(config).unlink(missing_ok=True)
         return JobStatus.failed.value
@@ -187,20 +197,26 @@ class DataJobSupervisor(supervisor.JobSupervisor):
                     raise DataJobFailed("dataset_id", f"dataset {config['dataset_id']} no longer exists")
         except DataJobFailed as exc:
             detail = [{"loc": exc.reason, "msg": exc.error}]
-            report = {"ok": False, "checks": [{"name": "input", "ok": False, "detail": exc.error}],
-                      "errors": detail}
-            return self._fail_ingest(config, "preflight failed", {"accepted": False, "stored": False,
-                                                                   "detail": detail}, preflight=report)
+            report = {"ok": False, "checks": [{"name": "input", "ok": False, "detail": exc.error}], "errors": detail}
+            return self._fail_ingest(
+                config, "preflight failed", {"accepted": False, "stored": False, "detail": detail}, preflight=report
+            )
         size = staged.stat().st_size
-        self._start_running(f"{kind} ingest started (attempt {self._read_job().attempts})",
-                            {"ok": True, "checks": [{"name": "input", "ok": True,
-                                                     "detail": f"staged file, {size} bytes"}]})
+        self._start_running(
+            f"{kind} ingest started (attempt {self._read_job().attempts})",
+            {"ok": True, "checks": [{"name": "input", "ok": True, "detail": f"staged file, {size} bytes"}]},
+        )
         progress = InputProgress(staged, self._progress)
         progress.start()
         try:
-            prepared = dataset_service.prepare_ingest(staged, suffix=config.get("suffix") or staged.suffix,
-                                            settings=self.settings, fmt=config.get("format"),
-                                            policy=config.get("policy", "reject"), source=config.get("source"))
+            prepared = dataset_service.prepare_ingest(
+                staged,
+                suffix=config.get("suffix") or staged.suffix,
+                settings=self.settings,
+                fmt=config.get("format"),
+                policy=config.get("policy", "reject"),
+                source=config.get("source"),
+            )
             self.heartbeater.step = PROGRESS_END
             audit = dataset_service.compute_audit(prepared.content, prepared.described.format)
         except dataset_service.IngestRefused as exc:
@@ -209,14 +225,29 @@ class DataJobSupervisor(supervisor.JobSupervisor):
             if exc.bad_rows > len(shown_rows):
                 detail.append({"loc": "<file>", "msg": f"{exc.bad_rows} bad rows in all (the first are listed)"})
             log.info("job %s: %s refused: %s", job_id, kind, _first_lines(exc, 3))
-            return self._fail_ingest(config, f"{kind} refused", {
-                "accepted": False, "stored": False, "detail": detail, "rows": exc.rows, "bad_rows": exc.bad_rows,
-                "policy": exc.policy})
+            return self._fail_ingest(
+                config,
+                f"{kind} refused",
+                {
+                    "accepted": False,
+                    "stored": False,
+                    "detail": detail,
+                    "rows": exc.rows,
+                    "bad_rows": exc.bad_rows,
+                    "policy": exc.policy,
+                },
+            )
         except Exception as exc:  # noqa: BLE001 - a data-layer failure: the upload is refused, not the worker
             log.warning("job %s: %s failed: %s", job_id, kind, _first_lines(exc, 3))
-            return self._fail_ingest(config, f"{kind} failed", {
-                "accepted": False, "stored": False,
-                "detail": [{"loc": "<file>", "msg": f"{type(exc).__name__}: {_first_lines(exc)}"}]})
+            return self._fail_ingest(
+                config,
+                f"{kind} failed",
+                {
+                    "accepted": False,
+                    "stored": False,
+                    "detail": [{"loc": "<file>", "msg": f"{type(exc).__name__}: {_first_lines(exc)}"}],
+                },
+            )
         finally:
             progress.stop()
         if self._cancel_requested():
@@ -233,25 +264,48 @@ class DataJobSupervisor(supervisor.JobSupervisor):
                 dataset = session.get(Dataset, config["dataset_id"])
                 if dataset is None:
                     raise DataJobFailed("dataset deleted", "the dataset was deleted while the upload was checked")
-                done = dataset_service.store_ingest(session, dataset, prepared, settings=self.settings, operation=kind,
-                                          recipe=config.get("recipe"), job_id=job_id, audit=audit)
+                done = dataset_service.store_ingest(
+                    session,
+                    dataset,
+                    prepared,
+                    settings=self.settings,
+                    operation=kind,
+                    recipe=config.get("recipe"),
+                    job_id=job_id,
+                    audit=audit,
+                )
                 version = done.version
                 report = done.report
-                job.config = {**config, "result": {
-                    "accepted": True, "dataset_id": dataset.id, "version_id": version.id, "created": done.created,
-                    "sha256": version.sha256, "rows": version.rows, "uploaded_rows": report.get("rows"),
-                    "bad_rows": report.get("bad_row_count", 0), "quarantine": report.get("quarantine")}}
+                job.config = {
+                    **config,
+                    "result": {
+                        "accepted": True,
+                        "dataset_id": dataset.id,
+                        "version_id": version.id,
+                        "created": done.created,
+                        "sha256": version.sha256,
+                        "rows": version.rows,
+                        "uploaded_rows": report.get("rows"),
+                        "bad_rows": report.get("bad_row_count", 0),
+                        "quarantine": report.get("quarantine"),
+                    },
+                }
                 if done.created:
-                    reason = (f"{kind} -> version {version.id} (sha256 {version.sha256[:12]}, {version.rows} rows)")
+                    reason = f"{kind} -> version {version.id} (sha256 {version.sha256[:12]}, {version.rows} rows)"
                 else:
-                    reason = (f"{kind} -> identical to the existing version {version.id} (sha256 "
-                              f"{version.sha256[:12]}); no new version")
+                    reason = (
+                        f"{kind} -> identical to the existing version {version.id} (sha256 "
+                        f"{version.sha256[:12]}); no new version"
+                    )
                 job.current_step = 100
                 job_service.transition(session, job, JobStatus.succeeded, reason)
         except DataJobFailed as exc:
             prepared.discard()
-            return self._fail_ingest(config, exc.reason, {"accepted": False, "stored": False,
-                                                          "detail": [{"loc": "dataset_id", "msg": exc.error}]})
+            return self._fail_ingest(
+                config,
+                exc.reason,
+                {"accepted": False, "stored": False, "detail": [{"loc": "dataset_id", "msg": exc.error}]},
+            )
         log.info("job %s: %s", job_id, reason)
         return JobStatus.succeeded.value
 
@@ -271,8 +325,9 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         try:
             version = self._input_version(config)
         except DataJobFailed as exc:
-            self._finish(JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc.reason}: "
-                                                                            f"{exc.error}")
+            self._finish(
+                JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc.reason}: {exc.error}"
+            )
             return JobStatus.failed.value
         self._start_running("audit started", {"ok": True, "checks": [{"name": "input", "ok": True}]})
         path = dataset_service.absolute(version.path, self.settings)
@@ -314,8 +369,9 @@ class DataJobSupervisor(supervisor.JobSupervisor):
                 reader = reader_for_owner(session, owner_id)
                 if reader is None:
                     raise DataJobFailed("owner", f"the job's owner (user {owner_id}) no longer exists")
-                problems = gate_service.check_inputs(list(config.get("eval_sets") or []), config.get("reference"),
-                                                   self.settings, reader)
+                problems = gate_service.check_inputs(
+                    list(config.get("eval_sets") or []), config.get("reference"), self.settings, reader
+                )
                 if problems:
                     raise DataJobFailed(problems[0][0], "; ".join(f"{loc}: {msg}" for loc, msg in problems))
                 try:
@@ -323,20 +379,37 @@ class DataJobSupervisor(supervisor.JobSupervisor):
                 except GateError as exc:
                     raise DataJobFailed("profile", str(exc)) from None
         except DataJobFailed as exc:
-            self._finish(JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc.reason}: "
-                                                                            f"{exc.error}")
+            self._finish(
+                JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc.reason}: {exc.error}"
+            )
             return JobStatus.failed.value
-        self._start_running(f"gate {profile.name} started", {"ok": True, "checks": [
-            {"name": "input", "ok": True, "detail": f"version {version.id} sha256 verified"},
-            {"name": "profile", "ok": True, "detail": f"{profile.name} (hash {profile.hash[:12]})"}]})
+        self._start_running(
+            f"gate {profile.name} started",
+            {
+                "ok": True,
+                "checks": [
+                    {"name": "input", "ok": True, "detail": f"version {version.id} sha256 verified"},
+                    {"name": "profile", "ok": True, "detail": f"{profile.name} (hash {profile.hash[:12]})"},
+                ],
+            },
+        )
         progress = InputProgress(path, self._progress)
         progress.start()
         try:
-            report = gate_service.run_on_file(path, profile, self.settings, eval_sets=config.get("eval_sets"),
-                                            reference=config.get("reference"), fmt=version.format)
+            report = gate_service.run_on_file(
+                path,
+                profile,
+                self.settings,
+                eval_sets=config.get("eval_sets"),
+                reference=config.get("reference"),
+                fmt=version.format,
+            )
         except Exception as exc:  # noqa: BLE001 - bad eval set rows, limits: the job fails with why
-            self._finish(JobStatus.failed.value, "gate failed to run",
-                         error=f"gate failed to run: {type(exc).__name__}: {_first_lines(exc)}")
+            self._finish(
+                JobStatus.failed.value,
+                "gate failed to run",
+                error=f"gate failed to run: {type(exc).__name__}: {_first_lines(exc)}",
+            )
             return JobStatus.failed.value
         finally:
             progress.stop()
@@ -347,12 +420,23 @@ class DataJobSupervisor(supervisor.JobSupervisor):
             if stored is None:
                 return JobStatus.failed.value
             record = gate_service.store_report(session, stored, report, job_id)
-            job.config = {**config, "result": {"report_id": record.id, "passed": record.passed,
-                                               "failed": report["failed"], "skipped": report["skipped"]}}
+            job.config = {
+                **config,
+                "result": {
+                    "report_id": record.id,
+                    "passed": record.passed,
+                    "failed": report["failed"],
+                    "skipped": report["skipped"],
+                },
+            }
             job.current_step = 100
             verdict = "passed" if record.passed else f"FAILED: {', '.join(report['failed'])}"
-            job_service.transition(session, job, JobStatus.succeeded,
-                            f"gate {profile.name} on version {version.id}: {verdict} (report {record.id})")
+            job_service.transition(
+                session,
+                job,
+                JobStatus.succeeded,
+                f"gate {profile.name} on version {version.id}: {verdict} (report {record.id})",
+            )
         return JobStatus.succeeded.value
 
     def _input_version(self, config: dict) -> DatasetVersionRecord:
@@ -361,8 +445,9 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         with session_scope() as session:
             version = session.get(DatasetVersionRecord, config["version_id"])
             if version is None or version.dataset_id != config["dataset_id"]:
-                raise DataJobFailed("version_id", f"dataset {config['dataset_id']} version "
-                                                  f"{config['version_id']} no longer exists")
+                raise DataJobFailed(
+                    "version_id", f"dataset {config['dataset_id']} version {config['version_id']} no longer exists"
+                )
             session.expunge(version)
         if not dataset_service.absolute(version.path, self.settings).is_file():
             raise DataJobFailed("version_id", f"the file of version {version.id} is missing: {version.path}")
@@ -382,30 +467,45 @@ class DataJobSupervisor(supervisor.JobSupervisor):
             raise DataJobFailed("version_id", "the job config names no dataset version")
         with session_scope() as session:
             version = session.get(DatasetVersionRecord, config["version_id"])
-            if version is None or version.dataset_id != config.get("dataset_id") \
-                    or session.get(Dataset, version.dataset_id) is None:
-                raise DataJobFailed("version_id", f"dataset {config.get('dataset_id')} version "
-                                                  f"{config.get('version_id')} no longer exists")
+            if (
+                version is None
+                or version.dataset_id != config.get("dataset_id")
+                or session.get(Dataset, version.dataset_id) is None
+            ):
+                raise DataJobFailed(
+                    "version_id",
+                    f"dataset {config.get('dataset_id')} version {config.get('version_id')} no longer exists",
+                )
             session.expunge(version)
         path = dataset_service.absolute(version.path, self.settings)
         if not path.is_file():
             raise DataJobFailed("version_id", f"the file of version {version.id} is missing: {version.path}")
         actual = sha256_file(path)
         if actual != version.sha256:
-            raise DataJobFailed("version_id", f"the file of version {version.id} was modified: sha256 {actual} "
-                                              f"!= {version.sha256}")
+            raise DataJobFailed(
+                "version_id", f"the file of version {version.id} was modified: sha256 {actual} != {version.sha256}"
+            )
         with session_scope() as session:
             reader = reader_for_owner(session, owner_id)
             if reader is None:
                 raise DataJobFailed("owner", f"the job's owner (user {owner_id}) no longer exists")
             try:
-                params = dataset_service.validate_operation(config["operation"], config.get("params") or {},
-                                                            self.settings, reader=reader, input_format=version.format)
+                params = dataset_service.validate_operation(
+                    config["operation"],
+                    config.get("params") or {},
+                    self.settings,
+                    reader=reader,
+                    input_format=version.format,
+                )
             except dataset_service.OperationInvalid as exc:
                 raise DataJobFailed("params", str(exc)) from None
-        checks = {"ok": True, "checks": [{"name": "input", "ok": True, "detail": f"version {version.id} sha256 "
-                                                                                 f"verified"},
-                                         {"name": "params", "ok": True}]}
+        checks = {
+            "ok": True,
+            "checks": [
+                {"name": "input", "ok": True, "detail": f"version {version.id} sha256 verified"},
+                {"name": "params", "ok": True},
+            ],
+        }
         return version.dataset_id, version, params, checks
 
     def _start_running(self, reason: str, checks: dict) -> None:
@@ -421,8 +521,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
     def _progress(self, fraction: float) -> None:
         self.heartbeater.step = PROGRESS_START + int((PROGRESS_END - PROGRESS_START) * fraction)
 
-    def _operate(self, job_id: int, operation: str, params: dict, dataset_id: int,
-                 source: DatasetVersionRecord) -> str:
+    def _operate(self, job_id: int, operation: str, params: dict, dataset_id: int, source: DatasetVersionRecord) -> str:
         source_path = dataset_service.absolute(source.path, self.settings)
         if _needs_transformers(operation, params):
             from training_platform.workers.tasks import _wait_for_warm_up
@@ -434,8 +533,11 @@ class DataJobSupervisor(supervisor.JobSupervisor):
             output = dataset_service.run_operation(operation, params, source_path, self.workdir, self.settings)
         except Exception as exc:  # noqa: BLE001 - the operation's own failure (bad rows, recipe, tokenizer, ...)
             log.warning("job %s: %s failed: %s", job_id, operation, _first_lines(exc, 3))
-            self._finish(JobStatus.failed.value, f"{operation} failed",
-                         error=f"{operation} failed: {type(exc).__name__}: {_first_lines(exc)}")
+            self._finish(
+                JobStatus.failed.value,
+                f"{operation} failed",
+                error=f"{operation} failed: {type(exc).__name__}: {_first_lines(exc)}",
+            )
             return JobStatus.failed.value
         finally:
             progress.stop()
@@ -453,8 +555,17 @@ class DataJobSupervisor(supervisor.JobSupervisor):
             self._finish(JobStatus.failed.value, exc.reason, error=exc.error)
             return JobStatus.failed.value
 
-    def _store(self, job_id: int, operation: str, params: dict, dataset_id: int, source: DatasetVersionRecord,
-               output: dataset_service.OperationOutput, described=None, audit: dict | None = None) -> str:
+    def _store(
+        self,
+        job_id: int,
+        operation: str,
+        params: dict,
+        dataset_id: int,
+        source: DatasetVersionRecord,
+        output: dataset_service.OperationOutput,
+        described=None,
+        audit: dict | None = None,
+    ) -> str:
         """The new version and the job's success in one transaction (if the job is still ours)."""
         self.heartbeater.stop()
         full_report = output.report
@@ -468,17 +579,32 @@ class DataJobSupervisor(supervisor.JobSupervisor):
                 raise DataJobFailed("dataset deleted", "the dataset was deleted while the operation ran")
             report = dataset_service.compact(full_report)
             if report != full_report:
-                report["full_report"] = dataset_service.write_full_report(full_report, dataset.id,
-                                                                f"job-{job_id}-{operation}", self.settings)
+                report["full_report"] = dataset_service.write_full_report(
+                    full_report, dataset.id, f"job-{job_id}-{operation}", self.settings
+                )
             version, created = dataset_service.add_version(
-                session, dataset, output.file, suffix=output.suffix, operation=operation, settings=self.settings,
-                fmt=output.format, parent=parent, recipe=params, report=report, stats=output.stats, job_id=job_id,
-                described=described, audit=audit)
+                session,
+                dataset,
+                output.file,
+                suffix=output.suffix,
+                operation=operation,
+                settings=self.settings,
+                fmt=output.format,
+                parent=parent,
+                recipe=params,
+                report=report,
+                stats=output.stats,
+                job_id=job_id,
+                described=described,
+                audit=audit,
+            )
             if created:
                 reason = f"{operation} -> version {version.id} (sha256 {version.sha256[:12]}, {version.rows} rows)"
             else:
-                reason = (f"{operation} -> identical to the existing version {version.id} (sha256 "
-                          f"{version.sha256[:12]}); no new version")
+                reason = (
+                    f"{operation} -> identical to the existing version {version.id} (sha256 "
+                    f"{version.sha256[:12]}); no new version"
+                )
             job.current_step = 100
             job_service.transition(session, job, JobStatus.succeeded, reason)
         log.info("job %s: %s", job_id, reason)
@@ -490,12 +616,18 @@ def _needs_transformers(operation: str, params: dict) -> bool:
     if operation == "score":
         return bool(params.get("perplexity_model"))
     if operation == "clean":
-        return any(step.get("unit") == "tokens" or step.get("tokenizer")
-                   for step in (params.get("recipe") or {}).get("operators", []))
+        return any(
+            step.get("unit") == "tokens" or step.get("tokenizer")
+            for step in (params.get("recipe") or {}).get("operators", [])
+        )
     return False
 
 
 @app.task(name=DATA_TASK, bind=True, acks_late=True, reject_on_worker_lost=True)
 def run_next_data_job(self) -> int | None:
-    return supervisor.run_next_job("data", worker=supervisor.worker_identity(self.request.hostname),
-                                   task_id=self.request.id, supervisor_class=DataJobSupervisor)
+    return supervisor.run_next_job(
+        "data",
+        worker=supervisor.worker_identity(self.request.hostname),
+        task_id=self.request.id,
+        supervisor_class=DataJobSupervisor,
+    )

@@ -8,9 +8,11 @@ from training_platform.workers.celery_app import app
 
 log = logging.getLogger("training_platform.workers.dispatch")
 
-TASK_FOR_KIND = {"train": "training_platform.workers.tasks.run_next_training_job",
-                 "data": "training_platform.workers.data_tasks.run_next_data_job",
-                 "eval": "training_platform.workers.eval_tasks.run_next_eval_job"}
+TASK_FOR_KIND = {
+    "train": "training_platform.workers.tasks.run_next_training_job",
+    "data": "training_platform.workers.data_tasks.run_next_data_job",
+    "eval": "training_platform.workers.eval_tasks.run_next_eval_job",
+}
 
 
 def wake_worker(kind: str = "train", priority: int = 0) -> str:

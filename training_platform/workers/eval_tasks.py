@@ -88,8 +88,7 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
             config, checks = self._preflight(job)
         except EvalPreflightFailed as exc:
             report = {"ok": False, "checks": exc.checks, "errors": exc.errors}
-            self._finish(JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc}",
-                         preflight=report)
+            self._finish(JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc}", preflight=report)
             self._release(job)
             return JobStatus.failed.value
 
@@ -105,8 +104,9 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
                 locked.preflight = {"ok": True, "checks": checks}
                 locked.run_dir = str(self.out_dir)
                 locked.current_step = 0
-                job_service.transition(session, locked, JobStatus.running,
-                                       f"evaluation started (attempt {locked.attempts})")
+                job_service.transition(
+                    session, locked, JobStatus.running, f"evaluation started (attempt {locked.attempts})"
+                )
             self.heartbeater.step = 0
             return self._evaluate(job, config)
         finally:
@@ -129,21 +129,24 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
         try:
             config = EvalConfig.model_validate(cfg.get("eval"))
         except Exception as exc:  # noqa: BLE001 - a stored config that no longer validates
-            raise EvalPreflightFailed([{"name": "config", "ok": False}],
-                                      [{"loc": "config", "msg": f"not a valid evaluation config: {exc}"}]) from None
+            raise EvalPreflightFailed(
+                [{"name": "config", "ok": False}], [{"loc": "config", "msg": f"not a valid evaluation config: {exc}"}]
+            ) from None
         checks.append({"name": "config", "ok": True})
 
         problems = self._path_problems(job, config)
         if problems:
-            raise EvalPreflightFailed([*checks, {"name": "paths", "ok": False}],
-                                      [{"loc": loc, "msg": msg} for loc, msg in problems])
+            raise EvalPreflightFailed(
+                [*checks, {"name": "paths", "ok": False}], [{"loc": loc, "msg": msg} for loc, msg in problems]
+            )
         checks.append({"name": "paths", "ok": True})
 
         target = cfg.get("target") or {}
         problem = self._model_problem(config, target)
         if problem:
-            raise EvalPreflightFailed([*checks, {"name": "model", "ok": False, "detail": problem}],
-                                      [{"loc": "model", "msg": problem}])
+            raise EvalPreflightFailed(
+                [*checks, {"name": "model", "ok": False, "detail": problem}], [{"loc": "model", "msg": problem}]
+            )
         checks.append({"name": "model", "ok": True, "detail": config.model.path})
         if target.get("run_dir") and target.get("checkpoint_step") is not None:  # again, for a retry or requeue
             from training_platform.training.rundir import RunDir
@@ -154,11 +157,13 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
         except EvalDataError as exc:
             details = exc.messages
             msg = str(exc) + (": " + "; ".join(str(d) for d in details[:10]) if details else "")
-            raise EvalPreflightFailed([*checks, {"name": "data", "ok": False}], [{"loc": "benchmarks", "msg": msg}]) \
-                from None
+            raise EvalPreflightFailed(
+                [*checks, {"name": "data", "ok": False}], [{"loc": "benchmarks", "msg": msg}]
+            ) from None
         except Exception as exc:  # noqa: BLE001 - the sandbox refusing, an unknown benchmark: loud and specific
-            raise EvalPreflightFailed([*checks, {"name": "data", "ok": False}],
-                                      [{"loc": "benchmarks", "msg": f"{type(exc).__name__}: {exc}"}]) from None
+            raise EvalPreflightFailed(
+                [*checks, {"name": "data", "ok": False}], [{"loc": "benchmarks", "msg": f"{type(exc).__name__}: {exc}"}]
+            ) from None
         checks.append({"name": "data", "ok": True, "detail": {spec.name: len(items) for spec, _, items, _ in prepared}})
         self._n_benchmarks = len(config.benchmarks)
         self._benchmark_index = {spec.name: i for i, spec in enumerate(config.benchmarks)}
@@ -197,11 +202,14 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
         step, source = target.get("checkpoint_step"), target.get("source_job_id")
         if source is not None and step is not None:
             with session_scope() as session:
-                ckpt = session.exec(select(Checkpoint).where(Checkpoint.job_id == source,
-                                                             Checkpoint.step == step)).first()
+                ckpt = session.exec(
+                    select(Checkpoint).where(Checkpoint.job_id == source, Checkpoint.step == step)
+                ).first()
                 if ckpt is None or ckpt.removed:
-                    return (f"checkpoint step {step} of job {source} was removed (rotated away by "
-                            f"keep_last_checkpoints) before it could be evaluated")
+                    return (
+                        f"checkpoint step {step} of job {source} was removed (rotated away by "
+                        f"keep_last_checkpoints) before it could be evaluated"
+                    )
         path = Path(config.model.path)
         if path.is_absolute() or path.exists():
             if not path.is_dir():
@@ -238,8 +246,14 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
         from training_platform.evaluation.runner import run_evaluation
 
         try:
-            summary = run_evaluation(config, self.out_dir, progress=False, log=self._log,
-                                     on_progress=self._on_progress, endpoints=worker_resolver(self.settings))
+            summary = run_evaluation(
+                config,
+                self.out_dir,
+                progress=False,
+                log=self._log,
+                on_progress=self._on_progress,
+                endpoints=worker_resolver(self.settings),
+            )
         except BaseException:
             self._release(job)  # before the job ends: whoever sees it finished sees the checkpoint released
             raise
@@ -265,8 +279,9 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
 
             tb = redact(traceback.format_exc())
             message = redact(f"{type(exc).__name__}: {exc}")
-            (self.out_dir / "error.json").write_text(json.dumps({"type": type(exc).__name__, "message": message,
-                                                                 "traceback": tb}, indent=2))
+            (self.out_dir / "error.json").write_text(
+                json.dumps({"type": type(exc).__name__, "message": message, "traceback": tb}, indent=2)
+            )
             self._log(f"FAILED: {message}\n{tb}")
             first = message.splitlines()[0] if message else type(exc).__name__
             self._finish(JobStatus.failed.value, "evaluation failed", error=f"evaluation failed: {first[:2000]}")
@@ -289,8 +304,9 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
                 if metric:
                     parts.append(f"{name}/{primary} {metric['value']:.4f} (n={metric['n']})")
             locked.current_step = 100
-            job_service.transition(session, locked, JobStatus.succeeded.value,
-                            f"evaluated: {', '.join(parts)}; {n} samples stored")
+            job_service.transition(
+                session, locked, JobStatus.succeeded.value, f"evaluated: {', '.join(parts)}; {n} samples stored"
+            )
             best = None
             if keep_best_by and source is not None:
                 session.flush()
@@ -303,8 +319,12 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
 
 @app.task(name=EVAL_TASK, bind=True, acks_late=True, reject_on_worker_lost=True)
 def run_next_eval_job(self) -> int | None:
-    return supervisor.run_next_job("eval", worker=supervisor.worker_identity(self.request.hostname),
-                                   task_id=self.request.id, supervisor_class=EvalJobSupervisor)
+    return supervisor.run_next_job(
+        "eval",
+        worker=supervisor.worker_identity(self.request.hostname),
+        task_id=self.request.id,
+        supervisor_class=EvalJobSupervisor,
+    )
 
 
 @app.task(name=SCHEDULE_TASK, ignore_result=True)

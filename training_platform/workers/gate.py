@@ -67,14 +67,22 @@ def gate_override(job_id: int) -> dict[str, Any] | None:
     from training_platform.db.session import session_scope
 
     with session_scope() as session:
-        event = session.exec(select(JobEvent).where(JobEvent.job_id == job_id,
-                                                    JobEvent.reason.startswith(GATE_OVERRIDE_PREFIX))
-                             .order_by(JobEvent.id.desc()).limit(1)).first()
+        event = session.exec(
+            select(JobEvent)
+            .where(JobEvent.job_id == job_id, JobEvent.reason.startswith(GATE_OVERRIDE_PREFIX))
+            .order_by(JobEvent.id.desc())
+            .limit(1)
+        ).first()
         if event is None:
             return None
         who, _, reason = event.reason.removeprefix(GATE_OVERRIDE_PREFIX).partition(": ")
-        return {"job_id": job_id, "by": who, "reason": reason.removesuffix(" (re-queued)"), "event_id": event.id,
-                "at": event.ts.isoformat(timespec="seconds")}
+        return {
+            "job_id": job_id,
+            "by": who,
+            "reason": reason.removesuffix(" (re-queued)"),
+            "event_id": event.id,
+            "at": event.ts.isoformat(timespec="seconds"),
+        }
 
 
 def check_data_gate(cfg, *, job_id: int | None, data_dir: Path) -> tuple[dict[str, Any], list[dict[str, str]]]:
@@ -109,8 +117,14 @@ def check_data_gate(cfg, *, job_id: int | None, data_dir: Path) -> tuple[dict[st
         version_id = version.id if version is not None else None
     how = f"stored report {report_id}"
     if report is None:
-        report = gate_service.run_on_file(train, profile, settings, eval_sets=gate.eval_sets, reference=gate.reference,
-                                        fmt=None if cfg.data.format == "auto" else cfg.data.format)
+        report = gate_service.run_on_file(
+            train,
+            profile,
+            settings,
+            eval_sets=gate.eval_sets,
+            reference=gate.reference,
+            fmt=None if cfg.data.format == "auto" else cfg.data.format,
+        )
         how = "run now"
         if version_id is not None:
             from training_platform.db.models import DatasetVersionRecord
@@ -135,8 +149,14 @@ def check_data_gate(cfg, *, job_id: int | None, data_dir: Path) -> tuple[dict[st
         if shadow is not None:
             (handover / SHADOW_FILE).write_text(json.dumps(shadow, indent=2, default=str) + "\n")
         if override is not None:
-            override = {**override, "profile": profile.name, "profile_hash": profile.hash, "report_id": report_id,
-                        "failed_checks": report["failed"], "dataset_sha256": report["dataset"]["sha256"]}
+            override = {
+                **override,
+                "profile": profile.name,
+                "profile_hash": profile.hash,
+                "report_id": report_id,
+                "failed_checks": report["failed"],
+                "dataset_sha256": report["dataset"]["sha256"],
+            }
             (handover / OVERRIDE_FILE).write_text(json.dumps(override, indent=2) + "\n")
     where = f"version {version_id}" if version_id is not None else "the train file (not a dataset version)"
     shadow_note = f"; rewards approved by {shadow['approved_by']}" if shadow is not None else ""
@@ -144,22 +164,28 @@ def check_data_gate(cfg, *, job_id: int | None, data_dir: Path) -> tuple[dict[st
         return _check("gate", True, f"{profile.name} passed on {where} ({how}){shadow_note}"), []
     errors = []
     if not report["passed"]:
-        errors.append({"loc": "data.gate", "msg": f"quality gate {profile.name!r} failed on {where} ({how}): "
-                                                  f"{failing_summary(report)}"})
+        errors.append(
+            {
+                "loc": "data.gate",
+                "msg": f"quality gate {profile.name!r} failed on {where} ({how}): {failing_summary(report)}",
+            }
+        )
     if shadow_problem is not None:
         errors.append({"loc": "rewards", "msg": shadow_problem})
     summary = "; ".join(e["msg"] for e in errors)
     if override is not None:
-        return _check("gate", True, f"{profile.name} FAILED: {summary}; overridden by {override['by']}: "
-                                    f"{override['reason']}"), []
+        return _check(
+            "gate", True, f"{profile.name} FAILED: {summary}; overridden by {override['by']}: {override['reason']}"
+        ), []
     return _check("gate", False, summary), errors
 
 
 SHADOW_SEARCH_LIMIT = 500  # the owner's most recent succeeded shadow tests looked at
 
 
-def find_shadow_approval(cfg, profile_name: str, min_spearman: float,
-                         job_id: int | None) -> tuple[dict[str, Any] | None, str | None]:
+def find_shadow_approval(
+    cfg, profile_name: str, min_spearman: float, job_id: int | None
+) -> tuple[dict[str, Any] | None, str | None]:
     """A passing reward shadow report approving this job's reward set -> (report + `approved_by`, None), or (None,
     why not). From data.gate.reward_shadow_report when given, else the job owner's succeeded shadow-test jobs."""
     from sqlmodel import select
@@ -179,9 +205,14 @@ def find_shadow_approval(cfg, profile_name: str, min_spearman: float,
     rewards = job_rewards(cfg)
     with session_scope() as session:
         owner = session.get(Job, job_id).owner_id
-        rows = session.exec(select(Job.id, Job.config).where(
-            Job.owner_id == owner, Job.kind == "data", Job.status == "succeeded", Job.algorithm == SHADOW_OPERATION)
-            .order_by(Job.id.desc()).limit(SHADOW_SEARCH_LIMIT)).all()
+        rows = session.exec(
+            select(Job.id, Job.config)
+            .where(
+                Job.owner_id == owner, Job.kind == "data", Job.status == "succeeded", Job.algorithm == SHADOW_OPERATION
+            )
+            .order_by(Job.id.desc())
+            .limit(SHADOW_SEARCH_LIMIT)
+        ).all()
     latest = None
     for shadow_job, config in rows:
         report = (config or {}).get("result")
@@ -190,15 +221,21 @@ def find_shadow_approval(cfg, profile_name: str, min_spearman: float,
             return {**report, "approved_by": f"shadow test job {shadow_job}", "shadow_job_id": shadow_job}, None
         latest = latest or f"the latest, job {shadow_job}: {problem}"
     names = ", ".join(f"{r['name']}×{r['weight']:g}" for r in rewards)
-    return None, (f"gate profile {profile_name!r} requires a passing reward shadow report (spearman >= "
-                  f"{min_spearman}) whose new scorer is this job's reward set ({names}); "
-                  + (f"none of your {len(rows)} succeeded shadow tests approves it ({latest})" if rows
-                     else "you have no succeeded shadow test")
-                  + "; run POST /api/v1/rewards/shadow with these rewards as `new`")
+    return None, (
+        f"gate profile {profile_name!r} requires a passing reward shadow report (spearman >= "
+        f"{min_spearman}) whose new scorer is this job's reward set ({names}); "
+        + (
+            f"none of your {len(rows)} succeeded shadow tests approves it ({latest})"
+            if rows
+            else "you have no succeeded shadow test"
+        )
+        + "; run POST /api/v1/rewards/shadow with these rewards as `new`"
+    )
 
 
-def run_preflight(raw_config: dict, *, data_dir: Path, min_free_disk_mb: int,
-                  job_id: int | None = None) -> dict[str, Any]:
+def run_preflight(
+    raw_config: dict, *, data_dir: Path, min_free_disk_mb: int, job_id: int | None = None
+) -> dict[str, Any]:
     """Run every check (none stops the others) and return the report."""
     from training_platform.training.config import ConfigError, parse_config, validate_config
 
@@ -210,21 +247,35 @@ def run_preflight(raw_config: dict, *, data_dir: Path, min_free_disk_mb: int,
     loaded: dict[str, Any] = {}
     try:
         cfg = validate_config(raw_config, loaded=loaded)
-        checks.append(_check("config", True, f"{cfg.algorithm.name} (engine {cfg.engine}): schema, rules, files, "
-                                             "model and dataset rows are valid"))
+        checks.append(
+            _check(
+                "config",
+                True,
+                f"{cfg.algorithm.name} (engine {cfg.engine}): schema, rules, files, model and dataset rows are valid",
+            )
+        )
     except ConfigError as exc:
         errors += [{"loc": e.path, "msg": e.reason} for e in exc.errors]
-        checks.append(_check("config", False, f"{len(exc.errors)} error(s): "
-                                              + "; ".join(str(e) for e in exc.errors[:5])))
+        checks.append(
+            _check("config", False, f"{len(exc.errors)} error(s): " + "; ".join(str(e) for e in exc.errors[:5]))
+        )
     except Exception as exc:  # noqa: BLE001 - a validator crash must fail the job loudly, not the worker
         errors.append({"loc": "<config>", "msg": f"validation crashed: {type(exc).__name__}: {_first_line(exc)}"})
         checks.append(_check("config", False, "validation crashed"))
 
     for probe in loaded.get("judge_probe", []):  # llm_judge rewards: one real call each (training/preflight.py)
-        checks.append(_check(f"judge_probe[{probe['reward_index']}]", bool(probe.get("ok")),
-                             f"endpoint {probe.get('endpoint')!r} model {probe.get('model')!r}: "
-                             + (f"score {probe.get('score')} in {probe.get('latency_ms')} ms" if probe.get("ok")
-                                else f"no score: {probe.get('error')}")))
+        checks.append(
+            _check(
+                f"judge_probe[{probe['reward_index']}]",
+                bool(probe.get("ok")),
+                f"endpoint {probe.get('endpoint')!r} model {probe.get('model')!r}: "
+                + (
+                    f"score {probe.get('score')} in {probe.get('latency_ms')} ms"
+                    if probe.get("ok")
+                    else f"no score: {probe.get('error')}"
+                ),
+            )
+        )
 
     model_ok = cfg is not None
     if cfg is None:  # the layers failed somewhere: still check the tokenizer if the model path itself is fine
@@ -261,8 +312,12 @@ def run_preflight(raw_config: dict, *, data_dir: Path, min_free_disk_mb: int,
         for key in ("detail", "msg"):
             if isinstance(item.get(key), str):
                 item[key] = item[key].replace(prefix, "").replace(str(data_dir), "TP_DATA_DIR")
-    return {"ok": not errors and all(c["ok"] for c in checks), "checks": checks, "errors": errors,
-            "seconds": round(time.perf_counter() - started, 3)}
+    return {
+        "ok": not errors and all(c["ok"] for c in checks),
+        "checks": checks,
+        "errors": errors,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
 
 
 def summarize(report: dict[str, Any], limit: int = 5) -> str:

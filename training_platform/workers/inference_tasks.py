@@ -98,8 +98,9 @@ def _on_worker_ready(sender=None, **_kwargs) -> None:
     if sender is None or not _consumes_inference(sender):
         return
     worker = getattr(sender, "hostname", None) or f"inference-{os.getpid()}"
-    _warm_up = threading.Thread(target=_warm_up_and_heartbeat, args=(worker,), name="tp-inference-heartbeat",
-                                daemon=True)
+    _warm_up = threading.Thread(
+        target=_warm_up_and_heartbeat, args=(worker,), name="tp-inference-heartbeat", daemon=True
+    )
     _warm_up.start()
 
 
@@ -135,10 +136,14 @@ def _parse(payload: Any):
         path = Path(str(payload["path"])).resolve()
         messages = [{"role": str(m["role"]), "content": str(m["content"])} for m in payload["messages"]][:MAX_MESSAGES]
         stop = tuple(str(s) for s in payload.get("stop") or ())[:4]
-        params = GenerateParams(max_new_tokens=max(1, min(int(payload["max_new_tokens"]), MAX_NEW_TOKENS)),
-                                temperature=min(max(float(payload["temperature"]), 0.0), 2.0),
-                                top_p=min(max(float(payload["top_p"]), 1e-6), 1.0), seed=int(payload["seed"]),
-                                n=max(1, min(int(payload.get("n", 1)), MAX_CHOICES)), stop=stop)
+        params = GenerateParams(
+            max_new_tokens=max(1, min(int(payload["max_new_tokens"]), MAX_NEW_TOKENS)),
+            temperature=min(max(float(payload["temperature"]), 0.0), 2.0),
+            top_p=min(max(float(payload["top_p"]), 1e-6), 1.0),
+            seed=int(payload["seed"]),
+            n=max(1, min(int(payload.get("n", 1)), MAX_CHOICES)),
+            stop=stop,
+        )
         timeout_s = max(0.1, float(payload["timeout_s"]))
     except (KeyError, TypeError, ValueError) as exc:
         raise RequestRefused(400, f"malformed inference request: {type(exc).__name__}: {exc}") from None
@@ -148,8 +153,11 @@ def _parse(payload: Any):
     if not inside_allowed_roots(path, settings) or not (path / "config.json").is_file():
         raise RequestRefused(404, f"model {payload.get('label')!r}: no model directory there any more")
     if not generates_text(path):
-        raise RequestRefused(422, f"model {payload.get('label')!r} is a classifier (e.g. a reward model): it does "
-                                  f"not generate text", "model")
+        raise RequestRefused(
+            422,
+            f"model {payload.get('label')!r} is a classifier (e.g. a reward model): it does not generate text",
+            "model",
+        )
     return path, messages, params, timeout_s
 
 
@@ -185,8 +193,7 @@ def generate(self, request_id: str, payload: dict) -> str:
         log.error("dropped an inference message: %s", exc)
         return "malformed"
     if not chan.claim():
-        log.info("inference request %s: already abandoned by the API (no worker took it in time); dropped",
-                 request_id)
+        log.info("inference request %s: already abandoned by the API (no worker took it in time); dropped", request_id)
         return "abandoned"
     chan.push({"type": "started", "worker": worker})
     label = str(payload.get("label", "")) if isinstance(payload, dict) else ""
@@ -199,10 +206,14 @@ def generate(self, request_id: str, payload: dict) -> str:
             _warmed.wait(timeout=max(0.0, deadline - time.monotonic()))
         model, cached = model_cache().get(path)
         load_s = time.monotonic() - started
-        result = run_generation(model, messages, params,
-                                on_text=lambda index, piece: chan.push({"type": "token", "index": index,
-                                                                        "text": piece}),
-                                should_stop=chan.cancelled, deadline=deadline)
+        result = run_generation(
+            model,
+            messages,
+            params,
+            on_text=lambda index, piece: chan.push({"type": "token", "index": index, "text": piece}),
+            should_stop=chan.cancelled,
+            deadline=deadline,
+        )
     except RequestRefused as exc:
         chan.push({"type": "error", "status": exc.status, "message": exc.message, "loc": exc.loc})
         return "refused"
@@ -211,15 +222,35 @@ def generate(self, request_id: str, payload: dict) -> str:
         return "refused"
     except Exception as exc:  # noqa: BLE001 - reported to the caller, with the traceback in the worker's log
         log.exception("inference request %s on %s failed", request_id, label)
-        message = _scrub(f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
-                         path, label)
+        message = _scrub(
+            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}", path, label
+        )
         chan.push({"type": "error", "status": 500, "message": f"generation failed on {label}: {message}"})
         return "failed"
-    chan.push({"type": "done", "prompt_tokens": result.prompt_tokens,
-               "choices": [{"index": c.index, "text": c.text, "finish_reason": c.finish_reason,
-                            "completion_tokens": c.completion_tokens} for c in result.choices],
-               "timings": {"load_s": round(load_s, 4), "generate_s": round(result.generate_s, 4),
-                           "cached": cached}, "device": result.extra.get("device")})
-    log.info("inference request %s on %s: %d+%d tokens in %.2fs (%s)", request_id, label, result.prompt_tokens,
-             result.completion_tokens, result.generate_s, "cached" if cached else f"loaded in {load_s:.2f}s")
+    chan.push(
+        {
+            "type": "done",
+            "prompt_tokens": result.prompt_tokens,
+            "choices": [
+                {
+                    "index": c.index,
+                    "text": c.text,
+                    "finish_reason": c.finish_reason,
+                    "completion_tokens": c.completion_tokens,
+                }
+                for c in result.choices
+            ],
+            "timings": {"load_s": round(load_s, 4), "generate_s": round(result.generate_s, 4), "cached": cached},
+            "device": result.extra.get("device"),
+        }
+    )
+    log.info(
+        "inference request %s on %s: %d+%d tokens in %.2fs (%s)",
+        request_id,
+        label,
+        result.prompt_tokens,
+        result.completion_tokens,
+        result.generate_s,
+        "cached" if cached else f"loaded in {load_s:.2f}s",
+    )
     return "done"

@@ -185,8 +185,10 @@ class RunIngest:
             parts = Path(path).parts
             if kind == "checkpoint" and len(parts) >= 3 and parts[0] == "checkpoints":
                 rel_dir, rel_file = str(Path(*parts[:2])), str(Path(*parts[2:]))
-                self._ckpt_files.setdefault(rel_dir, {})[rel_file] = (str(entry.get("sha256")),
-                                                                      int(entry.get("bytes") or 0))
+                self._ckpt_files.setdefault(rel_dir, {})[rel_file] = (
+                    str(entry.get("sha256")),
+                    int(entry.get("bytes") or 0),
+                )
                 self._removed.discard(rel_dir)  # saved again after a removal
                 self._touched.add(rel_dir)
             elif kind == "removed" and path.startswith("checkpoints/"):
@@ -202,18 +204,23 @@ class RunIngest:
             elif rel_dir in self._touched or rel_dir not in self._registered:
                 self._register(session, rel_dir, final=final)
         if self._pending_removed:
-            crud.mark_checkpoints_removed(session, self.job_id,
-                                          [str(self.run_dir / p) for p in self._pending_removed])
+            crud.mark_checkpoints_removed(session, self.job_id, [str(self.run_dir / p) for p in self._pending_removed])
 
     def _register(self, session: Session, rel_dir: str, *, final: bool) -> None:
         files = self._ckpt_files[rel_dir]
         directory = self.run_dir / rel_dir
-        on_disk = {str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file()} \
-            if directory.is_dir() else set()
+        on_disk = (
+            {str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file()}
+            if directory.is_dir()
+            else set()
+        )
         if not on_disk or not on_disk <= set(files):
             if final:
-                log.warning("job %s: checkpoint %s is not completely recorded in the manifest; not registered",
-                            self.job_id, rel_dir)
+                log.warning(
+                    "job %s: checkpoint %s is not completely recorded in the manifest; not registered",
+                    self.job_id,
+                    rel_dir,
+                )
             return  # the core is still hashing its files into the manifest: next poll
         self._upsert(session, rel_dir, {k: v for k, v in files.items() if k in on_disk})
 
@@ -222,6 +229,7 @@ class RunIngest:
         if self._registered.get(rel_dir) == digest:
             return
         step = int(rel_dir.rsplit("_", 1)[-1])
-        crud.upsert_checkpoint(session, self.job_id, step=step, path=str(self.run_dir / rel_dir), sha256=digest,
-                               size_bytes=size)
+        crud.upsert_checkpoint(
+            session, self.job_id, step=step, path=str(self.run_dir / rel_dir), sha256=digest, size_bytes=size
+        )
         self._pending_registered[rel_dir] = digest

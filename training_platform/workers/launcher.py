@@ -46,12 +46,26 @@ def default_api_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def worker_argv(*, queues: str = "train", concurrency: int = 1, name: str | None = None,
-                loglevel: str = "INFO") -> list[str]:
+def worker_argv(
+    *, queues: str = "train", concurrency: int = 1, name: str | None = None, loglevel: str = "INFO"
+) -> list[str]:
     """A Celery worker: prefork pool (one OS process per concurrent job), fair scheduling (no message hoarding)."""
     name = name or f"{queues.replace(',', '-')}-{os.getpid()}@%h"
-    return [*CELERY, "worker", "-Q", queues, "-c", str(concurrency), "--pool", "prefork", "-Ofair", "-n", name,
-            "--loglevel", loglevel]
+    return [
+        *CELERY,
+        "worker",
+        "-Q",
+        queues,
+        "-c",
+        str(concurrency),
+        "--pool",
+        "prefork",
+        "-Ofair",
+        "-n",
+        name,
+        "--loglevel",
+        loglevel,
+    ]
 
 
 def inference_worker_argv(*, name: str | None = None, loglevel: str = "INFO") -> list[str]:
@@ -64,16 +78,42 @@ def inference_worker_argv(*, name: str | None = None, loglevel: str = "INFO") ->
 def beat_argv(schedule_file: Path, *, loglevel: str = "INFO") -> list[str]:
     """Celery beat, embedded in a one-process worker that consumes only the `maintenance` queue: the recovery
     sweep it schedules then runs here, even while every training worker is busy."""
-    return [*CELERY, "worker", "--beat", "--schedule", str(schedule_file), "-Q", "maintenance", "--pool", "solo",
-            "-c", "1", "-n", f"beat-{os.getpid()}@%h", "--loglevel", loglevel]
+    return [
+        *CELERY,
+        "worker",
+        "--beat",
+        "--schedule",
+        str(schedule_file),
+        "-Q",
+        "maintenance",
+        "--pool",
+        "solo",
+        "-c",
+        "1",
+        "-n",
+        f"beat-{os.getpid()}@%h",
+        "--loglevel",
+        loglevel,
+    ]
 
 
 def api_argv(*, host: str = "127.0.0.1", port: int = 8000, app: str = DEFAULT_API_APP, workers: int = 1) -> list[str]:
     """uvicorn through `api.serve` (a listening socket with TCP_NODELAY: plain `uvicorn --workers` adds ~40 ms to
     every kept-alive response); with workers > 1 uvicorn's supervisor runs that many API processes on one socket
     (and replaces one that dies)."""
-    return [sys.executable, "-m", "training_platform.api.serve", "--app", app, "--host", host, "--port", str(port),
-            "--workers", str(workers)]
+    return [
+        sys.executable,
+        "-m",
+        "training_platform.api.serve",
+        "--app",
+        app,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+    ]
 
 
 def api_app_exists(app: str) -> bool:
@@ -125,10 +165,13 @@ class LocalRayHead:
 
     def env(self) -> dict[str, str]:
         """What every child needs to reach it (and what ray start itself runs with)."""
-        return {"TP_RAY_ADDRESS": self.address, "RAY_AUTH_MODE": "token",
-                "RAY_AUTH_TOKEN_PATH": str(self.token_file),
-                # Ray would otherwise rewrite 127.0.0.1 to the machine's routable address.
-                "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+        return {
+            "TP_RAY_ADDRESS": self.address,
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN_PATH": str(self.token_file),
+            # Ray would otherwise rewrite 127.0.0.1 to the machine's routable address.
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        }
 
     def argv(self) -> list[str]:
         import secrets
@@ -138,20 +181,47 @@ class LocalRayHead:
             fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write(secrets.token_hex(32))
-        ports = {flag: free_port() for flag in (
-            "--node-manager-port", "--object-manager-port", "--dashboard-agent-grpc-port",
-            "--dashboard-agent-listen-port", "--metrics-export-port", "--runtime-env-agent-port",
-            "--ray-client-server-port")}
+        ports = {
+            flag: free_port()
+            for flag in (
+                "--node-manager-port",
+                "--object-manager-port",
+                "--dashboard-agent-grpc-port",
+                "--dashboard-agent-listen-port",
+                "--metrics-export-port",
+                "--runtime-env-agent-port",
+                "--ray-client-server-port",
+            )
+        }
         low = free_port()
         import shutil
 
         sibling = Path(sys.executable).with_name("ray")
         ray = str(sibling) if sibling.is_file() else shutil.which("ray") or "ray"
-        return [ray, "start", "--head", "--block", "--port", str(self.port),
-                "--node-ip-address", "127.0.0.1", "--temp-dir", str(self.temp_dir), "--num-cpus", str(self.num_cpus),
-                "--object-store-memory", str(self.object_store_mb * 2**20), "--include-dashboard", "false",
-                "--disable-usage-stats", "--min-worker-port", str(low), "--max-worker-port", str(min(low + 200, 65535)),
-                *(item for flag, port in ports.items() for item in (flag, str(port)))]
+        return [
+            ray,
+            "start",
+            "--head",
+            "--block",
+            "--port",
+            str(self.port),
+            "--node-ip-address",
+            "127.0.0.1",
+            "--temp-dir",
+            str(self.temp_dir),
+            "--num-cpus",
+            str(self.num_cpus),
+            "--object-store-memory",
+            str(self.object_store_mb * 2**20),
+            "--include-dashboard",
+            "false",
+            "--disable-usage-stats",
+            "--min-worker-port",
+            str(low),
+            "--max-worker-port",
+            str(min(low + 200, 65535)),
+            *(item for flag, port in ports.items() for item in (flag, str(port))),
+        ]
 
     def ready(self) -> bool:
         with socket.socket() as s:
@@ -214,10 +284,17 @@ class EmbeddedRedis:
 
     def argv(self) -> list[str]:
         """Writes the config file (port, dump file, log file) and returns the command line."""
-        lines = [f"port {self.port}", "bind 127.0.0.1", "protected-mode yes", "daemonize no",
-                 f"dir {_conf_quote(str(self.data_dir))}", f"dbfilename {self.rdb_file.name}",
-                 f"logfile {_conf_quote(str(self.data_dir / 'redis.log'))}", "appendonly no",
-                 *(f"save {point}" for point in REDIS_SAVE_POINTS)]
+        lines = [
+            f"port {self.port}",
+            "bind 127.0.0.1",
+            "protected-mode yes",
+            "daemonize no",
+            f"dir {_conf_quote(str(self.data_dir))}",
+            f"dbfilename {self.rdb_file.name}",
+            f"logfile {_conf_quote(str(self.data_dir / 'redis.log'))}",
+            "appendonly no",
+            *(f"save {point}" for point in REDIS_SAVE_POINTS),
+        ]
         self.conf_file.write_text("# written by `tp up` at every start\n" + "\n".join(lines) + "\n")
         return [redis_executable(), str(self.conf_file)]
 
@@ -311,8 +388,13 @@ def bootstrap(data_dir: Path, echo=print) -> None:
         with session_scope() as session:
             for name, key in (("demo-tiny", "model"), ("demo-reward", "reward_model")):
                 if session.exec(select(RegisteredModel).where(RegisteredModel.name == name)).first() is None:
-                    session.add(RegisteredModel(name=name, path=str(paths[key].resolve()),
-                                                info=_model_info(paths[key], data_dir=paths["data"])))
+                    session.add(
+                        RegisteredModel(
+                            name=name,
+                            path=str(paths[key].resolve()),
+                            info=_model_info(paths[key], data_dir=paths["data"]),
+                        )
+                    )
         echo(f"registered models demo-tiny ({paths['model']}) and demo-reward ({paths['reward_model']})")
     if users == 0:
         with session_scope() as session:
@@ -348,8 +430,11 @@ class RestartPolicy:
 
     @classmethod
     def from_settings(cls, settings) -> RestartPolicy:
-        return cls(max_crashes=settings.up_max_crashes, window_s=settings.up_crash_window_s,
-                   backoff_max_s=settings.up_backoff_max_s)
+        return cls(
+            max_crashes=settings.up_max_crashes,
+            window_s=settings.up_crash_window_s,
+            backoff_max_s=settings.up_backoff_max_s,
+        )
 
     def backoff(self, recent_crashes: int) -> float:
         return min(self.backoff_max_s, self.backoff_initial_s * 2 ** max(0, recent_crashes - 1))
@@ -390,8 +475,16 @@ def describe_exit(returncode: int) -> str:
 class Supervisor:
     """`tp up`'s children: start, restart with backoff, give up, stop. Call `check()` every ~0.5 s."""
 
-    def __init__(self, env: dict[str, str], policy: RestartPolicy | None = None, *, echo=print,
-                 group_grace_s: float = 10.0, worker_grace_s: float = 60.0, clock=time.monotonic):
+    def __init__(
+        self,
+        env: dict[str, str],
+        policy: RestartPolicy | None = None,
+        *,
+        echo=print,
+        group_grace_s: float = 10.0,
+        worker_grace_s: float = 60.0,
+        clock=time.monotonic,
+    ):
         self.env = env
         self.policy = policy or RestartPolicy()
         self.echo = echo
@@ -401,8 +494,9 @@ class Supervisor:
         self.children: dict[str, Child] = {}
         self.leftovers: list[_Leftover] = []
 
-    def add(self, name: str, argv: list[str], *, wait_for_group: bool = True,
-            on_start: Callable[[int], None] | None = None) -> Child:
+    def add(
+        self, name: str, argv: list[str], *, wait_for_group: bool = True, on_start: Callable[[int], None] | None = None
+    ) -> Child:
         child = Child(name, argv, wait_for_group=wait_for_group, on_start=on_start)
         self.children[name] = child
         return child
@@ -411,8 +505,13 @@ class Supervisor:
         child = self.children[name]
         # Its own session (a terminal's Ctrl-C reaches only `tp up`, which stops everything in order; a signal to
         # the group reaches a worker's pool and training processes too). SIGTERM when `tp up` dies, even by SIGKILL.
-        child.proc = subprocess.Popen(child.argv, env=self.env, stdin=subprocess.DEVNULL, start_new_session=True,
-                                      preexec_fn=die_with_parent(signal.SIGTERM))
+        child.proc = subprocess.Popen(
+            child.argv,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent(signal.SIGTERM),
+        )
         child.restart_at = None
         if child.on_start is not None:
             child.on_start(child.proc.pid)
@@ -438,14 +537,18 @@ class Supervisor:
                     child.crashes.popleft()
                 n = len(child.crashes)
                 if n >= self.policy.max_crashes:
-                    return (f"giving up: {child.name} (pid {pid}) {describe_exit(returncode)}; it exited {n} times "
-                            f"within {self.policy.window_s:.0f}s (TP_UP_MAX_CRASHES={self.policy.max_crashes}, "
-                            f"TP_UP_CRASH_WINDOW={self.policy.window_s:.0f}); see its output above")
+                    return (
+                        f"giving up: {child.name} (pid {pid}) {describe_exit(returncode)}; it exited {n} times "
+                        f"within {self.policy.window_s:.0f}s (TP_UP_MAX_CRASHES={self.policy.max_crashes}, "
+                        f"TP_UP_CRASH_WINDOW={self.policy.window_s:.0f}); see its output above"
+                    )
                 delay = self.policy.backoff(n)
                 child.restart_at = now + delay
-                self.echo(f"{child.name} (pid {pid}) {describe_exit(returncode)}: restarting it in {delay:.0f}s "
-                          f"(exit {n} of at most {self.policy.max_crashes - 1} within "
-                          f"{self.policy.window_s:.0f}s)")
+                self.echo(
+                    f"{child.name} (pid {pid}) {describe_exit(returncode)}: restarting it in {delay:.0f}s "
+                    f"(exit {n} of at most {self.policy.max_crashes - 1} within "
+                    f"{self.policy.window_s:.0f}s)"
+                )
             elif child.restart_at is not None and now >= child.restart_at:
                 if child.wait_for_group and any(left.name == child.name for left in self.leftovers):
                     continue  # its old processes are still going (SIGKILL follows after group_grace_s)
@@ -470,8 +573,9 @@ class Supervisor:
                 _signal_group(left.pgid, signal.SIGKILL)
                 left.killed = True
 
-    def stop(self, grace_s: float, *, last: tuple[str, ...] = ("redis", "ray-head"),
-             last_grace_s: float = 15.0) -> None:
+    def stop(
+        self, grace_s: float, *, last: tuple[str, ...] = ("redis", "ray-head"), last_grace_s: float = 15.0
+    ) -> None:
         """SIGTERM every child's group but `last`, wait up to `grace_s` (a worker first stops its training job with a
         checkpoint and requeues it), SIGKILL what is left; then the same for `last` (the broker and the Ray head go
         last)."""
@@ -540,8 +644,9 @@ def _started(proc: subprocess.Popen, ready: Callable[[], bool], timeout_s: float
     return True
 
 
-def run_platform(*, host: str, port: int, app: str, grace_s: float, api_workers: int = 1, ray: bool = False,
-                 echo=print) -> int:
+def run_platform(
+    *, host: str, port: int, app: str, grace_s: float, api_workers: int = 1, ray: bool = False, echo=print
+) -> int:
     """`tp up`. Returns the exit code."""
     from training_platform.core.settings import get_settings
     from training_platform.db.migrate import upgrade
@@ -563,6 +668,7 @@ def run_platform(*, host: str, port: int, app: str, grace_s: float, api_workers:
     from training_platform.core.telemetry import (
         reset_multiproc_dir,  # /metrics' shared files: empty, exported to children
     )
+
     reset_multiproc_dir()
 
     redis = None
@@ -600,18 +706,22 @@ def run_platform(*, host: str, port: int, app: str, grace_s: float, api_workers:
         bootstrap(data_dir, echo=echo)
         get_engine().dispose()  # the children open their own connections
         supervisor.add("api", api_argv(host=host, port=port, app=app, workers=api_workers))
-        supervisor.add("worker", worker_argv(queues="train,data", name=f"worker-{os.getpid()}@%h"),
-                       wait_for_group=False)
+        supervisor.add(
+            "worker", worker_argv(queues="train,data", name=f"worker-{os.getpid()}@%h"), wait_for_group=False
+        )
         # Evaluations get their own worker: a checkpoint is evaluated while its training job still runs.
         supervisor.add("eval-worker", worker_argv(queues="eval", name=f"eval-{os.getpid()}@%h"), wait_for_group=False)
         # Generation for the playground and /openai/v1: answers in seconds, never behind a job.
-        supervisor.add("inference-worker", inference_worker_argv(name=f"inference-{os.getpid()}@%h"),
-                       wait_for_group=False)
+        supervisor.add(
+            "inference-worker", inference_worker_argv(name=f"inference-{os.getpid()}@%h"), wait_for_group=False
+        )
         supervisor.add("beat", beat_argv(data_dir / "celerybeat-schedule"))
         for name in ("api", "worker", "eval-worker", "inference-worker", "beat"):
             supervisor.start(name)
-        echo(f"API listening on http://{host}:{port} ({api_workers} process{'es' if api_workers > 1 else ''}; "
-             f"Ctrl-C stops everything)")
+        echo(
+            f"API listening on http://{host}:{port} ({api_workers} process{'es' if api_workers > 1 else ''}; "
+            f"Ctrl-C stops everything)"
+        )
         while not stop_requested:
             message = supervisor.check()
             if message:

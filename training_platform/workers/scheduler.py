@@ -48,24 +48,35 @@ def fire_due_cron(now: datetime | None = None) -> list[int]:
     now = now or utcnow()
     created: list[int] = []
     with session_scope() as session:
-        due = session.exec(select(EvalSchedule.id, EvalSchedule.next_fire_at).where(
-            EvalSchedule.enabled == True, EvalSchedule.trigger == "cron",  # noqa: E712
-            EvalSchedule.next_fire_at.is_not(None), EvalSchedule.next_fire_at <= now)).all()
+        due = session.exec(
+            select(EvalSchedule.id, EvalSchedule.next_fire_at).where(
+                EvalSchedule.enabled == True,  # noqa: E712 - SQL
+                EvalSchedule.trigger == "cron",
+                EvalSchedule.next_fire_at.is_not(None),
+                EvalSchedule.next_fire_at <= now,
+            )
+        ).all()
     for schedule_id, fire_at in due:
         with session_scope() as session:
             schedule = session.get(EvalSchedule, schedule_id)
             if schedule is None or schedule.cron is None:
                 continue
             following = next_fire_time(schedule.cron, max(_aware(now), _aware(fire_at)))
-            claimed = session.exec(update(EvalSchedule).where(EvalSchedule.id == schedule_id,
-                                                              EvalSchedule.next_fire_at == fire_at)
-                                   .values(next_fire_at=following, last_fired_at=now, updated_at=now)
-                                   .execution_options(synchronize_session=False))
+            claimed = session.exec(
+                update(EvalSchedule)
+                .where(EvalSchedule.id == schedule_id, EvalSchedule.next_fire_at == fire_at)
+                .values(next_fire_at=following, last_fired_at=now, updated_at=now)
+                .execution_options(synchronize_session=False)
+            )
             if claimed.rowcount != 1:
                 continue  # another tick fired it
             session.refresh(schedule)
-            job_id = _fire(session, schedule, checkpoint=None, why=f"cron {schedule.cron!r} at "
-                                                                    f"{_aware(fire_at).isoformat(timespec='seconds')}")
+            job_id = _fire(
+                session,
+                schedule,
+                checkpoint=None,
+                why=f"cron {schedule.cron!r} at {_aware(fire_at).isoformat(timespec='seconds')}",
+            )
         if job_id is not None:
             created.append(job_id)
     _wake_all(created)
@@ -77,8 +88,10 @@ def fire_checkpoint_triggers(job_id: int | None = None) -> list[int]:
     every watched job). Returns the eval job ids created."""
     created: list[int] = []
     with session_scope() as session:
-        query = select(EvalSchedule.id).where(EvalSchedule.enabled == True,  # noqa: E712
-                                              EvalSchedule.trigger == "on_new_checkpoint")
+        query = select(EvalSchedule.id).where(
+            EvalSchedule.enabled == True,  # noqa: E712
+            EvalSchedule.trigger == "on_new_checkpoint",
+        )
         if job_id is not None:
             query = query.where(EvalSchedule.job_id == job_id)
         schedule_ids = list(session.exec(query).all())
@@ -87,15 +100,22 @@ def fire_checkpoint_triggers(job_id: int | None = None) -> list[int]:
             schedule = session.get(EvalSchedule, schedule_id)
             if schedule is None or schedule.job_id is None:
                 continue
-            steps = list(session.exec(select(Checkpoint.step).where(Checkpoint.job_id == schedule.job_id)
-                                      .order_by(Checkpoint.step)).all())
+            steps = list(
+                session.exec(
+                    select(Checkpoint.step).where(Checkpoint.job_id == schedule.job_id).order_by(Checkpoint.step)
+                ).all()
+            )
             new = [s for s in steps if s > schedule.last_checkpoint_step]
             if not new:
                 continue
-            claimed = session.exec(update(EvalSchedule).where(
-                EvalSchedule.id == schedule_id, EvalSchedule.last_checkpoint_step == schedule.last_checkpoint_step)
+            claimed = session.exec(
+                update(EvalSchedule)
+                .where(
+                    EvalSchedule.id == schedule_id, EvalSchedule.last_checkpoint_step == schedule.last_checkpoint_step
+                )
                 .values(last_checkpoint_step=new[-1], updated_at=utcnow())
-                .execution_options(synchronize_session=False))
+                .execution_options(synchronize_session=False)
+            )
             if claimed.rowcount != 1:
                 continue
             session.refresh(schedule)
@@ -103,8 +123,12 @@ def fire_checkpoint_triggers(job_id: int | None = None) -> list[int]:
                 ordinal = steps.index(step) + 1  # the job's n-th checkpoint
                 if ordinal % max(1, schedule.every_n):
                     continue
-                made = _fire(session, schedule, checkpoint=step,
-                             why=f"checkpoint #{ordinal} (step {step}) of job {schedule.job_id}")
+                made = _fire(
+                    session,
+                    schedule,
+                    checkpoint=step,
+                    why=f"checkpoint #{ordinal} (step {step}) of job {schedule.job_id}",
+                )
                 if made is not None:
                     created.append(made)
     _wake_all(created)
@@ -118,8 +142,9 @@ def fire_now(session: Session, schedule: EvalSchedule) -> tuple[int | None, str]
     return job_id, schedule.last_message or ""
 
 
-def _fire(session: Session, schedule: EvalSchedule, *, checkpoint: int | None, why: str,
-          force: bool = False) -> int | None:
+def _fire(
+    session: Session, schedule: EvalSchedule, *, checkpoint: int | None, why: str, force: bool = False
+) -> int | None:
     """Create the schedule's eval job (in `session`). Returns its id, or None when it cannot run (recorded)."""
     owner = session.get(User, schedule.owner_id)
     now = utcnow()
@@ -130,29 +155,46 @@ def _fire(session: Session, schedule: EvalSchedule, *, checkpoint: int | None, w
         settings = get_settings()
         backend = str(request.backend.get("backend", "transformers"))
         if schedule.model is not None:
-            target = eval_service.resolve_target(session, owner, model=schedule.model, job_id=None, checkpoint=None,
-                                              backend=backend, settings=settings)
+            target = eval_service.resolve_target(
+                session, owner, model=schedule.model, job_id=None, checkpoint=None, backend=backend, settings=settings
+            )
         else:
-            target = eval_service.resolve_target(session, owner, model=None, job_id=schedule.job_id,
-                                              checkpoint=checkpoint if checkpoint is not None else "latest",
-                                              backend=backend, settings=settings)
+            target = eval_service.resolve_target(
+                session,
+                owner,
+                model=None,
+                job_id=schedule.job_id,
+                checkpoint=checkpoint if checkpoint is not None else "latest",
+                backend=backend,
+                settings=settings,
+            )
             if checkpoint is None and not force and _already_evaluated(session, schedule, target.checkpoint_step):
-                schedule.last_message = (f"{now.isoformat(timespec='seconds')}: {why}: skipped, step "
-                                         f"{target.checkpoint_step} of job {schedule.job_id} was already evaluated "
-                                         f"by this schedule")
+                schedule.last_message = (
+                    f"{now.isoformat(timespec='seconds')}: {why}: skipped, step "
+                    f"{target.checkpoint_step} of job {schedule.job_id} was already evaluated "
+                    f"by this schedule"
+                )
                 session.add(schedule)
                 return None
         config = eval_service.absolute_data_paths(request.to_config(target.model_path, name=schedule.name), settings)
         from training_platform.db.endpoints_crud import resolver
 
-        problems = eval_service.check_endpoint(config, resolver(session, settings),
-                                            job_id=None if schedule.model is not None else schedule.job_id)
+        problems = eval_service.check_endpoint(
+            config, resolver(session, settings), job_id=None if schedule.model is not None else schedule.job_id
+        )
         if problems:
             raise RequestError(problems)
-        job = eval_service.create_evaluation(session, owner=owner, name=f"{schedule.name}: {target.label}"[:200],
-                                          config=config, target=target, priority=schedule.priority,
-                                          schedule_id=schedule.id, keep_best_by=schedule.keep_best_by,
-                                          request=schedule.request)
+        job = eval_service.create_evaluation(
+            session,
+            owner=owner,
+            name=f"{schedule.name}: {target.label}"[:200],
+            config=config,
+            target=target,
+            priority=schedule.priority,
+            schedule_id=schedule.id,
+            keep_best_by=schedule.keep_best_by,
+            request=schedule.request,
+        )
     except (RequestError, ValueError) as exc:
         reason = "; ".join(f"{loc}: {msg}" for loc, msg in exc.errors) if isinstance(exc, RequestError) else str(exc)
         schedule.last_message = f"{now.isoformat(timespec='seconds')}: {why}: not run: {reason}"
@@ -170,9 +212,19 @@ def _fire(session: Session, schedule: EvalSchedule, *, checkpoint: int | None, w
 def _already_evaluated(session: Session, schedule: EvalSchedule, step: int | None) -> bool:
     from training_platform.db.models import Evaluation
 
-    return session.exec(select(Evaluation.job_id).join(Job, Job.id == Evaluation.job_id).where(
-        Evaluation.schedule_id == schedule.id, Evaluation.checkpoint_step == step,
-        Evaluation.source_job_id == schedule.job_id, Job.status != "failed")).first() is not None
+    return (
+        session.exec(
+            select(Evaluation.job_id)
+            .join(Job, Job.id == Evaluation.job_id)
+            .where(
+                Evaluation.schedule_id == schedule.id,
+                Evaluation.checkpoint_step == step,
+                Evaluation.source_job_id == schedule.job_id,
+                Job.status != "failed",
+            )
+        ).first()
+        is not None
+    )
 
 
 def _wake_all(job_ids: list[int]) -> None:

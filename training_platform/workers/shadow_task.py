@@ -45,16 +45,24 @@ def run_shadow(sup, job_id: int, config: dict, owner_id: int) -> str:
     sup._start_running("reward shadow test started", {"ok": True, "checks": [{"name": "input", "ok": True}]})
     params = dict(config.get("params") or {})
     try:
-        report = shadow_report(params.pop("old"), params.pop("new"), path, **params,
-                               on_progress=lambda f: sup._progress(f))
+        report = shadow_report(
+            params.pop("old"), params.pop("new"), path, **params, on_progress=lambda f: sup._progress(f)
+        )
     except ShadowInputError as exc:
         result = {"detail": [{"loc": loc, "msg": msg} for loc, msg in exc.errors]}
-        sup._finish(JobStatus.failed.value, "shadow test refused", error=f"shadow test refused: {exc}",
-                    config={**config, "result": result})
+        sup._finish(
+            JobStatus.failed.value,
+            "shadow test refused",
+            error=f"shadow test refused: {exc}",
+            config={**config, "result": result},
+        )
         return JobStatus.failed.value
     except Exception as exc:  # noqa: BLE001 - a reward that raises: the job fails with why
-        sup._finish(JobStatus.failed.value, "shadow test failed", error=f"shadow test failed: {type(exc).__name__}: "
-                                                                      f"{str(exc)[:2000]}")
+        sup._finish(
+            JobStatus.failed.value,
+            "shadow test failed",
+            error=f"shadow test failed: {type(exc).__name__}: {str(exc)[:2000]}",
+        )
         return JobStatus.failed.value
     report["data"] = config.get("path") or f"dataset {config.get('dataset_id')} version {config.get('version_id')}"
     sup.heartbeater.stop()
@@ -64,7 +72,10 @@ def run_shadow(sup, job_id: int, config: dict, owner_id: int) -> str:
             raise supervisor.JobLost()
         job.config = {**config, "result": report}
         job.current_step = 100
-        job_service.transition(session, job, JobStatus.succeeded,
-                        f"reward shadow test: {report['verdict']} (spearman {report['spearman']}, kendall "
-                        f"{report['kendall']})")
+        job_service.transition(
+            session,
+            job,
+            JobStatus.succeeded,
+            f"reward shadow test: {report['verdict']} (spearman {report['spearman']}, kendall {report['kendall']})",
+        )
     return JobStatus.succeeded.value

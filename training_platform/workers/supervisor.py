@@ -88,29 +88,47 @@ def claim_next_job(kind: str, worker: str, task_id: str | None = None) -> int | 
     """
     for _ in range(CLAIM_RETRIES):
         with session_scope() as session:
-            pick = (select(Job.id)
-                    .where(Job.status == JobStatus.queued.value, Job.kind == kind)
-                    .order_by(Job.priority.desc(), Job.id.asc())
-                    .limit(1))
+            pick = (
+                select(Job.id)
+                .where(Job.status == JobStatus.queued.value, Job.kind == kind)
+                .order_by(Job.priority.desc(), Job.id.asc())
+                .limit(1)
+            )
             if session.get_bind().dialect.name == "postgresql":
                 pick = pick.with_for_update(skip_locked=True)
             now = utcnow()
-            stmt = (update(Job)
-                    .where(Job.id == pick.scalar_subquery(), Job.status == JobStatus.queued.value)
-                    .values(status=JobStatus.preflight.value, worker=worker, heartbeat_at=now,
-                            attempts=Job.attempts + 1, updated_at=now, celery_task_id=task_id, error=None,
-                            preflight=None, finished_at=None)
-                    .returning(Job.id, Job.attempts)
-                    .execution_options(synchronize_session=False))
+            stmt = (
+                update(Job)
+                .where(Job.id == pick.scalar_subquery(), Job.status == JobStatus.queued.value)
+                .values(
+                    status=JobStatus.preflight.value,
+                    worker=worker,
+                    heartbeat_at=now,
+                    attempts=Job.attempts + 1,
+                    updated_at=now,
+                    celery_task_id=task_id,
+                    error=None,
+                    preflight=None,
+                    finished_at=None,
+                )
+                .returning(Job.id, Job.attempts)
+                .execution_options(synchronize_session=False)
+            )
             row = session.exec(stmt).first()
             if row is not None:
                 job_id, attempts = row
-                session.add(JobEvent(job_id=job_id, from_status=JobStatus.queued.value,
-                                     to_status=JobStatus.preflight.value,
-                                     reason=f"claimed by {worker} (attempt {attempts})"))
+                session.add(
+                    JobEvent(
+                        job_id=job_id,
+                        from_status=JobStatus.queued.value,
+                        to_status=JobStatus.preflight.value,
+                        reason=f"claimed by {worker} (attempt {attempts})",
+                    )
+                )
                 return job_id
-            remaining = session.exec(select(func.count()).select_from(Job).where(
-                Job.status == JobStatus.queued.value, Job.kind == kind)).one()
+            remaining = session.exec(
+                select(func.count()).select_from(Job).where(Job.status == JobStatus.queued.value, Job.kind == kind)
+            ).one()
         if not remaining:
             return None
         time.sleep(0.05)
@@ -140,13 +158,17 @@ class Heartbeater(threading.Thread):
         if self.step is not None:
             values["current_step"] = case((Job.current_step < self.step, self.step), else_=Job.current_step)
         with session_scope() as session:
-            result = session.exec(update(Job).where(Job.id == self.job_id, Job.worker == self.worker,
-                                                    Job.status.in_(ACTIVE)).values(**values)
-                                   .execution_options(synchronize_session=False))
+            result = session.exec(
+                update(Job)
+                .where(Job.id == self.job_id, Job.worker == self.worker, Job.status.in_(ACTIVE))
+                .values(**values)
+                .execution_options(synchronize_session=False)
+            )
             if result.rowcount == 0:
                 self.lost.set()
-                log.warning("job %s is no longer owned by %s (requeued or finished elsewhere)", self.job_id,
-                            self.worker)
+                log.warning(
+                    "job %s is no longer owned by %s (requeued or finished elsewhere)", self.job_id, self.worker
+                )
                 return False
         return True
 
@@ -180,8 +202,16 @@ def _first_line(text: str) -> str:
     return text.splitlines()[0] if text else ""
 
 
-def classify_exit(returncode: int, *, run_info: dict, error_info: dict | None, console_tail: list[str],
-                  cancel_requested: bool, killed_by_us: bool, shutting_down: bool) -> tuple[str, str, str | None]:
+def classify_exit(
+    returncode: int,
+    *,
+    run_info: dict,
+    error_info: dict | None,
+    console_tail: list[str],
+    cancel_requested: bool,
+    killed_by_us: bool,
+    shutting_down: bool,
+) -> tuple[str, str, str | None]:
     """How a training process ended -> (job status, event reason, job.error).
 
     exit 0 + succeeded -> succeeded; exit 0 + stopped -> cancelled if a cancel was requested, else queued again
@@ -198,8 +228,11 @@ def classify_exit(returncode: int, *, run_info: dict, error_info: dict | None, c
             if cancel_requested:
                 return JobStatus.cancelled.value, f"cancelled by user (stopped{at} with a checkpoint)", None
             who = "worker shutting down" if shutting_down else why
-            return JobStatus.queued.value, f"stopped{at} ({who}) without a cancel request: requeued to resume " \
-                                           f"from its checkpoint", None
+            return (
+                JobStatus.queued.value,
+                f"stopped{at} ({who}) without a cancel request: requeued to resume from its checkpoint",
+                None,
+            )
         error = f"training process exited 0 but run.json says status={status!r}"
         return JobStatus.failed.value, error, error
     if returncode == 1:
@@ -210,13 +243,19 @@ def classify_exit(returncode: int, *, run_info: dict, error_info: dict | None, c
             error = _first_line(run_info.get("error", "")) or (console_tail[-1] if console_tail else "unknown error")
         return JobStatus.failed.value, f"training failed{at}", error
     if returncode == 2:
-        lines = [ln.strip() for ln in console_tail if ln.strip() and "nothing was started" not in ln
-                 and not ln.startswith(("Traceback", "  "))]
+        lines = [
+            ln.strip()
+            for ln in console_tail
+            if ln.strip() and "nothing was started" not in ln and not ln.startswith(("Traceback", "  "))
+        ]
         detail = "; ".join(lines[-10:])[:2000] or "see the console log"
         return JobStatus.failed.value, "invalid config", f"invalid config: {detail}"
     if returncode < 0:
-        name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else \
-            f"signal {-returncode}"
+        name = (
+            signal.Signals(-returncode).name
+            if -returncode in signal.Signals._value2member_map_
+            else f"signal {-returncode}"
+        )
         if cancel_requested and killed_by_us:
             return JobStatus.cancelled.value, f"cancelled by user (training process did not stop, {name} sent)", None
         hint = " (out of memory?)" if name == "SIGKILL" and not killed_by_us else ""
@@ -317,8 +356,11 @@ class JobSupervisor:
             log.exception("job %s: worker error", self.job_id)
             self._stop_child("worker error")
             with contextlib.suppress(Exception):
-                self._finish(JobStatus.failed.value, "worker error",
-                             error=f"worker error: {type(exc).__name__}: {_first_line(str(exc))}")
+                self._finish(
+                    JobStatus.failed.value,
+                    "worker error",
+                    error=f"worker error: {type(exc).__name__}: {_first_line(str(exc))}",
+                )
             return JobStatus.failed.value
         finally:
             self.heartbeater.stop()
@@ -348,23 +390,41 @@ class JobSupervisor:
 
         problems = self._path_problems(job)
         if problems:
-            report = {"ok": False, "checks": [{"name": "paths", "ok": False,
-                                               "detail": f"{len(problems)} path(s) refused"}],
-                      "errors": [{"loc": e.path, "msg": e.reason} for e in problems]}
-            self._finish(JobStatus.failed.value, "preflight failed",
-                         error=f"preflight failed: {gate.summarize(report)}", preflight=report)
+            report = {
+                "ok": False,
+                "checks": [{"name": "paths", "ok": False, "detail": f"{len(problems)} path(s) refused"}],
+                "errors": [{"loc": e.path, "msg": e.reason} for e in problems],
+            }
+            self._finish(
+                JobStatus.failed.value,
+                "preflight failed",
+                error=f"preflight failed: {gate.summarize(report)}",
+                preflight=report,
+            )
             return JobStatus.failed.value
         try:
-            report = gate.run_preflight(job.config, data_dir=self.settings.data_path,
-                                        min_free_disk_mb=self.settings.min_free_disk_mb, job_id=self.job_id)
+            report = gate.run_preflight(
+                job.config,
+                data_dir=self.settings.data_path,
+                min_free_disk_mb=self.settings.min_free_disk_mb,
+                job_id=self.job_id,
+            )
         except Exception as exc:  # noqa: BLE001 - a crashing check fails the job, loudly
-            report = {"ok": False, "checks": [{"name": "preflight", "ok": False, "detail": "crashed"}],
-                      "errors": [{"loc": "<preflight>", "msg": f"{type(exc).__name__}: {_first_line(str(exc))}"}]}
-        log.info("job %s: preflight %s in %.1fs", self.job_id, "ok" if report["ok"] else "FAILED",
-                 report.get("seconds", 0))
+            report = {
+                "ok": False,
+                "checks": [{"name": "preflight", "ok": False, "detail": "crashed"}],
+                "errors": [{"loc": "<preflight>", "msg": f"{type(exc).__name__}: {_first_line(str(exc))}"}],
+            }
+        log.info(
+            "job %s: preflight %s in %.1fs", self.job_id, "ok" if report["ok"] else "FAILED", report.get("seconds", 0)
+        )
         if not report["ok"]:
-            self._finish(JobStatus.failed.value, "preflight failed",
-                         error=f"preflight failed: {gate.summarize(report)}", preflight=report)
+            self._finish(
+                JobStatus.failed.value,
+                "preflight failed",
+                error=f"preflight failed: {gate.summarize(report)}",
+                preflight=report,
+            )
             return JobStatus.failed.value
         self._update_owned(preflight=report)
 
@@ -383,8 +443,10 @@ class JobSupervisor:
                 if resume_step is not None:
                     dropped = crud.delete_metrics_after(session, self.job_id, resume_step)
                     locked.current_step = resume_step
-                    reason = f"resuming from checkpoint step {resume_step} (attempt {locked.attempts}; " \
-                             f"{dropped} metric points after it dropped)"
+                    reason = (
+                        f"resuming from checkpoint step {resume_step} (attempt {locked.attempts}; "
+                        f"{dropped} metric points after it dropped)"
+                    )
                 else:
                     crud.delete_metrics_after(session, self.job_id, -1)  # nothing survives a fresh start
                     locked.current_step = 0
@@ -435,13 +497,22 @@ class JobSupervisor:
             waited = time.monotonic() - started
             pid = _run_info(self.run_dir).get("pid")
             if signalled is None:
-                log.info("job %s: waiting for the previous training process (pid %s) to leave %s", self.job_id,
-                         pid, self.run_dir)
+                log.info(
+                    "job %s: waiting for the previous training process (pid %s) to leave %s",
+                    self.job_id,
+                    pid,
+                    self.run_dir,
+                )
                 signalled = "none"
             for after, sig in ((RUN_LOCK_TERM_AFTER_S, signal.SIGTERM), (RUN_LOCK_KILL_AFTER_S, signal.SIGKILL)):
                 if waited > after and signalled != sig.name and isinstance(pid, int) and _is_training_process(pid):
-                    log.warning("job %s: previous training process %s still running after %.0fs: %s", self.job_id,
-                                pid, waited, sig.name)
+                    log.warning(
+                        "job %s: previous training process %s still running after %.0fs: %s",
+                        self.job_id,
+                        pid,
+                        waited,
+                        sig.name,
+                    )
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, sig)
                     signalled = sig.name
@@ -471,8 +542,11 @@ class JobSupervisor:
             n += 1
         self.run_dir.rename(aside)
         with session_scope() as session:  # registered checkpoints of that attempt are no longer at their path
-            crud.mark_checkpoints_removed(session, self.job_id, [str(self.run_dir / "checkpoints" / p.name)
-                                                                 for p in RunDir(aside).checkpoint_dirs()])
+            crud.mark_checkpoints_removed(
+                session,
+                self.job_id,
+                [str(self.run_dir / "checkpoints" / p.name) for p in RunDir(aside).checkpoint_dirs()],
+            )
         why = "no checkpoint" if latest is None else f"{job.algorithm} cannot resume"
         return None, f"; previous attempt's run directory ({why}) moved to {aside.name}"
 
@@ -480,8 +554,12 @@ class JobSupervisor:
         ingest = RunIngest(self.job_id, self.run_dir)
         ingest.sync(final=True)
         step = _run_info(self.run_dir).get("step") or ingest.max_step
-        self._finish(JobStatus.succeeded.value, f"finished at step {step} (by the previous attempt's process)",
-                     run_dir=str(self.run_dir), current_step=step)
+        self._finish(
+            JobStatus.succeeded.value,
+            f"finished at step {step} (by the previous attempt's process)",
+            run_dir=str(self.run_dir),
+            current_step=step,
+        )
         return JobStatus.succeeded.value
 
     # -- training
@@ -512,21 +590,33 @@ class JobSupervisor:
 
     def _train(self, job: Job, resume_step: int | None) -> str:
         cmd = self._command(resume_step is not None)
-        env = {**os.environ, "TP_DATA_DIR": str(self.settings.data_path), "PYTHONUNBUFFERED": "1",
-               "TOKENIZERS_PARALLELISM": "false"}
+        env = {
+            **os.environ,
+            "TP_DATA_DIR": str(self.settings.data_path),
+            "PYTHONUNBUFFERED": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
         if gate.gate_dir(self.settings.data_path, self.job_id).is_dir():  # data.gate: the preflight's decision
             env["TP_GATE_REPORTS_DIR"] = str(gate.gate_dir(self.settings.data_path, self.job_id))
         ingest = RunIngest(self.job_id, self.run_dir, hold_above_step=resume_step)
         with self.console_file.open("ab") as console:
-            console.write(f"\n=== {utcnow().isoformat()} job {self.job_id} on {self.worker}: "
-                          f"{' '.join(cmd)}\n".encode())
+            console.write(
+                f"\n=== {utcnow().isoformat()} job {self.job_id} on {self.worker}: {' '.join(cmd)}\n".encode()
+            )
             console.flush()
             console_start = console.tell()
             if resume_step is not None:  # the history up to the checkpoint (the last attempt may not have sent it)
                 ingest.sync()
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
-                                         env=env, cwd=self.runs, pass_fds=(self._lock_fd,),
-                                         preexec_fn=die_with_parent(signal.SIGTERM))
+            self.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.runs,
+                pass_fds=(self._lock_fd,),
+                preexec_fn=die_with_parent(signal.SIGTERM),
+            )
         log.info("job %s: training process %s started: %s", self.job_id, self.proc.pid, " ".join(cmd))
         returncode, cancel_requested, killed_by_us = self._supervise(ingest)
         if self.heartbeater.lost.is_set():
@@ -545,10 +635,15 @@ class JobSupervisor:
                 time.sleep(1)
         info = _run_info(self.run_dir)
         error_info = _read_json(self.run_dir / "error.json") if returncode == 1 else None
-        status, reason, error = classify_exit(returncode, run_info=info, error_info=error_info,
-                                              console_tail=_tail(self.console_file, console_start),
-                                              cancel_requested=cancel_requested, killed_by_us=killed_by_us,
-                                              shutting_down=self.shutting_down)
+        status, reason, error = classify_exit(
+            returncode,
+            run_info=info,
+            error_info=error_info,
+            console_tail=_tail(self.console_file, console_start),
+            cancel_requested=cancel_requested,
+            killed_by_us=killed_by_us,
+            shutting_down=self.shutting_down,
+        )
         step = info.get("step")
         step = step if isinstance(step, int) else ingest.max_step
         self._finish(status, reason, error=error, current_step=step)
@@ -634,8 +729,13 @@ def _checkpoint_triggers(job_id: int) -> None:
         log.warning("job %s: checkpoint triggers failed (the schedule tick retries): %s", job_id, exc)
 
 
-def run_next_job(kind: str = "train", *, worker: str | None = None, task_id: str | None = None,
-                 supervisor_class: type[JobSupervisor] | None = None) -> int | None:
+def run_next_job(
+    kind: str = "train",
+    *,
+    worker: str | None = None,
+    task_id: str | None = None,
+    supervisor_class: type[JobSupervisor] | None = None,
+) -> int | None:
     """Claim the most urgent queued job of `kind` and run it to its end here with `supervisor_class` (training:
     JobSupervisor; data and eval jobs pass theirs). Returns its id (None: no job)."""
     worker = worker or worker_identity()
@@ -703,8 +803,11 @@ def _lost_wakeups() -> dict[str, int]:
 
     cutoff = utcnow() - timedelta(seconds=LOST_MESSAGE_AFTER_S)
     with session_scope() as session:
-        rows = session.exec(select(Job.kind, func.count()).where(
-            Job.status == JobStatus.queued.value, Job.updated_at < cutoff).group_by(Job.kind)).all()
+        rows = session.exec(
+            select(Job.kind, func.count())
+            .where(Job.status == JobStatus.queued.value, Job.updated_at < cutoff)
+            .group_by(Job.kind)
+        ).all()
     missing = {}
     for kind, count in rows:
         if kind not in TASK_FOR_KIND:

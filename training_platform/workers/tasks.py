@@ -72,8 +72,9 @@ def _warm_up() -> None:
         log.warning("warm-up import failed: %s", exc)
 
 
-@app.task(name="training_platform.workers.tasks.run_next_training_job", bind=True, acks_late=True,
-          reject_on_worker_lost=True)
+@app.task(
+    name="training_platform.workers.tasks.run_next_training_job", bind=True, acks_late=True, reject_on_worker_lost=True
+)
 def run_next_training_job(self) -> int | None:
     _wait_for_warm_up()
     worker = supervisor.worker_identity(self.request.hostname)

@@ -24,15 +24,26 @@ def job_checkpoints(job: VisibleJob, session: SessionDep):
     out = []
     for ckpt in session.exec(select(Checkpoint).where(Checkpoint.job_id == job.id).order_by(Checkpoint.step)).all():
         result = results.get(ckpt.step) or {}
-        out.append({**ckpt.model_dump(), "evaluation_id": result.get("evaluation_id"),
-                    "eval_metrics": result.get("metrics") or {}, "is_best": ckpt.step == best_step})
+        out.append(
+            {
+                **ckpt.model_dump(),
+                "evaluation_id": result.get("evaluation_id"),
+                "eval_metrics": result.get("metrics") or {},
+                "is_best": ckpt.step == best_step,
+            }
+        )
     return out
 
 
 @router.get("/{job_id}/best_checkpoint")
-def best_checkpoint(job: VisibleJob, session: SessionDep,
-                    metric: Annotated[str | None, Query(max_length=130, description='e.g. "gsm8k/accuracy"; '
-                                                        'default: the metric the job keeps its best by.')] = None):
+def best_checkpoint(
+    job: VisibleJob,
+    session: SessionDep,
+    metric: Annotated[
+        str | None,
+        Query(max_length=130, description='e.g. "gsm8k/accuracy"; default: the metric the job keeps its best by.'),
+    ] = None,
+):
     """The checkpoint with the highest value of `metric` among the job's evaluated, still existing checkpoints
     (the earliest step wins a tie)."""
     if metric is None:

@@ -43,8 +43,14 @@ def _examples() -> tuple[ExampleConfig, ...]:
             if not line.startswith("#"):
                 break
             comments.append(line.lstrip("# ").rstrip())
-        out.append(ExampleConfig(name=path.stem, algorithm=str(config.get("algorithm", {}).get("name", "")),
-                                 description=" ".join(comments), config=config))
+        out.append(
+            ExampleConfig(
+                name=path.stem,
+                algorithm=str(config.get("algorithm", {}).get("name", "")),
+                description=" ".join(comments),
+                config=config,
+            )
+        )
     return tuple(out)
 
 

@@ -49,8 +49,9 @@ router = APIRouter(prefix="/datasets", tags=["datasets"])
 FORM_FIELDS = ("name", "format", "policy", "description")
 MAX_FIELD_BYTES = 64 * 1024
 FORM_OVERHEAD = 1 << 20  # multipart framing + text fields allowed on top of the file itself
-DatasetName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128,
-                                               pattern=schemas.NAME_PATTERN)]
+DatasetName = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128, pattern=schemas.NAME_PATTERN)
+]
 Policy = Literal["reject", "quarantine"]
 SEARCH_SCAN_ROWS = 200_000  # rows a `q` search of the row preview reads at most (the API reads bounded amounts)
 
@@ -73,8 +74,9 @@ class DatasetRead(BaseModel):
     name: str
     owner: str
     description: str
-    shared: bool = Field(False, description="Readable (and usable in jobs) by every user; set by the owner or an "
-                                            "admin with PATCH.")
+    shared: bool = Field(
+        False, description="Readable (and usable in jobs) by every user; set by the owner or an admin with PATCH."
+    )
     current_version_id: int | None
     current_version: CurrentVersion | None = Field(None, description="The latest version at a glance.")
     version_count: int
@@ -118,34 +120,44 @@ class VersionDetail(VersionRead):
 
 class IngestQueued(BaseModel):
     dataset: DatasetRead = Field(description="The dataset the file goes to (created by this request if new).")
-    job: schemas.JobSubmitted = Field(description=(
-        "The `ingest` data job that validates and stores the file: follow it at /jobs/{id}. Once succeeded, its "
-        "`config.result` holds `version_id` and `created` (false: the dataset already had this content); once "
-        "failed, `config.result.detail` lists the problems (`line N: field`), and nothing was stored."))
+    job: schemas.JobSubmitted = Field(
+        description=(
+            "The `ingest` data job that validates and stores the file: follow it at /jobs/{id}. Once succeeded, its "
+            "`config.result` holds `version_id` and `created` (false: the dataset already had this content); once "
+            "failed, `config.result.detail` lists the problems (`line N: field`), and nothing was stored."
+        )
+    )
     staged_bytes: int = Field(description="Bytes received and staged for the worker.")
 
 
 class RegisterBody(schemas.RequestBody):
     name: DatasetName
     path: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4096)] = Field(
-        description="A file on the server, inside the allowed directories (relative paths: under TP_DATA_DIR).")
+        description="A file on the server, inside the allowed directories (relative paths: under TP_DATA_DIR)."
+    )
     format: str | None = None
     policy: Policy = "reject"
     description: Annotated[str, StringConstraints(max_length=2000)] = ""
 
 
 class DatasetUpdate(schemas.RequestBody):
-    shared: bool | None = Field(None, description="Share the dataset with every user (read and use; only the owner "
-                                                  "and admins change or delete it).")
+    shared: bool | None = Field(
+        None,
+        description="Share the dataset with every user (read and use; only the owner and admins change or delete it).",
+    )
     description: Annotated[str, StringConstraints(max_length=2000)] | None = None
 
 
 class OperationCreate(schemas.RequestBody):
     operation: Literal["clean", "dedup", "convert", "score", "decontaminate"]
-    params: dict[str, Any] = Field(default_factory=dict, description=(
-        'clean: {"recipe": {...}}; dedup: {"threshold", "num_perm", "ngram", ...}; convert: {"to": FORMAT}; '
-        'score: {"heuristics", "by", "min", "max", "top_k", "judge": {"endpoint": NAME, "model"}, ...}; '
-        'decontaminate: {"eval_sets": [paths], "ngram"}'))
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            'clean: {"recipe": {...}}; dedup: {"threshold", "num_perm", "ngram", ...}; convert: {"to": FORMAT}; '
+            'score: {"heuristics", "by", "min", "max", "top_k", "judge": {"endpoint": NAME, "model"}, ...}; '
+            'decontaminate: {"eval_sets": [paths], "ngram"}'
+        ),
+    )
     name: schemas.JobName | None = None
     priority: schemas.Priority = 0
 
@@ -162,8 +174,11 @@ class RowsPage(BaseModel):
     limit: int
     offset: int
     q: str | None
-    complete: bool = Field(True, description=f"False: a search stopped after scanning {SEARCH_SCAN_ROWS} rows; "
-                                             f"`total` counts the matches among them.")
+    complete: bool = Field(
+        True,
+        description=f"False: a search stopped after scanning {SEARCH_SCAN_ROWS} rows; "
+        f"`total` counts the matches among them.",
+    )
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -197,8 +212,9 @@ def _dataset_out(session: Session, dataset: Dataset, owner_name: str | None = No
         owner = session.get(User, dataset.owner_id)
         owner_name = owner.name if owner is not None else f"#{dataset.owner_id}"
     if count is None:
-        count = session.exec(select(func.count()).select_from(DatasetVersionRecord)
-                             .where(DatasetVersionRecord.dataset_id == dataset.id)).one()
+        count = session.exec(
+            select(func.count()).select_from(DatasetVersionRecord).where(DatasetVersionRecord.dataset_id == dataset.id)
+        ).one()
     current = session.get(DatasetVersionRecord, dataset.current_version_id) if dataset.current_version_id else None
     current_out = current.model_dump(include=set(CurrentVersion.model_fields)) if current is not None else None
     return {**dataset.model_dump(), "owner": owner_name, "version_count": count, "current_version": current_out}
@@ -209,13 +225,30 @@ def _version_out(version: DatasetVersionRecord) -> dict:
 
 
 def _version_detail(session: Session, version: DatasetVersionRecord) -> dict:
-    return {**version.model_dump(exclude={"audit"}), "audit_cached": version.audit is not None,
-            "lineage": [v.model_dump(include=set(LineageItem.model_fields))
-                        for v in dataset_service.lineage(session, version)]}
+    return {
+        **version.model_dump(exclude={"audit"}),
+        "audit_cached": version.audit is not None,
+        "lineage": [
+            v.model_dump(include=set(LineageItem.model_fields)) for v in dataset_service.lineage(session, version)
+        ],
+    }
 
 
-def _queue_ingest(session: Session, user: User, staged: Path, settings: Settings, *, name: str, suffix: str,
-                  fmt: str | None, policy: str, description: str, kind: str, recipe: dict, source: str) -> dict:
+def _queue_ingest(
+    session: Session,
+    user: User,
+    staged: Path,
+    settings: Settings,
+    *,
+    name: str,
+    suffix: str,
+    fmt: str | None,
+    policy: str,
+    description: str,
+    kind: str,
+    recipe: dict,
+    source: str,
+) -> dict:
     """The dataset (created if new) and an `ingest` data job for a staged file (the worker removes the file when it
     is done with it). The response body."""
     from training_platform.api.routes.jobs import job_read, wake
@@ -230,19 +263,31 @@ def _queue_ingest(session: Session, user: User, staged: Path, settings: Settings
             if attempt:
                 raise conflict(f"dataset {name!r} was changed by a concurrent request; try again") from None
     size = staged.stat().st_size
-    config = {"operation": dataset_service.INGEST, "kind": kind, "dataset_id": dataset.id,
-              "staged": str(staged.relative_to(settings.data_path)), "suffix": suffix, "format": fmt,
-              "policy": policy, "source": source, "recipe": recipe, "size_bytes": size}
+    config = {
+        "operation": dataset_service.INGEST,
+        "kind": kind,
+        "dataset_id": dataset.id,
+        "staged": str(staged.relative_to(settings.data_path)),
+        "suffix": suffix,
+        "format": fmt,
+        "policy": policy,
+        "source": source,
+        "recipe": recipe,
+        "size_bytes": size,
+    }
     job = crud.create_job(session, owner=user, name=f"{kind} {name}"[:200], config=config, kind="data")
     job.algorithm = dataset_service.INGEST
     job.max_steps = 100  # progress in percent
     session.add(job)
     session.commit()
-    log.info("dataset %s (%s): %s of %s bytes staged by %s; ingest job %s", dataset.id, name, kind, size, user.name,
-             job.id)
-    return {"dataset": _dataset_out(session, dataset, user.name),
-            "job": job_read(session, job, user.name, warning=wake("data", job.priority, job.id)),
-            "staged_bytes": size}
+    log.info(
+        "dataset %s (%s): %s of %s bytes staged by %s; ingest job %s", dataset.id, name, kind, size, user.name, job.id
+    )
+    return {
+        "dataset": _dataset_out(session, dataset, user.name),
+        "job": job_read(session, job, user.name, warning=wake("data", job.priority, job.id)),
+        "staged_bytes": size,
+    }
 
 
 # ---------------------------------------------------------------------------------------------- multipart upload
@@ -297,9 +342,9 @@ class MultipartStream:
             if self.state == "preamble":
                 i = self.buf.find(self.dash_boundary)
                 if i < 0:
-                    self.buf = self.buf[-(len(self.dash_boundary) - 1):]
+                    self.buf = self.buf[-(len(self.dash_boundary) - 1) :]
                     return
-                self.buf = self.buf[i + len(self.dash_boundary):]
+                self.buf = self.buf[i + len(self.dash_boundary) :]
                 self.state = "boundary"
             elif self.state == "boundary":
                 if len(self.buf) < 2:
@@ -320,7 +365,7 @@ class MultipartStream:
                         raise MultipartError("multipart part headers too large")
                     return
                 self._begin(self.buf[:i])
-                self.buf, self.state = self.buf[i + 4:], "data"
+                self.buf, self.state = self.buf[i + 4 :], "data"
             elif self.state == "data":
                 i = self.buf.find(self.delimiter)
                 if i < 0:
@@ -332,7 +377,7 @@ class MultipartStream:
                 if i:
                     self.part_data(self.buf[:i])
                 self.part_end()
-                self.buf, self.state = self.buf[i + len(self.delimiter):], "boundary"
+                self.buf, self.state = self.buf[i + len(self.delimiter) :], "boundary"
             else:  # end: the epilogue is ignored
                 self.buf = b""
                 return
@@ -422,17 +467,21 @@ class UploadTooLarge(Exception):
 
 
 def _too_large(max_bytes: int) -> HTTPException:
-    return HTTPException(status.HTTP_413_CONTENT_TOO_LARGE,
-                         detail=f"the upload is larger than the limit of {max_bytes / 2**20:g} MB (TP_MAX_UPLOAD_MB); "
-                                f"nothing was stored")
+    return HTTPException(
+        status.HTTP_413_CONTENT_TOO_LARGE,
+        detail=f"the upload is larger than the limit of {max_bytes / 2**20:g} MB (TP_MAX_UPLOAD_MB); "
+        f"nothing was stored",
+    )
 
 
 def _boundary(content_type: str) -> bytes:
     mime, _, rest = content_type.partition(";")
     if mime.strip().lower() != "multipart/form-data":
-        raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
-                            detail="upload the dataset as multipart/form-data (fields: file, name, format, policy, "
-                                   f"description), got {mime.strip() or 'no Content-Type'!r}")
+        raise HTTPException(
+            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+            detail="upload the dataset as multipart/form-data (fields: file, name, format, policy, "
+            f"description), got {mime.strip() or 'no Content-Type'!r}",
+        )
     params = _content_disposition("x;" + rest)
     boundary = params.get("boundary", "")
     if not boundary or len(boundary) > 200:
@@ -440,16 +489,34 @@ def _boundary(content_type: str) -> bytes:
     return boundary.encode("latin-1", errors="replace")
 
 
-UPLOAD_OPENAPI = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
-    "type": "object", "required": ["file", "name"],
-    "properties": {
-        "file": {"type": "string", "format": "binary", "description": "JSONL, JSON, Parquet or CSV."},
-        "name": {"type": "string", "pattern": schemas.NAME_PATTERN, "maxLength": 128,
-                 "description": "Dataset name (yours; an existing name gets a new version)."},
-        "format": {"type": "string", "description": "Row format (default: detected from the first row)."},
-        "policy": {"type": "string", "enum": ["reject", "quarantine"], "default": "reject"},
-        "description": {"type": "string"},
-    }}}}}}
+UPLOAD_OPENAPI = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file", "name"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary", "description": "JSONL, JSON, Parquet or CSV."},
+                        "name": {
+                            "type": "string",
+                            "pattern": schemas.NAME_PATTERN,
+                            "maxLength": 128,
+                            "description": "Dataset name (yours; an existing name gets a new version).",
+                        },
+                        "format": {
+                            "type": "string",
+                            "description": "Row format (default: detected from the first row).",
+                        },
+                        "policy": {"type": "string", "enum": ["reject", "quarantine"], "default": "reject"},
+                        "description": {"type": "string"},
+                    },
+                }
+            }
+        },
+    }
+}
 
 
 def _form_values(form: UploadForm) -> tuple[dict[str, Any], list[tuple[str, str]]]:
@@ -461,8 +528,13 @@ def _form_values(form: UploadForm) -> tuple[dict[str, Any], list[tuple[str, str]
     if not name:
         errors.append(("name", "field required"))
     elif len(name) > 128 or not re.match(schemas.NAME_PATTERN, name):
-        errors.append(("name", "may only contain letters, digits, '_', '.', '-' and must start with a letter or "
-                               "digit (at most 128 characters)"))
+        errors.append(
+            (
+                "name",
+                "may only contain letters, digits, '_', '.', '-' and must start with a letter or "
+                "digit (at most 128 characters)",
+            )
+        )
     policy = fields.get("policy") or "reject"
     if policy not in ("reject", "quarantine"):
         errors.append(("policy", f"must be reject or quarantine, got {policy!r}"))
@@ -475,18 +547,28 @@ def _form_values(form: UploadForm) -> tuple[dict[str, Any], list[tuple[str, str]
     description = fields.get("description", "")
     if len(description) > 2000:
         errors.append(("description", "must be at most 2000 characters"))
-    errors += [(key, "must not contain NUL (\\u0000) characters")  # PostgreSQL stores none
-               for key, value in (*fields.items(), ("file", form.filename or "")) if "\x00" in value]
+    errors += [
+        (key, "must not contain NUL (\\u0000) characters")  # PostgreSQL stores none
+        for key, value in (*fields.items(), ("file", form.filename or ""))
+        if "\x00" in value
+    ]
     return {"name": name, "policy": policy, "fmt": fmt, "description": description}, errors
 
 
 # ---------------------------------------------------------------------------------------------- endpoints
 
 
-@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=IngestQueued, openapi_extra=UPLOAD_OPENAPI,
-             responses={**errors.responses(400, 409, 415),
-                        413: {"model": schemas.ErrorOut, "description": "Larger than TP_MAX_UPLOAD_MB"},
-                        422: {"model": schemas.ErrorOut, "description": "Bad form fields"}})
+@router.post(
+    "",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=IngestQueued,
+    openapi_extra=UPLOAD_OPENAPI,
+    responses={
+        **errors.responses(400, 409, 415),
+        413: {"model": schemas.ErrorOut, "description": "Larger than TP_MAX_UPLOAD_MB"},
+        422: {"model": schemas.ErrorOut, "description": "Bad form fields"},
+    },
+)
 async def upload_dataset(request: Request, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """Upload a dataset file (multipart: `file`, `name`, optional `format`, `policy` reject|quarantine,
     `description`). The file is streamed to a staging file (at most TP_MAX_UPLOAD_MB; memory stays flat) and
@@ -531,18 +613,32 @@ async def upload_dataset(request: Request, session: SessionDep, user: CurrentUse
     recipe = {"filename": form.filename, "policy": values["policy"], "format": values["fmt"] or "auto"}
     try:
         return await run_in_threadpool(
-            _queue_ingest, session, user, form.path, settings, name=values["name"], suffix=form.suffix,
-            fmt=values["fmt"], policy=values["policy"], description=values["description"], kind="upload",
-            recipe=recipe, source=form.filename)
+            _queue_ingest,
+            session,
+            user,
+            form.path,
+            settings,
+            name=values["name"],
+            suffix=form.suffix,
+            fmt=values["fmt"],
+            policy=values["policy"],
+            description=values["description"],
+            kind="upload",
+            recipe=recipe,
+            source=form.filename,
+        )
     except BaseException:
         form.discard()
         raise
 
 
-@router.post("/register", status_code=status.HTTP_202_ACCEPTED, response_model=IngestQueued,
-             dependencies=[JsonBody],
-             responses={**errors.responses(409),
-                        422: {"model": schemas.ErrorOut, "description": "Path policy or fields"}})
+@router.post(
+    "/register",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=IngestQueued,
+    dependencies=[JsonBody],
+    responses={**errors.responses(409), 422: {"model": schemas.ErrorOut, "description": "Path policy or fields"}},
+)
 def register_dataset(body: RegisterBody, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """Register a file already on the server (inside the allowed directories). It is copied into the staging area
     (so the version stays immutable whatever happens to the original) and ingested like an upload by a data job:
@@ -567,16 +663,38 @@ def register_dataset(body: RegisterBody, session: SessionDep, user: CurrentUser,
         raise ValidationFailed([("path", str(exc))]) from None
     limit = int(settings.max_dataset_expanded_mb * 2**20)
     if source.stat().st_size > limit:
-        raise ValidationFailed([("path", f"the file is larger than the limit of {settings.max_dataset_expanded_mb:g} "
-                                         f"MB per dataset file (TP_MAX_DATASET_EXPANDED_MB)")])
+        raise ValidationFailed(
+            [
+                (
+                    "path",
+                    f"the file is larger than the limit of {settings.max_dataset_expanded_mb:g} "
+                    f"MB per dataset file (TP_MAX_DATASET_EXPANDED_MB)",
+                )
+            ]
+        )
     staged = dataset_service.new_staging_path(settings, suffix)
     try:
         shutil.copyfile(source, staged)  # a snapshot: the original may change after this
-        recipe = {"source": body.path, "resolved": shown(source, settings), "policy": body.policy,
-                  "format": fmt or "auto"}
-        return _queue_ingest(session, user, staged, settings, name=body.name, suffix=suffix, fmt=fmt,
-                             policy=body.policy, description=body.description, kind="register", recipe=recipe,
-                             source=shown(source, settings))
+        recipe = {
+            "source": body.path,
+            "resolved": shown(source, settings),
+            "policy": body.policy,
+            "format": fmt or "auto",
+        }
+        return _queue_ingest(
+            session,
+            user,
+            staged,
+            settings,
+            name=body.name,
+            suffix=suffix,
+            fmt=fmt,
+            policy=body.policy,
+            description=body.description,
+            kind="register",
+            recipe=recipe,
+            source=shown(source, settings),
+        )
     except BaseException:
         staged.unlink(missing_ok=True)
         raise
@@ -587,8 +705,9 @@ def list_datasets(
     session: SessionDep,
     user: CurrentUser,
     q: Annotated[str | None, Query(max_length=200, description="Name contains (case-insensitive).")] = None,
-    owner: Annotated[str | None, Query(max_length=64, description="Owner name (admins; others see only theirs).")]
-    = None,
+    owner: Annotated[
+        str | None, Query(max_length=64, description="Owner name (admins; others see only theirs).")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     offset: schemas.Offset = 0,
 ):
@@ -599,24 +718,35 @@ def list_datasets(
         conditions.append(func.lower(Dataset.name).contains(q.lower(), autoescape=True))
     if owner:
         conditions.append(User.name == owner)
-    counts = (select(DatasetVersionRecord.dataset_id, func.count().label("n"))
-              .group_by(DatasetVersionRecord.dataset_id).subquery())
-    base = (select(Dataset, User.name, func.coalesce(counts.c.n, 0))
-            .join(User, User.id == Dataset.owner_id)
-            .join(counts, counts.c.dataset_id == Dataset.id, isouter=True)
-            .where(*conditions))
+    counts = (
+        select(DatasetVersionRecord.dataset_id, func.count().label("n"))
+        .group_by(DatasetVersionRecord.dataset_id)
+        .subquery()
+    )
+    base = (
+        select(Dataset, User.name, func.coalesce(counts.c.n, 0))
+        .join(User, User.id == Dataset.owner_id)
+        .join(counts, counts.c.dataset_id == Dataset.id, isouter=True)
+        .where(*conditions)
+    )
     total = session.exec(select(func.count()).select_from(base.subquery())).one()
     rows = session.exec(base.order_by(Dataset.updated_at.desc(), Dataset.id.desc()).limit(limit).offset(offset)).all()
-    return {"items": [_dataset_out(session, d, owner_name, n) for d, owner_name, n in rows], "total": total,
-            "limit": limit, "offset": offset}
+    return {
+        "items": [_dataset_out(session, d, owner_name, n) for d, owner_name, n in rows],
+        "total": total,
+        "limit": limit,
+        "offset": offset,
+    }
 
 
 @router.get("/operations")
 def list_operations(user: CurrentUser) -> dict[str, Any]:
     """The operations `POST /datasets/{id}/versions/{v}/operations` runs, each with the JSON Schema of its
     `params` (defaults included)."""
-    return {name: {"params_schema": model.model_json_schema(), "description": (model.__doc__ or "").strip()}
-            for name, model in dataset_service.PARAMS.items()}
+    return {
+        name: {"params_schema": model.model_json_schema(), "description": (model.__doc__ or "").strip()}
+        for name, model in dataset_service.PARAMS.items()
+    }
 
 
 @router.get("/{dataset_id}", response_model=DatasetRead)
@@ -624,9 +754,15 @@ def get_dataset(dataset_id: schemas.DbId, session: SessionDep, user: CurrentUser
     return _dataset_out(session, _visible_dataset(session, user, dataset_id))
 
 
-@router.patch("/{dataset_id}", response_model=DatasetRead, dependencies=[JsonBody],
-              responses={403: {"model": schemas.ErrorOut, "description": "A shared dataset of another user"},
-                         404: {"model": schemas.ErrorOut, "description": "No such dataset, or another user's"}})
+@router.patch(
+    "/{dataset_id}",
+    response_model=DatasetRead,
+    dependencies=[JsonBody],
+    responses={
+        403: {"model": schemas.ErrorOut, "description": "A shared dataset of another user"},
+        404: {"model": schemas.ErrorOut, "description": "No such dataset, or another user's"},
+    },
+)
 def update_dataset(dataset_id: schemas.DbId, body: DatasetUpdate, session: SessionDep, user: CurrentUser):
     """Owner or admin: share the dataset with every user (`{"shared": true}`), or change its description."""
     dataset = _owned_dataset(session, user, dataset_id, "change")
@@ -641,8 +777,12 @@ def update_dataset(dataset_id: schemas.DbId, body: DatasetUpdate, session: Sessi
     return _dataset_out(session, dataset)
 
 
-@router.delete("/{dataset_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
-               responses={409: {"model": schemas.ErrorOut, "description": "A job still references a version"}})
+@router.delete(
+    "/{dataset_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+    responses={409: {"model": schemas.ErrorOut, "description": "A job still references a version"}},
+)
 def delete_dataset(dataset_id: schemas.DbId, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """Delete a dataset that no job references: its versions' rows and content files (content another dataset
     shares is kept), its quarantine files and reports. 409 while any job config names one of its version files
@@ -696,8 +836,10 @@ def get_version(dataset_id: schemas.DbId, version_id: schemas.DbId, session: Ses
 def _stored_file(version: DatasetVersionRecord, settings: Settings) -> Path:
     path = dataset_service.absolute(version.path, settings)
     if not path.is_file():
-        raise HTTPException(status.HTTP_410_GONE, detail=f"the file of version {version.id} is missing from the "
-                                                         f"content store ({version.path})")
+        raise HTTPException(
+            status.HTTP_410_GONE,
+            detail=f"the file of version {version.id} is missing from the content store ({version.path})",
+        )
     return path
 
 
@@ -718,8 +860,7 @@ def version_rows(
     settings: SettingsDep,
     offset: schemas.Offset = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    q: Annotated[str | None, Query(max_length=200, description="Case-insensitive substring of the row's JSON.")]
-    = None,
+    q: Annotated[str | None, Query(max_length=200, description="Case-insensitive substring of the row's JSON.")] = None,
 ):
     """A page of rows, streamed from the file (never loaded whole: at most `offset + limit` rows are read, each
     under the TP_MAX_ROW_MB cap). With `q`, only rows whose JSON text contains it (case-insensitive); `total`
@@ -751,13 +892,23 @@ def version_rows(
     return {"items": items, "total": total, "limit": limit, "offset": offset, "q": q, "complete": complete}
 
 
-@router.get("/{dataset_id}/versions/{version_id}/stats",
-            responses={202: {"model": schemas.JobSubmitted,
-                             "description": "Not computed yet (or `refresh`): the `audit` data job computing it"},
-                       422: {"model": schemas.ErrorOut, "description": "The audit of this version failed"}})
-def version_stats(dataset_id: schemas.DbId, version_id: schemas.DbId, session: SessionDep, user: CurrentUser,
-                  refresh: Annotated[bool, Query(description="Recompute (queues an audit data job).")] = False
-                  ) -> dict[str, Any]:
+@router.get(
+    "/{dataset_id}/versions/{version_id}/stats",
+    responses={
+        202: {
+            "model": schemas.JobSubmitted,
+            "description": "Not computed yet (or `refresh`): the `audit` data job computing it",
+        },
+        422: {"model": schemas.ErrorOut, "description": "The audit of this version failed"},
+    },
+)
+def version_stats(
+    dataset_id: schemas.DbId,
+    version_id: schemas.DbId,
+    session: SessionDep,
+    user: CurrentUser,
+    refresh: Annotated[bool, Query(description="Recompute (queues an audit data job).")] = False,
+) -> dict[str, Any]:
     """The audit report of the version (length/turn distributions, distinct-n, difficulty buckets, duplicates).
     Workers compute it when they store a version (never the API); for a version without one, or with `refresh`,
     this answers 202 with the `audit` data job computing it (the one already queued, if any)."""
@@ -767,17 +918,23 @@ def version_stats(dataset_id: schemas.DbId, version_id: schemas.DbId, session: S
     version = _version_of(session, dataset, version_id)
     if version.audit is not None and not refresh:
         if "error" in version.audit:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                                detail=f"cannot audit version {version.id}: {version.audit['error']}")
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                detail=f"cannot audit version {version.id}: {version.audit['error']}",
+            )
         return {"version_id": version.id, "sha256": version.sha256, "cached": True, **version.audit}
-    active = session.exec(select(Job).where(Job.kind == "data", Job.algorithm == dataset_service.AUDIT,
-                                            Job.status.not_in([s.value for s in TERMINAL]))).all()
+    active = session.exec(
+        select(Job).where(
+            Job.kind == "data", Job.algorithm == dataset_service.AUDIT, Job.status.not_in([s.value for s in TERMINAL])
+        )
+    ).all()
     job = next((j for j in active if j.config.get("version_id") == version.id), None)
     warning = None
     if job is None:
         config = {"operation": dataset_service.AUDIT, "dataset_id": dataset.id, "version_id": version.id}
-        job = crud.create_job(session, owner=user, name=f"audit {dataset.name} v{version.id}"[:200], config=config,
-                              kind="data")
+        job = crud.create_job(
+            session, owner=user, name=f"audit {dataset.name} v{version.id}"[:200], config=config, kind="data"
+        )
         job.algorithm = dataset_service.AUDIT
         job.max_steps = 100
         session.add(job)
@@ -787,11 +944,21 @@ def version_stats(dataset_id: schemas.DbId, version_id: schemas.DbId, session: S
     return JSONResponse(body, status_code=status.HTTP_202_ACCEPTED)
 
 
-@router.post("/{dataset_id}/versions/{version_id}/operations", status_code=status.HTTP_202_ACCEPTED,
-             response_model=schemas.JobSubmitted, dependencies=[JsonBody],
-             responses={422: {"model": schemas.ErrorOut, "description": "Every problem with the parameters"}})
-def create_operation(dataset_id: schemas.DbId, version_id: schemas.DbId, body: OperationCreate, session: SessionDep,
-                     user: CurrentUser, settings: SettingsDep):
+@router.post(
+    "/{dataset_id}/versions/{version_id}/operations",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=schemas.JobSubmitted,
+    dependencies=[JsonBody],
+    responses={422: {"model": schemas.ErrorOut, "description": "Every problem with the parameters"}},
+)
+def create_operation(
+    dataset_id: schemas.DbId,
+    version_id: schemas.DbId,
+    body: OperationCreate,
+    session: SessionDep,
+    user: CurrentUser,
+    settings: SettingsDep,
+):
     """Queue an operation on a version as a `data` job (listed, cancelled and retried under /jobs like training
     jobs). The parameters are checked now (422 with field paths); the worker stores the result as a new version
     whose parent is this one (`GET /datasets/{id}/versions?job_id=<job>` finds it)."""
@@ -800,8 +967,9 @@ def create_operation(dataset_id: schemas.DbId, version_id: schemas.DbId, body: O
     dataset = _owned_dataset(session, user, dataset_id, "add versions to")
     version = _version_of(session, dataset, version_id)
     try:
-        params = dataset_service.validate_operation(body.operation, body.params, settings,
-                                                    reader=reader_for(session, user), input_format=version.format)
+        params = dataset_service.validate_operation(
+            body.operation, body.params, settings, reader=reader_for(session, user), input_format=version.format
+        )
     except dataset_service.OperationInvalid as exc:
         raise ValidationFailed(exc.errors) from None
     config = {"dataset_id": dataset.id, "version_id": version.id, "operation": body.operation, "params": params}
@@ -811,7 +979,7 @@ def create_operation(dataset_id: schemas.DbId, version_id: schemas.DbId, body: O
     job.max_steps = 100  # progress in percent
     session.add(job)
     session.commit()
-    log.info("data job %s: %s on dataset %s version %s by %s", job.id, body.operation, dataset.id, version.id,
-             user.name)
+    log.info(
+        "data job %s: %s on dataset %s version %s by %s", job.id, body.operation, dataset.id, version.id, user.name
+    )
     return job_read(session, job, user.name, warning=wake("data", body.priority, job.id))
-

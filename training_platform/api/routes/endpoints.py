@@ -41,15 +41,24 @@ ModelName = Annotated[str, Field(min_length=1, max_length=MAX_MODEL_NAME)]
 
 
 class EndpointCreate(schemas.RequestBody):
-    name: str = Field(min_length=1, max_length=64, description="Letters, digits, '_', '.', '-'. `platform` is "
-                                                               "reserved for the platform's own served models.")
-    base_url: str = Field(min_length=1, max_length=2048, description="http:// or https:// API root, e.g. "
-                                                                    "https://api.example.com/v1.")
-    api_key_env: str | None = Field(None, max_length=128, description="The NAME of the environment variable "
-                                                                      "holding the key on the workers (not the "
-                                                                      "key). Unset: no Authorization header.")
-    models: list[ModelName] = Field(default_factory=list, max_length=MAX_MODELS,
-                                    description="Models requests may name (empty: any).")
+    name: str = Field(
+        min_length=1,
+        max_length=64,
+        description="Letters, digits, '_', '.', '-'. `platform` is reserved for the platform's own served models.",
+    )
+    base_url: str = Field(
+        min_length=1, max_length=2048, description="http:// or https:// API root, e.g. https://api.example.com/v1."
+    )
+    api_key_env: str | None = Field(
+        None,
+        max_length=128,
+        description="The NAME of the environment variable "
+        "holding the key on the workers (not the "
+        "key). Unset: no Authorization header.",
+    )
+    models: list[ModelName] = Field(
+        default_factory=list, max_length=MAX_MODELS, description="Models requests may name (empty: any)."
+    )
 
 
 class EndpointUpdate(schemas.RequestBody):
@@ -61,15 +70,19 @@ class EndpointUpdate(schemas.RequestBody):
 class EndpointRead(BaseModel):
     name: str
     models: list[str] = Field(description="The models requests may name (empty: any).")
-    source: Literal["env", "admin", "platform"] = Field(description="`env`: the operator's TP_ENDPOINTS (read-only "
-                                                                    "here); `admin`: defined over this API.")
+    source: Literal["env", "admin", "platform"] = Field(
+        description="`env`: the operator's TP_ENDPOINTS (read-only here); `admin`: defined over this API."
+    )
     base_url: str | None = Field(None, description="Admins only.")
     api_key_env: str | None = Field(None, description="Admins only: the variable's name, never the key.")
 
 
-_ERRORS = {403: {"model": schemas.ErrorOut, "description": "Not an admin."}, 409: {"model": schemas.ErrorOut},
-           422: {"model": schemas.ErrorOut},
-           503: {"model": schemas.ErrorOut, "description": "The operator's TP_ENDPOINTS is invalid."}}
+_ERRORS = {
+    403: {"model": schemas.ErrorOut, "description": "Not an admin."},
+    409: {"model": schemas.ErrorOut},
+    422: {"model": schemas.ErrorOut},
+    503: {"model": schemas.ErrorOut, "description": "The operator's TP_ENDPOINTS is invalid."},
+}
 
 
 def _view(endpoint: Endpoint, user: User) -> dict:
@@ -94,18 +107,26 @@ def _invalid(exc: EndpointError) -> ValidationFailed:
 
 
 @router.get("", response_model=schemas.Page[EndpointRead], responses={503: _ERRORS[503]})
-def list_endpoints(session: SessionDep, user: CurrentUser, settings: SettingsDep,
-                   limit: Annotated[int, Query(ge=1, le=1000)] = 200, offset: Annotated[int, Query(ge=0)] = 0):
+def list_endpoints(
+    session: SessionDep,
+    user: CurrentUser,
+    settings: SettingsDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+    offset: Annotated[int, Query(ge=0)] = 0,
+):
     """Every endpoint requests may name, by name. Plain users see names, models and where they are defined."""
     endpoints = endpoints_crud.resolver(session, settings)
     _env(endpoints, user)
     items = endpoints.all()
-    return {"items": [_view(e, user) for e in items[offset: offset + limit]], "total": len(items),
-            "limit": limit, "offset": offset}
+    return {
+        "items": [_view(e, user) for e in items[offset : offset + limit]],
+        "total": len(items),
+        "limit": limit,
+        "offset": offset,
+    }
 
 
-@router.get("/{name}", response_model=EndpointRead, responses={404: {"model": schemas.ErrorOut},
-                                                               503: _ERRORS[503]})
+@router.get("/{name}", response_model=EndpointRead, responses={404: {"model": schemas.ErrorOut}, 503: _ERRORS[503]})
 def get_endpoint(name: EndpointName, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     endpoints = endpoints_crud.resolver(session, settings)
     _env(endpoints, user)
@@ -115,8 +136,9 @@ def get_endpoint(name: EndpointName, session: SessionDep, user: CurrentUser, set
     return _view(endpoint, user)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=EndpointRead, dependencies=[JsonBody],
-             responses=_ERRORS)
+@router.post(
+    "", status_code=status.HTTP_201_CREATED, response_model=EndpointRead, dependencies=[JsonBody], responses=_ERRORS
+)
 def create_endpoint(body: EndpointCreate, session: SessionDep, admin: AdminUser, settings: SettingsDep):
     """Admins only. The URL must be http(s); the key stays in the workers' environment under `api_key_env`."""
     try:
@@ -127,8 +149,13 @@ def create_endpoint(body: EndpointCreate, session: SessionDep, admin: AdminUser,
         raise conflict(f"endpoint {endpoint.name!r} is defined by the operator (TP_ENDPOINTS): read-only here")
     if endpoints_crud.get_row(session, endpoint.name) is not None:
         raise conflict(f"an endpoint named {endpoint.name!r} already exists")
-    row = EndpointRow(name=endpoint.name, base_url=endpoint.base_url, api_key_env=endpoint.api_key_env,
-                      models=list(endpoint.models), created_by=admin.id)
+    row = EndpointRow(
+        name=endpoint.name,
+        base_url=endpoint.base_url,
+        api_key_env=endpoint.api_key_env,
+        models=list(endpoint.models),
+        created_by=admin.id,
+    )
     session.add(row)
     try:
         session.commit()
@@ -141,18 +168,24 @@ def create_endpoint(body: EndpointCreate, session: SessionDep, admin: AdminUser,
 
 def _admin_row(session, admin: User, settings, name: str) -> EndpointRow:
     if name in _env(endpoints_crud.resolver(session, settings), admin):
-        raise conflict(f"endpoint {name!r} is defined by the operator (TP_ENDPOINTS / TP_ENDPOINTS_FILE): "
-                       f"read-only here")
+        raise conflict(
+            f"endpoint {name!r} is defined by the operator (TP_ENDPOINTS / TP_ENDPOINTS_FILE): read-only here"
+        )
     row = endpoints_crud.get_row(session, name)
     if row is None:
         raise not_found(f"endpoint {name!r}")
     return row
 
 
-@router.patch("/{name}", response_model=EndpointRead, dependencies=[JsonBody],
-              responses={404: {"model": schemas.ErrorOut}, **_ERRORS})
-def update_endpoint(name: EndpointName, body: EndpointUpdate, session: SessionDep, admin: AdminUser,
-                    settings: SettingsDep):
+@router.patch(
+    "/{name}",
+    response_model=EndpointRead,
+    dependencies=[JsonBody],
+    responses={404: {"model": schemas.ErrorOut}, **_ERRORS},
+)
+def update_endpoint(
+    name: EndpointName, body: EndpointUpdate, session: SessionDep, admin: AdminUser, settings: SettingsDep
+):
     """Admins only; endpoints from the environment are read-only (409)."""
     row = _admin_row(session, admin, settings, name)
     changes = body.model_dump(exclude_unset=True)
@@ -173,8 +206,12 @@ def update_endpoint(name: EndpointName, body: EndpointUpdate, session: SessionDe
     return endpoint.admin_view()
 
 
-@router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
-               responses={404: {"model": schemas.ErrorOut}, **_ERRORS})
+@router.delete(
+    "/{name}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+    responses={404: {"model": schemas.ErrorOut}, **_ERRORS},
+)
 def delete_endpoint(name: EndpointName, session: SessionDep, admin: AdminUser, settings: SettingsDep):
     """Admins only. Evaluations, schedules and dataset jobs naming it fail with a clear message from then on."""
     row = _admin_row(session, admin, settings, name)
@@ -182,4 +219,3 @@ def delete_endpoint(name: EndpointName, session: SessionDep, admin: AdminUser, s
     session.commit()
     log.info("endpoint %r deleted by %s", name, admin.name)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
-

@@ -45,10 +45,13 @@ class EvaluationCreate(EvalRequest):
     model: str | None = Field(None, max_length=4096)
     job_id: schemas.BodyId | None = None
     checkpoint: Annotated[int, Field(ge=0, le=schemas.DB_INT_MAX)] | Literal["latest", "final"] | None = Field(
-        None, description='A step, "latest" (default with job_id) or "final".')
-    keep_best_by: str | None = Field(None, max_length=130, description='With job_id: update the job\'s best '
-                                                                       'checkpoint by this metric, e.g. '
-                                                                       '"gsm8k/accuracy".')
+        None, description='A step, "latest" (default with job_id) or "final".'
+    )
+    keep_best_by: str | None = Field(
+        None,
+        max_length=130,
+        description='With job_id: update the job\'s best checkpoint by this metric, e.g. "gsm8k/accuracy".',
+    )
     priority: schemas.Priority = 0
 
 
@@ -83,8 +86,9 @@ class EvaluationDetail(EvaluationRead):
     config: dict[str, Any]
     preflight: dict[str, Any] | None
     output_dir: str | None
-    summary: dict[str, Any] | None = Field(description="Per benchmark: metrics, n_items, generation settings, "
-                                                       "data file + sha256, timings.")
+    summary: dict[str, Any] | None = Field(
+        description="Per benchmark: metrics, n_items, generation settings, data file + sha256, timings."
+    )
 
 
 class EvaluationSubmitted(EvaluationRead):
@@ -136,22 +140,45 @@ def _visible(session: Session, user: User, evaluation_id: int) -> tuple[Evaluati
     return evaluation, job
 
 
-def _read(session: Session, evaluation: Evaluation, job: Job, metrics: dict | None = None,
-          owner_name: str | None = None, detail: bool = False) -> dict[str, Any]:
+def _read(
+    session: Session,
+    evaluation: Evaluation,
+    job: Job,
+    metrics: dict | None = None,
+    owner_name: str | None = None,
+    detail: bool = False,
+) -> dict[str, Any]:
     if owner_name is None:
         owner = session.get(User, job.owner_id)
         owner_name = owner.name if owner is not None else f"#{job.owner_id}"
     if metrics is None:
         metrics = eval_service.metrics_of(session, [job.id])[job.id]
-    data = {"id": job.id, "name": job.name, "owner": owner_name, "status": job.status, "progress": job.current_step,
-            "error": job.error, "model": evaluation.model_label, "model_path": evaluation.model_path,
-            "source_job_id": evaluation.source_job_id, "checkpoint_step": evaluation.checkpoint_step,
-            "schedule_id": evaluation.schedule_id, "benchmarks": evaluation.benchmarks,
-            "keep_best_by": evaluation.keep_best_by, "metrics": metrics, "created_at": job.created_at,
-            "started_at": job.started_at, "finished_at": job.finished_at}
+    data = {
+        "id": job.id,
+        "name": job.name,
+        "owner": owner_name,
+        "status": job.status,
+        "progress": job.current_step,
+        "error": job.error,
+        "model": evaluation.model_label,
+        "model_path": evaluation.model_path,
+        "source_job_id": evaluation.source_job_id,
+        "checkpoint_step": evaluation.checkpoint_step,
+        "schedule_id": evaluation.schedule_id,
+        "benchmarks": evaluation.benchmarks,
+        "keep_best_by": evaluation.keep_best_by,
+        "metrics": metrics,
+        "created_at": job.created_at,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+    }
     if detail:
-        data.update(config=(job.config or {}).get("eval") or {}, preflight=job.preflight,
-                    output_dir=evaluation.output_dir, summary=evaluation.summary)
+        data.update(
+            config=(job.config or {}).get("eval") or {},
+            preflight=job.preflight,
+            output_dir=evaluation.output_dir,
+            summary=evaluation.summary,
+        )
     return data
 
 
@@ -164,15 +191,27 @@ def build_evaluation(session: Session, user: User, body: EvaluationCreate, setti
     errors: list[tuple[str, str]] = []
     target = None
     try:
-        target = eval_service.resolve_target(session, user, model=body.model, job_id=body.job_id,
-                                          checkpoint=body.checkpoint, backend=str(body.backend.get("backend",
-                                                                                                   "transformers")),
-                                          settings=settings)
+        target = eval_service.resolve_target(
+            session,
+            user,
+            model=body.model,
+            job_id=body.job_id,
+            checkpoint=body.checkpoint,
+            backend=str(body.backend.get("backend", "transformers")),
+            settings=settings,
+        )
     except RequestError as exc:
         errors += exc.errors
-    config, problems = eval_service.check_request(body, target.model_path if target else "<unresolved>", settings,
-                                               keep_best_by=body.keep_best_by, job_id=body.job_id, name=body.name,
-                                               session=session, reader=reader_for(session, user))
+    config, problems = eval_service.check_request(
+        body,
+        target.model_path if target else "<unresolved>",
+        settings,
+        keep_best_by=body.keep_best_by,
+        job_id=body.job_id,
+        name=body.name,
+        session=session,
+        reader=reader_for(session, user),
+    )
     errors += problems
     if errors:
         raise RequestError(errors)
@@ -182,8 +221,13 @@ def build_evaluation(session: Session, user: User, body: EvaluationCreate, setti
 # ---------------------------------------------------------------------------------------------- endpoints
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=EvaluationSubmitted, dependencies=[JsonBody],
-             responses={422: {"model": schemas.ErrorOut, "description": "Every problem with the request"}})
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=EvaluationSubmitted,
+    dependencies=[JsonBody],
+    responses={422: {"model": schemas.ErrorOut, "description": "Every problem with the request"}},
+)
 def create_evaluation(body: EvaluationCreate, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """Queue an evaluation. Everything checkable now is checked (benchmarks, generation settings, the model or
     checkpoint, data paths, `keep_best_by`); the worker's preflight loads the data and checks every row."""
@@ -194,14 +238,29 @@ def create_evaluation(body: EvaluationCreate, session: SessionDep, user: Current
     except RequestError as exc:
         raise _request_failed(exc) from None
     request = body.model_dump(mode="json", include=set(EvalRequest.model_fields))
-    job = eval_service.create_evaluation(session, owner=user, name=body.name, config=config, target=target,
-                                      priority=body.priority, keep_best_by=body.keep_best_by, request=request)
+    job = eval_service.create_evaluation(
+        session,
+        owner=user,
+        name=body.name,
+        config=config,
+        target=target,
+        priority=body.priority,
+        keep_best_by=body.keep_best_by,
+        request=request,
+    )
     session.commit()
-    log.info("evaluation %s submitted by %s: %s on %s", job.id, user.name, target.label,
-             ", ".join(b.name for b in config.benchmarks))
+    log.info(
+        "evaluation %s submitted by %s: %s on %s",
+        job.id,
+        user.name,
+        target.label,
+        ", ".join(b.name for b in config.benchmarks),
+    )
     evaluation = session.get(Evaluation, job.id)
-    return {**_read(session, evaluation, job, metrics={}, owner_name=user.name),
-            "warning": wake("eval", body.priority, job.id)}
+    return {
+        **_read(session, evaluation, job, metrics={}, owner_name=user.name),
+        "warning": wake("eval", body.priority, job.id),
+    }
 
 
 @router.get("", response_model=schemas.Page[EvaluationRead])
@@ -224,17 +283,25 @@ def list_evaluations(
         conditions.append(Evaluation.source_job_id == job_id)
     if schedule_id is not None:
         conditions.append(Evaluation.schedule_id == schedule_id)
-    base = (select(Evaluation, Job, User.name).join(Job, Job.id == Evaluation.job_id)
-            .join(User, User.id == Job.owner_id).where(*conditions))
+    base = (
+        select(Evaluation, Job, User.name)
+        .join(Job, Job.id == Evaluation.job_id)
+        .join(User, User.id == Job.owner_id)
+        .where(*conditions)
+    )
     if benchmark:  # a JSON list column: filtered here (portable across SQLite and PostgreSQL)
         rows = [r for r in session.exec(base.order_by(Job.id.desc())).all() if benchmark in (r[0].benchmarks or [])]
-        total, page = len(rows), rows[offset: offset + limit]
+        total, page = len(rows), rows[offset : offset + limit]
     else:
         total = session.exec(select(func.count()).select_from(base.subquery())).one()
         page = session.exec(base.order_by(Job.id.desc()).limit(limit).offset(offset)).all()
     metrics = eval_service.metrics_of(session, [job.id for _, job, _ in page])
-    return {"items": [_read(session, e, j, metrics[j.id], owner) for e, j, owner in page], "total": total,
-            "limit": limit, "offset": offset}
+    return {
+        "items": [_read(session, e, j, metrics[j.id], owner) for e, j, owner in page],
+        "total": total,
+        "limit": limit,
+        "offset": offset,
+    }
 
 
 @router.get("/leaderboard", response_model=Leaderboard)
@@ -242,8 +309,10 @@ def leaderboard(
     session: SessionDep,
     user: CurrentUser,
     benchmark: Annotated[str, Query(max_length=64, description="e.g. gsm8k")],
-    metric: Annotated[str | None, Query(max_length=64, description="Default: the benchmark's primary metric "
-                                                                    "(accuracy; humaneval: pass@1).")] = None,
+    metric: Annotated[
+        str | None,
+        Query(max_length=64, description="Default: the benchmark's primary metric (accuracy; humaneval: pass@1)."),
+    ] = None,
     job_id: Annotated[int | None, schemas.id_query("Only this training job's checkpoints.")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: schemas.Offset = 0,
@@ -252,12 +321,19 @@ def leaderboard(
     from training_platform.evaluation.benchmarks import BENCHMARKS
 
     if benchmark not in BENCHMARKS:
-        raise ValidationFailed([("query.benchmark", f"unknown benchmark {benchmark!r}; known: "
-                                                    f"{', '.join(sorted(BENCHMARKS))}")])
+        raise ValidationFailed(
+            [("query.benchmark", f"unknown benchmark {benchmark!r}; known: {', '.join(sorted(BENCHMARKS))}")]
+        )
     metric = metric or BENCHMARKS[benchmark].primary_metric
     entries = eval_service.leaderboard(session, user, benchmark, metric, job_id=job_id)
-    return {"items": entries[offset: offset + limit], "total": len(entries), "limit": limit, "offset": offset,
-            "benchmark": benchmark, "metric": metric}
+    return {
+        "items": entries[offset : offset + limit],
+        "total": len(entries),
+        "limit": limit,
+        "offset": offset,
+        "benchmark": benchmark,
+        "metric": metric,
+    }
 
 
 @router.get("/compare", responses=errors.responses(404, 409))
@@ -276,8 +352,10 @@ def compare(
     for key, evaluation_id in (("a", a), ("b", b)):
         evaluation, job = _visible(session, user, evaluation_id)
         if job.status != JobStatus.succeeded.value or not evaluation.output_dir:
-            raise HTTPException(status.HTTP_409_CONFLICT, detail=f"evaluation {evaluation_id} ({key}) has no "
-                                                                 f"results (it is {job.status})")
+            raise HTTPException(
+                status.HTTP_409_CONFLICT,
+                detail=f"evaluation {evaluation_id} ({key}) has no results (it is {job.status})",
+            )
         dirs.append(evaluation.output_dir)
     try:
         result = compare_runs(dirs[0], dirs[1])
@@ -318,15 +396,27 @@ def evaluation_samples(
     if item_id is not None:
         conditions.append(EvalSample.item_id == item_id)
     total = session.exec(select(func.count()).select_from(EvalSample).where(*conditions)).one()
-    rows = session.exec(select(EvalSample).where(*conditions)
-                        .order_by(EvalSample.benchmark, EvalSample.position).limit(limit).offset(offset)).all()
+    rows = session.exec(
+        select(EvalSample)
+        .where(*conditions)
+        .order_by(EvalSample.benchmark, EvalSample.position)
+        .limit(limit)
+        .offset(offset)
+    ).all()
     return {"items": rows, "total": total, "limit": limit, "offset": offset}
 
 
-@router.get("/{evaluation_id}/report", response_class=FileResponse,
-            responses={200: {"content": {"text/html": {}, "text/markdown": {}}}})
-def evaluation_report(evaluation_id: schemas.DbId, session: SessionDep, user: CurrentUser,
-                      format: Annotated[Literal["html", "md"], Query()] = "html"):  # noqa: A002 - the query name
+@router.get(
+    "/{evaluation_id}/report",
+    response_class=FileResponse,
+    responses={200: {"content": {"text/html": {}, "text/markdown": {}}}},
+)
+def evaluation_report(
+    evaluation_id: schemas.DbId,
+    session: SessionDep,
+    user: CurrentUser,
+    format: Annotated[Literal["html", "md"], Query()] = "html",
+):  # noqa: A002 - the query name
     """The static report with per-sample drill-down (written when the evaluation finished)."""
     evaluation, job = _visible(session, user, evaluation_id)
     path = Path(evaluation.output_dir or "") / f"report.{format}"
@@ -334,4 +424,3 @@ def evaluation_report(evaluation_id: schemas.DbId, session: SessionDep, user: Cu
         raise not_found(f"report of evaluation {evaluation_id} (status {job.status})")
     media = "text/html" if format == "html" else "text/markdown"
     return FileResponse(path, media_type=media)
-

@@ -17,19 +17,36 @@ from training_platform.training.archive import NAME_PATTERN, ArchiveError, Archi
 
 router = APIRouter(prefix="/jobs", tags=["checkpoints"])
 
-CheckpointName = Annotated[str, Path(min_length=4, max_length=20, pattern=NAME_PATTERN,
-                                     description="`step_NNNNNN` (a checkpoint), `final` or `final_adapter`.")]
+CheckpointName = Annotated[
+    str,
+    Path(
+        min_length=4,
+        max_length=20,
+        pattern=NAME_PATTERN,
+        description="`step_NNNNNN` (a checkpoint), `final` or `final_adapter`.",
+    ),
+]
 
 _MEDIA = {"tar": "application/x-tar", "tar.gz": "application/gzip"}
 
 
-@router.get("/{job_id}/checkpoints/{name}/archive", response_class=StreamingResponse,
-            responses={200: {"content": {"application/x-tar": {}, "application/gzip": {}},
-                             "description": "The directory as a tar (or tar.gz) archive: `<name>/...` and "
-                                            "`MANIFEST.sha256`."},
-                       **errors.responses(404, 409)})
-def checkpoint_archive(job: VisibleJob, name: CheckpointName, settings: SettingsDep,
-                       format: Annotated[Literal["tar", "tar.gz"], Query(description="`tar.gz` compresses.")] = "tar"):
+@router.get(
+    "/{job_id}/checkpoints/{name}/archive",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "content": {"application/x-tar": {}, "application/gzip": {}},
+            "description": "The directory as a tar (or tar.gz) archive: `<name>/...` and `MANIFEST.sha256`.",
+        },
+        **errors.responses(404, 409),
+    },
+)
+def checkpoint_archive(
+    job: VisibleJob,
+    name: CheckpointName,
+    settings: SettingsDep,
+    format: Annotated[Literal["tar", "tar.gz"], Query(description="`tar.gz` compresses.")] = "tar",
+):
     """Downloads a checkpoint (or the final model) of the job as an archive built on the fly. Symbolic links and
     special files inside it are skipped (their count is in `X-TP-Skipped-Files`), never followed."""
     what = f"{name} of job {job.id}"
@@ -46,7 +63,12 @@ def checkpoint_archive(job: VisibleJob, name: CheckpointName, settings: Settings
         raise conflict(f"cannot archive {what}: {exc}") from None
     filename = f"job-{job.id}-{name}.{format}"
     return StreamingResponse(
-        stream_archive(plan, compress=format == "tar.gz"), media_type=_MEDIA[format],
-        headers={"Content-Disposition": f'attachment; filename="{filename}"',
-                 "X-TP-Archive-Files": str(len(plan.files)), "X-TP-Skipped-Files": str(len(plan.skipped)),
-                 "Cache-Control": "no-store"})
+        stream_archive(plan, compress=format == "tar.gz"),
+        media_type=_MEDIA[format],
+        headers={
+            "Content-Disposition": f'attachment; filename="{filename}"',
+            "X-TP-Archive-Files": str(len(plan.files)),
+            "X-TP-Skipped-Files": str(len(plan.skipped)),
+            "Cache-Control": "no-store",
+        },
+    )

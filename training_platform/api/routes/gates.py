@@ -46,8 +46,9 @@ router = APIRouter(tags=["gates"])
 
 GATE_OVERRIDE_PREFIX = "gate override by "
 MAX_REASON = 2000
-ProfilePath = Annotated[str, Path(min_length=1, max_length=64, pattern=PROFILE_NAME_PATTERN,
-                                  description="The profile's name.")]
+ProfilePath = Annotated[
+    str, Path(min_length=1, max_length=64, pattern=PROFILE_NAME_PATTERN, description="The profile's name.")
+]
 
 
 class ProfileRead(BaseModel):
@@ -61,8 +62,10 @@ class ProfileRead(BaseModel):
 class ProfileBody(schemas.RequestBody):
     description: Annotated[str, StringConstraints(max_length=2000)] = ""
     checks: dict[Annotated[str, StringConstraints(min_length=1, max_length=64)], dict[str, Any]] = Field(
-        min_length=1, max_length=64, description="Check name -> parameters (missing ones take their defaults). "
-                                                 "Checks: " + ", ".join(CHECKS) + ".")
+        min_length=1,
+        max_length=64,
+        description="Check name -> parameters (missing ones take their defaults). Checks: " + ", ".join(CHECKS) + ".",
+    )
 
 
 class ProfileCreate(ProfileBody):
@@ -71,8 +74,11 @@ class ProfileCreate(ProfileBody):
 
 class GateRun(schemas.RequestBody):
     profile: ProfileName = "default"
-    eval_sets: list[UserFile] = Field(default_factory=list, max_length=MAX_EVAL_SETS,
-                                      description="Eval set files to test for leakage (path policy applies).")
+    eval_sets: list[UserFile] = Field(
+        default_factory=list,
+        max_length=MAX_EVAL_SETS,
+        description="Eval set files to test for leakage (path policy applies).",
+    )
     reference: UserFile | None = Field(None, description="Reference set for the n-gram divergence check.")
     priority: schemas.Priority = 0
 
@@ -92,7 +98,8 @@ class GateReportItem(BaseModel):
 
 class GateOverride(schemas.RequestBody):
     reason: Annotated[str, StringConstraints(strip_whitespace=True, min_length=3, max_length=MAX_REASON)] = Field(
-        description="Why the job may start despite its failing quality gate (recorded in its events and run dir).")
+        description="Why the job may start despite its failing quality gate (recorded in its events and run dir)."
+    )
 
 
 def _invalid(exc: GateError, prefix: str = "") -> ValidationFailed:
@@ -107,16 +114,22 @@ def _profiles(session, user, settings) -> dict:
         return gate_service.all_profiles(session, settings)
     except GateError as exc:  # the operator's file is broken: say so (admins see why)
         log.error("gate profiles: %s", exc)
-        raise conflict(str(exc) if user.is_admin else "the operator's gate profiles file is invalid; ask them to "
-                                                      "fix it") from None
+        raise conflict(
+            str(exc) if user.is_admin else "the operator's gate profiles file is invalid; ask them to fix it"
+        ) from None
 
 
 @router.get("/gate-profiles", response_model=schemas.Page[ProfileRead])
-def list_profiles(session: SessionDep, user: CurrentUser, settings: SettingsDep,
-                  limit: Annotated[int, Query(ge=1, le=500)] = 200, offset: schemas.Offset = 0):
+def list_profiles(
+    session: SessionDep,
+    user: CurrentUser,
+    settings: SettingsDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 200,
+    offset: schemas.Offset = 0,
+):
     profiles = _profiles(session, user, settings)
     items = [p.public(source) for p, source in profiles.values()]
-    return {"items": items[offset: offset + limit], "total": len(items), "limit": limit, "offset": offset}
+    return {"items": items[offset : offset + limit], "total": len(items), "limit": limit, "offset": offset}
 
 
 @router.get("/gate-profiles/{name}", response_model=ProfileRead, responses={404: {"model": schemas.ErrorOut}})
@@ -135,9 +148,13 @@ def _read_only(session, settings, name: str) -> None:
         raise conflict(f"gate profile {name!r} is {where}: read-only here")
 
 
-@router.post("/gate-profiles", status_code=status.HTTP_201_CREATED, response_model=ProfileRead,
-             dependencies=[JsonBody], responses={403: {"model": schemas.ErrorOut}, 409: {"model": schemas.ErrorOut},
-                                                 422: {"model": schemas.ErrorOut}})
+@router.post(
+    "/gate-profiles",
+    status_code=status.HTTP_201_CREATED,
+    response_model=ProfileRead,
+    dependencies=[JsonBody],
+    responses={403: {"model": schemas.ErrorOut}, 409: {"model": schemas.ErrorOut}, 422: {"model": schemas.ErrorOut}},
+)
 def create_profile(body: ProfileCreate, session: SessionDep, admin: AdminUser, settings: SettingsDep):
     """Admins only: a new profile; every check and parameter validated (422 with field paths)."""
     try:
@@ -147,8 +164,15 @@ def create_profile(body: ProfileCreate, session: SessionDep, admin: AdminUser, s
     _read_only(session, settings, body.name)
     if session.exec(select(GateProfileRecord).where(GateProfileRecord.name == body.name)).first() is not None:
         raise conflict(f"a gate profile named {body.name!r} already exists")
-    session.add(GateProfileRecord(name=profile.name, description=profile.description, checks=profile.checks,
-                                  hash=profile.hash, created_by=admin.id))
+    session.add(
+        GateProfileRecord(
+            name=profile.name,
+            description=profile.description,
+            checks=profile.checks,
+            hash=profile.hash,
+            created_by=admin.id,
+        )
+    )
     try:
         session.commit()
     except IntegrityError:
@@ -158,11 +182,13 @@ def create_profile(body: ProfileCreate, session: SessionDep, admin: AdminUser, s
     return profile.public("admin")
 
 
-@router.put("/gate-profiles/{name}", response_model=ProfileRead, dependencies=[JsonBody],
-            responses={403: {"model": schemas.ErrorOut}, 404: {"model": schemas.ErrorOut},
-                       409: {"model": schemas.ErrorOut}})
-def replace_profile(name: ProfilePath, body: ProfileBody, session: SessionDep, admin: AdminUser,
-                    settings: SettingsDep):
+@router.put(
+    "/gate-profiles/{name}",
+    response_model=ProfileRead,
+    dependencies=[JsonBody],
+    responses={403: {"model": schemas.ErrorOut}, 404: {"model": schemas.ErrorOut}, 409: {"model": schemas.ErrorOut}},
+)
+def replace_profile(name: ProfilePath, body: ProfileBody, session: SessionDep, admin: AdminUser, settings: SettingsDep):
     """Admins only: replace an admin profile's checks (its hash changes: earlier reports no longer satisfy it)."""
     _read_only(session, settings, name)
     row = session.exec(select(GateProfileRecord).where(GateProfileRecord.name == name)).first()
@@ -172,17 +198,19 @@ def replace_profile(name: ProfilePath, body: ProfileBody, session: SessionDep, a
         profile = parse_profile(name, {"description": body.description, "checks": body.checks})
     except GateError as exc:
         raise _invalid(exc) from None
-    row.description, row.checks, row.hash, row.updated_at = profile.description, profile.checks, profile.hash, \
-        utcnow()
+    row.description, row.checks, row.hash, row.updated_at = profile.description, profile.checks, profile.hash, utcnow()
     session.add(row)
     session.commit()
     log.info("gate profile %r replaced by %s (hash %s)", name, admin.name, profile.hash[:12])
     return profile.public("admin")
 
 
-@router.delete("/gate-profiles/{name}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
-               responses={403: {"model": schemas.ErrorOut}, 404: {"model": schemas.ErrorOut},
-                          409: {"model": schemas.ErrorOut}})
+@router.delete(
+    "/gate-profiles/{name}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+    responses={403: {"model": schemas.ErrorOut}, 404: {"model": schemas.ErrorOut}, 409: {"model": schemas.ErrorOut}},
+)
 def delete_profile(name: ProfilePath, session: SessionDep, admin: AdminUser, settings: SettingsDep):
     _read_only(session, settings, name)
     row = session.exec(select(GateProfileRecord).where(GateProfileRecord.name == name)).first()
@@ -204,11 +232,21 @@ def _version(session, user, dataset_id: int, version_id: int):
     return dataset, _version_of(session, dataset, version_id)
 
 
-@router.post("/datasets/{dataset_id}/versions/{version_id}/gate", status_code=status.HTTP_202_ACCEPTED,
-             response_model=schemas.JobSubmitted, dependencies=[JsonBody],
-             responses={404: {"model": schemas.ErrorOut}, 422: {"model": schemas.ErrorOut}})
-def run_gate(dataset_id: schemas.DbId, version_id: schemas.DbId, body: GateRun, session: SessionDep,
-             user: CurrentUser, settings: SettingsDep):
+@router.post(
+    "/datasets/{dataset_id}/versions/{version_id}/gate",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=schemas.JobSubmitted,
+    dependencies=[JsonBody],
+    responses={404: {"model": schemas.ErrorOut}, 422: {"model": schemas.ErrorOut}},
+)
+def run_gate(
+    dataset_id: schemas.DbId,
+    version_id: schemas.DbId,
+    body: GateRun,
+    session: SessionDep,
+    user: CurrentUser,
+    settings: SettingsDep,
+):
     """Queue a `gate` data job: the profile's checks on this version (against `eval_sets` for leakage and
     `reference` for divergence). The job's `config.result` names the stored report once it ran; a failing check
     does not fail the job (the report says which checks failed)."""
@@ -223,16 +261,34 @@ def run_gate(dataset_id: schemas.DbId, version_id: schemas.DbId, body: GateRun, 
     errors += gate_service.check_inputs(body.eval_sets, body.reference, settings, reader_for(session, user))
     if errors:
         raise ValidationFailed(errors)
-    config = {"operation": gate_service.GATE, "dataset_id": dataset.id, "version_id": version.id,
-              "profile": body.profile, "eval_sets": body.eval_sets, "reference": body.reference}
-    job = crud.create_job(session, owner=user, name=f"gate {body.profile} {dataset.name} v{version.id}"[:200],
-                          config=config, priority=body.priority, kind="data")
+    config = {
+        "operation": gate_service.GATE,
+        "dataset_id": dataset.id,
+        "version_id": version.id,
+        "profile": body.profile,
+        "eval_sets": body.eval_sets,
+        "reference": body.reference,
+    }
+    job = crud.create_job(
+        session,
+        owner=user,
+        name=f"gate {body.profile} {dataset.name} v{version.id}"[:200],
+        config=config,
+        priority=body.priority,
+        kind="data",
+    )
     job.algorithm = gate_service.GATE
     job.max_steps = 100
     session.add(job)
     session.commit()
-    log.info("gate job %s: profile %s on dataset %s version %s by %s", job.id, body.profile, dataset.id, version.id,
-             user.name)
+    log.info(
+        "gate job %s: profile %s on dataset %s version %s by %s",
+        job.id,
+        body.profile,
+        dataset.id,
+        version.id,
+        user.name,
+    )
     return job_read(session, job, user.name, warning=wake("data", body.priority, job.id))
 
 
@@ -244,25 +300,36 @@ def _report_out(row: GateReportRecord, full: bool) -> dict:
 
 
 @router.get("/datasets/{dataset_id}/versions/{version_id}/gate-reports", response_model=schemas.Page[GateReportItem])
-def list_gate_reports(dataset_id: schemas.DbId, version_id: schemas.DbId, session: SessionDep, user: CurrentUser,
-                      profile: Annotated[str | None, Query(max_length=64)] = None,
-                      full: Annotated[bool, Query(description="Include each report's JSON.")] = False,
-                      limit: Annotated[int, Query(ge=1, le=100)] = 20, offset: schemas.Offset = 0):
+def list_gate_reports(
+    dataset_id: schemas.DbId,
+    version_id: schemas.DbId,
+    session: SessionDep,
+    user: CurrentUser,
+    profile: Annotated[str | None, Query(max_length=64)] = None,
+    full: Annotated[bool, Query(description="Include each report's JSON.")] = False,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    offset: schemas.Offset = 0,
+):
     """The version's gate reports, newest first."""
     _, version = _version(session, user, dataset_id, version_id)
     conditions = [GateReportRecord.dataset_version_id == version.id]
     if profile:
         conditions.append(GateReportRecord.profile_name == profile)
     total = session.exec(select(func.count()).select_from(GateReportRecord).where(*conditions)).one()
-    rows = session.exec(select(GateReportRecord).where(*conditions)
-                        .order_by(GateReportRecord.id.desc()).limit(limit).offset(offset)).all()
+    rows = session.exec(
+        select(GateReportRecord).where(*conditions).order_by(GateReportRecord.id.desc()).limit(limit).offset(offset)
+    ).all()
     return {"items": [_report_out(r, full) for r in rows], "total": total, "limit": limit, "offset": offset}
 
 
-@router.get("/datasets/{dataset_id}/versions/{version_id}/gate-reports/{report_id}", response_model=GateReportItem,
-            responses={404: {"model": schemas.ErrorOut}})
-def get_gate_report(dataset_id: schemas.DbId, version_id: schemas.DbId, report_id: schemas.DbId,
-                    session: SessionDep, user: CurrentUser):
+@router.get(
+    "/datasets/{dataset_id}/versions/{version_id}/gate-reports/{report_id}",
+    response_model=GateReportItem,
+    responses={404: {"model": schemas.ErrorOut}},
+)
+def get_gate_report(
+    dataset_id: schemas.DbId, version_id: schemas.DbId, report_id: schemas.DbId, session: SessionDep, user: CurrentUser
+):
     _, version = _version(session, user, dataset_id, version_id)
     row = session.get(GateReportRecord, report_id)
     if row is None or row.dataset_version_id != version.id:
@@ -273,8 +340,12 @@ def get_gate_report(dataset_id: schemas.DbId, version_id: schemas.DbId, report_i
 # ---------------------------------------------------------------------------------------------- override
 
 
-@router.post("/jobs/{job_id}/gate-override", response_model=schemas.JobSubmitted, dependencies=[JsonBody],
-             responses={403: {"model": schemas.ErrorOut}, 409: {"model": schemas.ErrorOut}})
+@router.post(
+    "/jobs/{job_id}/gate-override",
+    response_model=schemas.JobSubmitted,
+    dependencies=[JsonBody],
+    responses={403: {"model": schemas.ErrorOut}, 409: {"model": schemas.ErrorOut}},
+)
 def gate_override(admin: AdminUser, job_id: schemas.DbId, body: GateOverride, session: SessionDep):
     """Admins only: let a training job with `data.gate` start despite a failing quality gate. Recorded as a job
     event (who, why); a failed or cancelled job is re-queued, a queued one keeps its place."""
@@ -287,8 +358,9 @@ def gate_override(admin: AdminUser, job_id: schemas.DbId, body: GateOverride, se
         raise conflict(f"job {job.id} has no quality gate (data.gate) to override")
     current = JobStatus(job.status)
     if current not in (JobStatus.failed, JobStatus.cancelled, JobStatus.queued):
-        raise conflict(f"job {job.id} is {current.value}: only a queued, failed or cancelled job's gate can be "
-                       f"overridden")
+        raise conflict(
+            f"job {job.id} is {current.value}: only a queued, failed or cancelled job's gate can be overridden"
+        )
     if not crud.lock_job_if_unchanged(session, job):
         raise conflict(f"job {job.id} changed state meanwhile (now {job.status}); try again")
     reason = f"{GATE_OVERRIDE_PREFIX}{admin.name}: {body.reason}"

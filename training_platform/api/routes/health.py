@@ -47,13 +47,20 @@ def _database_status() -> str:
         return f"error: {first[:300]}"
 
 
-@router.get("/health", response_model=schemas.HealthOut,
-            responses={503: {"model": schemas.HealthOut, "description": "The database is unreachable."}})
+@router.get(
+    "/health",
+    response_model=schemas.HealthOut,
+    responses={503: {"model": schemas.HealthOut, "description": "The database is unreachable."}},
+)
 def health():
     """200 while the database answers (even if the broker is down: jobs queue in the database); 503 if not."""
     database = _database_status()
-    body = {"status": "ok" if database == "ok" else "error", "database": database,
-            "broker": "ok" if broker.ping() else "unreachable", "version": _version()}
+    body = {
+        "status": "ok" if database == "ok" else "error",
+        "database": database,
+        "broker": "ok" if broker.ping() else "unreachable",
+        "version": _version(),
+    }
     return JSONResponse(body, status_code=200 if database == "ok" else 503)
 
 
@@ -64,8 +71,9 @@ def _metric_point_count(session: Session) -> int:
     """Exact on SQLite and for small tables; on PostgreSQL past a million rows the planner's estimate (an exact
     COUNT(*) over tens of millions of points at every scrape would be a load of its own)."""
     if session.get_bind().dialect.name == "postgresql":
-        estimate = session.exec(text("SELECT reltuples::bigint FROM pg_class "
-                                     "WHERE oid = to_regclass('metric_points')")).first()
+        estimate = session.exec(
+            text("SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass('metric_points')")
+        ).first()
         if estimate is not None and estimate[0] is not None and estimate[0] > ESTIMATE_ABOVE_ROWS:
             return int(estimate[0])
     return session.exec(select(func.count()).select_from(MetricPoint)).one()
@@ -87,43 +95,60 @@ class PlatformCollector:
         try:
             with Session(get_engine()) as session:
                 by_status = dict(session.exec(select(Job.status, func.count()).group_by(Job.status)).all())
-                queued = dict(session.exec(select(Job.kind, func.count())
-                                           .where(Job.status == JobStatus.queued.value).group_by(Job.kind)).all())
+                queued = dict(
+                    session.exec(
+                        select(Job.kind, func.count()).where(Job.status == JobStatus.queued.value).group_by(Job.kind)
+                    ).all()
+                )
                 cutoff = utcnow() - timedelta(seconds=self.heartbeat_timeout_s)
-                active = session.exec(select(Job.worker, Job.heartbeat_at).where(
-                    Job.worker.is_not(None),
-                    Job.status.in_([JobStatus.preflight.value, JobStatus.running.value]))).all()
+                active = session.exec(
+                    select(Job.worker, Job.heartbeat_at).where(
+                        Job.worker.is_not(None), Job.status.in_([JobStatus.preflight.value, JobStatus.running.value])
+                    )
+                ).all()
                 points = _metric_point_count(session)
         except Exception as exc:  # noqa: BLE001 - the request and job metrics are still worth scraping
-            log.warning("/metrics: the database did not answer: %s", str(exc).splitlines()[0][:300] if str(exc)
-                        else type(exc).__name__)
+            log.warning(
+                "/metrics: the database did not answer: %s",
+                str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__,
+            )
             up = 0
         if up:
             jobs = GaugeMetricFamily("tp_jobs", "Jobs by status.", labels=["status"])
             for status in JobStatus:
                 jobs.add_metric([status.value], by_status.get(status.value, 0))
             yield jobs
-            depth = GaugeMetricFamily("tp_queue_depth", "Queued jobs per queue (the database is the queue of "
-                                      "record; maintenance holds no jobs).", labels=["queue"])
+            depth = GaugeMetricFamily(
+                "tp_queue_depth",
+                "Queued jobs per queue (the database is the queue of record; maintenance holds no jobs).",
+                labels=["queue"],
+            )
             for queue in broker.queues():
                 depth.add_metric([queue], queued.get(queue, 0))
             yield depth
             busy = {w for w, beat in active if beat is not None and as_utc(beat) >= cutoff}
             silent = {w for w, _ in active} - busy
-            workers = GaugeMetricFamily("tp_workers", "Workers holding a job: `busy` (heartbeat within "
-                                        "TP_HEARTBEAT_TIMEOUT) or `unresponsive` (recovery will requeue).",
-                                        labels=["state"])
+            workers = GaugeMetricFamily(
+                "tp_workers",
+                "Workers holding a job: `busy` (heartbeat within "
+                "TP_HEARTBEAT_TIMEOUT) or `unresponsive` (recovery will requeue).",
+                labels=["state"],
+            )
             workers.add_metric(["busy"], len(busy))
             workers.add_metric(["unresponsive"], len(silent))
             yield workers
             yield GaugeMetricFamily("tp_metric_points", "Training metric points stored.", value=points)
         yield GaugeMetricFamily("tp_database_up", "Whether the database answered this scrape.", value=up)
         lengths = broker.queue_depths()
-        yield GaugeMetricFamily("tp_broker_up", "Whether the broker answered this scrape.",
-                                value=0 if lengths is None else 1)
+        yield GaugeMetricFamily(
+            "tp_broker_up", "Whether the broker answered this scrape.", value=0 if lengths is None else 1
+        )
         if lengths is not None:
-            messages = GaugeMetricFamily("tp_broker_queue_messages", "Messages waiting in each broker queue "
-                                         "(wake-ups: a job can be queued with none).", labels=["queue"])
+            messages = GaugeMetricFamily(
+                "tp_broker_queue_messages",
+                "Messages waiting in each broker queue (wake-ups: a job can be queued with none).",
+                labels=["queue"],
+            )
             for queue, count in lengths.items():
                 messages.add_metric([queue], count)
             yield messages
@@ -137,14 +162,21 @@ class PlatformCollector:
             from training_platform.training.launchers import ray_cluster
 
             snap = ray_cluster.cached_snapshot(self.ray_address, self.data_path / "ray")
-        yield GaugeMetricFamily("tp_ray_up", "Whether the Ray cluster of TP_RAY_ADDRESS answered (0 when unset).",
-                                value=int(snap is not None and "error" not in snap))
+        yield GaugeMetricFamily(
+            "tp_ray_up",
+            "Whether the Ray cluster of TP_RAY_ADDRESS answered (0 when unset).",
+            value=int(snap is not None and "error" not in snap),
+        )
         nodes = [n for n in (snap or {}).get("nodes", []) if n["state"] != "DEAD"]
-        yield GaugeMetricFamily("tp_ray_nodes", "Alive Ray nodes (0: no Ray cluster configured, TP_RAY_ADDRESS "
-                                "unset, or it did not answer).", value=len(nodes))
+        yield GaugeMetricFamily(
+            "tp_ray_nodes",
+            "Alive Ray nodes (0: no Ray cluster configured, TP_RAY_ADDRESS unset, or it did not answer).",
+            value=len(nodes),
+        )
         for name in ("CPU", "GPU"):
-            family = GaugeMetricFamily(f"tp_ray_{name.lower()}s", f"{name}s of the Ray cluster: total and in use.",
-                                       labels=["state"])
+            family = GaugeMetricFamily(
+                f"tp_ray_{name.lower()}s", f"{name}s of the Ray cluster: total and in use.", labels=["state"]
+            )
             figures = (snap or {}).get("totals", {}).get(name, {"total": 0.0, "used": 0.0})
             family.add_metric(["total"], figures["total"])
             family.add_metric(["used"], figures["used"])
@@ -158,17 +190,23 @@ def _authorized(request: Request, token: str | None) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
 
 
-@router.get("/metrics", response_class=Response,
-            responses={200: {"content": {PROMETHEUS_CONTENT_TYPE: {}}, "description": "Prometheus text 0.0.4"},
-                       401: {"model": schemas.ErrorOut,
-                             "description": "TP_METRICS_TOKEN is set and the request does not carry it."}})
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={
+        200: {"content": {PROMETHEUS_CONTENT_TYPE: {}}, "description": "Prometheus text 0.0.4"},
+        401: {"model": schemas.ErrorOut, "description": "TP_METRICS_TOKEN is set and the request does not carry it."},
+    },
+)
 def prometheus_metrics(request: Request, settings: SettingsDep):
     """Prometheus metrics of every API and worker process (multiprocess mode) plus platform gauges. Open unless
     TP_METRICS_TOKEN is set, then `Authorization: Bearer <TP_METRICS_TOKEN>` is required."""
     if not _authorized(request, settings.metrics_token):
-        return JSONResponse({"detail": "a valid metrics token is required (Authorization: Bearer ...)"},
-                            status_code=401, headers={"WWW-Authenticate": "Bearer"})
-    collector = PlatformCollector(settings.heartbeat_timeout_s, os.environ.get("TP_RAY_ADDRESS"),
-                                  settings.data_path)
+        return JSONResponse(
+            {"detail": "a valid metrics token is required (Authorization: Bearer ...)"},
+            status_code=401,
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    collector = PlatformCollector(settings.heartbeat_timeout_s, os.environ.get("TP_RAY_ADDRESS"), settings.data_path)
     body, content_type = telemetry.render((collector,))
     return Response(body, media_type=content_type)

@@ -81,8 +81,11 @@ def wake(kind: str, priority: int, job_id: int) -> str | None:
         reason = f"no answer within {WAKE_TIMEOUT_S:.0f}s"
     except Exception as exc:  # noqa: BLE001 - any broker failure: the job is safe in the database
         reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    log.warning("job %s is queued but no worker was woken (broker unreachable: %s); the recovery sweep will "
-                "wake one", job_id, reason)
+    log.warning(
+        "job %s is queued but no worker was woken (broker unreachable: %s); the recovery sweep will wake one",
+        job_id,
+        reason,
+    )
     return f"broker unreachable ({reason}): the job is queued and will start when the recovery sweep wakes a worker"
 
 
@@ -93,10 +96,12 @@ def _validated_config(session: Session, raw, settings: Settings, user: User) -> 
         raise config_error(exc) from None
 
 
-def _submit(session: Session, user: User, *, name: str, config: dict, priority: int,
-            cloned_from: int | None = None) -> dict:
-    return _submit_all(session, user, [{"name": name, "config": config, "priority": priority,
-                                        "cloned_from": cloned_from}])[0]
+def _submit(
+    session: Session, user: User, *, name: str, config: dict, priority: int, cloned_from: int | None = None
+) -> dict:
+    return _submit_all(
+        session, user, [{"name": name, "config": config, "priority": priority, "cloned_from": cloned_from}]
+    )[0]
 
 
 def _submit_all(session: Session, user: User, specs: list[dict]) -> list[dict]:
@@ -107,9 +112,15 @@ def _submit_all(session: Session, user: User, specs: list[dict]) -> list[dict]:
     session.commit()
     out, warning = [], None
     for job in created:
-        log.info("job %s submitted by %s (%s, priority %s%s%s)", job.id, user.name, job.algorithm, job.priority,
-                 f", clone of {job.cloned_from}" if job.cloned_from else "",
-                 f", sweep {job.sweep_id}" if job.sweep_id else "")
+        log.info(
+            "job %s submitted by %s (%s, priority %s%s%s)",
+            job.id,
+            user.name,
+            job.algorithm,
+            job.priority,
+            f", clone of {job.cloned_from}" if job.cloned_from else "",
+            f", sweep {job.sweep_id}" if job.sweep_id else "",
+        )
         if warning is None:
             warning = wake(job.kind, job.priority, job.id)
         out.append(job_read(session, job, user.name, warning=warning))
@@ -119,8 +130,13 @@ def _submit_all(session: Session, user: User, specs: list[dict]) -> list[dict]:
 # ---------------------------------------------------------------------------------------------- endpoints
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.JobSubmitted, dependencies=[JsonBody],
-             responses={422: {"model": schemas.ErrorOut, "description": "Every problem with the request/config"}})
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=schemas.JobSubmitted,
+    dependencies=[JsonBody],
+    responses={422: {"model": schemas.ErrorOut, "description": "Every problem with the request/config"}},
+)
 def create_job(body: schemas.JobCreate, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """Submit a training job. The config is validated (schema, cross-field rules, path policy) before anything
     is stored; disk checks (files, rows, the model) run in the worker's preflight."""
@@ -129,7 +145,7 @@ def create_job(body: schemas.JobCreate, session: SessionDep, user: CurrentUser, 
 
 
 def _loc(path: str) -> list[str | int]:
-    """"rewards[0].weight" -> ["rewards", 0, "weight"]; "<root>" -> []."""
+    """ "rewards[0].weight" -> ["rewards", 0, "weight"]; "<root>" -> []."""
     if path in ("", "<root>"):
         return []
     if path.startswith("verl.overrides."):  # the key of verl.overrides is itself a dotted verl key
@@ -142,13 +158,16 @@ def _config_warnings(cfg) -> list[str]:
     warnings = []
     t = cfg.training
     if t.max_steps is not None and t.save_steps and t.save_steps > t.max_steps:
-        warnings.append(f"training.save_steps ({t.save_steps}) > training.max_steps ({t.max_steps}): no checkpoint "
-                        "before the end, so a failure or a stop cannot resume")
+        warnings.append(
+            f"training.save_steps ({t.save_steps}) > training.max_steps ({t.max_steps}): no checkpoint "
+            "before the end, so a failure or a stop cannot resume"
+        )
     if t.eval_steps and not cfg.has_eval():
         warnings.append("training.eval_steps is set but there is no eval data: nothing will be evaluated")
     if cfg.engine == "verl" and cfg.algorithm.name != "sft":
-        warnings.append("verl RL needs GPUs with vLLM or SGLang: the worker's preflight checks the devices when the "
-                        "job starts")
+        warnings.append(
+            "verl RL needs GPUs with vLLM or SGLang: the worker's preflight checks the devices when the job starts"
+        )
     if cfg.rewards:
         from training_platform.training.rewards.weights import check_reward_weights
 
@@ -156,8 +175,12 @@ def _config_warnings(cfg) -> list[str]:
     return warnings
 
 
-@router.post("/validate", response_model=schemas.JobValidation, dependencies=[JsonBody],
-             responses={422: {"model": schemas.ErrorOut, "description": "The body is not a job (e.g. no config)"}})
+@router.post(
+    "/validate",
+    response_model=schemas.JobValidation,
+    dependencies=[JsonBody],
+    responses={422: {"model": schemas.ErrorOut, "description": "The body is not a job (e.g. no config)"}},
+)
 def validate_job(body: schemas.JobValidate, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """What POST /jobs would say about this body, without creating anything: the schema, the cross-field rules,
     the path policy and, for engine verl, the generated verl config with our checks and verl's. Always 200 for a
@@ -182,8 +205,12 @@ def validate_job(body: schemas.JobValidate, session: SessionDep, user: CurrentUs
         warnings = _config_warnings(cfg)
         if not problems and cfg.engine == "verl":
             problems.extend(_verl_problems(cfg))
-    return {"valid": not problems, "effective_config": effective, "warnings": warnings,
-            "errors": [{"loc": _loc(e.path), "msg": scrub(e.reason)} for e in problems]}
+    return {
+        "valid": not problems,
+        "effective_config": effective,
+        "warnings": warnings,
+        "errors": [{"loc": _loc(e.path), "msg": scrub(e.reason)} for e in problems],
+    }
 
 
 def _verl_problems(cfg) -> list:
@@ -209,8 +236,9 @@ def list_jobs(
     engine: Annotated[str | None, Query(max_length=32, description="Training engine (trl, verl).")] = None,
     kind: Annotated[str | None, Query(max_length=16, description="train, data or eval.")] = None,
     q: Annotated[str | None, Query(max_length=200, description="Name contains (case-insensitive).")] = None,
-    owner: Annotated[str | None, Query(max_length=64, description="Owner name (admins; others see only theirs).")]
-    = None,
+    owner: Annotated[
+        str | None, Query(max_length=64, description="Owner name (admins; others see only theirs).")
+    ] = None,
     sort: Annotated[schemas.JobSort, Query()] = "-created_at",
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     offset: schemas.Offset = 0,
@@ -245,8 +273,11 @@ def list_jobs(
     # ORM objects, the JSON columns passed through as the stored text, and the page encoded once (orjson) without
     # re-validating it through JobRead: ~4x less CPU per request (docs/observability.md, bench/README.md).
     # tests/api/test_jobs_api.py checks every item against GET /jobs/{id}, which goes through JobRead.
-    query = (select(*_LIST_COLUMNS, User.name.label("owner"), func.count().over().label("total"))
-             .join(User, User.id == Job.owner_id).where(*conditions))
+    query = (
+        select(*_LIST_COLUMNS, User.name.label("owner"), func.count().over().label("total"))
+        .join(User, User.id == Job.owner_id)
+        .where(*conditions)
+    )
     rows = session.exec(query.order_by(*order).limit(limit).offset(offset)).mappings().all()
     # Past the end (or nothing matches) the window has no row to report the total on.
     total = rows[0]["total"] if rows else session.exec(select(func.count()).select_from(query.subquery())).one()
@@ -265,8 +296,9 @@ def list_jobs(
 # JobRead's fields, read as columns by the listing: plain values, and JSON columns kept as their stored text.
 _LIST_JSON = ("config", "preflight", "best_checkpoint")
 _LIST_PLAIN = tuple(name for name in schemas.JobRead.model_fields if name not in _LIST_JSON and name != "owner")
-_LIST_COLUMNS = ([getattr(Job, name).label(name) for name in _LIST_PLAIN]
-                 + [cast(getattr(Job, name), Text).label(name) for name in _LIST_JSON])
+_LIST_COLUMNS = [getattr(Job, name).label(name) for name in _LIST_PLAIN] + [
+    cast(getattr(Job, name), Text).label(name) for name in _LIST_JSON
+]
 
 
 @router.get("/{job_id}", response_model=schemas.JobDetail)
@@ -297,8 +329,14 @@ def cancel_job(job: VisibleJob, session: SessionDep, user: CurrentUser):
             job.cancel_requested = True
             job.updated_at = crud.utcnow()
             session.add(job)
-            session.add(JobEvent(job_id=job.id, from_status=current.value, to_status=current.value,
-                                 reason=f"cancel requested by {user.name}"))
+            session.add(
+                JobEvent(
+                    job_id=job.id,
+                    from_status=current.value,
+                    to_status=current.value,
+                    reason=f"cancel requested by {user.name}",
+                )
+            )
         session.commit()
         if current != JobStatus.queued and job.run_dir:
             _touch_stop(job)
@@ -338,17 +376,28 @@ def retry_job(job: VisibleJob, session: SessionDep, user: CurrentUser):
     return job_read(session, job, warning=wake(job.kind, job.priority, job.id))
 
 
-@router.post("/{job_id}/clone", status_code=status.HTTP_201_CREATED, response_model=schemas.JobSubmitted,
-             dependencies=[JsonBody], responses=errors.responses(409))
-def clone_job(job: VisibleJob, session: SessionDep, user: CurrentUser, settings: SettingsDep,
-              body: Annotated[schemas.JobClone | None, Body()] = None):
+@router.post(
+    "/{job_id}/clone",
+    status_code=status.HTTP_201_CREATED,
+    response_model=schemas.JobSubmitted,
+    dependencies=[JsonBody],
+    responses=errors.responses(409),
+)
+def clone_job(
+    job: VisibleJob,
+    session: SessionDep,
+    user: CurrentUser,
+    settings: SettingsDep,
+    body: Annotated[schemas.JobClone | None, Body()] = None,
+):
     """A new job from this job's config with `overrides` applied; validated like POST /jobs. The body is
     optional: without one the job is cloned as it is."""
     body = body or schemas.JobClone()
     if job.kind != "train":
         where = "POST /evaluations" if job.kind == "eval" else "POST /datasets/{id}/versions/{v}/operations"
-        raise conflict(f"job {job.id} is a {job.kind} job; only training jobs can be cloned (submit again with "
-                       f"{where})")
+        raise conflict(
+            f"job {job.id} is a {job.kind} job; only training jobs can be cloned (submit again with {where})"
+        )
     try:
         raw = apply_overrides(job.config, body.overrides)
     except OverrideError as exc:
@@ -359,12 +408,26 @@ def clone_job(job: VisibleJob, session: SessionDep, user: CurrentUser, settings:
     return _submit(session, user, name=name, config=config, priority=priority, cloned_from=job.id)
 
 
-@router.delete("/{job_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
-               responses={204: {"description": "Deleted (see the retention rule above).", "headers": {
-                   "X-TP-Kept-Files": {"schema": {"type": "string"}, "description": (
-                       "Present when some of the job's files were kept under the retention rule: paths relative "
-                       "to the data directory, `; `-separated, each with its reason in parentheses.")}}},
-                          **errors.responses(409)})
+@router.delete(
+    "/{job_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+    responses={
+        204: {
+            "description": "Deleted (see the retention rule above).",
+            "headers": {
+                "X-TP-Kept-Files": {
+                    "schema": {"type": "string"},
+                    "description": (
+                        "Present when some of the job's files were kept under the retention rule: paths relative "
+                        "to the data directory, `; `-separated, each with its reason in parentheses."
+                    ),
+                }
+            },
+        },
+        **errors.responses(409),
+    },
+)
 def delete_job(job: VisibleJob, session: SessionDep, settings: SettingsDep, user: CurrentUser):
     """Finished jobs only. Removes the job, its events, metric points and checkpoint rows (an evaluation: its
     results and the pin it holds on its checkpoint), and its files: `runs/job-N/`, `runs/job-N.attempt-*/`,
@@ -391,8 +454,13 @@ def delete_job(job: VisibleJob, session: SessionDep, settings: SettingsDep, user
     keep = _registered_model_dirs(session)
     session.commit()
     removal = remove_job_files(job_id, settings.data_path, run_dir=run_dir, keep=keep)
-    log.info("job %s deleted by %s; removed %s%s", job_id, user.name, ", ".join(removal.removed) or "no files",
-             f"; kept {removal.kept}" if removal.kept else "")
+    log.info(
+        "job %s deleted by %s; removed %s%s",
+        job_id,
+        user.name,
+        ", ".join(removal.removed) or "no files",
+        f"; kept {removal.kept}" if removal.kept else "",
+    )
     response = Response(status_code=status.HTTP_204_NO_CONTENT)
     if removal.kept:
         kept = "; ".join(f"{path} ({why})" for path, why in removal.kept)

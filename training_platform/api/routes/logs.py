@@ -60,13 +60,24 @@ def job_logs(job: VisibleJob, tail: Annotated[int, Query(ge=1, le=10_000)] = 200
 
 # What a job's page offers to download: its whole log, the error report and the failure bundle (logs, reports and
 # the effective config, redacted when written; never weights or secrets: RunDir.write_failpack).
-DOWNLOADS = {"train.log": "text/plain; charset=utf-8", "eval.log": "text/plain; charset=utf-8",
-             "error.json": "application/json", "failpack.tgz": "application/gzip"}
+DOWNLOADS = {
+    "train.log": "text/plain; charset=utf-8",
+    "eval.log": "text/plain; charset=utf-8",
+    "error.json": "application/json",
+    "failpack.tgz": "application/gzip",
+}
 
 
-@router.get("/{job_id}/files/{name}", response_class=FileResponse,
-            responses={200: {"content": {t: {} for t in sorted(set(DOWNLOADS.values()))},
-                             "description": "The file, as an attachment named job-<id>-<name>."}})
+@router.get(
+    "/{job_id}/files/{name}",
+    response_class=FileResponse,
+    responses={
+        200: {
+            "content": {t: {} for t in sorted(set(DOWNLOADS.values()))},
+            "description": "The file, as an attachment named job-<id>-<name>.",
+        }
+    },
+)
 def download_job_file(job: VisibleJob, name: Literal["train.log", "eval.log", "error.json", "failpack.tgz"]):
     """Download one of the job's files: `train.log` (`eval.log` for evaluations), `error.json` and `failpack.tgz`
     (written when a run fails). 404 when the job has not written it."""
@@ -140,15 +151,26 @@ async def _follow(job_id: int, tail: int | None) -> AsyncIterator[str]:
         await asyncio.sleep(POLL_INTERVAL_S)
 
 
-@router.get("/{job_id}/logs/stream", response_class=StreamingResponse,
-            responses={200: {"content": {"text/event-stream": {}},
-                             "description": "`data: <line>` per log line; `event: end` once the job finished."}})
+@router.get(
+    "/{job_id}/logs/stream",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "content": {"text/event-stream": {}},
+            "description": "`data: <line>` per log line; `event: end` once the job finished.",
+        }
+    },
+)
 def stream_job_logs(
     job: VisibleJob,
-    tail: Annotated[int | None, Query(ge=1, le=10_000, description="Start with the last N lines instead of the "
-                                                                  "whole file.")] = None,
+    tail: Annotated[
+        int | None, Query(ge=1, le=10_000, description="Start with the last N lines instead of the whole file.")
+    ] = None,
 ):
     """Follows train.log as it grows (Server-Sent Events). Ends with `event: end` when the job is finished and
     the file is drained."""
-    return StreamingResponse(_follow(job.id, tail), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingResponse(
+        _follow(job.id, tail),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

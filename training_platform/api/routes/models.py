@@ -90,8 +90,9 @@ def inspect_model(path: Path) -> dict[str, Any]:
 
 
 class ModelUpdate(schemas.RequestBody):
-    shared: bool | None = Field(None, description="Let every user see and use the model (only the owner and admins "
-                                                  "change or delete it).")
+    shared: bool | None = Field(
+        None, description="Let every user see and use the model (only the owner and admins change or delete it)."
+    )
 
 
 def _model_read(session: Session, model: RegisteredModel, settings: Settings) -> dict:
@@ -99,12 +100,21 @@ def _model_read(session: Session, model: RegisteredModel, settings: Settings) ->
     info = dict(model.info or {})
     if isinstance(info.get("demo_data"), str):
         info["demo_data"] = shown(info["demo_data"], settings)
-    return {**model.model_dump(), "path": shown(model.path, settings), "info": info,
-            "owner": owner.name if owner else None}
+    return {
+        **model.model_dump(),
+        "path": shown(model.path, settings),
+        "info": info,
+        "owner": owner.name if owner else None,
+    }
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.ModelRead, dependencies=[JsonBody],
-             responses=errors.responses(409))
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=schemas.ModelRead,
+    dependencies=[JsonBody],
+    responses=errors.responses(409),
+)
 def register_model(body: schemas.ModelCreate, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """The path must lie inside the allowed roots and load as a Hugging Face model (config + tokenizer)."""
     if session.exec(select(RegisteredModel).where(RegisteredModel.name == body.name)).first() is not None:
@@ -129,15 +139,25 @@ def register_model(body: schemas.ModelCreate, session: SessionDep, user: Current
 
 
 @router.get("", response_model=schemas.Page[schemas.ModelRead])
-def list_models(session: SessionDep, user: CurrentUser, settings: SettingsDep,
-                limit: Annotated[int, Query(ge=1, le=200)] = 50, offset: schemas.Offset = 0):
+def list_models(
+    session: SessionDep,
+    user: CurrentUser,
+    settings: SettingsDep,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    offset: schemas.Offset = 0,
+):
     """Your models, shared ones and the platform's (the demo); admins see all."""
     conditions = [] if user.is_admin else [model_visible_clause(user)]
     total = session.exec(select(func.count()).select_from(RegisteredModel).where(*conditions)).one()
-    rows = session.exec(select(RegisteredModel).where(*conditions).order_by(RegisteredModel.name)
-                        .limit(limit).offset(offset)).all()
-    return {"items": [_model_read(session, m, settings) for m in rows], "total": total, "limit": limit,
-            "offset": offset}
+    rows = session.exec(
+        select(RegisteredModel).where(*conditions).order_by(RegisteredModel.name).limit(limit).offset(offset)
+    ).all()
+    return {
+        "items": [_model_read(session, m, settings) for m in rows],
+        "total": total,
+        "limit": limit,
+        "offset": offset,
+    }
 
 
 def _get_model(session: Session, user, model_id: int) -> RegisteredModel:
@@ -160,11 +180,18 @@ def get_model(model_id: schemas.DbId, session: SessionDep, user: CurrentUser, se
     return _model_read(session, _get_model(session, user, model_id), settings)
 
 
-@router.patch("/{model_id}", response_model=schemas.ModelRead, dependencies=[JsonBody],
-              responses={403: {"model": schemas.ErrorOut, "description": "A shared or platform model"},
-                         404: {"model": schemas.ErrorOut, "description": "No such model, or another user's"}})
-def update_model(model_id: schemas.DbId, body: ModelUpdate, session: SessionDep, user: CurrentUser,
-                 settings: SettingsDep):
+@router.patch(
+    "/{model_id}",
+    response_model=schemas.ModelRead,
+    dependencies=[JsonBody],
+    responses={
+        403: {"model": schemas.ErrorOut, "description": "A shared or platform model"},
+        404: {"model": schemas.ErrorOut, "description": "No such model, or another user's"},
+    },
+)
+def update_model(
+    model_id: schemas.DbId, body: ModelUpdate, session: SessionDep, user: CurrentUser, settings: SettingsDep
+):
     """Owner or admin: `{"shared": true}` lets every user see the model and use it (its directory becomes
     readable to their jobs)."""
     model = _owned_model(session, user, model_id, "change")
@@ -176,8 +203,9 @@ def update_model(model_id: schemas.DbId, body: ModelUpdate, session: SessionDep,
     return _model_read(session, model, settings)
 
 
-@router.delete("/{model_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
-                responses=errors.responses(403))
+@router.delete(
+    "/{model_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response, responses=errors.responses(403)
+)
 def delete_model(model_id: schemas.DbId, session: SessionDep, user: CurrentUser):
     """Admins or the owner. Removes the registration only, never the files."""
     model = _owned_model(session, user, model_id, "delete")

@@ -31,14 +31,23 @@ def system_info(data_path, show_path: bool = True) -> dict[str, Any]:
         "cpu_percent": psutil.cpu_percent(interval=None),
         "cpu_count": psutil.cpu_count(),
         "load_avg": list(psutil.getloadavg()) if hasattr(psutil, "getloadavg") else None,
-        "memory": {"total_mb": mem.total // 2**20, "available_mb": mem.available // 2**20,
-                   "used_mb": (mem.total - mem.available) // 2**20, "percent": mem.percent},
+        "memory": {
+            "total_mb": mem.total // 2**20,
+            "available_mb": mem.available // 2**20,
+            "used_mb": (mem.total - mem.available) // 2**20,
+            "percent": mem.percent,
+        },
     }
     shown = str(data_path) if show_path else "TP_DATA_DIR"
     try:
         disk = psutil.disk_usage(str(data_path))
-        info["disk"] = {"path": shown, "total_mb": disk.total // 2**20, "free_mb": disk.free // 2**20,
-                        "used_mb": disk.used // 2**20, "percent": disk.percent}
+        info["disk"] = {
+            "path": shown,
+            "total_mb": disk.total // 2**20,
+            "free_mb": disk.free // 2**20,
+            "used_mb": disk.used // 2**20,
+            "percent": disk.percent,
+        }
     except OSError as exc:
         info["disk"] = {"path": shown, "error": type(exc).__name__ if not show_path else str(exc)}
     return info
@@ -71,13 +80,16 @@ def dashboard(session: SessionDep, user: CurrentUser, settings: SettingsDep) -> 
     for status, count in session.exec(select(Job.status, func.count()).where(*mine).group_by(Job.status)).all():
         by_status[status] = count
     queued = {kind: 0 for kind in broker.JOB_KINDS}
-    rows = session.exec(select(Job.kind, func.count()).where(Job.status == JobStatus.queued.value)
-                        .group_by(Job.kind)).all()
+    rows = session.exec(
+        select(Job.kind, func.count()).where(Job.status == JobStatus.queued.value).group_by(Job.kind)
+    ).all()
     for kind, count in rows:
         queued[kind] = count
-    active = session.exec(select(Job).where(Job.worker.is_not(None),
-                                            Job.status.in_([JobStatus.preflight.value, JobStatus.running.value]))
-                          .order_by(Job.worker)).all()
+    active = session.exec(
+        select(Job)
+        .where(Job.worker.is_not(None), Job.status.in_([JobStatus.preflight.value, JobStatus.running.value]))
+        .order_by(Job.worker)
+    ).all()
     cutoff = utcnow() - timedelta(seconds=settings.heartbeat_timeout_s)
     workers = []
     busy, alive = set(), set()
@@ -88,8 +100,9 @@ def dashboard(session: SessionDep, user: CurrentUser, settings: SettingsDep) -> 
         if is_alive:
             alive.add(job.worker)
         if user.is_admin or job.owner_id == user.id:
-            workers.append({"name": job.worker, "job_id": job.id, "status": job.status, "heartbeat_at": beat,
-                            "alive": is_alive})
+            workers.append(
+                {"name": job.worker, "job_id": job.id, "status": job.status, "heartbeat_at": beat, "alive": is_alive}
+            )
     return {
         "jobs_by_status": by_status,
         "scope": "all" if user.is_admin else "own",
@@ -112,14 +125,18 @@ def ray_cluster(user: CurrentUser, settings: SettingsDep) -> dict[str, Any]:
     from training_platform.training.launchers import ray_cluster as status
 
     snap = status.cached_snapshot(address, settings.data_path / "ray")
-    out: dict[str, Any] = {"configured": True, "checked_at": datetime.fromtimestamp(snap["checked_at"], UTC),
-                           "error": None}
+    out: dict[str, Any] = {
+        "configured": True,
+        "checked_at": datetime.fromtimestamp(snap["checked_at"], UTC),
+        "error": None,
+    }
     if "error" in snap:
         out["error"] = snap["error"] if user.is_admin else "the Ray cluster cannot be read (an admin sees why)"
         return out
     nodes = snap["nodes"]
-    out.update(nodes_alive=sum(n["state"] != "DEAD" for n in nodes),
-               cpus=snap["totals"]["CPU"], gpus=snap["totals"]["GPU"])
+    out.update(
+        nodes_alive=sum(n["state"] != "DEAD" for n in nodes), cpus=snap["totals"]["CPU"], gpus=snap["totals"]["GPU"]
+    )
     if user.is_admin:
         out.update(address=address, dashboard_url=snap["dashboard_url"], nodes=nodes)
     return out

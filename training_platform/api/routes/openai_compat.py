@@ -76,7 +76,8 @@ Stop = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 
 class ChatCompletionRequest(schemas.RequestBody):
     model: Annotated[str, StringConstraints(min_length=1, max_length=256)] = Field(
-        description='"job-N/final", "job-N/step_000100" or a registered model\'s name (GET /openai/v1/models).')
+        description='"job-N/final", "job-N/step_000100" or a registered model\'s name (GET /openai/v1/models).'
+    )
     messages: list[OpenAIMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     max_tokens: int | None = Field(None, ge=1, le=MAX_NEW_TOKENS, strict=True)
     max_completion_tokens: int | None = Field(None, ge=1, le=MAX_NEW_TOKENS, strict=True)
@@ -165,8 +166,9 @@ def resolve_name(session: Session, user: User, name: str) -> ResolvedModel:
         match = JOB_MODEL.match(name)
         if match is not None:
             return resolve_job_model(session, user, settings, int(match.group(1)), match.group(2))
-        return resolve_registered(session, user, settings, visible_model_by_name(session, user, name),
-                                  f"model {name!r}")
+        return resolve_registered(
+            session, user, settings, visible_model_by_name(session, user, name), f"model {name!r}"
+        )
     finally:
         session.close()  # no database connection held while the model generates
 
@@ -174,10 +176,17 @@ def resolve_name(session: Session, user: User, name: str) -> ResolvedModel:
 # ---------------------------------------------------------------------------------------------- chat completions
 
 
-def _chunk(completion_id: str, created: int, model: str, choices: list[dict[str, Any]],
-           usage: dict[str, int] | None = None) -> str:
-    body: dict[str, Any] = {"id": completion_id, "object": "chat.completion.chunk", "created": created,
-                            "model": model, "system_fingerprint": None, "choices": choices}
+def _chunk(
+    completion_id: str, created: int, model: str, choices: list[dict[str, Any]], usage: dict[str, int] | None = None
+) -> str:
+    body: dict[str, Any] = {
+        "id": completion_id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "system_fingerprint": None,
+        "choices": choices,
+    }
     if usage is not None:
         body["usage"] = usage
     return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
@@ -197,17 +206,35 @@ async def _stream(pending: inference_client.Pending, model: str, include_usage: 
                 index = int(event.get("index", 0))
                 if index not in started:
                     started.add(index)
-                    yield _chunk(completion_id, created, model, [
-                        {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                         "finish_reason": None}])
-                yield _chunk(completion_id, created, model, [
-                    {"index": index, "delta": {"content": event["text"]}, "logprobs": None, "finish_reason": None}])
+                    yield _chunk(
+                        completion_id,
+                        created,
+                        model,
+                        [
+                            {
+                                "index": index,
+                                "delta": {"role": "assistant", "content": ""},
+                                "logprobs": None,
+                                "finish_reason": None,
+                            }
+                        ],
+                    )
+                yield _chunk(
+                    completion_id,
+                    created,
+                    model,
+                    [{"index": index, "delta": {"content": event["text"]}, "logprobs": None, "finish_reason": None}],
+                )
                 continue
             for choice in event.get("choices", []):
                 index = int(choice["index"])
                 delta = {} if index in started else {"role": "assistant", "content": ""}
-                yield _chunk(completion_id, created, model, [
-                    {"index": index, "delta": delta, "logprobs": None, "finish_reason": choice["finish_reason"]}])
+                yield _chunk(
+                    completion_id,
+                    created,
+                    model,
+                    [{"index": index, "delta": delta, "logprobs": None, "finish_reason": choice["finish_reason"]}],
+                )
             if include_usage:
                 yield _chunk(completion_id, created, model, [], usage=usage_of(event))
         yield "data: [DONE]\n\n"
@@ -219,9 +246,12 @@ async def _stream(pending: inference_client.Pending, model: str, include_usage: 
         await pending.close()
 
 
-@router.post("/chat/completions", response_model=ChatCompletion, dependencies=[JsonBody],
-             responses={404: {"model": schemas.ErrorOut, "description": "No such model, or not yours"},
-                        **GENERATION_RESPONSES})
+@router.post(
+    "/chat/completions",
+    response_model=ChatCompletion,
+    dependencies=[JsonBody],
+    responses={404: {"model": schemas.ErrorOut, "description": "No such model, or not yours"}, **GENERATION_RESPONSES},
+)
 async def chat_completions(body: ChatCompletionRequest, session: SessionDep, user: CurrentUser):
     """OpenAI's chat completions on the platform's models (job-N/final, job-N/step_NNNNNN, registered names)."""
     resolved = await run_in_threadpool(resolve_name, session, user, body.model)
@@ -229,24 +259,47 @@ async def chat_completions(body: ChatCompletionRequest, session: SessionDep, use
     max_tokens = body.max_completion_tokens or body.max_tokens or DEFAULT_MAX_TOKENS
     seed = body.seed if body.seed is not None else secrets.randbelow(2**31)
     request = inference_client.InferenceRequest(
-        path=resolved.path, label=resolved.label,
-        messages=[{"role": m.role, "content": m.content} for m in body.messages], max_new_tokens=max_tokens,
-        temperature=body.temperature, top_p=body.top_p, seed=seed, n=body.n, stop=stop)
+        path=resolved.path,
+        label=resolved.label,
+        messages=[{"role": m.role, "content": m.content} for m in body.messages],
+        max_new_tokens=max_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        seed=seed,
+        n=body.n,
+        stop=stop,
+    )
     pending = await inference_client.start(request, user.id)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return StreamingResponse(_stream(pending, body.model, include_usage), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            _stream(pending, body.model, include_usage),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
     try:
         done = await pending.result()
     except inference_client.GenerationTimeout as exc:
         raise HTTPException(status.HTTP_504_GATEWAY_TIMEOUT, detail=str(exc)) from None
     finally:
         await pending.close()
-    return {"id": f"chatcmpl-{pending.request_id}", "object": "chat.completion", "created": int(time.time()),
-            "model": body.model, "system_fingerprint": None, "usage": usage_of(done),
-            "choices": [{"index": c["index"], "message": {"role": "assistant", "content": c["text"]},
-                         "finish_reason": c["finish_reason"], "logprobs": None} for c in done.get("choices", [])]}
+    return {
+        "id": f"chatcmpl-{pending.request_id}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.model,
+        "system_fingerprint": None,
+        "usage": usage_of(done),
+        "choices": [
+            {
+                "index": c["index"],
+                "message": {"role": "assistant", "content": c["text"]},
+                "finish_reason": c["finish_reason"],
+                "logprobs": None,
+            }
+            for c in done.get("choices", [])
+        ],
+    }
 
 
 # ---------------------------------------------------------------------------------------------- models
@@ -266,8 +319,11 @@ def _epoch(value) -> int:
 
 
 @router.get("/models", response_model=ModelList)
-def list_models(session: SessionDep, user: CurrentUser,
-                limit: Annotated[int, Query(ge=1, le=1000, description="At most this many models.")] = 200):
+def list_models(
+    session: SessionDep,
+    user: CurrentUser,
+    limit: Annotated[int, Query(ge=1, le=1000, description="At most this many models.")] = 200,
+):
     """The models you may use here: your jobs' final models and checkpoints (newest jobs first; an admin's: every
     job's), then the registered models you may see."""
     data: list[dict[str, Any]] = []
@@ -287,21 +343,35 @@ def list_models(session: SessionDep, user: CurrentUser,
     jobs = session.exec(query.order_by(Job.id.desc()).limit(limit)).all()
     steps: dict[int, list[Checkpoint]] = {}
     if jobs:
-        rows = session.exec(select(Checkpoint).where(Checkpoint.job_id.in_([j.id for j in jobs]),
-                                                     Checkpoint.removed == False)  # noqa: E712
-                            .order_by(Checkpoint.job_id.desc(), Checkpoint.step.desc()).limit(limit)).all()
+        rows = session.exec(
+            select(Checkpoint)
+            .where(Checkpoint.job_id.in_([j.id for j in jobs]), Checkpoint.removed == False)  # noqa: E712
+            .order_by(Checkpoint.job_id.desc(), Checkpoint.step.desc())
+            .limit(limit)
+        ).all()
         for row in rows:
             steps.setdefault(row.job_id, []).append(row)
     for job in jobs:
         owned_by = owner_name(job.owner_id)
         if len(data) < limit and _has_model(f"{job.run_dir}/final"):
-            data.append({"id": f"job-{job.id}/final", "object": "model", "created": _epoch(job.finished_at
-                                                                                            or job.created_at),
-                         "owned_by": owned_by})
+            data.append(
+                {
+                    "id": f"job-{job.id}/final",
+                    "object": "model",
+                    "created": _epoch(job.finished_at or job.created_at),
+                    "owned_by": owned_by,
+                }
+            )
         for row in steps.get(job.id, []):
             if len(data) < limit and STEP_NAME.match(f"step_{row.step}") and _has_model(row.path):
-                data.append({"id": f"job-{job.id}/step_{row.step:06d}", "object": "model",
-                             "created": _epoch(row.created_at), "owned_by": owned_by})
+                data.append(
+                    {
+                        "id": f"job-{job.id}/step_{row.step:06d}",
+                        "object": "model",
+                        "created": _epoch(row.created_at),
+                        "owned_by": owned_by,
+                    }
+                )
     if len(data) < limit:
         query = select(RegisteredModel)
         if not user.is_admin:
@@ -310,6 +380,12 @@ def list_models(session: SessionDep, user: CurrentUser,
             architectures = (model.info or {}).get("architectures") or []
             if architectures and all("Classification" in str(a) for a in architectures):
                 continue  # a reward model / classifier: nothing to generate with
-            data.append({"id": model.name, "object": "model", "created": _epoch(model.created_at),
-                         "owned_by": owner_name(model.owner_id)})
+            data.append(
+                {
+                    "id": model.name,
+                    "object": "model",
+                    "created": _epoch(model.created_at),
+                    "owned_by": owner_name(model.owner_id),
+                }
+            )
     return {"object": "list", "data": data}

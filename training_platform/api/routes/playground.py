@@ -75,7 +75,8 @@ class ModelRef(schemas.RequestBody):
 
     job_id: schemas.BodyId | None = None
     checkpoint: Annotated[str, StringConstraints(pattern=CHECKPOINT_PATTERN)] | None = Field(
-        None, description='"final" (the default with job_id) or a checkpoint such as "step_000100".')
+        None, description='"final" (the default with job_id) or a checkpoint such as "step_000100".'
+    )
     model_id: schemas.BodyId | None = None
 
     @model_validator(mode="after")
@@ -152,19 +153,28 @@ def resolve_job_model(session: Session, user: User, settings: Settings, job_id: 
         label = f"job-{job.id}/final"
         final = Path(job.run_dir) / "final" if job.run_dir else None
         if final is None or not _is_model_dir(final):
-            raise _missing(f"{label} not found: job {job.id} has no final model (status {job.status}); its "
-                           f"checkpoints are listed at /jobs/{job.id}/checkpoints")
+            raise _missing(
+                f"{label} not found: job {job.id} has no final model (status {job.status}); its "
+                f"checkpoints are listed at /jobs/{job.id}/checkpoints"
+            )
         return ResolvedModel(_readable(session, user, settings, final, label), label)
     match = STEP_NAME.match(checkpoint)
     if match is None:
         raise _missing(f"checkpoint {checkpoint!r} not found")
     step = int(match.group(1))
     label = f"job-{job.id}/step_{step:06d}"
-    row = session.exec(select(Checkpoint).where(Checkpoint.job_id == job.id, Checkpoint.step == step)).first() \
-        if step <= schemas.DB_INT_MAX else None
+    row = (
+        session.exec(select(Checkpoint).where(Checkpoint.job_id == job.id, Checkpoint.step == step)).first()
+        if step <= schemas.DB_INT_MAX
+        else None
+    )
     if row is None:
-        steps = session.exec(select(Checkpoint.step).where(Checkpoint.job_id == job.id, Checkpoint.removed == False)  # noqa: E712
-                             .order_by(Checkpoint.step.desc()).limit(10)).all()
+        steps = session.exec(
+            select(Checkpoint.step)
+            .where(Checkpoint.job_id == job.id, Checkpoint.removed == False)  # noqa: E712
+            .order_by(Checkpoint.step.desc())
+            .limit(10)
+        ).all()
         available = ", ".join(f"step_{s:06d}" for s in sorted(steps)) or "none yet"
         raise _missing(f"{label} not found: job {job.id} recorded no checkpoint at step {step} (latest: {available})")
     if row.removed:
@@ -175,8 +185,9 @@ def resolve_job_model(session: Session, user: User, settings: Settings, job_id: 
     return ResolvedModel(_readable(session, user, settings, path, label), label)
 
 
-def resolve_registered(session: Session, user: User, settings: Settings, model: RegisteredModel | None,
-                       what: str) -> ResolvedModel:
+def resolve_registered(
+    session: Session, user: User, settings: Settings, model: RegisteredModel | None, what: str
+) -> ResolvedModel:
     if model is None or not model_visible(user, model):
         raise _missing(f"{what} not found")
     path = resolve_path(model.path, settings)
@@ -212,9 +223,15 @@ def usage_of(done: dict[str, Any]) -> dict[str, int]:
 
 def _reply(pending: inference_client.Pending, done: dict[str, Any], label: str, seed: int) -> dict[str, Any]:
     choice = (done.get("choices") or [{}])[0]
-    return {"id": pending.request_id, "model": label, "text": choice.get("text", ""),
-            "finish_reason": choice.get("finish_reason", "stop"), "usage": usage_of(done), "seed": seed,
-            "timings": done.get("timings", {})}
+    return {
+        "id": pending.request_id,
+        "model": label,
+        "text": choice.get("text", ""),
+        "finish_reason": choice.get("finish_reason", "stop"),
+        "usage": usage_of(done),
+        "seed": seed,
+        "timings": done.get("timings", {}),
+    }
 
 
 async def _stream(pending: inference_client.Pending, label: str, seed: int) -> AsyncIterator[str]:
@@ -233,31 +250,53 @@ async def _stream(pending: inference_client.Pending, label: str, seed: int) -> A
 
 
 GENERATION_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"text/event-stream": {}},
-          "description": "The completion (JSON), or with `stream` Server-Sent Events: `data: {\"token\": ...}` "
-                         "per piece of text, then `event: done` with the reply's fields."},
-    429: {"model": schemas.ErrorOut, "description": "Too many of your generation requests in progress "
-                                                    "(TP_INFERENCE_MAX_INFLIGHT)"},
+    200: {
+        "content": {"text/event-stream": {}},
+        "description": 'The completion (JSON), or with `stream` Server-Sent Events: `data: {"token": ...}` '
+        "per piece of text, then `event: done` with the reply's fields.",
+    },
+    429: {
+        "model": schemas.ErrorOut,
+        "description": "Too many of your generation requests in progress (TP_INFERENCE_MAX_INFLIGHT)",
+    },
     500: {"model": schemas.ErrorOut, "description": "The inference worker could not load the model or generate"},
-    503: {"model": schemas.ErrorOut, "description": "No inference worker runs, none took the request within "
-                                                    "TP_INFERENCE_PICKUP_TIMEOUT, or the broker is unreachable"},
+    503: {
+        "model": schemas.ErrorOut,
+        "description": "No inference worker runs, none took the request within "
+        "TP_INFERENCE_PICKUP_TIMEOUT, or the broker is unreachable",
+    },
     504: {"model": schemas.ErrorOut, "description": "The generation ran past TP_INFERENCE_TIMEOUT (it was stopped)"},
 }
 
 
-@router.post("/generate", response_model=PlaygroundReply, dependencies=[JsonBody],
-             responses={404: {"model": schemas.ErrorOut, "description": "No such job, checkpoint or model, or not "
-                                                                        "yours"}, **GENERATION_RESPONSES})
+@router.post(
+    "/generate",
+    response_model=PlaygroundReply,
+    dependencies=[JsonBody],
+    responses={
+        404: {"model": schemas.ErrorOut, "description": "No such job, checkpoint or model, or not yours"},
+        **GENERATION_RESPONSES,
+    },
+)
 async def generate(body: PlaygroundRequest, session: SessionDep, user: CurrentUser):
     """Generate a reply to `messages` with a job's final model or checkpoint, or a registered model."""
     resolved = await run_in_threadpool(resolve_reference, session, user, body.model)
     request = inference_client.InferenceRequest(
-        path=resolved.path, label=resolved.label, messages=[m.model_dump() for m in body.messages],
-        max_new_tokens=body.max_new_tokens, temperature=body.temperature, top_p=body.top_p, seed=body.seed)
+        path=resolved.path,
+        label=resolved.label,
+        messages=[m.model_dump() for m in body.messages],
+        max_new_tokens=body.max_new_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        seed=body.seed,
+    )
     pending = await inference_client.start(request, user.id)
     if body.stream:
-        return StreamingResponse(_stream(pending, resolved.label, body.seed), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            _stream(pending, resolved.label, body.seed),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
     try:
         done = await pending.result()
     except inference_client.GenerationTimeout as exc:

@@ -21,18 +21,24 @@ from training_platform.training.rewards.shadow import SHADOW_OPERATION
 log = logging.getLogger("training_platform.api.rewards")
 router = APIRouter(prefix="/rewards", tags=["rewards"])
 
-Spec = Annotated[str, StringConstraints(min_length=1, max_length=10_000)] | dict[str, Any] | \
-    Annotated[list[dict[str, Any]], Field(min_length=1, max_length=32)]
+Spec = (
+    Annotated[str, StringConstraints(min_length=1, max_length=10_000)]
+    | dict[str, Any]
+    | Annotated[list[dict[str, Any]], Field(min_length=1, max_length=32)]
+)
 
 
 class ShadowCreate(schemas.RequestBody):
-    old: Spec = Field(description="The current scorer: a reward name, `name:key=value,...`, {name, params} or a "
-                                  "list of {name, weight, params}.")
+    old: Spec = Field(
+        description="The current scorer: a reward name, `name:key=value,...`, {name, params} or a "
+        "list of {name, weight, params}."
+    )
     new: Spec = Field(description="The changed scorer (same forms).")
     dataset_id: schemas.BodyId | None = Field(None, description="With version_id: a stored dataset version.")
     version_id: schemas.BodyId | None = None
     path: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4096)] | None = Field(
-        None, description="Or a file on the server inside the allowed directories.")
+        None, description="Or a file on the server inside the allowed directories."
+    )
     limit: int = Field(500, ge=1, le=shadow.MAX_LIMIT)
     repeats: int = Field(3, ge=1, le=shadow.MAX_REPEATS)
     top_k: int = Field(10, ge=1, le=shadow.MAX_TOP_K)
@@ -66,9 +72,13 @@ def _check_specs(body: ShadowCreate) -> list[tuple[str, str]]:
     return errors
 
 
-@router.post("/shadow", status_code=status.HTTP_202_ACCEPTED, response_model=schemas.JobSubmitted,
-             dependencies=[JsonBody],
-             responses={422: {"model": schemas.ErrorOut, "description": "Every problem with the scorers or data"}})
+@router.post(
+    "/shadow",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=schemas.JobSubmitted,
+    dependencies=[JsonBody],
+    responses={422: {"model": schemas.ErrorOut, "description": "Every problem with the scorers or data"}},
+)
 def create_shadow(body: ShadowCreate, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """Queue a shadow test as a `data` job: both scorers score the same seeded sample (`limit` rows, `repeats`
     calls each). Once succeeded, the job's `config.result` is the report: spearman, kendall, top_k_overlap,
@@ -91,11 +101,13 @@ def create_shadow(body: ShadowCreate, session: SessionDep, user: CurrentUser, se
         source = {"dataset_id": body.dataset_id, "version_id": body.version_id}
     if errors:
         raise ValidationFailed(errors)
-    params = body.model_dump(include={"old", "new", "limit", "repeats", "top_k", "seed", "min_spearman",
-                                      "max_unstable_share"})
+    params = body.model_dump(
+        include={"old", "new", "limit", "repeats", "top_k", "seed", "min_spearman", "max_unstable_share"}
+    )
     config = {"operation": SHADOW_OPERATION, **source, "params": params}
-    job = crud.create_job(session, owner=user, name=body.name or "reward shadow test", config=config,
-                          priority=body.priority, kind="data")
+    job = crud.create_job(
+        session, owner=user, name=body.name or "reward shadow test", config=config, priority=body.priority, kind="data"
+    )
     job.algorithm = SHADOW_OPERATION
     job.max_steps = 100  # progress in percent
     session.add(job)

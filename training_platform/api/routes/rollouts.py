@@ -35,11 +35,13 @@ class RolloutRead(BaseModel):
     step: int
     prompt: str
     completion: str
-    rewards: dict[str, float | None] = Field(description="Each reward function's value (null: it returned None); "
-                                                         "{} when the engine reports only the total.")
+    rewards: dict[str, float | None] = Field(
+        description="Each reward function's value (null: it returned None); {} when the engine reports only the total."
+    )
     reward: float | None = Field(description="The total reward the trainer optimised.")
-    advantage: float | None = Field(description="The rollout's advantage when the trainer computes one per "
-                                                "completion (GRPO, RLOO), else null.")
+    advantage: float | None = Field(
+        description="The rollout's advantage when the trainer computes one per completion (GRPO, RLOO), else null."
+    )
 
 
 class RolloutPage(schemas.Page[RolloutRead]):
@@ -79,8 +81,9 @@ def _number(value) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def read_rollouts(path: Path, *, step: int | None, min_reward: float | None, max_reward: float | None, limit: int,
-                  offset: int) -> dict:
+def read_rollouts(
+    path: Path, *, step: int | None, min_reward: float | None, max_reward: float | None, limit: int, offset: int
+) -> dict:
     items: list[dict] = []
     steps: set[int] = set()
     total = 0
@@ -109,10 +112,16 @@ def read_rollouts(path: Path, *, step: int | None, min_reward: float | None, max
             if row is None:
                 continue
             rewards = row.get("rewards") if isinstance(row.get("rewards"), dict) else {}
-            items.append({"step": row_step, "prompt": str(row.get("prompt") or ""),
-                          "completion": str(row.get("completion") or ""),
-                          "rewards": {str(k): _number(v) for k, v in rewards.items()},
-                          "reward": _number(row.get("reward")), "advantage": _number(row.get("advantage"))})
+            items.append(
+                {
+                    "step": row_step,
+                    "prompt": str(row.get("prompt") or ""),
+                    "completion": str(row.get("completion") or ""),
+                    "rewards": {str(k): _number(v) for k, v in rewards.items()},
+                    "reward": _number(row.get("reward")),
+                    "advantage": _number(row.get("advantage")),
+                }
+            )
         total += 1
     return {"items": items, "total": total, "limit": limit, "offset": offset, "steps": sorted(steps)}
 
@@ -121,10 +130,12 @@ def read_rollouts(path: Path, *, step: int | None, min_reward: float | None, max
 def job_rollouts(
     job: VisibleJob,
     step: Annotated[int | None, Query(ge=0, le=schemas.DB_INT_MAX, description="Only this step.")] = None,
-    min_reward: Annotated[float | None, Query(ge=-REWARD_BOUND, le=REWARD_BOUND, allow_inf_nan=False,
-                                              description="Total reward >= this.")] = None,
-    max_reward: Annotated[float | None, Query(ge=-REWARD_BOUND, le=REWARD_BOUND, allow_inf_nan=False,
-                                              description="Total reward <= this.")] = None,
+    min_reward: Annotated[
+        float | None, Query(ge=-REWARD_BOUND, le=REWARD_BOUND, allow_inf_nan=False, description="Total reward >= this.")
+    ] = None,
+    max_reward: Annotated[
+        float | None, Query(ge=-REWARD_BOUND, le=REWARD_BOUND, allow_inf_nan=False, description="Total reward <= this.")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
     offset: schemas.Offset = 0,
 ):
@@ -134,5 +145,11 @@ def job_rollouts(
         raise ValidationFailed([("query.min_reward", f"{min_reward} is above max_reward {max_reward}")])
     if not job.run_dir:
         return {"items": [], "total": 0, "limit": limit, "offset": offset, "steps": []}
-    return read_rollouts(RunDir(job.run_dir).rollouts_file, step=step, min_reward=min_reward,
-                         max_reward=max_reward, limit=limit, offset=offset)
+    return read_rollouts(
+        RunDir(job.run_dir).rollouts_file,
+        step=step,
+        min_reward=min_reward,
+        max_reward=max_reward,
+        limit=limit,
+        offset=offset,
+    )

@@ -42,15 +42,18 @@ class ScheduleCreate(EvalRequest):
 
     name: schemas.JobName
     trigger: Trigger
-    cron: str | None = Field(None, max_length=120, description='e.g. "0 3 * * *" (03:00 UTC daily); a 6th field '
-                                                               'is seconds.')
+    cron: str | None = Field(
+        None, max_length=120, description='e.g. "0 3 * * *" (03:00 UTC daily); a 6th field is seconds.'
+    )
     job_id: schemas.BodyId | None = None
     model: str | None = Field(None, max_length=4096)
     every_n: int = Field(1, ge=1, le=100_000, strict=True)
-    include_existing: bool = Field(False, description="on_new_checkpoint: also evaluate the checkpoints the job "
-                                                      "already has.")
-    keep_best_by: str | None = Field(None, max_length=130, description='e.g. "gsm8k/accuracy": keep and expose '
-                                                                       'the job\'s best checkpoint by it.')
+    include_existing: bool = Field(
+        False, description="on_new_checkpoint: also evaluate the checkpoints the job already has."
+    )
+    keep_best_by: str | None = Field(
+        None, max_length=130, description='e.g. "gsm8k/accuracy": keep and expose the job\'s best checkpoint by it.'
+    )
     enabled: bool = True
     priority: schemas.Priority = 0
 
@@ -93,8 +96,9 @@ def _read(session: Session, schedule: EvalSchedule, owner_name: str | None = Non
     if owner_name is None:
         owner = session.get(User, schedule.owner_id)
         owner_name = owner.name if owner is not None else f"#{schedule.owner_id}"
-    count = session.exec(select(func.count()).select_from(Evaluation)
-                         .where(Evaluation.schedule_id == schedule.id)).one()
+    count = session.exec(
+        select(func.count()).select_from(Evaluation).where(Evaluation.schedule_id == schedule.id)
+    ).one()
     return {**schedule.model_dump(), "owner": owner_name, "evaluations": count}
 
 
@@ -111,7 +115,7 @@ def _validate(session: Session, user: User, body: ScheduleCreate, settings: Sett
     cron = None
     if body.trigger == "cron":
         if body.cron is None:
-            errors.append(("cron", "a cron schedule needs `cron`, e.g. \"0 3 * * *\""))
+            errors.append(("cron", 'a cron schedule needs `cron`, e.g. "0 3 * * *"'))
         else:
             try:
                 cron = parse_cron(body.cron)
@@ -137,20 +141,33 @@ def _validate(session: Session, user: User, body: ScheduleCreate, settings: Sett
     backend = str(body.backend.get("backend", "transformers"))
     if body.model is not None and body.job_id is None:
         try:
-            eval_service.resolve_target(session, user, model=body.model, job_id=None, checkpoint=None, backend=backend,
-                                     settings=settings)
+            eval_service.resolve_target(
+                session, user, model=body.model, job_id=None, checkpoint=None, backend=backend, settings=settings
+            )
         except RequestError as exc:
             errors += exc.errors
-    errors += eval_service.check_request(body, body.model or "<checkpoint>", settings, keep_best_by=body.keep_best_by,
-                                      job_id=body.job_id, name=body.name, session=session,
-                                      reader=reader_for(session, user))[1]
+    errors += eval_service.check_request(
+        body,
+        body.model or "<checkpoint>",
+        settings,
+        keep_best_by=body.keep_best_by,
+        job_id=body.job_id,
+        name=body.name,
+        session=session,
+        reader=reader_for(session, user),
+    )[1]
     if errors:
         raise ValidationFailed(errors)
     return cron
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=ScheduleRead, dependencies=[JsonBody],
-             responses={422: {"model": schemas.ErrorOut, "description": "Every problem with the request"}})
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=ScheduleRead,
+    dependencies=[JsonBody],
+    responses={422: {"model": schemas.ErrorOut, "description": "Every problem with the request"}},
+)
 def create_schedule(body: ScheduleCreate, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     cron = _validate(session, user, body, settings)
     now = utcnow()
@@ -158,12 +175,21 @@ def create_schedule(body: ScheduleCreate, session: SessionDep, user: CurrentUser
     if body.trigger == "on_new_checkpoint" and not body.include_existing:
         last_step = session.exec(select(func.max(Checkpoint.step)).where(Checkpoint.job_id == body.job_id)).one()
         last_step = -1 if last_step is None else last_step
-    schedule = EvalSchedule(owner_id=user.id, name=body.name, enabled=body.enabled, trigger=body.trigger, cron=cron,
-                            job_id=body.job_id, model=body.model, every_n=body.every_n,
-                            request=body.model_dump(mode="json", include=set(EvalRequest.model_fields)),
-                            keep_best_by=body.keep_best_by, priority=body.priority,
-                            next_fire_at=next_fire_time(cron, now) if cron else None,
-                            last_checkpoint_step=last_step)
+    schedule = EvalSchedule(
+        owner_id=user.id,
+        name=body.name,
+        enabled=body.enabled,
+        trigger=body.trigger,
+        cron=cron,
+        job_id=body.job_id,
+        model=body.model,
+        every_n=body.every_n,
+        request=body.model_dump(mode="json", include=set(EvalRequest.model_fields)),
+        keep_best_by=body.keep_best_by,
+        priority=body.priority,
+        next_fire_at=next_fire_time(cron, now) if cron else None,
+        last_checkpoint_step=last_step,
+    )
     session.add(schedule)
     session.commit()
     log.info("schedule %s (%s) created by %s", schedule.id, body.trigger, user.name)
@@ -190,8 +216,9 @@ def list_schedules(
     if enabled is not None:
         conditions.append(EvalSchedule.enabled == enabled)
     total = session.exec(select(func.count()).select_from(EvalSchedule).where(*conditions)).one()
-    rows = session.exec(select(EvalSchedule).where(*conditions).order_by(EvalSchedule.id.desc())
-                        .limit(limit).offset(offset)).all()
+    rows = session.exec(
+        select(EvalSchedule).where(*conditions).order_by(EvalSchedule.id.desc()).limit(limit).offset(offset)
+    ).all()
     return {"items": [_read(session, s) for s in rows], "total": total, "limit": limit, "offset": offset}
 
 
@@ -225,10 +252,18 @@ def update_schedule(schedule_id: schemas.DbId, body: ScheduleUpdate, session: Se
                 parse_metric_key(changes["keep_best_by"], request.to_config("<checkpoint>"))
             except (ValueError, RequestError) as exc:
                 errors.append(("keep_best_by", str(exc)))
-    if changes.get("enabled") is True and not schedule.enabled and schedule.job_id is not None \
-            and session.get(Job, schedule.job_id) is None:
-        errors.append(("enabled", f"job {schedule.job_id} was deleted: this schedule cannot run again (create a new "
-                                  "one for another job)"))
+    if (
+        changes.get("enabled") is True
+        and not schedule.enabled
+        and schedule.job_id is not None
+        and session.get(Job, schedule.job_id) is None
+    ):
+        errors.append(
+            (
+                "enabled",
+                f"job {schedule.job_id} was deleted: this schedule cannot run again (create a new one for another job)",
+            )
+        )
     if errors:
         raise ValidationFailed(errors)
     re_enabled = changes.get("enabled") is True and not schedule.enabled

@@ -53,8 +53,15 @@ MAX_METRICS_PER_JOB = 200  # series summarised per job (a training run logs a fe
 JOB_NAME_MAX = 200
 _KEY = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")
 # Short names in job names and point labels: `lr=0.0001 bs=8 seed=0`.
-SHORT = {"learning_rate": "lr", "per_device_batch_size": "bs", "gradient_accumulation_steps": "ga",
-         "weight_decay": "wd", "warmup_ratio": "warmup", "num_epochs": "epochs", "max_steps": "steps"}
+SHORT = {
+    "learning_rate": "lr",
+    "per_device_batch_size": "bs",
+    "gradient_accumulation_steps": "ga",
+    "weight_decay": "wd",
+    "warmup_ratio": "warmup",
+    "num_epochs": "epochs",
+    "max_steps": "steps",
+}
 _MISSING = object()
 
 
@@ -126,8 +133,13 @@ def _check_shape(body: schemas.SweepCreate, seeds: list[int]) -> list[tuple[str,
     for key, values in body.grid.items():
         where = f"grid.{key[:200]}"
         if not _KEY.match(key):
-            problems.append((where, "expected a dotted config path such as 'training.learning_rate' (letters, "
-                                    "digits, '_'; list items by index: 'rewards.0.weight')"))
+            problems.append(
+                (
+                    where,
+                    "expected a dotted config path such as 'training.learning_rate' (letters, "
+                    "digits, '_'; list items by index: 'rewards.0.weight')",
+                )
+            )
             continue
         if len(key.split(".")) > 16:
             problems.append((where, "at most 16 dotted parts"))
@@ -154,8 +166,13 @@ def _check_shape(body: schemas.SweepCreate, seeds: list[int]) -> list[tuple[str,
         first.setdefault(seed, i)
     points = math.prod(len(v) for v in body.grid.values())
     if points * len(seeds) > schemas.SWEEP_MAX_JOBS:
-        problems.append(("grid", f"{points} grid points x {len(seeds)} seeds = {points * len(seeds)} jobs; at most "
-                                 f"{schemas.SWEEP_MAX_JOBS} per sweep"))
+        problems.append(
+            (
+                "grid",
+                f"{points} grid points x {len(seeds)} seeds = {points * len(seeds)} jobs; at most "
+                f"{schemas.SWEEP_MAX_JOBS} per sweep",
+            )
+        )
     return problems
 
 
@@ -166,8 +183,9 @@ def _config_errors(session: Session, raw: Any, settings: Settings, user: User) -
         return None, list(exc.errors)
 
 
-def _attribute(error: FieldError, keys: list[str], indexes: dict[str, int], seed_index: int,
-               label: str) -> tuple[str, str]:
+def _attribute(
+    error: FieldError, keys: list[str], indexes: dict[str, int], seed_index: int, label: str
+) -> tuple[str, str]:
     """A generated config's problem -> the request field that caused it."""
     for key in keys:
         path = _as_path(key)
@@ -179,8 +197,9 @@ def _attribute(error: FieldError, keys: list[str], indexes: dict[str, int], seed
     return error.path, f"{error.reason} (with {label})"
 
 
-def _generate(session: Session, body: schemas.SweepCreate, seeds: list[int], settings: Settings,
-              user: User) -> tuple[dict, list[dict]]:
+def _generate(
+    session: Session, body: schemas.SweepCreate, seeds: list[int], settings: Settings, user: User
+) -> tuple[dict, list[dict]]:
     """Validate the base config and every generated one; returns (validated base, [(name, config)...]) or raises
     one 422 listing every problem."""
     base, base_errors = _config_errors(session, body.config, settings, user)
@@ -203,8 +222,9 @@ def _generate(session: Session, body: schemas.SweepCreate, seeds: list[int], set
             config, found = _config_errors(session, raw, settings, user)
             problems.extend(_attribute(e, keys, indexes, seed_index, label) for e in found if tuple(e) not in known)
             if config is not None:
-                specs.append({"name": f"{body.name} {label}"[:JOB_NAME_MAX], "config": config,
-                              "priority": body.priority})
+                specs.append(
+                    {"name": f"{body.name} {label}"[:JOB_NAME_MAX], "config": config, "priority": body.priority}
+                )
     if problems:
         unique = list(dict.fromkeys(problems))
         if len(unique) > MAX_ERRORS:
@@ -229,16 +249,27 @@ def _owner_name(session: Session, owner_id: int) -> str:
 def _status_counts(session: Session, sweep_ids: list[int]) -> dict[int, dict[str, int]]:
     counts: dict[int, dict[str, int]] = {i: {} for i in sweep_ids}
     if sweep_ids:
-        rows = session.exec(select(Job.sweep_id, Job.status, func.count()).where(Job.sweep_id.in_(sweep_ids))
-                            .group_by(Job.sweep_id, Job.status)).all()
+        rows = session.exec(
+            select(Job.sweep_id, Job.status, func.count())
+            .where(Job.sweep_id.in_(sweep_ids))
+            .group_by(Job.sweep_id, Job.status)
+        ).all()
         for sweep_id, status_, n in rows:
             counts[sweep_id][status_] = n
     return counts
 
 
 def _sweep_read(sweep: Sweep, owner: str, counts: dict[str, int]) -> dict:
-    return {"id": sweep.id, "name": sweep.name, "owner": owner, "grid": sweep.grid, "seeds": sweep.seeds,
-            "created_at": sweep.created_at, "jobs_total": sum(counts.values()), "status_counts": counts}
+    return {
+        "id": sweep.id,
+        "name": sweep.name,
+        "owner": owner,
+        "grid": sweep.grid,
+        "seeds": sweep.seeds,
+        "created_at": sweep.created_at,
+        "jobs_total": sum(counts.values()),
+        "status_counts": counts,
+    }
 
 
 def _finite(value: float | None) -> float | None:
@@ -251,12 +282,18 @@ def last_values(session: Session, job_id: int) -> dict[str, float | None]:
     names = crud.metric_names(session, job_id)[:MAX_METRICS_PER_JOB]
     if not names:
         return {}
-    probes = [select(MetricPoint.value).where(MetricPoint.job_id == job_id, MetricPoint.name == name)
-              .order_by(MetricPoint.step.desc()).limit(1).scalar_subquery() for name in names]
+    probes = [
+        select(MetricPoint.value)
+        .where(MetricPoint.job_id == job_id, MetricPoint.name == name)
+        .order_by(MetricPoint.step.desc())
+        .limit(1)
+        .scalar_subquery()
+        for name in names
+    ]
     out: dict[str, float | None] = {}
     for start in range(0, len(probes), 50):  # a bounded statement
-        row = session.execute(select(*probes[start:start + 50])).one()
-        out.update({name: _finite(value) for name, value in zip(names[start:start + 50], row, strict=True)})
+        row = session.execute(select(*probes[start : start + 50])).one()
+        out.update({name: _finite(value) for name, value in zip(names[start : start + 50], row, strict=True)})
     return out
 
 
@@ -289,14 +326,27 @@ def sweep_detail(session: Session, sweep: Sweep, warning: str | None = None) -> 
         ident = tuple("\0missing" if v is _MISSING else _canon(v) for v in values)
         if ident not in points:  # e.g. a registered model name replaced by its path
             point = dict(zip(keys, values, strict=True))
-            points[ident] = {"point": {k: (None if v is _MISSING else v) for k, v in point.items()},
-                             "label": _label(labels, point), "jobs": []}
+            points[ident] = {
+                "point": {k: (None if v is _MISSING else v) for k, v in point.items()},
+                "label": _label(labels, point),
+                "jobs": [],
+            }
         seed = _get(job.config, SEED_KEY)
         metrics = last_values(session, job.id)
         points[ident]["jobs"].append((job, metrics))
-        job_items.append({"id": job.id, "name": job.name, "status": job.status, "point": points[ident]["point"],
-                          "seed": seed if isinstance(seed, int) else None, "current_step": job.current_step,
-                          "max_steps": job.max_steps, "error": job.error, "metrics": metrics})
+        job_items.append(
+            {
+                "id": job.id,
+                "name": job.name,
+                "status": job.status,
+                "point": points[ident]["point"],
+                "seed": seed if isinstance(seed, int) else None,
+                "current_step": job.current_step,
+                "max_steps": job.max_steps,
+                "error": job.error,
+                "metrics": metrics,
+            }
+        )
 
     point_items = []
     for entry in points.values():
@@ -307,19 +357,39 @@ def sweep_detail(session: Session, sweep: Sweep, warning: str | None = None) -> 
             values = [m[name] for m in done if m.get(name) is not None]
             if values:
                 stats[name] = _stats(values)
-        point_items.append({"point": entry["point"], "label": entry["label"],
-                            "job_ids": [job.id for job, _ in entry["jobs"]], "succeeded": len(done),
-                            "metrics": stats})
-    return {**_sweep_read(sweep, _owner_name(session, sweep.owner_id), counts), "config": sweep.config,
-            "jobs": job_items, "points": point_items, "warning": warning}
+        point_items.append(
+            {
+                "point": entry["point"],
+                "label": entry["label"],
+                "job_ids": [job.id for job, _ in entry["jobs"]],
+                "succeeded": len(done),
+                "metrics": stats,
+            }
+        )
+    return {
+        **_sweep_read(sweep, _owner_name(session, sweep.owner_id), counts),
+        "config": sweep.config,
+        "jobs": job_items,
+        "points": point_items,
+        "warning": warning,
+    }
 
 
 # ---------------------------------------------------------------------------------------------- endpoints
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.SweepDetail, dependencies=[JsonBody],
-             responses={422: {"model": schemas.ValidationErrorOut,
-                              "description": "Every problem with the grid, the seeds or any generated config"}})
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=schemas.SweepDetail,
+    dependencies=[JsonBody],
+    responses={
+        422: {
+            "model": schemas.ValidationErrorOut,
+            "description": "Every problem with the grid, the seeds or any generated config",
+        }
+    },
+)
 def create_sweep(body: schemas.SweepCreate, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """One job per grid point and seed. Every generated config is validated like POST /jobs before anything is
     stored; the sweep and its jobs are then created in one transaction (all or none)."""
@@ -355,11 +425,21 @@ def list_sweeps(
     if q:
         conditions.append(func.lower(Sweep.name).contains(q.lower(), autoescape=True))
     total = session.exec(select(func.count()).select_from(Sweep).where(*conditions)).one()
-    rows = session.exec(select(Sweep, User.name).join(User, User.id == Sweep.owner_id).where(*conditions)
-                        .order_by(Sweep.created_at.desc(), Sweep.id.desc()).limit(limit).offset(offset)).all()
+    rows = session.exec(
+        select(Sweep, User.name)
+        .join(User, User.id == Sweep.owner_id)
+        .where(*conditions)
+        .order_by(Sweep.created_at.desc(), Sweep.id.desc())
+        .limit(limit)
+        .offset(offset)
+    ).all()
     counts = _status_counts(session, [s.id for s, _ in rows])
-    return {"items": [_sweep_read(s, owner, counts[s.id]) for s, owner in rows], "total": total, "limit": limit,
-            "offset": offset}
+    return {
+        "items": [_sweep_read(s, owner, counts[s.id]) for s, owner in rows],
+        "total": total,
+        "limit": limit,
+        "offset": offset,
+    }
 
 
 @router.get("/{sweep_id}", response_model=schemas.SweepDetail)
@@ -374,9 +454,9 @@ def cancel_sweep(sweep_id: schemas.DbId, session: SessionDep, user: CurrentUser)
     """Cancel every unfinished job of the sweep, each as POST /jobs/{id}/cancel does (queued: at once;
     preflight/running: the worker stops after a checkpoint). Finished jobs are left as they are."""
     sweep = _visible_sweep(session, user, sweep_id)
-    unfinished = session.exec(select(Job).where(Job.sweep_id == sweep.id,
-                                                Job.status.not_in([s.value for s in TERMINAL]))
-                              .order_by(Job.id)).all()
+    unfinished = session.exec(
+        select(Job).where(Job.sweep_id == sweep.id, Job.status.not_in([s.value for s in TERMINAL])).order_by(Job.id)
+    ).all()
     for job in unfinished:
         try:
             jobs_routes.cancel_job(job, session, user)
@@ -385,4 +465,3 @@ def cancel_sweep(sweep_id: schemas.DbId, session: SessionDep, user: CurrentUser)
             log.info("sweep %s: job %s not cancelled: %s", sweep.id, job.id, exc.detail)
     log.info("sweep %s: cancel by %s (%d unfinished jobs)", sweep.id, user.name, len(unfinished))
     return sweep_detail(session, sweep)
-

@@ -85,8 +85,13 @@ def _commit(session: Session, owner: str, name: str) -> None:
         raise conflict(f"{owner} already has a template named {name!r}") from None
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.TemplateRead, dependencies=[JsonBody],
-             responses=errors.responses(409))
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=schemas.TemplateRead,
+    dependencies=[JsonBody],
+    responses=errors.responses(409),
+)
 def create_template(body: schemas.TemplateCreate, session: SessionDep, user: CurrentUser):
     """A named config (checked by the schema and the cross-field rules; its paths are checked when a job is
     submitted from it). 409 when you already have a template of that name."""
@@ -94,12 +99,24 @@ def create_template(body: schemas.TemplateCreate, session: SessionDep, user: Cur
     if _name_taken(session, user.id, body.name):
         raise conflict(f"{user.name} already has a template named {body.name!r}")
     now = utcnow()
-    template = JobTemplate(owner_id=user.id, name=body.name, description=body.description, config=body.config,
-                           shared=body.shared, created_at=now, updated_at=now)
+    template = JobTemplate(
+        owner_id=user.id,
+        name=body.name,
+        description=body.description,
+        config=body.config,
+        shared=body.shared,
+        created_at=now,
+        updated_at=now,
+    )
     session.add(template)
     _commit(session, user.name, body.name)
-    log.info("template %s (%r) created by %s%s", template.id, template.name, user.name,
-             " (shared)" if template.shared else "")
+    log.info(
+        "template %s (%r) created by %s%s",
+        template.id,
+        template.name,
+        user.name,
+        " (shared)" if template.shared else "",
+    )
     return _read(template, user.name)
 
 
@@ -116,9 +133,14 @@ def list_templates(
     if q:
         conditions.append(func.lower(JobTemplate.name).contains(q.lower(), autoescape=True))
     total = session.exec(select(func.count()).select_from(JobTemplate).where(*conditions)).one()
-    rows = session.exec(select(JobTemplate, User.name).join(User, User.id == JobTemplate.owner_id)
-                        .where(*conditions).order_by(JobTemplate.name, JobTemplate.id)
-                        .limit(limit).offset(offset)).all()
+    rows = session.exec(
+        select(JobTemplate, User.name)
+        .join(User, User.id == JobTemplate.owner_id)
+        .where(*conditions)
+        .order_by(JobTemplate.name, JobTemplate.id)
+        .limit(limit)
+        .offset(offset)
+    ).all()
     return {"items": [_read(t, owner) for t, owner in rows], "total": total, "limit": limit, "offset": offset}
 
 
@@ -128,17 +150,20 @@ def get_template(template_id: schemas.DbId, session: SessionDep, user: CurrentUs
     return _read(template, _owner_name(session, template.owner_id))
 
 
-@router.patch("/{template_id}", response_model=schemas.TemplateRead, dependencies=[JsonBody],
-              responses=errors.responses(403, 409))
-def update_template(template_id: schemas.DbId, body: schemas.TemplateUpdate, session: SessionDep,
-                    user: CurrentUser):
+@router.patch(
+    "/{template_id}", response_model=schemas.TemplateRead, dependencies=[JsonBody], responses=errors.responses(403, 409)
+)
+def update_template(template_id: schemas.DbId, body: schemas.TemplateUpdate, session: SessionDep, user: CurrentUser):
     """Owner or admin. Only the fields sent change; a new config is checked like on create."""
     template = _owned(session, user, template_id, "change")
     owner = _owner_name(session, template.owner_id)
     if body.config is not None:
         _check_config(body.config)
-    if body.name is not None and body.name != template.name and _name_taken(session, template.owner_id, body.name,
-                                                                            but=template.id):
+    if (
+        body.name is not None
+        and body.name != template.name
+        and _name_taken(session, template.owner_id, body.name, but=template.id)
+    ):
         raise conflict(f"{owner} already has a template named {body.name!r}")
     changes = body.model_dump(exclude_unset=True, exclude_none=True)
     if changes:
@@ -151,8 +176,9 @@ def update_template(template_id: schemas.DbId, body: schemas.TemplateUpdate, ses
     return _read(template, owner)
 
 
-@router.delete("/{template_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
-               responses=errors.responses(403))
+@router.delete(
+    "/{template_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response, responses=errors.responses(403)
+)
 def delete_template(template_id: schemas.DbId, session: SessionDep, user: CurrentUser):
     """Owner or admin. Jobs submitted from the template are not affected."""
     template = _owned(session, user, template_id, "delete")

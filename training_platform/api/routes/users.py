@@ -26,8 +26,13 @@ def me(user: CurrentUser):
     return user
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.UserCreated, dependencies=[JsonBody],
-             responses=errors.responses(403, 409))
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=schemas.UserCreated,
+    dependencies=[JsonBody],
+    responses=errors.responses(403, 409),
+)
 def create_user(body: schemas.UserCreate, session: SessionDep, admin: AdminUser):
     """Admins only. The response carries the new user's API token; it is not stored and cannot be shown again."""
     try:
@@ -41,8 +46,9 @@ def create_user(body: schemas.UserCreate, session: SessionDep, admin: AdminUser)
 
 
 @router.get("", responses=errors.responses(403), response_model=schemas.Page[schemas.UserRead])
-def list_users(session: SessionDep, admin: AdminUser,
-               limit: Annotated[int, Query(ge=1, le=200)] = 50, offset: schemas.Offset = 0):
+def list_users(
+    session: SessionDep, admin: AdminUser, limit: Annotated[int, Query(ge=1, le=200)] = 50, offset: schemas.Offset = 0
+):
     total = session.exec(select(func.count()).select_from(User)).one()
     rows = session.exec(select(User).order_by(User.id).limit(limit).offset(offset)).all()
     return {"items": rows, "total": total, "limit": limit, "offset": offset}

@@ -39,13 +39,21 @@ Event = Literal["job.succeeded", "job.failed", "job.cancelled"]
 
 
 class WebhookCreate(schemas.RequestBody):
-    url: str = Field(min_length=1, max_length=MAX_URL, description="http(s) URL on a host the operator allows "
-                                                                   "(TP_WEBHOOK_HOSTS).")
-    events: list[Event] = Field(default_factory=lambda: ["job.succeeded", "job.failed", "job.cancelled"],
-                                min_length=1, max_length=3, description="Which job ends to send.")
-    secret: str | None = Field(None, min_length=MIN_SECRET, max_length=MAX_SECRET,
-                               description="Signs each body: `X-TP-Signature: sha256=<HMAC-SHA256 hex>`. "
-                                           "Write-only: never returned.")
+    url: str = Field(
+        min_length=1, max_length=MAX_URL, description="http(s) URL on a host the operator allows (TP_WEBHOOK_HOSTS)."
+    )
+    events: list[Event] = Field(
+        default_factory=lambda: ["job.succeeded", "job.failed", "job.cancelled"],
+        min_length=1,
+        max_length=3,
+        description="Which job ends to send.",
+    )
+    secret: str | None = Field(
+        None,
+        min_length=MIN_SECRET,
+        max_length=MAX_SECRET,
+        description="Signs each body: `X-TP-Signature: sha256=<HMAC-SHA256 hex>`. Write-only: never returned.",
+    )
 
 
 class LastDelivery(BaseModel):
@@ -70,10 +78,23 @@ class WebhookRead(BaseModel):
 def _read(row: Webhook, owner: str) -> dict:
     last = None
     if row.last_delivery_at is not None:
-        last = {"at": row.last_delivery_at, "event": row.last_event, "job_id": row.last_job_id,
-                "status_code": row.last_status_code, "error": row.last_error, "attempts": row.last_attempts}
-    return {"id": row.id, "owner": owner, "url": row.url, "events": list(row.events or []),
-            "has_secret": bool(row.secret), "created_at": row.created_at, "last_delivery": last}
+        last = {
+            "at": row.last_delivery_at,
+            "event": row.last_event,
+            "job_id": row.last_job_id,
+            "status_code": row.last_status_code,
+            "error": row.last_error,
+            "attempts": row.last_attempts,
+        }
+    return {
+        "id": row.id,
+        "owner": owner,
+        "url": row.url,
+        "events": list(row.events or []),
+        "has_secret": bool(row.secret),
+        "created_at": row.created_at,
+        "last_delivery": last,
+    }
 
 
 def _broken_config(exc: WebhookConfigError, user: User) -> HTTPException:
@@ -82,9 +103,16 @@ def _broken_config(exc: WebhookConfigError, user: User) -> HTTPException:
     return HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail=detail)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=WebhookRead, dependencies=[JsonBody],
-             responses={**errors.responses(409), 503: {"model": schemas.ErrorOut,
-                                                       "description": "The operator's TP_WEBHOOK_HOSTS is invalid."}})
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=WebhookRead,
+    dependencies=[JsonBody],
+    responses={
+        **errors.responses(409),
+        503: {"model": schemas.ErrorOut, "description": "The operator's TP_WEBHOOK_HOSTS is invalid."},
+    },
+)
 def create_webhook(body: WebhookCreate, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """Registers a webhook of the caller (at most 10 each). 422 naming `url` when its host is not one the operator
     allows (or when the operator allows none: webhooks are then disabled)."""
@@ -109,8 +137,12 @@ def create_webhook(body: WebhookCreate, session: SessionDep, user: CurrentUser, 
 
 
 @router.get("", response_model=schemas.Page[WebhookRead])
-def list_webhooks(session: SessionDep, user: CurrentUser,
-                  limit: Annotated[int, Query(ge=1, le=1000)] = 100, offset: schemas.Offset = 0):
+def list_webhooks(
+    session: SessionDep,
+    user: CurrentUser,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: schemas.Offset = 0,
+):
     """The caller's webhooks (admins: everyone's) with their last delivery. Secrets are never shown."""
     query = select(Webhook, User.name).join(User, User.id == Webhook.owner_id)
     count = select(func.count()).select_from(Webhook)
@@ -122,8 +154,7 @@ def list_webhooks(session: SessionDep, user: CurrentUser,
 
 
 @router.delete("/{webhook_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response)
-def delete_webhook(webhook_id: Annotated[int, schemas.id_path("Webhook id.")], session: SessionDep,
-                   user: CurrentUser):
+def delete_webhook(webhook_id: Annotated[int, schemas.id_path("Webhook id.")], session: SessionDep, user: CurrentUser):
     """Deletes a webhook (its owner or an admin); deliveries still pending for it are dropped."""
     row = session.get(Webhook, webhook_id)
     if row is None or not (user.is_admin or row.owner_id == user.id):
@@ -132,4 +163,3 @@ def delete_webhook(webhook_id: Annotated[int, schemas.id_path("Webhook id.")], s
     session.commit()
     log.info("webhook %s deleted by %s", webhook_id, user.name)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
-

@@ -23,8 +23,9 @@ from training_platform.data.text import map_texts, row_text
 class OpParams(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    fields: list[str] | None = Field(None, description="Top-level fields to look at (default: the format's text "
-                                                       "fields).")
+    fields: list[str] | None = Field(
+        None, description="Top-level fields to look at (default: the format's text fields)."
+    )
 
 
 @dataclass

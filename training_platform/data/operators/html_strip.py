@@ -20,8 +20,31 @@ _TAG_LIST = (
     "track u ul var video wbr center big strike tt"
 )
 HTML_TAGS = _TAG_LIST.split()
-_BLOCK = {"br", "p", "div", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "ul", "ol", "table", "section",
-          "article", "header", "footer", "blockquote", "pre", "hr", "dt", "dd"}
+_BLOCK = {
+    "br",
+    "p",
+    "div",
+    "li",
+    "tr",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "ul",
+    "ol",
+    "table",
+    "section",
+    "article",
+    "header",
+    "footer",
+    "blockquote",
+    "pre",
+    "hr",
+    "dt",
+    "dd",
+}
 _SCRIPT_STYLE = re.compile(r"<(script|style)\b[^>]*>.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
 _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 _ANY_TAG = re.compile(r"</?([A-Za-z][A-Za-z0-9-]*)(?:\s[^<>]*)?/?>")

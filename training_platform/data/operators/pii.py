@@ -37,14 +37,17 @@ PATTERNS: dict[str, re.Pattern] = {
     ),
 }
 # key = value assignments of secrets: the value is redacted, the key kept.
-_SECRET_ASSIGNMENT = re.compile(r"(?i)\b((?:api[_-]?key|secret(?:[_-]?key)?|access[_-]?token|auth[_-]?token|password)"
-                                r"[\"']?\s*[:=]\s*[\"']?)([A-Za-z0-9_\-./+]{12,})")
+_SECRET_ASSIGNMENT = re.compile(
+    r"(?i)\b((?:api[_-]?key|secret(?:[_-]?key)?|access[_-]?token|auth[_-]?token|password)"
+    r"[\"']?\s*[:=]\s*[\"']?)([A-Za-z0-9_\-./+]{12,})"
+)
 
 
 class PiiParams(OpParams):
     kinds: list[PiiKind] = Field(default_factory=lambda: list(ORDER), description="What to redact.")
-    placeholders: dict[str, str] = Field(default_factory=dict, description="Replacement per kind "
-                                                                           "(default <EMAIL>, <PHONE>, ...).")
+    placeholders: dict[str, str] = Field(
+        default_factory=dict, description="Replacement per kind (default <EMAIL>, <PHONE>, ...)."
+    )
 
     @field_validator("placeholders")
     @classmethod

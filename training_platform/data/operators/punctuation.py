@@ -9,14 +9,47 @@ from pydantic import Field
 
 from training_platform.data.operators.base import Mapper, OpParams, register_operator
 
-_QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u201e": '"', "\u201f": '"', "\u00ab": '"', "\u00bb": '"',
-                         "\u2033": '"', "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'",
-                         "\u2039": "'", "\u203a": "'"})
-_DASHES = str.maketrans({"\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2015": "-",
-                         "\u2212": "-"})
-_FULLWIDTH = str.maketrans({"\uff01": "!", "\uff1f": "?", "\uff0c": ",", "\u3002": ".", "\uff0e": ".",
-                            "\uff1a": ":", "\uff1b": ";", "\uff08": "(", "\uff09": ")", "\u3001": ",",
-                            "\uff3b": "[", "\uff3d": "]", "\uff5b": "{", "\uff5d": "}", "\uff02": '"', "\uff07": "'"})
+_QUOTES = str.maketrans(
+    {
+        "\u201c": '"',
+        "\u201d": '"',
+        "\u201e": '"',
+        "\u201f": '"',
+        "\u00ab": '"',
+        "\u00bb": '"',
+        "\u2033": '"',
+        "\u2018": "'",
+        "\u2019": "'",
+        "\u201a": "'",
+        "\u201b": "'",
+        "\u2032": "'",
+        "\u2039": "'",
+        "\u203a": "'",
+    }
+)
+_DASHES = str.maketrans(
+    {"\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2015": "-", "\u2212": "-"}
+)
+_FULLWIDTH = str.maketrans(
+    {
+        "\uff01": "!",
+        "\uff1f": "?",
+        "\uff0c": ",",
+        "\u3002": ".",
+        "\uff0e": ".",
+        "\uff1a": ":",
+        "\uff1b": ";",
+        "\uff08": "(",
+        "\uff09": ")",
+        "\u3001": ",",
+        "\uff3b": "[",
+        "\uff3d": "]",
+        "\uff5b": "{",
+        "\uff5d": "}",
+        "\uff02": '"',
+        "\uff07": "'",
+    }
+)
 
 
 class PunctuationParams(OpParams):
@@ -24,8 +57,12 @@ class PunctuationParams(OpParams):
     dashes: bool = Field(True, description="En/em dashes, minus sign, hyphen variants to '-'.")
     ellipsis: bool = Field(True, description="The ellipsis character to '...'.")
     fullwidth: bool = Field(True, description="Fullwidth/CJK punctuation to ASCII.")
-    max_repeat: int | None = Field(3, ge=1, le=1000, description="Runs of one punctuation mark longer than this are "
-                                                                 "cut to this length (null: keep).")
+    max_repeat: int | None = Field(
+        3,
+        ge=1,
+        le=1000,
+        description="Runs of one punctuation mark longer than this are cut to this length (null: keep).",
+    )
 
 
 @register_operator("normalize_punctuation", PunctuationParams)
@@ -39,8 +76,11 @@ class NormalizePunctuation(Mapper):
         if params.ellipsis:
             table[ord("\u2026")] = "..."
         self._table = table
-        self._runs = (re.compile(r"([!?.,;:\-*=~_#])\1{" + str(params.max_repeat) + ",}")
-                      if params.max_repeat is not None else None)
+        self._runs = (
+            re.compile(r"([!?.,;:\-*=~_#])\1{" + str(params.max_repeat) + ",}")
+            if params.max_repeat is not None
+            else None
+        )
 
     def map_text(self, text: str) -> str:
         text = text.translate(self._table)

@@ -27,7 +27,8 @@ class RepetitionParams(OpParams):
     dup_para_char_frac: float | None = Field(0.20, ge=0, le=1)
     top_ngram_char_frac: dict[int, float] = Field(default_factory=lambda: {2: 0.20, 3: 0.18, 4: 0.16})
     dup_ngram_char_frac: dict[int, float] = Field(
-        default_factory=lambda: {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10})
+        default_factory=lambda: {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10}
+    )
     min_words: int = Field(20, ge=0, le=1_000_000, description="Skip the n-gram checks below this many words.")
 
 
@@ -46,7 +47,7 @@ def _duplicates(items: list[str]) -> tuple[int, int]:
 def top_ngram_char_fraction(words: list[str], n: int, total_chars: int) -> float:
     if len(words) < n or not total_chars:
         return 0.0
-    counts = Counter(" ".join(words[i:i + n]) for i in range(len(words) - n + 1))
+    counts = Counter(" ".join(words[i : i + n]) for i in range(len(words) - n + 1))
     gram, count = counts.most_common(1)[0]
     return len(gram) * count / total_chars if count > 1 else 0.0
 
@@ -59,7 +60,7 @@ def dup_ngram_char_fraction(words: list[str], n: int, total_chars: int) -> float
     seen: set[tuple[str, ...]] = set()
     repeated = i = 0
     while i <= len(words) - n:
-        gram = tuple(words[i:i + n])
+        gram = tuple(words[i : i + n])
         if gram in seen:
             repeated += sum(len(w) for w in gram)
             i += n
@@ -95,8 +96,12 @@ class RepetitionFilter(Filter):
         if not text.strip():
             return None
         stats = repetition_stats(text, p)
-        limits = {"dup_para_frac": p.dup_para_frac, "dup_para_char_frac": p.dup_para_char_frac,
-                  "dup_line_frac": p.dup_line_frac, "dup_line_char_frac": p.dup_line_char_frac}
+        limits = {
+            "dup_para_frac": p.dup_para_frac,
+            "dup_para_char_frac": p.dup_para_char_frac,
+            "dup_line_frac": p.dup_line_frac,
+            "dup_line_char_frac": p.dup_line_char_frac,
+        }
         limits.update({f"top_{n}gram_char_frac": v for n, v in p.top_ngram_char_frac.items()})
         limits.update({f"dup_{n}gram_char_frac": v for n, v in p.dup_ngram_char_frac.items()})
         for name, limit in limits.items():

@@ -61,7 +61,7 @@ class TurnFilter(Filter):
                     if not isinstance(turn["content"], str) or not turn["content"].strip():
                         return f"turn {i} ({turn['role']}) is empty"
             if isinstance(row, dict):
-                for field in (p.fields or [f for f in row if isinstance(row[f], str)]):
+                for field in p.fields or [f for f in row if isinstance(row[f], str)]:
                     if field in row and isinstance(row[field], str) and not row[field].strip() and field != "input":
                         return f"field {field} is empty"
             if not any(t.strip() for t in iter_texts(row, fmt, p.fields)):

@@ -23,8 +23,12 @@ class FixUnicode(Mapper):
         import ftfy
 
         self._config = ftfy.TextFixerConfig(
-            unescape_html=False, uncurl_quotes=False, explain=False, normalization=params.normalization,
-            fix_encoding=params.fix_encoding, remove_control_chars=params.remove_control_chars,
+            unescape_html=False,
+            uncurl_quotes=False,
+            explain=False,
+            normalization=params.normalization,
+            fix_encoding=params.fix_encoding,
+            remove_control_chars=params.remove_control_chars,
             fix_character_width=params.fix_character_width,
         )
         self._fix = ftfy.fix_text

@@ -44,8 +44,10 @@ class EvalDataError(InvalidInput):
     """A data file is missing, unreadable or has bad rows (`errors`: 'file:line: reason' strings)."""
 
     def __init__(self, message: str, errors: Sequence[str] = ()):
-        super().__init__([("", e) for e in errors] or message,
-                         message=message if not errors else f"{message}\n" + "\n".join(errors[:20]))
+        super().__init__(
+            [("", e) for e in errors] or message,
+            message=message if not errors else f"{message}\n" + "\n".join(errors[:20]),
+        )
         self.messages = list(errors)
 
 
@@ -134,8 +136,10 @@ def format_template(template: str, row: dict[str, Any]) -> str:
 
     class _Row(dict):
         def __missing__(self, key: str) -> str:
-            raise KeyError(f"prompt_template uses {{{key}}}, which the row does not have "
-                           f"(fields: {', '.join(sorted(k for k in row if not k.startswith('__')))})")
+            raise KeyError(
+                f"prompt_template uses {{{key}}}, which the row does not have "
+                f"(fields: {', '.join(sorted(k for k in row if not k.startswith('__')))})"
+            )
 
     return template.format_map(_Row(row))
 
@@ -241,9 +245,15 @@ class Benchmark(ABC):
     def score(self, item: Item, output: str) -> dict[str, Any]:
         """Fields for the record: at least `extracted` and `correct`."""
 
-    def score_many(self, items: Sequence[Item], outputs: Sequence[str], *,
-                   progress: Callable[[int], None] | None = None, chat: bool = False,
-                   completions: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    def score_many(
+        self,
+        items: Sequence[Item],
+        outputs: Sequence[str],
+        *,
+        progress: Callable[[int], None] | None = None,
+        chat: bool = False,
+        completions: Sequence[str] | None = None,
+    ) -> list[dict[str, Any]]:
         """Score every output; `completions` (the code to run, HumanEval) when the caller already has them."""
         results = []
         for item, output in zip(items, outputs, strict=True):

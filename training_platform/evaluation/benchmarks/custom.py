@@ -22,8 +22,9 @@ class Custom(Benchmark):
     data_help = "JSONL with prompt (or messages / question) and answer; choose a scorer with --scorer"
 
     def parse_row(self, row: dict[str, Any], index: int) -> Item:
-        if not any(isinstance(row.get(k), str) and row[k].strip() for k in ("prompt", "question")) and \
-                not isinstance(row.get("messages"), list):
+        if not any(isinstance(row.get(k), str) and row[k].strip() for k in ("prompt", "question")) and not isinstance(
+            row.get("messages"), list
+        ):
             raise ValueError("needs 'prompt', 'question' or 'messages'")
         key = next((k for k in _REFERENCE_KEYS if k in row and row[k] is not None), None)
         if key is None:
@@ -33,8 +34,7 @@ class Custom(Benchmark):
             raise ValueError(f"no scorer: pass --scorer ({', '.join(SCORERS)}) or give the row a 'scorer'")
         if scorer not in SCORERS:
             raise ValueError(f"unknown scorer {scorer!r}; choose one of: {', '.join(SCORERS)}")
-        return Item(id=str(row.get("id", index)), row=row, reference=row[key], index=index,
-                    extra={"scorer": scorer})
+        return Item(id=str(row.get("id", index)), row=row, reference=row[key], index=index, extra={"scorer": scorer})
 
     def _text(self, item: Item) -> str:
         if self.spec.prompt_template:
@@ -44,15 +44,22 @@ class Custom(Benchmark):
     def build_request(self, item: Item, shots: list[Item], chat: bool) -> GenerationRequest:
         if isinstance(item.row.get("messages"), list) and not self.spec.prompt_template:
             return GenerationRequest(messages=list(item.row["messages"]))
-        examples = [(self._text(s), str(s.reference if not isinstance(s.reference, list) else s.reference[0]))
-                    for s in shots]
+        examples = [
+            (self._text(s), str(s.reference if not isinstance(s.reference, list) else s.reference[0])) for s in shots
+        ]
         if chat:
             return GenerationRequest(messages=self._messages(self._text(item), examples))
         blocks = [f"{q}\n{a}" for q, a in examples]
         return GenerationRequest(prompt="\n\n".join([*blocks, self._text(item)]))
 
     def score(self, item: Item, output: str) -> dict[str, Any]:
-        result = score_output(item.extra["scorer"], output, item.reference, extract_regex=self.spec.extract_regex,
-                              case_sensitive=self.spec.case_sensitive, tolerance=self.spec.tolerance,
-                              math_timeout=self.spec.math_timeout_s)
+        result = score_output(
+            item.extra["scorer"],
+            output,
+            item.reference,
+            extract_regex=self.spec.extract_regex,
+            case_sensitive=self.spec.case_sensitive,
+            tolerance=self.spec.tolerance,
+            math_timeout=self.spec.math_timeout_s,
+        )
         return {"extracted": result.extracted, "correct": result.correct, "scorer": item.extra["scorer"]}

@@ -23,7 +23,7 @@ from training_platform.evaluation.metrics import Metric, accuracy_metric
 
 CHAT_INSTRUCTION = (
     "Solve the following math problem step by step. Write the final answer as a number on the last line, in the "
-    "form \"#### <number>\".\n\n"
+    'form "#### <number>".\n\n'
 )
 
 

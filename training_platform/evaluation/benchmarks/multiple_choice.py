@@ -74,8 +74,13 @@ class MultipleChoice(Benchmark):
         if "answer" not in row:
             raise ValueError("missing 'answer'")
         gold = _gold_index(row["answer"], choices)
-        return Item(id=str(row.get("id", index)), row=row, reference=LETTERS[gold], index=index,
-                    extra={"choices": choices, "gold": gold})
+        return Item(
+            id=str(row.get("id", index)),
+            row=row,
+            reference=LETTERS[gold],
+            index=index,
+            extra={"choices": choices, "gold": gold},
+        )
 
     def use_chat(self, backend_supports_chat: bool) -> bool:
         return bool(self.spec.chat)  # log-likelihood prompts are plain text unless chat is asked for
@@ -92,8 +97,10 @@ class MultipleChoice(Benchmark):
         subject = item.row.get("subject")
         header = ""
         if subject:
-            header = f"The following are multiple choice questions (with answers) about " \
-                     f"{str(subject).replace('_', ' ')}.\n\n"
+            header = (
+                f"The following are multiple choice questions (with answers) about "
+                f"{str(subject).replace('_', ' ')}.\n\n"
+            )
         examples = "".join(f"{self._block(s)} {s.reference}\n\n" for s in shots)
         return header + examples + self._block(item)
 

@@ -57,27 +57,33 @@ class GenerationParams(AlgorithmParams):
         world = cfg.resources.processes
         generation_batch = t.per_device_batch_size * world * steps
         if generation_batch % self.num_generations:
-            errors.append((
-                "algorithm.num_generations",
-                f"the generation batch (training.per_device_batch_size {t.per_device_batch_size} x world size "
-                f"{world} (num_nodes x num_devices) x steps per generation {steps} = "
-                f"{generation_batch}) must be divisible by num_generations ({self.num_generations})",
-            ))
+            errors.append(
+                (
+                    "algorithm.num_generations",
+                    f"the generation batch (training.per_device_batch_size {t.per_device_batch_size} x world size "
+                    f"{world} (num_nodes x num_devices) x steps per generation {steps} = "
+                    f"{generation_batch}) must be divisible by num_generations ({self.num_generations})",
+                )
+            )
         if cfg.has_eval():
             eval_batch = t.per_device_eval_batch_size * cfg.resources.processes
             if eval_batch % self.num_generations:
-                errors.append((
-                    "training.per_device_eval_batch_size",
-                    f"the eval batch ({eval_batch}) must be divisible by algorithm.num_generations "
-                    f"({self.num_generations})",
-                ))
+                errors.append(
+                    (
+                        "training.per_device_eval_batch_size",
+                        f"the eval batch ({eval_batch}) must be divisible by algorithm.num_generations "
+                        f"({self.num_generations})",
+                    )
+                )
         if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
             errors.append(("algorithm.epsilon_high", f"must be >= algorithm.epsilon ({self.epsilon})"))
         if cfg.data.max_length < self.max_completion_length:
-            errors.append((
-                "algorithm.max_completion_length",
-                f"must be <= data.max_length ({cfg.data.max_length}), got {self.max_completion_length}",
-            ))
+            errors.append(
+                (
+                    "algorithm.max_completion_length",
+                    f"must be <= data.max_length ({cfg.data.max_length}), got {self.max_completion_length}",
+                )
+            )
         return errors
 
 

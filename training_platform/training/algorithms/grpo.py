@@ -21,7 +21,10 @@ class Params(GenerationParams):
 
 
 ALGORITHM = AlgorithmSpec(
-    name="grpo", params=Params, data_kind="rl", uses_reward_functions=True,
+    name="grpo",
+    params=Params,
+    data_kind="rl",
+    uses_reward_functions=True,
     description="GRPO (and Dr. GRPO, DAPO, BNPO losses; GSPO via sequence-level importance sampling).",
     metrics=("reward", "reward_std", "rewards/<function>/mean", "completions/mean_length", "kl"),
 )

@@ -18,7 +18,9 @@ class Params(AlgorithmParams):
 
 
 ALGORITHM = AlgorithmSpec(
-    name="kto", params=Params, data_kind="kto",
+    name="kto",
+    params=Params,
+    data_kind="kto",
     description="KTO on completions labelled desirable (true) or undesirable (false).",
     metrics=("kl", "rewards/chosen", "rewards/rejected"),
 )

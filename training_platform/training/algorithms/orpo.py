@@ -16,7 +16,9 @@ class Params(AlgorithmParams):
 
 
 ALGORITHM = AlgorithmSpec(
-    name="orpo", params=Params, data_kind="preference",
+    name="orpo",
+    params=Params,
+    data_kind="preference",
     description="ORPO: monolithic preference optimisation without a reference model.",
     metrics=("log_odds_ratio", "log_odds_chosen", "nll_loss"),
 )

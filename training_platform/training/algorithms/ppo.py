@@ -16,12 +16,16 @@ from training_platform.training.algorithms.base import AlgorithmParams, Algorith
 
 class Params(AlgorithmParams):
     name: Literal["ppo"]
-    reward_model_path: UserDir | None = Field(None, min_length=1, description=
-        "Sequence-classification reward model (num_labels=1). Required by engine trl; with engine verl, omit it to "
-        "score with the job's reward functions.")
+    reward_model_path: UserDir | None = Field(
+        None,
+        min_length=1,
+        description="Sequence-classification reward model (num_labels=1). Required by engine trl; with engine verl, "
+        "omit it to score with the job's reward functions.",
+    )
     value_model_path: UserDir | None = Field(None, description="Initial value model; defaults to reward_model_path.")
-    total_episodes: int | None = Field(None, ge=1, le=1_000_000_000,
-                                       description="Prompts to roll out; default from steps/epochs.")
+    total_episodes: int | None = Field(
+        None, ge=1, le=1_000_000_000, description="Prompts to roll out; default from steps/epochs."
+    )
     response_length: int = Field(32, ge=1, le=32768, description="Max new tokens per response.")
     temperature: float = Field(0.7, gt=0, le=10)
     kl_coef: float = Field(0.05, ge=0, le=1000)
@@ -43,8 +47,12 @@ class Params(AlgorithmParams):
         t = cfg.training
         local_batch = t.per_device_batch_size * t.gradient_accumulation_steps
         if local_batch % self.num_mini_batches:
-            errors.append(("algorithm.num_mini_batches",
-                           f"must divide per_device_batch_size x gradient_accumulation_steps ({local_batch})"))
+            errors.append(
+                (
+                    "algorithm.num_mini_batches",
+                    f"must divide per_device_batch_size x gradient_accumulation_steps ({local_batch})",
+                )
+            )
         elif self.whiten_rewards and local_batch // self.num_mini_batches < 8:
             errors.append(("algorithm.whiten_rewards", "needs a mini-batch of at least 8 samples"))
         if cfg.model.lora is not None and cfg.model.lora.quantization != "none":
@@ -53,7 +61,9 @@ class Params(AlgorithmParams):
 
 
 ALGORITHM = AlgorithmSpec(
-    name="ppo", params=Params, data_kind="rl",
+    name="ppo",
+    params=Params,
+    data_kind="rl",
     description="PPO against a reward model, with a learned value model (GAE).",
     metrics=("objective/kl", "objective/rlhf_reward", "loss/policy_avg", "loss/value_avg"),
 )

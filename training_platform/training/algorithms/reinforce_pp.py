@@ -17,18 +17,26 @@ class Params(GenerationParams):
     baseline: bool = Field(False, description="Subtract the prompt's mean reward (REINFORCE++-baseline).")
     beta: float = Field(0.001, ge=0, le=1000, description="KL coefficient (loss against the reference model).")
     kl_estimator: Literal["k1", "k2", "k3", "mse", "low_var_kl"] = Field(
-        "mse", description="KL estimator of the penalty (verl's kl_loss_type).")
+        "mse", description="KL estimator of the penalty (verl's kl_loss_type)."
+    )
 
     def check(self, cfg) -> list[tuple[str, str]]:
         errors = super().check(cfg)
         if self.baseline and self.num_generations < 2:
-            errors.append(("algorithm.num_generations", "the baseline is the mean over a prompt's completions: "
-                                                        "needs num_generations >= 2"))
+            errors.append(
+                (
+                    "algorithm.num_generations",
+                    "the baseline is the mean over a prompt's completions: needs num_generations >= 2",
+                )
+            )
         return errors
 
 
 ALGORITHM = AlgorithmSpec(
-    name="reinforce_pp", params=Params, data_kind="rl", uses_reward_functions=True,
+    name="reinforce_pp",
+    params=Params,
+    data_kind="rl",
+    uses_reward_functions=True,
     description="REINFORCE++ (batch-normalised advantages, KL to the reference; -baseline variant per prompt).",
     metrics=("reward", "rewards/<function>/mean", "completions/mean_length", "kl"),
 )

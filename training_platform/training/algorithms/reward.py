@@ -17,7 +17,9 @@ class Params(AlgorithmParams):
 
 
 ALGORITHM = AlgorithmSpec(
-    name="reward", params=Params, data_kind="preference",
+    name="reward",
+    params=Params,
+    data_kind="preference",
     model_kind="sequence_classification",
     description="Train a reward model (Bradley-Terry) on chosen/rejected pairs; PPO can use it.",
     metrics=("accuracy", "margin"),

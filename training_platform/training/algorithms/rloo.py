@@ -18,7 +18,10 @@ class Params(GenerationParams):
 
 
 ALGORITHM = AlgorithmSpec(
-    name="rloo", params=Params, data_kind="rl", uses_reward_functions=True,
+    name="rloo",
+    params=Params,
+    data_kind="rl",
+    uses_reward_functions=True,
     description="RLOO: REINFORCE with a leave-one-out baseline over each prompt's completions.",
     metrics=("reward", "reward_std", "rewards/<function>/mean", "completions/mean_length", "kl"),
 )

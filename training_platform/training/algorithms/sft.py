@@ -29,7 +29,9 @@ class Params(AlgorithmParams):
 
 
 ALGORITHM = AlgorithmSpec(
-    name="sft", params=Params, data_kind="sft",
+    name="sft",
+    params=Params,
+    data_kind="sft",
     description="Supervised fine-tuning on messages, prompt/completion, alpaca or plain text.",
     metrics=("mean_token_accuracy", "entropy", "num_tokens"),
 )

@@ -19,7 +19,9 @@ class Params(AlgorithmParams):
 
 
 ALGORITHM = AlgorithmSpec(
-    name="simpo", params=Params, data_kind="preference",
+    name="simpo",
+    params=Params,
+    data_kind="preference",
     description="SimPO: reference-free preference optimisation with a length-normalised reward and margin.",
     metrics=("rewards/margins", "rewards/accuracies"),
 )

@@ -28,9 +28,16 @@ _BUILDERS: dict[tuple[str, str], Builder] = {}
 _loaded = False
 
 
-def register_builder(engine: str, algorithm: str, *, resume: bool = True, launchers: tuple[str, ...] = ("local",),
-                     model_kinds: tuple[str, ...] = ("causal_lm",), notes: str = "",
-                     own_workers: bool = False) -> Callable:
+def register_builder(
+    engine: str,
+    algorithm: str,
+    *,
+    resume: bool = True,
+    launchers: tuple[str, ...] = ("local",),
+    model_kinds: tuple[str, ...] = ("causal_lm",),
+    notes: str = "",
+    own_workers: bool = False,
+) -> Callable:
     """Decorator: `@register_builder("trl", "sft", launchers=("local", "torchrun"))` over `build(ctx) -> trainer`."""
     unknown = set(launchers) - set(LAUNCHERS)
     if unknown:
@@ -40,8 +47,9 @@ def register_builder(engine: str, algorithm: str, *, resume: bool = True, launch
         key = (engine, algorithm)
         if key in _BUILDERS:
             raise ValueError(f"a builder for {key} is already registered")
-        _BUILDERS[key] = Builder(engine, algorithm, build, Capabilities(resume, tuple(launchers),
-                                                                        tuple(model_kinds), notes, own_workers))
+        _BUILDERS[key] = Builder(
+            engine, algorithm, build, Capabilities(resume, tuple(launchers), tuple(model_kinds), notes, own_workers)
+        )
         return build
 
     return wrap
@@ -79,11 +87,33 @@ def capability_table() -> list[dict[str, Any]]:
     for (engine, algorithm), builder in sorted(builders().items()):
         spec = ALGORITHMS[algorithm]
         caps = builder.capabilities
-        rows.append({"engine": engine, "algorithm": algorithm, "data_kind": spec.data_kind,
-                     "resume": caps.resume, "launchers": list(caps.launchers), "model_kinds": list(caps.model_kinds),
-                     "rewards": spec.uses_reward_functions, "description": spec.description, "notes": caps.notes})
+        rows.append(
+            {
+                "engine": engine,
+                "algorithm": algorithm,
+                "data_kind": spec.data_kind,
+                "resume": caps.resume,
+                "launchers": list(caps.launchers),
+                "model_kinds": list(caps.model_kinds),
+                "rewards": spec.uses_reward_functions,
+                "description": spec.description,
+                "notes": caps.notes,
+            }
+        )
     return rows
 
 
-__all__ = ["ENGINES", "LAUNCHERS", "Builder", "Capabilities", "Engine", "EngineResult", "builders",
-           "capability_table", "engines_for", "get_builder", "get_engine", "register_builder"]
+__all__ = [
+    "ENGINES",
+    "LAUNCHERS",
+    "Builder",
+    "Capabilities",
+    "Engine",
+    "EngineResult",
+    "builders",
+    "capability_table",
+    "engines_for",
+    "get_builder",
+    "get_engine",
+    "register_builder",
+]

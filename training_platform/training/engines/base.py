@@ -54,5 +54,14 @@ class Builder:
 class Engine(Protocol):
     name: str
 
-    def train(self, cfg: JobConfig, run: RunDir, *, loaded: dict, resume_from: Path | None, stop: StopSignal,
-              writer: RunWriter, dist: DistContext) -> EngineResult: ...
+    def train(
+        self,
+        cfg: JobConfig,
+        run: RunDir,
+        *,
+        loaded: dict,
+        resume_from: Path | None,
+        stop: StopSignal,
+        writer: RunWriter,
+        dist: DistContext,
+    ) -> EngineResult: ...

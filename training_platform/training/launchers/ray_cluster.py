@@ -39,14 +39,23 @@ def _collect(address: str) -> dict[str, Any]:
     nodes = []
     totals: dict[str, dict[str, float]] = {"CPU": {"total": 0.0, "used": 0.0}, "GPU": {"total": 0.0, "used": 0.0}}
     for node in [*status.active_nodes, *status.idle_nodes]:
-        usage = {u.resource_name: {"total": u.total, "used": u.used}
-                 for u in (node.resource_usage.usage if node.resource_usage else [])}
+        usage = {
+            u.resource_name: {"total": u.total, "used": u.used}
+            for u in (node.resource_usage.usage if node.resource_usage else [])
+        }
         resources = {name: usage.get(name, {"total": 0.0, "used": 0.0}) for name in ("CPU", "GPU")}
         for name, figures in resources.items():
             totals[name]["total"] += figures["total"]
             totals[name]["used"] += figures["used"]
-        nodes.append({"node_id": node.node_id, "ip": node.ip_address, "state": node.node_status,
-                      "is_head": "node:__internal_head__" in usage, "resources": resources})
+        nodes.append(
+            {
+                "node_id": node.node_id,
+                "ip": node.ip_address,
+                "state": node.node_status,
+                "is_head": "node:__internal_head__" in usage,
+                "resources": resources,
+            }
+        )
     nodes.sort(key=lambda n: (not n["is_head"], n["ip"] or "", n["node_id"]))
     dashboard = GcsClient(address=address).internal_kv_get(b"dashboard", b"dashboard")
     url = dashboard.decode() if dashboard else None
@@ -85,19 +94,30 @@ def snapshot(address: str, timeout_s: float = SNAPSHOT_TIMEOUT_S) -> dict[str, A
     "dashboard_url", "checked_at"}`, or `{"address", "error", "checked_at"}` when the cluster cannot be read."""
     checked_at = time.time()
     if address.startswith("ray://"):
-        return {"address": address, "checked_at": checked_at,
-                "error": "a ray:// (Ray Client) address cannot be inspected: set TP_RAY_ADDRESS to the head's GCS "
-                         "address (host:port) to see the cluster's nodes"}
+        return {
+            "address": address,
+            "checked_at": checked_at,
+            "error": "a ray:// (Ray Client) address cannot be inspected: set TP_RAY_ADDRESS to the head's GCS "
+            "address (host:port) to see the cluster's nodes",
+        }
     if (problem := _unreachable(address)) is not None:
         return {"address": address, "checked_at": checked_at, "error": problem}
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",
-                                                                              "0")}
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")}
     try:
-        done = subprocess.run([sys.executable, "-m", __name__, address], capture_output=True, text=True,
-                              timeout=timeout_s, env=env, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", __name__, address],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
-        return {"address": address, "checked_at": checked_at,
-                "error": f"the Ray cluster at {address} did not answer within {timeout_s:g} s"}
+        return {
+            "address": address,
+            "checked_at": checked_at,
+            "error": f"the Ray cluster at {address} did not answer within {timeout_s:g} s",
+        }
     try:
         result = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):  # Ray's C++ client aborted (e.g. a missing token file): its reason
@@ -141,8 +161,9 @@ def cached_snapshot(address: str, cache_dir: Path, max_age_s: float = CACHE_MAX_
         return data
 
 
-def plan_workers(nodes: list[dict[str, Any]], *, num_nodes: int, num_devices: int,
-                 use_gpu: bool) -> tuple[int, list[tuple[str, str]]]:
+def plan_workers(
+    nodes: list[dict[str, Any]], *, num_nodes: int, num_devices: int, use_gpu: bool
+) -> tuple[int, list[tuple[str, str]]]:
     """CPUs to give each of the `num_nodes * num_devices` workers, or the problems as (field, reason).
 
     `nodes` are alive nodes with `resources: {CPU|GPU: {total, ...}}`. Each worker gets an equal share of the
@@ -150,8 +171,7 @@ def plan_workers(nodes: list[dict[str, Any]], *, num_nodes: int, num_devices: in
     world = num_nodes * num_devices
     problems: list[tuple[str, str]] = []
     if len(nodes) < num_nodes:
-        problems.append(("resources.num_nodes", f"{num_nodes} nodes requested, the Ray cluster has {len(nodes)} "
-                                                "alive"))
+        problems.append(("resources.num_nodes", f"{num_nodes} nodes requested, the Ray cluster has {len(nodes)} alive"))
         return 0, problems
 
     def total(name: str) -> float:
@@ -159,15 +179,17 @@ def plan_workers(nodes: list[dict[str, Any]], *, num_nodes: int, num_devices: in
 
     if use_gpu:
         if total("GPU") < world:
-            problems.append(("resources.num_devices", f"{world} GPUs needed in all, the Ray cluster has "
-                                                      f"{total('GPU'):g}"))
+            problems.append(
+                ("resources.num_devices", f"{world} GPUs needed in all, the Ray cluster has {total('GPU'):g}")
+            )
         cpus = 1
     else:
         smallest = min(int(n["resources"].get("CPU", {}).get("total", 0)) for n in nodes)
         cpus = max(1, smallest // num_devices)
     if total("CPU") < world * cpus:
-        problems.append(("resources.num_devices", f"{world} workers need {world * cpus} CPUs, the Ray cluster has "
-                                                  f"{total('CPU'):g}"))
+        problems.append(
+            ("resources.num_devices", f"{world} workers need {world * cpus} CPUs, the Ray cluster has {total('CPU'):g}")
+        )
     return cpus, problems
 
 
@@ -187,5 +209,13 @@ if __name__ == "__main__":
     try:
         print(json.dumps(_collect(sys.argv[1])))
     except Exception as exc:  # noqa: BLE001 - reported to the parent as the snapshot's error
-        print(json.dumps({"address": sys.argv[1], "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:400]}"
-                          if str(exc) else type(exc).__name__}))
+        print(
+            json.dumps(
+                {
+                    "address": sys.argv[1],
+                    "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:400]}"
+                    if str(exc)
+                    else type(exc).__name__,
+                }
+            )
+        )

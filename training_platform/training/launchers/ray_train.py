@@ -34,8 +34,17 @@ log = logging.getLogger("training_platform.train")
 KILL_AFTER_S = 60.0
 STORAGE_TOKEN = "storage_token"
 # What a Ray worker needs from the driver's environment. Nothing else crosses (no tokens, no keys).
-WORKER_ENV = ("TP_DATA_DIR", "TP_MODEL_ROOTS", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE",
-              "TOKENIZERS_PARALLELISM", "HF_HOME", "PYTHONPATH", "TP_RAY_ADDRESS")
+WORKER_ENV = (
+    "TP_DATA_DIR",
+    "TP_MODEL_ROOTS",
+    "HF_HUB_OFFLINE",
+    "HF_DATASETS_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "TOKENIZERS_PARALLELISM",
+    "HF_HOME",
+    "PYTHONPATH",
+    "TP_RAY_ADDRESS",
+)
 
 
 def _rank_entry(config: dict[str, Any]) -> None:
@@ -53,8 +62,10 @@ def _rank_entry(config: dict[str, Any]) -> None:
     if seen != config["token"]:
         import socket
 
-        raise RuntimeError(f"the run directory {run.path} is not shared with node {socket.gethostname()} (it does "
-                           "not see the driver's files there): put TP_DATA_DIR on storage every node mounts")
+        raise RuntimeError(
+            f"the run directory {run.path} is not shared with node {socket.gethostname()} (it does "
+            "not see the driver's files there): put TP_DATA_DIR on storage every node mounts"
+        )
     code = run_rank(Path(config["run_dir"]), "ray")
     if code != 0:
         rank = int(os.environ.get("RANK", "0"))
@@ -72,8 +83,11 @@ def _cluster_check(cfg) -> tuple[int, str | None]:
 
     from training_platform.training.launchers.ray_cluster import plan_workers
 
-    nodes = [{"resources": {name: {"total": float(n["Resources"].get(name, 0))} for name in ("CPU", "GPU")}}
-             for n in ray.nodes() if n.get("Alive")]
+    nodes = [
+        {"resources": {name: {"total": float(n["Resources"].get(name, 0))} for name in ("CPU", "GPU")}}
+        for n in ray.nodes()
+        if n.get("Alive")
+    ]
     r = cfg.resources
     cpus, problems = plan_workers(nodes, num_nodes=r.num_nodes, num_devices=r.num_devices, use_gpu=r.device == "cuda")
     return cpus, "; ".join(f"{field}: {reason}" for field, reason in problems) or None
@@ -91,8 +105,13 @@ def launch(run: RunDir, *, cfg, address: str, stop: StopSignal) -> LaunchOutcome
     env["TP_DATA_DIR"] = os.environ.get("TP_DATA_DIR", str(run.path.parent))
     log.info("connecting to the Ray cluster at %s", address)
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    ray.init(address=address, runtime_env={"env_vars": env}, logging_level=logging.WARNING,
-             log_to_driver=True, configure_logging=False)
+    ray.init(
+        address=address,
+        runtime_env={"env_vars": env},
+        logging_level=logging.WARNING,
+        log_to_driver=True,
+        configure_logging=False,
+    )
     for sig, handler in handlers.items():  # ray.init exits on SIGTERM; ours asks the ranks for an agreed stop
         with contextlib.suppress(ValueError, TypeError):
             signal.signal(sig, handler)
@@ -104,12 +123,18 @@ def launch(run: RunDir, *, cfg, address: str, stop: StopSignal) -> LaunchOutcome
         use_gpu = cfg.resources.device == "cuda"
         strategy = "STRICT_SPREAD" if cfg.resources.num_devices == 1 and cfg.resources.num_nodes > 1 else "SPREAD"
         trainer = TorchTrainer(
-            _rank_entry, train_loop_config={"run_dir": str(run.path), "token": token},
+            _rank_entry,
+            train_loop_config={"run_dir": str(run.path), "token": token},
             torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
-            scaling_config=ScalingConfig(num_workers=world, use_gpu=use_gpu, resources_per_worker={"CPU": cpus},
-                                         placement_strategy=strategy),
-            run_config=RunConfig(name=f"tp-{run.path.name}", storage_path=str(ranks_dir(run) / "ray"),
-                                 failure_config=FailureConfig(max_failures=0)))
+            scaling_config=ScalingConfig(
+                num_workers=world, use_gpu=use_gpu, resources_per_worker={"CPU": cpus}, placement_strategy=strategy
+            ),
+            run_config=RunConfig(
+                name=f"tp-{run.path.name}",
+                storage_path=str(ranks_dir(run) / "ray"),
+                failure_config=FailureConfig(max_failures=0),
+            ),
+        )
         log.info("Ray Train: %d workers x %d CPU%s (%s)", world, cpus, ", 1 GPU" if use_gpu else "", strategy)
 
         def fit() -> None:

@@ -58,5 +58,11 @@ def distributed_info(config: dict, run_dir: str | None, job_status: str) -> dict
             state = job_status  # failed / cancelled with no error of its own: it went down with the run
         log = "train.log" if rank == 0 or launcher == "local" else f"ranks/rank_{rank}.log"
         ranks.append({"rank": rank, "node": rank // per_node, "state": state, "error": error, "log": log})
-    return {"launcher": launcher, "num_nodes": nodes, "processes_per_node": per_node, "world_size": world,
-            "restarts": restarts, "ranks": ranks}
+    return {
+        "launcher": launcher,
+        "num_nodes": nodes,
+        "processes_per_node": per_node,
+        "world_size": world,
+        "restarts": restarts,
+        "ranks": ranks,
+    }

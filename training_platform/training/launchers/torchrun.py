@@ -43,9 +43,23 @@ def _cores() -> int:
 
 
 def command(run: RunDir, nproc: int) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-            "--nproc-per-node", str(nproc), "--max-restarts", "0",
-            "-m", "training_platform.training.rank_main", str(run.path), "--launcher", "torchrun"]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        str(nproc),
+        "--max-restarts",
+        "0",
+        "-m",
+        "training_platform.training.rank_main",
+        str(run.path),
+        "--launcher",
+        "torchrun",
+    ]
 
 
 def _relay(stream, tail: collections.deque) -> None:
@@ -62,7 +76,7 @@ def _failed_rank(run: RunDir, nproc: int, tail: list[str]) -> tuple[int | None, 
     # torchrun's report lists the other failures first, then "Root Cause (first observed failure)".
     starts = [i for i, line in enumerate(tail) if "Root Cause" in line]
     if starts:
-        tail = tail[starts[-1]:]
+        tail = tail[starts[-1] :]
     for line in tail:
         if root_rank is None and (m := _ROOT_RANK.match(line)):
             root_rank = int(m.group(1))
@@ -89,12 +103,18 @@ def launch(run: RunDir, *, nproc: int, stop: StopSignal) -> LaunchOutcome:
 
     ranks_dir(run).mkdir(exist_ok=True)
     threads = max(1, _cores() // nproc)
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
-           "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
     cmd = command(run, nproc)
     log.info("launching %d ranks: %s", nproc, " ".join(cmd))
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env=env, start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+        preexec_fn=die_with_parent(signal.SIGTERM),
+    )
     tail: collections.deque[str] = collections.deque(maxlen=400)
     relay = threading.Thread(target=_relay, args=(proc.stdout, tail), daemon=True)
     relay.start()

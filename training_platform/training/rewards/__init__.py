@@ -70,9 +70,7 @@ def register_reward(
     def decorator(factory: Callable[[Any], RewardFn]) -> Callable[[Any], RewardFn]:
         if name in REWARDS:
             raise ValueError(f"reward {name!r} is already registered")
-        REWARDS[name] = RewardDefinition(
-            name=name, params_model=params_model, factory=factory, description=description
-        )
+        REWARDS[name] = RewardDefinition(name=name, params_model=params_model, factory=factory, description=description)
         return factory
 
     return decorator
@@ -110,9 +108,7 @@ class RewardFunction:
         return f"RewardFunction({self.name!r}, {self.params!r})"
 
 
-def build_reward_function(
-    name: str, params: Mapping[str, Any] | RewardParams | None = None
-) -> RewardFunction:
+def build_reward_function(name: str, params: Mapping[str, Any] | RewardParams | None = None) -> RewardFunction:
     """Validate `params` with the reward's params model (pydantic ValidationError if bad) and build it."""
     definition = get_reward(name)
     if isinstance(params, definition.params_model):

@@ -13,9 +13,7 @@ DEFAULT_PATTERN = r"^<think>.*?</think>\s*\S"
 
 
 class FormatParams(RewardParams):
-    pattern: str = Field(
-        DEFAULT_PATTERN, min_length=1, description="Regular expression, compiled with re.DOTALL."
-    )
+    pattern: str = Field(DEFAULT_PATTERN, min_length=1, description="Regular expression, compiled with re.DOTALL.")
     mode: Literal["search", "fullmatch", "match"] = Field(
         "match",
         description="re.search (anywhere), re.match (at the start) or re.fullmatch (whole completion).",

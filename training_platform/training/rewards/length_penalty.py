@@ -49,9 +49,7 @@ def build_length_penalty(params: LengthPenaltyParams) -> RewardFn:
     def length_penalty(
         completions: list[Any], completion_ids: Sequence[Sequence[int]] | None = None, **kwargs: Any
     ) -> list[float | None]:
-        use_ids = (
-            params.unit == "tokens" and completion_ids is not None and len(completion_ids) == len(completions)
-        )
+        use_ids = params.unit == "tokens" and completion_ids is not None and len(completion_ids) == len(completions)
         rewards: list[float | None] = []
         for i, completion in enumerate(completions):
             ids = completion_ids[i] if use_ids else None

@@ -59,13 +59,21 @@ class JudgeStoppedMeasuring(RuntimeError):
 
 
 class LLMJudgeParams(RewardParams):
-    endpoint: str = Field(max_length=64, description="The NAME of an endpoint the operator defined (TP_ENDPOINTS; "
-                                                     "GET /api/v1/endpoints lists them), never a URL.")
+    endpoint: str = Field(
+        max_length=64,
+        description="The NAME of an endpoint the operator defined (TP_ENDPOINTS; "
+        "GET /api/v1/endpoints lists them), never a URL.",
+    )
     model: str = Field(min_length=1, max_length=256, description="The judge model, as the endpoint names it.")
-    template: str = Field(DEFAULT_TEMPLATE, min_length=1, max_length=20_000,
-                          description="The judge's prompt: {prompt} and {completion} are replaced.")
-    parse: JudgeParse = Field(default_factory=JudgeParse,
-                              description="{regex: ...} or {json_field: ...}; default: the first number.")
+    template: str = Field(
+        DEFAULT_TEMPLATE,
+        min_length=1,
+        max_length=20_000,
+        description="The judge's prompt: {prompt} and {completion} are replaced.",
+    )
+    parse: JudgeParse = Field(
+        default_factory=JudgeParse, description="{regex: ...} or {json_field: ...}; default: the first number."
+    )
     min_score: float = Field(0.0, ge=-1e6, le=1e6)
     max_score: float = Field(10.0, ge=-1e6, le=1e6)
     normalize: bool = Field(True, description="Map min_score..max_score to [0, 1] (clamped).")
@@ -81,9 +89,13 @@ class LLMJudgeParams(RewardParams):
     warn_cache_hit_rate: float = Field(0.90, gt=0, le=1)
     fail_cache_hit_rate: float = Field(0.95, gt=0, le=1)
     zero_variance: Literal["warn", "fail"] = Field(
-        "warn", description="`window` equal scores in a row: a loud warning, or the run fails.")
-    name: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$",
-                             description="Metric name judge/<name>/... (default: the endpoint's name).")
+        "warn", description="`window` equal scores in a row: a loud warning, or the run fails."
+    )
+    name: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$",
+        description="Metric name judge/<name>/... (default: the endpoint's name).",
+    )
 
     @field_validator("endpoint")
     @classmethod
@@ -91,8 +103,9 @@ class LLMJudgeParams(RewardParams):
         from training_platform.core.endpoints import EndpointError, check_name
 
         if "://" in value or value.startswith("/"):
-            raise ValueError("name an endpoint the operator defined (TP_ENDPOINTS; GET /api/v1/endpoints lists "
-                             "them), not a URL")
+            raise ValueError(
+                "name an endpoint the operator defined (TP_ENDPOINTS; GET /api/v1/endpoints lists them), not a URL"
+            )
         try:
             return check_name(value)
         except EndpointError as exc:
@@ -110,8 +123,10 @@ class LLMJudgeParams(RewardParams):
         if self.min_score >= self.max_score:
             raise ValueError(f"min_score ({self.min_score:g}) must be < max_score ({self.max_score:g})")
         if self.warn_cache_hit_rate > self.fail_cache_hit_rate:
-            raise ValueError(f"warn_cache_hit_rate ({self.warn_cache_hit_rate:g}) must be <= fail_cache_hit_rate "
-                             f"({self.fail_cache_hit_rate:g})")
+            raise ValueError(
+                f"warn_cache_hit_rate ({self.warn_cache_hit_rate:g}) must be <= fail_cache_hit_rate "
+                f"({self.fail_cache_hit_rate:g})"
+            )
         return self
 
     @property
@@ -123,11 +138,22 @@ def judge_config(params: LLMJudgeParams):
     """The data factory's JudgeConfig for these params (one client for both)."""
     from training_platform.data.score import JudgeConfig
 
-    return JudgeConfig(endpoint=params.endpoint, model=params.model, mode="judge", prompt_template=params.template,
-                       max_score=params.max_score, min_score=params.min_score, normalize=params.normalize,
-                       parse=params.parse, max_tokens=params.max_tokens, temperature=params.temperature,
-                       timeout_s=params.timeout_s, max_retries=params.retries, backoff_s=params.backoff_s,
-                       max_text_chars=max(100, params.max_chars))
+    return JudgeConfig(
+        endpoint=params.endpoint,
+        model=params.model,
+        mode="judge",
+        prompt_template=params.template,
+        max_score=params.max_score,
+        min_score=params.min_score,
+        normalize=params.normalize,
+        parse=params.parse,
+        max_tokens=params.max_tokens,
+        temperature=params.temperature,
+        timeout_s=params.timeout_s,
+        max_retries=params.retries,
+        backoff_s=params.backoff_s,
+        max_text_chars=max(100, params.max_chars),
+    )
 
 
 def prompt_text(prompt: Any) -> str:
@@ -181,24 +207,31 @@ class JudgeMonitor:
                     self.scores.append(call.score)
             if len(self.hits) == p.window:
                 rate = sum(self.hits) / p.window
-                what = (f"judge {self.name!r} (model {p.model!r}): cache-hit rate {rate:.1%} over the last {p.window} "
-                        f"calls")
+                what = (
+                    f"judge {self.name!r} (model {p.model!r}): cache-hit rate {rate:.1%} over the last {p.window} calls"
+                )
                 if rate > p.fail_cache_hit_rate:
-                    message = (f"{what} passed fail_cache_hit_rate {p.fail_cache_hit_rate:.0%}: the reward no longer "
-                               f"measures anything (the policy repeats the same completions?); the run fails")
+                    message = (
+                        f"{what} passed fail_cache_hit_rate {p.fail_cache_hit_rate:.0%}: the reward no longer "
+                        f"measures anything (the policy repeats the same completions?); the run fails"
+                    )
                     self._warn(message)
                     raise JudgeStoppedMeasuring(message)
                 if rate > p.warn_cache_hit_rate:
                     if not self._warned_rate:
-                        self._warn(f"{what} passed warn_cache_hit_rate {p.warn_cache_hit_rate:.0%} (the run fails "
-                                   f"above {p.fail_cache_hit_rate:.0%})")
+                        self._warn(
+                            f"{what} passed warn_cache_hit_rate {p.warn_cache_hit_rate:.0%} (the run fails "
+                            f"above {p.fail_cache_hit_rate:.0%})"
+                        )
                     self._warned_rate = True
                 else:
                     self._warned_rate = False
             if len(self.scores) == p.window:
                 if max(self.scores) == min(self.scores):
-                    message = (f"judge {self.name!r} (model {p.model!r}): the last {p.window} scores are all "
-                               f"{self.scores[-1]:g} (zero variance): the reward no longer measures anything")
+                    message = (
+                        f"judge {self.name!r} (model {p.model!r}): the last {p.window} scores are all "
+                        f"{self.scores[-1]:g} (zero variance): the reward no longer measures anything"
+                    )
                     if p.zero_variance == "fail":
                         self._warn(message + "; the run fails (zero_variance: fail)")
                         raise JudgeStoppedMeasuring(message)
@@ -232,16 +265,26 @@ class JudgeReward:
             if self._client is None:
                 from training_platform.data.score import JudgeClient
 
-                self._client = JudgeClient(judge_config(self.params), endpoints=self._endpoints,
-                                           transport=self._transport)
+                self._client = JudgeClient(
+                    judge_config(self.params), endpoints=self._endpoints, transport=self._transport
+                )
             return self._client
 
     def cache_key(self, prompt: str, completion: str) -> str:
         p = self.params
-        return judge_cache_key(kind="llm_judge", model=p.model, template=p.template, prompt=prompt,
-                               completion=completion, parse=p.parse.model_dump(), min_score=p.min_score,
-                               max_score=p.max_score, normalize=p.normalize, temperature=p.temperature,
-                               max_tokens=p.max_tokens)
+        return judge_cache_key(
+            kind="llm_judge",
+            model=p.model,
+            template=p.template,
+            prompt=prompt,
+            completion=completion,
+            parse=p.parse.model_dump(),
+            min_score=p.min_score,
+            max_score=p.max_score,
+            normalize=p.normalize,
+            temperature=p.temperature,
+            max_tokens=p.max_tokens,
+        )
 
     def score_one(self, prompt: str, completion: str, *, use_cache: bool | None = None):
         prompt, completion = prompt[: self.params.max_chars], completion[: self.params.max_chars]
@@ -250,8 +293,9 @@ class JudgeReward:
         cached = self.params.cache if use_cache is None else use_cache
         return client.call("/chat/completions", payload, self.cache_key(prompt, completion), use_cache=cached)
 
-    def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),
-                 **kwargs: Any) -> list[float | None]:
+    def __call__(
+        self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (), **kwargs: Any
+    ) -> list[float | None]:
         prompts = list(prompts) if prompts is not None else [None] * len(completions)
         pairs = [(prompt_text(p), completion_text(c)) for p, c in zip(prompts, completions, strict=True)]
         if len(pairs) <= 1 or self.params.max_concurrency == 1:
@@ -274,11 +318,15 @@ class JudgeReward:
         client = self._client
         stats = client.stats if client is not None else {}
         latencies = list(client.latencies) if client is not None else []
-        return {f"{prefix}calls": stats.get("rows", 0), f"{prefix}cache_hits": stats.get("cache_hits", 0),
-                f"{prefix}billable_calls": stats.get("requests", 0), f"{prefix}errors": stats.get("errors", 0),
-                f"{prefix}latency_p50_ms": percentile_ms(latencies, 50),
-                f"{prefix}latency_p95_ms": percentile_ms(latencies, 95),
-                f"{prefix}warnings": self.monitor.warning_count}
+        return {
+            f"{prefix}calls": stats.get("rows", 0),
+            f"{prefix}cache_hits": stats.get("cache_hits", 0),
+            f"{prefix}billable_calls": stats.get("requests", 0),
+            f"{prefix}errors": stats.get("errors", 0),
+            f"{prefix}latency_p50_ms": percentile_ms(latencies, 50),
+            f"{prefix}latency_p95_ms": percentile_ms(latencies, 95),
+            f"{prefix}warnings": self.monitor.warning_count,
+        }
 
 
 @register_reward(
@@ -338,10 +386,18 @@ def probe_judge(params: LLMJudgeParams | Mapping[str, Any], *, endpoints=None, t
 
     if not isinstance(params, LLMJudgeParams):
         params = LLMJudgeParams.model_validate(dict(params))
-    result: dict[str, Any] = {"name": params.label, "endpoint": params.endpoint, "model": params.model,
-                              "prompt": PROBE_PROMPT, "completion": PROBE_COMPLETION, "ok": False,
-                              "latency_ms": None, "score": None, "error": None,
-                              "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    result: dict[str, Any] = {
+        "name": params.label,
+        "endpoint": params.endpoint,
+        "model": params.model,
+        "prompt": PROBE_PROMPT,
+        "completion": PROBE_COMPLETION,
+        "ok": False,
+        "latency_ms": None,
+        "score": None,
+        "error": None,
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     judge = JudgeReward(params, endpoints=endpoints, transport=transport)
     try:
         call = judge.score_one(PROBE_PROMPT, PROBE_COMPLETION, use_cache=False)

@@ -21,10 +21,9 @@ from training_platform.training.rewards import RewardFn, RewardParams, completio
 
 logger = logging.getLogger(__name__)
 
+
 class MathAnswerParams(RewardParams):
-    answer_field: str = Field(
-        "answer", min_length=1, description="Dataset column holding the reference answer."
-    )
+    answer_field: str = Field("answer", min_length=1, description="Dataset column holding the reference answer.")
 
 
 def score(completion: Any, reference: Any) -> float:
@@ -54,23 +53,17 @@ def build_math_answer(params: MathAnswerParams) -> RewardFn:
                 f"columns passed: {sorted(k for k in kwargs if k not in _TRL_KWARGS)}"
             )
         if len(references) != len(completions):
-            raise ValueError(
-                f"math_answer: {len(completions)} completions but {len(references)} {field!r} values"
-            )
+            raise ValueError(f"math_answer: {len(completions)} completions but {len(references)} {field!r} values")
         rewards: list[float | None] = []
         for completion, reference in zip(completions, references, strict=True):
             try:
                 rewards.append(score(completion, reference))
             except Exception as exc:  # one bad sample must never crash training
-                logger.warning(
-                    "math_answer: verification failed (%s: %s); reward 0.0", type(exc).__name__, exc
-                )
+                logger.warning("math_answer: verification failed (%s: %s); reward 0.0", type(exc).__name__, exc)
                 rewards.append(0.0)
         return rewards
 
     return math_answer
 
 
-_TRL_KWARGS = frozenset(
-    {"prompts", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
-)
+_TRL_KWARGS = frozenset({"prompts", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"})

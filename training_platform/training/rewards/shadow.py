@@ -80,8 +80,9 @@ def _spec_entries(spec: Any, field: str) -> list[dict]:
                 try:
                     params[key.strip()] = yaml_load(value) if value.strip() else ""
                 except Exception as exc:  # noqa: BLE001
-                    raise ShadowInputError([(f"{field}.params.{key.strip()}", f"cannot parse {value!r}: {exc}")]) \
-                        from None
+                    raise ShadowInputError(
+                        [(f"{field}.params.{key.strip()}", f"cannot parse {value!r}: {exc}")]
+                    ) from None
             spec = {"name": name.strip(), "params": params}
     if isinstance(spec, dict) and "rewards" in spec:
         spec = spec["rewards"]
@@ -117,15 +118,21 @@ class Scorer:
                 continue
             definition = REWARDS.get(section.name)
             if definition is None:
-                errors.append((f"{where}.name", f"unknown reward {section.name!r}; known: "
-                                                f"{', '.join(sorted(REWARDS))}"))
+                errors.append(
+                    (f"{where}.name", f"unknown reward {section.name!r}; known: {', '.join(sorted(REWARDS))}")
+                )
                 continue
             try:
                 filled = definition.params_model.model_validate(section.params).model_dump(mode="json")
             except ValidationError as exc:
-                errors.extend(tuple(translate_pydantic_error(e, prefix=f"{where}.params",
-                                                             known_fields=set(definition.params_model.model_fields)))
-                              for e in exc.errors())
+                errors.extend(
+                    tuple(
+                        translate_pydantic_error(
+                            e, prefix=f"{where}.params", known_fields=set(definition.params_model.model_fields)
+                        )
+                    )
+                    for e in exc.errors()
+                )
                 continue
             sections.append(section)
             self_params.append(filled)
@@ -140,8 +147,10 @@ class Scorer:
         self.functions = [build_reward_function(s.name, s.params) for s in sections]
 
     def describe(self) -> list[dict]:
-        return [{"name": s.name, "weight": round(w, 6), "params": p}
-                for s, w, p in zip(self.sections, self.weights, self.filled_params, strict=True)]
+        return [
+            {"name": s.name, "weight": round(w, 6), "params": p}
+            for s, w, p in zip(self.sections, self.weights, self.filled_params, strict=True)
+        ]
 
     def __call__(self, prompts: list, completions: list, columns: dict[str, list]) -> np.ndarray:
         total = np.zeros(len(completions))
@@ -229,21 +238,41 @@ def top_k_overlap(a: Sequence[float], b: Sequence[float], k: int) -> float:
 def _stability(scores: np.ndarray, threshold: float) -> dict[str, Any]:
     """scores: repeats x items."""
     if scores.shape[0] < 2:
-        return {"mean_variance": 0.0, "max_variance": 0.0, "unstable_share": 0.0, "unstable_items": [],
-                "note": "one call per item: variance needs --repeats >= 2"}
+        return {
+            "mean_variance": 0.0,
+            "max_variance": 0.0,
+            "unstable_share": 0.0,
+            "unstable_items": [],
+            "note": "one call per item: variance needs --repeats >= 2",
+        }
     var = np.nanvar(scores, axis=0, ddof=1)
     var = np.where(np.isfinite(var), var, 0.0)
     unstable = np.flatnonzero(var > threshold)
-    return {"mean_variance": round(float(var.mean()), 6), "max_variance": round(float(var.max()), 6),
-            "unstable_share": round(len(unstable) / scores.shape[1], 6), "unstable_items": unstable[:100].tolist()}
+    return {
+        "mean_variance": round(float(var.mean()), 6),
+        "max_variance": round(float(var.max()), 6),
+        "unstable_share": round(len(unstable) / scores.shape[1], 6),
+        "unstable_items": unstable[:100].tolist(),
+    }
 
 
 # ---------------------------------------------------------------------------------------------- the test
 
 
-def shadow_report(old: Any, new: Any, data: str | Path, *, limit: int = 500, repeats: int = 3, seed: int = 0,
-                  top_k: int = 10, min_spearman: float = 0.8, max_unstable_share: float = 0.0,
-                  unstable_variance: float = UNSTABLE_VARIANCE, on_progress=None) -> dict[str, Any]:
+def shadow_report(
+    old: Any,
+    new: Any,
+    data: str | Path,
+    *,
+    limit: int = 500,
+    repeats: int = 3,
+    seed: int = 0,
+    top_k: int = 10,
+    min_spearman: float = 0.8,
+    max_unstable_share: float = 0.0,
+    unstable_variance: float = UNSTABLE_VARIANCE,
+    on_progress=None,
+) -> dict[str, Any]:
     """Score a seeded sample of `data` with both scorers, `repeats` calls each; the report (module docstring)."""
     errors = []
     if not 1 <= limit <= MAX_LIMIT:
@@ -277,8 +306,14 @@ def shadow_report(old: Any, new: Any, data: str | Path, *, limit: int = 500, rep
     for field, scorer in scorers.items():
         runs = []
         for _ in range(repeats):
-            parts = [scorer(prompts[i:i + BATCH], completions[i:i + BATCH],
-                            {k: v[i:i + BATCH] for k, v in columns.items()}) for i in range(0, len(rows), BATCH)]
+            parts = [
+                scorer(
+                    prompts[i : i + BATCH],
+                    completions[i : i + BATCH],
+                    {k: v[i : i + BATCH] for k, v in columns.items()},
+                )
+                for i in range(0, len(rows), BATCH)
+            ]
             runs.append(np.concatenate(parts))
             done += 1
             if on_progress is not None:
@@ -296,19 +331,32 @@ def shadow_report(old: Any, new: Any, data: str | Path, *, limit: int = 500, rep
     elif spearman < min_spearman:
         reasons.append(f"spearman {spearman:.4f} < {min_spearman}")
     if stability["new"]["unstable_share"] > max_unstable_share:
-        reasons.append(f"the new scorer is unstable on {stability['new']['unstable_share']:.2%} of the items "
-                       f"(variance > {unstable_variance} across {repeats} calls)")
+        reasons.append(
+            f"the new scorer is unstable on {stability['new']['unstable_share']:.2%} of the items "
+            f"(variance > {unstable_variance} across {repeats} calls)"
+        )
     return {
-        "verdict": "fail" if reasons else "pass", "reasons": reasons,
-        "old": scorers["old"].describe(), "new": scorers["new"].describe(),
-        "data": str(data), "rows_in_file": total_rows, "items": len(rows), "items_scored": int(scored.sum()),
-        "repeats": repeats, "seed": seed,
-        "spearman": spearman, "kendall": kendall, "top_k": min(top_k, int(scored.sum())),
+        "verdict": "fail" if reasons else "pass",
+        "reasons": reasons,
+        "old": scorers["old"].describe(),
+        "new": scorers["new"].describe(),
+        "data": str(data),
+        "rows_in_file": total_rows,
+        "items": len(rows),
+        "items_scored": int(scored.sum()),
+        "repeats": repeats,
+        "seed": seed,
+        "spearman": spearman,
+        "kendall": kendall,
+        "top_k": min(top_k, int(scored.sum())),
         "top_k_overlap": top_k_overlap(a, b, top_k),
         "mean_score": {"old": _finite(a.mean()) if len(a) else None, "new": _finite(b.mean()) if len(b) else None},
         "stability": stability,
-        "thresholds": {"min_spearman": min_spearman, "max_unstable_share": max_unstable_share,
-                       "unstable_variance": unstable_variance},
+        "thresholds": {
+            "min_spearman": min_spearman,
+            "max_unstable_share": max_unstable_share,
+            "unstable_variance": unstable_variance,
+        },
     }
 
 
@@ -317,8 +365,10 @@ def shadow_report(old: Any, new: Any, data: str | Path, *, limit: int = 500, rep
 
 def reward_set_key(described: list[dict]) -> str:
     """A reward set's identity: its rewards (name, normalised weight, every parameter), order-free."""
-    items = sorted(json.dumps({"name": d["name"], "weight": round(float(d["weight"]), 6), "params": d["params"]},
-                              sort_keys=True) for d in described)
+    items = sorted(
+        json.dumps({"name": d["name"], "weight": round(float(d["weight"]), 6), "params": d["params"]}, sort_keys=True)
+        for d in described
+    )
     return json.dumps(items)
 
 

@@ -29,8 +29,9 @@ def _name(reward: Any) -> str:
     return str(reward["name"] if isinstance(reward, dict) else reward.name)
 
 
-def check_reward_weights(rewards: Sequence[Any], *, mode: WeightMode = "normalise"
-                         ) -> tuple[list[tuple[str, str]], list[str], list[float]]:
+def check_reward_weights(
+    rewards: Sequence[Any], *, mode: WeightMode = "normalise"
+) -> tuple[list[tuple[str, str]], list[str], list[float]]:
     """`rewards`: RewardSection objects or dicts with `name` and `weight`. Returns (errors, warnings, normalised)
     where `normalised` sums to 1 (empty when there are errors or no rewards)."""
     if mode not in ("normalise", "strict", "exact"):
@@ -49,18 +50,31 @@ def check_reward_weights(rewards: Sequence[Any], *, mode: WeightMode = "normalis
     if total <= 0:
         return [("rewards", "the reward weights must not all be 0")], warnings, []
     if mode in ("strict", "exact") and abs(total - 1.0) > SUM_TOLERANCE:
-        errors.append(("rewards", f"training.reward_weights {mode}: the weights must sum to 1 (within "
-                                  f"{SUM_TOLERANCE:g}), got {total:.6g} ({', '.join(f'{w:g}' for w in weights)})"))
+        errors.append(
+            (
+                "rewards",
+                f"training.reward_weights {mode}: the weights must sum to 1 (within "
+                f"{SUM_TOLERANCE:g}), got {total:.6g} ({', '.join(f'{w:g}' for w in weights)})",
+            )
+        )
     if mode == "strict" and len(rewards) > 1:  # one reward carries everything by definition
         for i, w in enumerate(weights):
             if w > STRICT_MAX_WEIGHT + SUM_TOLERANCE:
-                errors.append((f"rewards[{i}].weight", f"training.reward_weights strict: no single reward may carry "
-                                                       f"more than {STRICT_MAX_WEIGHT} ({_name(rewards[i])} has "
-                                                       f"{w:g})"))
+                errors.append(
+                    (
+                        f"rewards[{i}].weight",
+                        f"training.reward_weights strict: no single reward may carry "
+                        f"more than {STRICT_MAX_WEIGHT} ({_name(rewards[i])} has "
+                        f"{w:g})",
+                    )
+                )
     if errors:
         return errors, warnings, []
     normalised = [w / total for w in weights]
     if mode == "normalise" and abs(total - 1.0) > SUM_TOLERANCE:
-        warnings.append("rewards: the weights sum to " f"{total:.6g}, not 1; they are normalised to "
-                        + ", ".join(f"{_name(r)}={w:.4g}" for r, w in zip(rewards, normalised, strict=True)))
+        warnings.append(
+            "rewards: the weights sum to "
+            f"{total:.6g}, not 1; they are normalised to "
+            + ", ".join(f"{_name(r)}={w:.4g}" for r, w in zip(rewards, normalised, strict=True))
+        )
     return errors, warnings, normalised

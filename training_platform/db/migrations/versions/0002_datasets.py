@@ -62,8 +62,7 @@ def upgrade() -> None:
     with op.batch_alter_table("dataset_versions", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_dataset_versions_dataset_id"), ["dataset_id"], unique=False)
         batch_op.create_index(batch_op.f("ix_dataset_versions_sha256"), ["sha256"], unique=False)
-        batch_op.create_index(batch_op.f("ix_dataset_versions_parent_version_id"), ["parent_version_id"],
-                              unique=False)
+        batch_op.create_index(batch_op.f("ix_dataset_versions_parent_version_id"), ["parent_version_id"], unique=False)
         batch_op.create_index(batch_op.f("ix_dataset_versions_job_id"), ["job_id"], unique=False)
 
 

@@ -13,44 +13,47 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-revision = '0004'
-down_revision = '0003'
+revision = "0004"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table('endpoints',
-    sa.Column('id', sa.Integer(), nullable=False),
-    sa.Column('name', sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
-    sa.Column('base_url', sa.Text(), nullable=False),
-    sa.Column('api_key_env', sqlmodel.sql.sqltypes.AutoString(length=128), nullable=True),
-    sa.Column('models', sa.JSON(), nullable=False),
-    sa.Column('created_by', sa.Integer(), nullable=True),
-    sa.Column('created_at', sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
-    sa.Column('updated_at', sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
-    sa.ForeignKeyConstraint(['created_by'], ['users.id'], ),
-    sa.PrimaryKeyConstraint('id')
+    op.create_table(
+        "endpoints",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("name", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
+        sa.Column("base_url", sa.Text(), nullable=False),
+        sa.Column("api_key_env", sqlmodel.sql.sqltypes.AutoString(length=128), nullable=True),
+        sa.Column("models", sa.JSON(), nullable=False),
+        sa.Column("created_by", sa.Integer(), nullable=True),
+        sa.Column("created_at", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
+        sa.Column("updated_at", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["created_by"],
+            ["users.id"],
+        ),
+        sa.PrimaryKeyConstraint("id"),
     )
-    with op.batch_alter_table('endpoints', schema=None) as batch_op:
-        batch_op.create_index(batch_op.f('ix_endpoints_name'), ['name'], unique=True)
-    with op.batch_alter_table('models', schema=None) as batch_op:
-        batch_op.add_column(sa.Column('shared', sa.Boolean(), nullable=False, server_default=sa.false()))
-    with op.batch_alter_table('datasets', schema=None) as batch_op:
-        batch_op.add_column(sa.Column('shared', sa.Boolean(), nullable=False, server_default=sa.false()))
-    if op.get_bind().dialect.name == 'sqlite':
+    with op.batch_alter_table("endpoints", schema=None) as batch_op:
+        batch_op.create_index(batch_op.f("ix_endpoints_name"), ["name"], unique=True)
+    with op.batch_alter_table("models", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("shared", sa.Boolean(), nullable=False, server_default=sa.false()))
+    with op.batch_alter_table("datasets", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("shared", sa.Boolean(), nullable=False, server_default=sa.false()))
+    if op.get_bind().dialect.name == "sqlite":
         # INTEGER PRIMARY KEY hands out max(id)+1, so deleting the newest job would free its id for the next one
         # (and a schedule or a link to the old job would then point at a stranger's). AUTOINCREMENT never reuses.
-        with op.batch_alter_table('jobs', recreate='always',
-                                  table_kwargs={'sqlite_autoincrement': True}) as batch_op:
+        with op.batch_alter_table("jobs", recreate="always", table_kwargs={"sqlite_autoincrement": True}) as batch_op:
             pass
 
 
 def downgrade() -> None:
-    with op.batch_alter_table('datasets', schema=None) as batch_op:
-        batch_op.drop_column('shared')
-    with op.batch_alter_table('models', schema=None) as batch_op:
-        batch_op.drop_column('shared')
-    with op.batch_alter_table('endpoints', schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f('ix_endpoints_name'))
-    op.drop_table('endpoints')
+    with op.batch_alter_table("datasets", schema=None) as batch_op:
+        batch_op.drop_column("shared")
+    with op.batch_alter_table("models", schema=None) as batch_op:
+        batch_op.drop_column("shared")
+    with op.batch_alter_table("endpoints", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_endpoints_name"))
+    op.drop_table("endpoints")

@@ -13,8 +13,8 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-revision = '0005'
-down_revision = '0004'
+revision = "0005"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
@@ -54,17 +54,18 @@ FROM (SELECT job_id, name, bucket / 4 AS b, MIN(min_value) AS mn, MAX(max_value)
 
 
 def upgrade() -> None:
-    op.create_table('metric_rollups',
-    sa.Column('job_id', sa.Integer(), nullable=False),
-    sa.Column('name', sqlmodel.sql.sqltypes.AutoString(length=128), nullable=False),
-    sa.Column('width', sa.Integer(), nullable=False),
-    sa.Column('bucket', sa.Integer(), nullable=False),
-    sa.Column('min_value', sa.Float(), nullable=False),
-    sa.Column('min_step', sa.Integer(), nullable=False),
-    sa.Column('max_value', sa.Float(), nullable=False),
-    sa.Column('max_step', sa.Integer(), nullable=False),
-    sa.ForeignKeyConstraint(['job_id'], ['jobs.id'], ondelete='CASCADE'),
-    sa.PrimaryKeyConstraint('job_id', 'name', 'width', 'bucket')
+    op.create_table(
+        "metric_rollups",
+        sa.Column("job_id", sa.Integer(), nullable=False),
+        sa.Column("name", sqlmodel.sql.sqltypes.AutoString(length=128), nullable=False),
+        sa.Column("width", sa.Integer(), nullable=False),
+        sa.Column("bucket", sa.Integer(), nullable=False),
+        sa.Column("min_value", sa.Float(), nullable=False),
+        sa.Column("min_step", sa.Integer(), nullable=False),
+        sa.Column("max_value", sa.Float(), nullable=False),
+        sa.Column("max_step", sa.Integer(), nullable=False),
+        sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("job_id", "name", "width", "bucket"),
     )
     bind = op.get_bind()
     bind.execute(sa.text(_FROM_POINTS), {"width": WIDTHS[0]})
@@ -73,4 +74,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.drop_table('metric_rollups')
+    op.drop_table("metric_rollups")

@@ -21,8 +21,18 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # GenerationParams fields that TRL's GRPOConfig / RLOOConfig take under the same names.
 _GENERATION_FIELDS = {
-    "num_generations", "max_completion_length", "temperature", "top_p", "top_k", "beta", "num_iterations", "epsilon",
-    "epsilon_high", "steps_per_generation", "mask_truncated_completions", "log_completions",
+    "num_generations",
+    "max_completion_length",
+    "temperature",
+    "top_p",
+    "top_k",
+    "beta",
+    "num_iterations",
+    "epsilon",
+    "epsilon_high",
+    "steps_per_generation",
+    "mask_truncated_completions",
+    "log_completions",
 }
 
 
@@ -43,8 +53,13 @@ def build_sft(ctx: TrainContext):
         completion_only_loss=p.completion_only_loss,
     )
     return SFTTrainer(
-        model=ctx.model, args=args, train_dataset=ctx.train_dataset, eval_dataset=ctx.eval_dataset,
-        processing_class=ctx.tokenizer, callbacks=ctx.callbacks, peft_config=ctx.peft_config,
+        model=ctx.model,
+        args=args,
+        train_dataset=ctx.train_dataset,
+        eval_dataset=ctx.eval_dataset,
+        processing_class=ctx.tokenizer,
+        callbacks=ctx.callbacks,
+        peft_config=ctx.peft_config,
     )
 
 
@@ -55,12 +70,21 @@ def build_dpo(ctx: TrainContext):
     p = ctx.cfg.algorithm
     extra = {"loss_weights": p.loss_weights} if p.loss_weights else {}
     args = DPOConfig(
-        **ctx.common_args, max_length=ctx.cfg.data.max_length, beta=p.beta, loss_type=list(p.loss_type),
-        label_smoothing=p.label_smoothing, **extra,
+        **ctx.common_args,
+        max_length=ctx.cfg.data.max_length,
+        beta=p.beta,
+        loss_type=list(p.loss_type),
+        label_smoothing=p.label_smoothing,
+        **extra,
     )
     return DPOTrainer(
-        model=ctx.model, args=args, train_dataset=ctx.train_dataset, eval_dataset=ctx.eval_dataset,
-        processing_class=ctx.tokenizer, callbacks=ctx.callbacks, peft_config=ctx.peft_config,
+        model=ctx.model,
+        args=args,
+        train_dataset=ctx.train_dataset,
+        eval_dataset=ctx.eval_dataset,
+        processing_class=ctx.tokenizer,
+        callbacks=ctx.callbacks,
+        peft_config=ctx.peft_config,
     )
 
 
@@ -70,12 +94,21 @@ def build_kto(ctx: TrainContext):
 
     p = ctx.cfg.algorithm
     args = KTOConfig(
-        **ctx.common_args, max_length=ctx.cfg.data.max_length, beta=p.beta, loss_type=p.loss_type,
-        desirable_weight=p.desirable_weight, undesirable_weight=p.undesirable_weight,
+        **ctx.common_args,
+        max_length=ctx.cfg.data.max_length,
+        beta=p.beta,
+        loss_type=p.loss_type,
+        desirable_weight=p.desirable_weight,
+        undesirable_weight=p.undesirable_weight,
     )
     return KTOTrainer(
-        model=ctx.model, args=args, train_dataset=ctx.train_dataset, eval_dataset=ctx.eval_dataset,
-        processing_class=ctx.tokenizer, callbacks=ctx.callbacks, peft_config=ctx.peft_config,
+        model=ctx.model,
+        args=args,
+        train_dataset=ctx.train_dataset,
+        eval_dataset=ctx.eval_dataset,
+        processing_class=ctx.tokenizer,
+        callbacks=ctx.callbacks,
+        peft_config=ctx.peft_config,
     )
 
 
@@ -85,12 +118,19 @@ def build_orpo(ctx: TrainContext):
 
     p = ctx.cfg.algorithm
     args = ORPOConfig(
-        **ctx.common_args, max_length=ctx.cfg.data.max_length, beta=p.beta,
+        **ctx.common_args,
+        max_length=ctx.cfg.data.max_length,
+        beta=p.beta,
         max_completion_length=p.max_completion_length,
     )
     return ORPOTrainer(
-        model=ctx.model, args=args, train_dataset=ctx.train_dataset, eval_dataset=ctx.eval_dataset,
-        processing_class=ctx.tokenizer, callbacks=ctx.callbacks, peft_config=ctx.peft_config,
+        model=ctx.model,
+        args=args,
+        train_dataset=ctx.train_dataset,
+        eval_dataset=ctx.eval_dataset,
+        processing_class=ctx.tokenizer,
+        callbacks=ctx.callbacks,
+        peft_config=ctx.peft_config,
     )
 
 
@@ -100,13 +140,23 @@ def build_simpo(ctx: TrainContext):
 
     p = ctx.cfg.algorithm
     args = CPOConfig(
-        **ctx.common_args, max_length=ctx.cfg.data.max_length, loss_type="simpo", beta=p.beta,
-        simpo_gamma=p.simpo_gamma, cpo_alpha=p.cpo_alpha, label_smoothing=p.label_smoothing,
+        **ctx.common_args,
+        max_length=ctx.cfg.data.max_length,
+        loss_type="simpo",
+        beta=p.beta,
+        simpo_gamma=p.simpo_gamma,
+        cpo_alpha=p.cpo_alpha,
+        label_smoothing=p.label_smoothing,
         max_completion_length=p.max_completion_length,
     )
     return CPOTrainer(
-        model=ctx.model, args=args, train_dataset=ctx.train_dataset, eval_dataset=ctx.eval_dataset,
-        processing_class=ctx.tokenizer, callbacks=ctx.callbacks, peft_config=ctx.peft_config,
+        model=ctx.model,
+        args=args,
+        train_dataset=ctx.train_dataset,
+        eval_dataset=ctx.eval_dataset,
+        processing_class=ctx.tokenizer,
+        callbacks=ctx.callbacks,
+        peft_config=ctx.peft_config,
     )
 
 
@@ -116,13 +166,21 @@ def build_grpo(ctx: TrainContext):
 
     p = ctx.cfg.algorithm
     args = GRPOConfig(
-        **ctx.common_args, **_generation_kwargs(p), loss_type=p.loss_type,
-        importance_sampling_level=p.importance_sampling_level, scale_rewards=p.scale_rewards,
+        **ctx.common_args,
+        **_generation_kwargs(p),
+        loss_type=p.loss_type,
+        importance_sampling_level=p.importance_sampling_level,
+        scale_rewards=p.scale_rewards,
         reward_weights=ctx.reward_weights,
     )
     return GRPOTrainer(
-        model=ctx.model, reward_funcs=ctx.reward_funcs, args=args, train_dataset=ctx.train_dataset,
-        eval_dataset=ctx.eval_dataset, processing_class=ctx.tokenizer, callbacks=ctx.callbacks,
+        model=ctx.model,
+        reward_funcs=ctx.reward_funcs,
+        args=args,
+        train_dataset=ctx.train_dataset,
+        eval_dataset=ctx.eval_dataset,
+        processing_class=ctx.tokenizer,
+        callbacks=ctx.callbacks,
         peft_config=ctx.peft_config,
     )
 
@@ -133,19 +191,30 @@ def build_rloo(ctx: TrainContext):
 
     p = ctx.cfg.algorithm
     args = RLOOConfig(
-        **ctx.common_args, **_generation_kwargs(p), normalize_advantages=p.normalize_advantages,
+        **ctx.common_args,
+        **_generation_kwargs(p),
+        normalize_advantages=p.normalize_advantages,
         reward_clip_range=tuple(p.reward_clip_range) if p.reward_clip_range else None,
         reward_weights=ctx.reward_weights,
     )
     return RLOOTrainer(
-        model=ctx.model, reward_funcs=ctx.reward_funcs, args=args, train_dataset=ctx.train_dataset,
-        eval_dataset=ctx.eval_dataset, processing_class=ctx.tokenizer, callbacks=ctx.callbacks,
+        model=ctx.model,
+        reward_funcs=ctx.reward_funcs,
+        args=args,
+        train_dataset=ctx.train_dataset,
+        eval_dataset=ctx.eval_dataset,
+        processing_class=ctx.tokenizer,
+        callbacks=ctx.callbacks,
         peft_config=ctx.peft_config,
     )
 
 
-@register_builder("trl", "ppo", resume=False, notes="TRL's experimental PPO has no checkpoint resume; reward and "
-                                                   "value models are sequence classifiers")
+@register_builder(
+    "trl",
+    "ppo",
+    resume=False,
+    notes="TRL's experimental PPO has no checkpoint resume; reward and value models are sequence classifiers",
+)
 def build_ppo(ctx: TrainContext):
     from transformers import AutoModelForSequenceClassification
     from trl.experimental.ppo import PPOConfig, PPOTrainer
@@ -158,12 +227,25 @@ def build_ppo(ctx: TrainContext):
     reward_path = ctx.resolve(p.reward_model_path)
     value_path = ctx.resolve(p.value_model_path or p.reward_model_path)
     args = PPOConfig(
-        **ctx.common_args, total_episodes=total_episodes, response_length=p.response_length,
-        temperature=p.temperature, kl_coef=p.kl_coef, kl_estimator=p.kl_estimator, cliprange=p.cliprange,
-        cliprange_value=p.cliprange_value, vf_coef=p.vf_coef, gamma=p.gamma, lam=p.lam,
-        num_ppo_epochs=p.num_ppo_epochs, num_mini_batches=p.num_mini_batches, whiten_rewards=p.whiten_rewards,
-        missing_eos_penalty=p.missing_eos_penalty, stop_token="eos", num_sample_generations=0,
-        sft_model_path=str(ctx.model_path), reward_model_path=str(reward_path),
+        **ctx.common_args,
+        total_episodes=total_episodes,
+        response_length=p.response_length,
+        temperature=p.temperature,
+        kl_coef=p.kl_coef,
+        kl_estimator=p.kl_estimator,
+        cliprange=p.cliprange,
+        cliprange_value=p.cliprange_value,
+        vf_coef=p.vf_coef,
+        gamma=p.gamma,
+        lam=p.lam,
+        num_ppo_epochs=p.num_ppo_epochs,
+        num_mini_batches=p.num_mini_batches,
+        whiten_rewards=p.whiten_rewards,
+        missing_eos_penalty=p.missing_eos_penalty,
+        stop_token="eos",
+        num_sample_generations=0,
+        sft_model_path=str(ctx.model_path),
+        reward_model_path=str(reward_path),
     )
     kwargs = ctx.model_load_kwargs()
     reward_model = AutoModelForSequenceClassification.from_pretrained(reward_path, num_labels=1, **kwargs)
@@ -173,9 +255,16 @@ def build_ppo(ctx: TrainContext):
             m.config.pad_token_id = ctx.tokenizer.pad_token_id
     ctx.tokenizer.padding_side = "left"  # generation batches are left-padded
     return PPOTrainer(
-        args=args, processing_class=ctx.tokenizer, model=ctx.model, ref_model=None, reward_model=reward_model,
-        train_dataset=ctx.train_dataset, value_model=value_model, eval_dataset=ctx.eval_dataset,
-        callbacks=ctx.callbacks, peft_config=ctx.peft_config,
+        args=args,
+        processing_class=ctx.tokenizer,
+        model=ctx.model,
+        ref_model=None,
+        reward_model=reward_model,
+        train_dataset=ctx.train_dataset,
+        value_model=value_model,
+        eval_dataset=ctx.eval_dataset,
+        callbacks=ctx.callbacks,
+        peft_config=ctx.peft_config,
     )
 
 
@@ -185,10 +274,16 @@ def build_reward(ctx: TrainContext):
 
     p = ctx.cfg.algorithm
     args = RewardConfig(
-        **ctx.common_args, max_length=ctx.cfg.data.max_length,
+        **ctx.common_args,
+        max_length=ctx.cfg.data.max_length,
         center_rewards_coefficient=p.center_rewards_coefficient,
     )
     return RewardTrainer(
-        model=ctx.model, args=args, train_dataset=ctx.train_dataset, eval_dataset=ctx.eval_dataset,
-        processing_class=ctx.tokenizer, callbacks=ctx.callbacks, peft_config=ctx.peft_config,
+        model=ctx.model,
+        args=args,
+        train_dataset=ctx.train_dataset,
+        eval_dataset=ctx.eval_dataset,
+        processing_class=ctx.tokenizer,
+        callbacks=ctx.callbacks,
+        peft_config=ctx.peft_config,
     )

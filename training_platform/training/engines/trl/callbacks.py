@@ -40,8 +40,13 @@ class MetricsCallback(TrainerCallback):
     """One JSON object per logging step: step, epoch, ts, loss, lr, grad_norm, sec_per_step, tokens_per_sec,
     mem_used_mb, plus whatever the algorithm logs (kl, rewards/*, logps/*, clip ratios, ...)."""
 
-    def __init__(self, writer: RunWriter, *, loss_from: Callable[[dict], float | None] | None = None,
-                 extra: Callable[[], dict] | None = None):
+    def __init__(
+        self,
+        writer: RunWriter,
+        *,
+        loss_from: Callable[[dict], float | None] | None = None,
+        extra: Callable[[], dict] | None = None,
+    ):
         self.writer = writer
         self.loss_from = loss_from
         self.extra = extra  # more metrics for each training row (the llm_judge counters: rewards/llm_judge.py)
@@ -157,13 +162,20 @@ class RolloutCallback(TrainerCallback):
 
     def bind(self, trainer) -> None:
         logs, metrics = getattr(trainer, "_logs", None), getattr(trainer, "_metrics", None)
-        if not (isinstance(logs, dict) and {"prompt", "completion", "rewards", "advantages"} <= set(logs)
-                and isinstance(metrics, dict) and "train" in metrics and hasattr(trainer, "reward_func_names")):
+        if not (
+            isinstance(logs, dict)
+            and {"prompt", "completion", "rewards", "advantages"} <= set(logs)
+            and isinstance(metrics, dict)
+            and "train" in metrics
+            and hasattr(trainer, "reward_func_names")
+        ):
             import trl
 
-            raise RuntimeError(f"{type(trainer).__name__} (TRL {trl.__version__}) does not keep its generations in "
-                               "_logs/_metrics as TRL 1.x does: rollouts cannot be captured; set "
-                               "training.rollout_samples_per_step: 0 to train without them")
+            raise RuntimeError(
+                f"{type(trainer).__name__} (TRL {trl.__version__}) does not keep its generations in "
+                "_logs/_metrics as TRL 1.x does: rollouts cannot be captured; set "
+                "training.rollout_samples_per_step: 0 to train without them"
+            )
         self.trainer = trainer
 
     def _train_generations(self) -> int:
@@ -193,11 +205,15 @@ class RolloutCallback(TrainerCallback):
         rows = []
         for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
             values = {name: per_function[name][i] if i < len(per_function[name]) else None for name in names}
-            scored = [(w, v) for w, v in zip(weights, values.values(), strict=True)
-                      if v is not None and math.isfinite(v)]
+            scored = [
+                (w, v) for w, v in zip(weights, values.values(), strict=True) if v is not None and math.isfinite(v)
+            ]
             total = sum(w * v for w, v in scored) if scored else None
-            rows.append(rollout_row(state.global_step, prompt, completion, values, total,
-                                    advantages[i] if i < len(advantages) else None))
+            rows.append(
+                rollout_row(
+                    state.global_step, prompt, completion, values, total, advantages[i] if i < len(advantages) else None
+                )
+            )
         self.rollouts.write_step(state.global_step, rows)
 
 
@@ -226,8 +242,10 @@ class PPORolloutCallback(TrainerCallback):
         if original is None or not hasattr(trainer, "reward_model"):
             import trl
 
-            raise RuntimeError(f"TRL {trl.__version__}'s PPO trainer does not score through get_reward(reward_model, "
-                               "...): rollouts cannot be captured; set training.rollout_samples_per_step: 0")
+            raise RuntimeError(
+                f"TRL {trl.__version__}'s PPO trainer does not score through get_reward(reward_model, "
+                "...): rollouts cannot be captured; set training.rollout_samples_per_step: 0"
+            )
         self.trainer, self._module, self._original = trainer, module, original
         if not self.rollouts.enabled:
             return
@@ -246,8 +264,14 @@ class PPORolloutCallback(TrainerCallback):
         responses = query_responses[:, context_length:].tolist()
         for query, response, score in zip(queries, responses, scores.float().tolist(), strict=True):
             # TRL's EOS test runs on the padded response (pad may be the EOS token itself), as here
-            self._pending.append(([t for t in query if t != pad_token_id], [t for t in response if t != pad_token_id],
-                                  eos in response, score))
+            self._pending.append(
+                (
+                    [t for t in query if t != pad_token_id],
+                    [t for t in response if t != pad_token_id],
+                    eos in response,
+                    score,
+                )
+            )
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not self._pending:
@@ -260,9 +284,16 @@ class PPORolloutCallback(TrainerCallback):
             total = score
             if self.missing_eos_penalty is not None and not has_eos:
                 total = score - self.missing_eos_penalty
-            rows.append(rollout_row(state.global_step, self.tokenizer.decode(query, skip_special_tokens=True),
-                                    self.tokenizer.decode(response, skip_special_tokens=True),
-                                    {"reward_model": score}, total, None))
+            rows.append(
+                rollout_row(
+                    state.global_step,
+                    self.tokenizer.decode(query, skip_special_tokens=True),
+                    self.tokenizer.decode(response, skip_special_tokens=True),
+                    {"reward_model": score},
+                    total,
+                    None,
+                )
+            )
         self.rollouts.write_step(state.global_step, rows)
 
     def on_train_end(self, args, state, control, **kwargs):

@@ -84,8 +84,9 @@ def _torch_dtype(cfg: JobConfig, cuda: bool):
     return getattr(torch, DTYPES[name]), name
 
 
-def common_training_args(cfg: JobConfig, run: RunDir, *, device: str, dtype_name: str,
-                         world_size: int = 1) -> dict[str, Any]:
+def common_training_args(
+    cfg: JobConfig, run: RunDir, *, device: str, dtype_name: str, world_size: int = 1
+) -> dict[str, Any]:
     """The config sections every algorithm shares, as TrainingArguments keywords."""
     cuda = device == "cuda"
     t = cfg.training
@@ -149,7 +150,10 @@ def _peft_config(cfg: JobConfig):
 
     task = "SEQ_CLS" if cfg.spec.model_kind == "sequence_classification" else "CAUSAL_LM"
     return LoraConfig(
-        r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, task_type=task,
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        task_type=task,
         target_modules=lora.target_modules if isinstance(lora.target_modules, str) else list(lora.target_modules),
     )
 
@@ -179,8 +183,17 @@ def _tokenize_prompts(dataset, tokenizer, max_length: int):
 class TRLEngine:
     name = "trl"
 
-    def train(self, cfg: JobConfig, run: RunDir, *, loaded: dict, resume_from: Path | None, stop: StopSignal,
-              writer: RunWriter, dist: DistContext) -> EngineResult:
+    def train(
+        self,
+        cfg: JobConfig,
+        run: RunDir,
+        *,
+        loaded: dict,
+        resume_from: Path | None,
+        stop: StopSignal,
+        writer: RunWriter,
+        dist: DistContext,
+    ) -> EngineResult:
         import transformers
         from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
@@ -192,8 +205,15 @@ class TRLEngine:
         cuda = device == "cuda"
         dtype, dtype_name = _torch_dtype(cfg, cuda)
         model_path, _ = resolve_model_ref(cfg.model.path)
-        log.info("engine=trl algorithm=%s model=%s device=%s dtype=%s rank=%d/%d", spec.name, model_path, device,
-                 dtype_name, dist.rank, dist.world_size)
+        log.info(
+            "engine=trl algorithm=%s model=%s device=%s dtype=%s rank=%d/%d",
+            spec.name,
+            model_path,
+            device,
+            dtype_name,
+            dist.rank,
+            dist.world_size,
+        )
         writer.update_run_info(device=device, dtype=dtype_name)
         if device == "cpu" and dist.world_size > 1:
             # accelerate names the device of a CPU rank `cpu:<local rank>`, and Trainer's resume then loads the
@@ -210,7 +230,8 @@ class TRLEngine:
             from transformers import BitsAndBytesConfig
 
             load_kwargs["quantization_config"] = BitsAndBytesConfig(
-                load_in_4bit=lora.quantization == "4bit", load_in_8bit=lora.quantization == "8bit",
+                load_in_4bit=lora.quantization == "4bit",
+                load_in_8bit=lora.quantization == "8bit",
                 bnb_4bit_compute_dtype=dtype,
             )
         if spec.model_kind == "sequence_classification":
@@ -251,29 +272,49 @@ class TRLEngine:
         builder = get_builder(self.name, spec.name)
         from training_platform.training.rewards.llm_judge import judge_metrics_source
 
-        metrics = MetricsCallback(writer, loss_from=_ppo_loss(cfg) if spec.name == "ppo" else None,
-                                  extra=judge_metrics_source(reward_funcs, writer))
-        callbacks = [metrics, CheckpointCallback(writer, dist),
-                     StopCallback(stop, raise_on_stop=not builder.capabilities.resume)]
+        metrics = MetricsCallback(
+            writer,
+            loss_from=_ppo_loss(cfg) if spec.name == "ppo" else None,
+            extra=judge_metrics_source(reward_funcs, writer),
+        )
+        callbacks = [
+            metrics,
+            CheckpointCallback(writer, dist),
+            StopCallback(stop, raise_on_stop=not builder.capabilities.resume),
+        ]
         rollouts = _rollout_callback(cfg, run, dist, tokenizer)
         if rollouts is not None:
             callbacks.insert(1, rollouts)  # after the metric row of the same step
         ctx = TrainContext(
-            cfg=cfg, run=run, model_path=model_path, model=model, tokenizer=tokenizer,
-            train_dataset=train_dataset, eval_dataset=eval_dataset,
-            common_args=common_training_args(cfg, run, device=device, dtype_name=dtype_name,
-                                             world_size=dist.world_size), callbacks=callbacks,
-            peft_config=_peft_config(cfg), reward_funcs=reward_funcs, reward_weights=reward_weights,
-            world_size=dist.world_size, torch_dtype=dtype,
+            cfg=cfg,
+            run=run,
+            model_path=model_path,
+            model=model,
+            tokenizer=tokenizer,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            common_args=common_training_args(
+                cfg, run, device=device, dtype_name=dtype_name, world_size=dist.world_size
+            ),
+            callbacks=callbacks,
+            peft_config=_peft_config(cfg),
+            reward_funcs=reward_funcs,
+            reward_weights=reward_weights,
+            world_size=dist.world_size,
+            torch_dtype=dtype,
         )
         if dist.world_size > 1 and writer.is_main:
             global_batch = cfg.training.per_device_batch_size * dist.world_size
             left = len(train_dataset) % global_batch
             if left:
-                log.warning("%d training rows (counted before the trainer's own filtering) do not fill a last "
-                            "batch of %d (%d per rank x %d ranks): they are dropped each epoch, not padded", left,
-                            global_batch,
-                            cfg.training.per_device_batch_size, dist.world_size)
+                log.warning(
+                    "%d training rows (counted before the trainer's own filtering) do not fill a last "
+                    "batch of %d (%d per rank x %d ranks): they are dropped each epoch, not padded",
+                    left,
+                    global_batch,
+                    cfg.training.per_device_batch_size,
+                    dist.world_size,
+                )
                 writer.update_run_info(rows_dropped_per_epoch=left)
         trainer = builder.build(ctx)
         if buckets is not None:
@@ -336,8 +377,9 @@ def _install_sampling(cfg: JobConfig, run: RunDir, writer: RunWriter, trainer, b
 
     s = cfg.data.sampling
     if s.strategy == "uniform":
-        record = sampling.uniform_record(buckets, seed=s.seed if s.seed is not None else cfg.training.seed,
-                                         world_size=dist.world_size)
+        record = sampling.uniform_record(
+            buckets, seed=s.seed if s.seed is not None else cfg.training.seed, world_size=dist.world_size
+        )
     else:
         record = sampling.install_sampler(cfg, trainer, buckets, world_size=dist.world_size)
     if writer.is_main:
@@ -347,9 +389,15 @@ def _install_sampling(cfg: JobConfig, run: RunDir, writer: RunWriter, trainer, b
         tmp.replace(path)
         run.record("sampling", path)
         writer.update_run_info(sampling={"strategy": record["strategy"], "bucket_rows": record["bucket_rows"]})
-        log.info("data.sampling %s: rows per bucket %s%s", record["strategy"], record["bucket_rows"],
-                 "".join(f"; stage {i} steps {st['steps']} drew {st['drawn_mix']}"
-                         for i, st in enumerate(record.get("stages", []))))
+        log.info(
+            "data.sampling %s: rows per bucket %s%s",
+            record["strategy"],
+            record["bucket_rows"],
+            "".join(
+                f"; stage {i} steps {st['steps']} drew {st['drawn_mix']}"
+                for i, st in enumerate(record.get("stages", []))
+            ),
+        )
 
 
 def _ppo_loss(cfg: JobConfig):

@@ -20,12 +20,15 @@ def _generate(cfg_and_paths):
     return generate(cfg, paths)
 
 
-register_builder("verl", "sft", launchers=("local", "torchrun", "ray"),
-                 notes="verl's SFT trainer (FSDP2); runs on CPU too")(_generate)
+register_builder(
+    "verl", "sft", launchers=("local", "torchrun", "ray"), notes="verl's SFT trainer (FSDP2); runs on CPU too"
+)(_generate)
 _RL = {"launchers": ("local", "ray"), "own_workers": True}
-register_builder("verl", "grpo", notes=f"loss_type, GSPO (importance_sampling_level: sequence); {RL_NOTES}",
-                 **_RL)(_generate)
+register_builder("verl", "grpo", notes=f"loss_type, GSPO (importance_sampling_level: sequence); {RL_NOTES}", **_RL)(
+    _generate
+)
 register_builder("verl", "rloo", notes=RL_NOTES, **_RL)(_generate)
 register_builder("verl", "ppo", notes=f"GAE with a critic; {RL_NOTES}", **_RL)(_generate)
-register_builder("verl", "reinforce_pp", notes=f"REINFORCE++ (baseline: true for the -baseline variant); {RL_NOTES}",
-                 **_RL)(_generate)
+register_builder(
+    "verl", "reinforce_pp", notes=f"REINFORCE++ (baseline: true for the -baseline variant); {RL_NOTES}", **_RL
+)(_generate)

@@ -21,8 +21,19 @@ if TYPE_CHECKING:  # pragma: no cover
     from training_platform.training.config import JobConfig
 
 # Estimators whose baseline is computed over a prompt's group of rollouts: n = 1 gives zero advantages.
-GROUP_ESTIMATORS = frozenset({"grpo", "grpo_passk", "grpo_vectorized", "rloo", "rloo_vectorized", "opo", "gpg",
-                              "gdpo", "reinforce_plus_plus_baseline"})
+GROUP_ESTIMATORS = frozenset(
+    {
+        "grpo",
+        "grpo_passk",
+        "grpo_vectorized",
+        "rloo",
+        "rloo_vectorized",
+        "opo",
+        "gpg",
+        "gdpo",
+        "reinforce_plus_plus_baseline",
+    }
+)
 ROLLOUT_ENGINES = ("vllm", "sglang", "trtllm")
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"
@@ -91,14 +102,16 @@ def check_config(cfg: JobConfig, config: DictConfig) -> list[FieldError]:
     estimators, loss_modes = registries()
     estimator = get("algorithm.adv_estimator")
     if estimator not in estimators:
-        bad("algorithm.adv_estimator", f"unknown advantage estimator {estimator!r}; verl has: "
-                                       f"{', '.join(sorted(estimators))}")
+        bad(
+            "algorithm.adv_estimator",
+            f"unknown advantage estimator {estimator!r}; verl has: {', '.join(sorted(estimators))}",
+        )
     mode = get(f"{ACTOR}.policy_loss.loss_mode")
     if mode not in loss_modes:
-        bad(f"{ACTOR}.policy_loss.loss_mode",
-            f"unknown policy loss {mode!r}; verl has: {', '.join(sorted(loss_modes))}")
-    for key in (f"{ACTOR}.clip_ratio", f"{ACTOR}.clip_ratio_low", f"{ACTOR}.clip_ratio_high",
-                "critic.cliprange_value"):
+        bad(
+            f"{ACTOR}.policy_loss.loss_mode", f"unknown policy loss {mode!r}; verl has: {', '.join(sorted(loss_modes))}"
+        )
+    for key in (f"{ACTOR}.clip_ratio", f"{ACTOR}.clip_ratio_low", f"{ACTOR}.clip_ratio_high", "critic.cliprange_value"):
         value = get(key)
         if value is not None and (not _number(value) or value < 0):
             bad(key, f"a clip ratio must be a number >= 0, got {value!r}")
@@ -113,15 +126,19 @@ def check_config(cfg: JobConfig, config: DictConfig) -> list[FieldError]:
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         bad(f"{ROLLOUT}.n", f"must be an integer >= 1, got {n!r}")
     elif estimator in GROUP_ESTIMATORS and n < 2:
-        bad(f"{ROLLOUT}.n", f"{estimator} compares the rollouts of each prompt: needs n >= 2 rollouts per prompt, "
-                            f"got {n}")
+        bad(
+            f"{ROLLOUT}.n",
+            f"{estimator} compares the rollouts of each prompt: needs n >= 2 rollouts per prompt, got {n}",
+        )
     prompt = get("data.max_prompt_length")
     if not isinstance(prompt, int) or prompt < 1:
         bad("data.max_prompt_length", f"leaves no room for the prompt: max_length - completion length = {prompt!r}")
     engine = get(f"{ROLLOUT}.name")
     if engine not in ROLLOUT_ENGINES:
-        bad(f"{ROLLOUT}.name", f"unknown rollout engine {engine!r}; verl's RL rollouts run on "
-                               f"{', '.join(ROLLOUT_ENGINES)}")
+        bad(
+            f"{ROLLOUT}.name",
+            f"unknown rollout engine {engine!r}; verl's RL rollouts run on {', '.join(ROLLOUT_ENGINES)}",
+        )
     if estimator == "gae" and not get("critic.model.path"):
         bad("critic.model.path", "GAE needs a critic model")
     if errors:  # verl's validation would only repeat them, less clearly
@@ -141,8 +158,11 @@ def _verl_validate(cfg: JobConfig, config: DictConfig) -> list[FieldError]:
             from verl.utils.config import validate_config
 
             actor = config.actor_rollout_ref.actor
-            validate_config(config, use_reference_policy=bool(actor.use_kl_loss or config.algorithm.use_kl_in_reward),
-                            use_critic=config.algorithm.adv_estimator == "gae")
+            validate_config(
+                config,
+                use_reference_policy=bool(actor.use_kl_loss or config.algorithm.use_kl_in_reward),
+                use_critic=config.algorithm.adv_estimator == "gae",
+            )
     except Exception as exc:  # noqa: BLE001 - verl raises assertion/value/instantiation errors alike
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         reason = next((line for line in lines if "full_key" not in line), type(exc).__name__)
@@ -156,9 +176,15 @@ def runtime_problems(cfg: JobConfig, *, gpus: float | None) -> list[FieldError]:
         return []
     problems = []
     if not gpus:
-        problems.append(FieldError("resources.device", f"verl RL needs GPUs with vLLM or SGLang; this cluster has "
-                                                       f"{gpus or 0:g} GPUs"))
+        problems.append(
+            FieldError(
+                "resources.device", f"verl RL needs GPUs with vLLM or SGLang; this cluster has {gpus or 0:g} GPUs"
+            )
+        )
     elif importlib.util.find_spec(cfg.verl.rollout) is None:
-        problems.append(FieldError("verl.rollout", f"{cfg.verl.rollout} is not installed here (verl's RL rollouts "
-                                                   "need it on every node)"))
+        problems.append(
+            FieldError(
+                "verl.rollout", f"{cfg.verl.rollout} is not installed here (verl's RL rollouts need it on every node)"
+            )
+        )
     return problems

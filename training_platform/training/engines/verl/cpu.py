@@ -40,13 +40,27 @@ def _device_module() -> Any:
         return memory.available, memory.total
 
     return SimpleNamespace(
-        is_available=lambda: True, device_count=lambda: 1, current_device=lambda: "cpu", set_device=nothing,
-        synchronize=nothing, empty_cache=nothing, ipc_collect=nothing, set_per_process_memory_fraction=nothing,
-        get_device_name=lambda *a: "cpu", get_rng_state=lambda *a: torch.get_rng_state(),
-        set_rng_state=lambda state, *a: torch.set_rng_state(state), manual_seed=torch.manual_seed,
-        manual_seed_all=torch.manual_seed, memory_allocated=lambda *a: 0, memory_reserved=lambda *a: 0,
-        max_memory_allocated=lambda *a: 0, max_memory_reserved=lambda *a: 0, mem_get_info=mem_get_info,
-        current_stream=lambda *a: _Stream(), stream=lambda *a: contextlib.nullcontext(), Stream=_Stream,
+        is_available=lambda: True,
+        device_count=lambda: 1,
+        current_device=lambda: "cpu",
+        set_device=nothing,
+        synchronize=nothing,
+        empty_cache=nothing,
+        ipc_collect=nothing,
+        set_per_process_memory_fraction=nothing,
+        get_device_name=lambda *a: "cpu",
+        get_rng_state=lambda *a: torch.get_rng_state(),
+        set_rng_state=lambda state, *a: torch.set_rng_state(state),
+        manual_seed=torch.manual_seed,
+        manual_seed_all=torch.manual_seed,
+        memory_allocated=lambda *a: 0,
+        memory_reserved=lambda *a: 0,
+        max_memory_allocated=lambda *a: 0,
+        max_memory_reserved=lambda *a: 0,
+        mem_get_info=mem_get_info,
+        current_stream=lambda *a: _Stream(),
+        stream=lambda *a: contextlib.nullcontext(),
+        Stream=_Stream,
         Event=_Stream,
     )
 
@@ -135,8 +149,10 @@ def install() -> None:
     from verl.workers.engine.base import EngineRegistry
     from verl.workers.engine.fsdp import transformer_impl
 
-    for model_type, cls_name in (("language_model", "FSDPEngineWithLMHead"),
-                                 ("value_model", "FSDPEngineWithValueHead")):
+    for model_type, cls_name in (
+        ("language_model", "FSDPEngineWithLMHead"),
+        ("value_model", "FSDPEngineWithValueHead"),
+    ):
         engine_cls = getattr(transformer_impl, cls_name, None)
         if engine_cls is None:
             continue

@@ -82,8 +82,9 @@ def _sft_rows(rows: list[dict]) -> list[list[dict]]:
             completion = completion if isinstance(completion, list) else [{"role": "assistant", "content": completion}]
             out.append([*prompt, *completion])
         else:
-            raise ValueError("engine verl trains SFT on conversations (messages) or prompt/completion rows, not on "
-                             "plain text")
+            raise ValueError(
+                "engine verl trains SFT on conversations (messages) or prompt/completion rows, not on plain text"
+            )
     return out
 
 
@@ -101,8 +102,10 @@ def prepare_rl_inputs(cfg, run, loaded) -> None:
     if paths.val_files and "data.eval_file" in loaded:
         sources.append(("data.eval_file", paths.val_files))
     for field, target in sources:
-        rows = [convert_row(row, "rl_prompt", "verl", index=i, data_source="training_platform")
-                for i, row in enumerate(loaded[field][0])]
+        rows = [
+            convert_row(row, "rl_prompt", "verl", index=i, data_source="training_platform")
+            for i, row in enumerate(loaded[field][0])
+        ]
         target = Path(target)
         target.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.Table.from_pylist(rows), target.with_suffix(".tmp"))
@@ -134,8 +137,9 @@ def _ensure_group(dist) -> None:
     with socket.socket() as s:  # verl's workers read MASTER_ADDR/PORT: a private loopback rendezvous
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
-                      LOCAL_WORLD_SIZE="1")
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1"
+    )
     torch.distributed.init_process_group("gloo", rank=0, world_size=1)
 
 
@@ -172,17 +176,27 @@ def _train_sft(cfg, run, *, loaded, resume_from, stop, writer, dist):
     from verl.trainer.sft_trainer import SFTTrainer
     from verl.utils import tensordict_utils as tu
 
-    log.info("engine=verl algorithm=sft model=%s device=%s rank=%d/%d", paths.model, "cpu" if on_cpu else "cuda",
-             dist.rank, dist.world_size)
+    log.info(
+        "engine=verl algorithm=sft model=%s device=%s rank=%d/%d",
+        paths.model,
+        "cpu" if on_cpu else "cuda",
+        dist.rank,
+        dist.world_size,
+    )
     writer.update_run_info(device="cpu" if on_cpu else "cuda", verl_version=generate.verl_version())
     trainer = SFTTrainer(config=config)
     step = trainer.resume_global_step
     total = trainer.total_training_steps
-    meta = {"use_remove_padding": config.model.use_remove_padding, "use_dynamic_bsz": config.data.use_dynamic_bsz,
-            "max_token_len_per_gpu": config.data.max_token_len_per_gpu,
-            "micro_batch_size_per_gpu": config.data.micro_batch_size_per_gpu, "temperature": 1.0,
-            "global_batch_size": trainer.global_batch_size, "pad_mode": config.data.pad_mode,
-            "pad_token_id": trainer.model_config.tokenizer.pad_token_id}
+    meta = {
+        "use_remove_padding": config.model.use_remove_padding,
+        "use_dynamic_bsz": config.data.use_dynamic_bsz,
+        "max_token_len_per_gpu": config.data.max_token_len_per_gpu,
+        "micro_batch_size_per_gpu": config.data.micro_batch_size_per_gpu,
+        "temperature": 1.0,
+        "global_batch_size": trainer.global_batch_size,
+        "pad_mode": config.data.pad_mode,
+        "pad_token_id": trainer.model_config.tokenizer.pad_token_id,
+    }
     save_every = cfg.training.save_steps
     log_every = cfg.training.logging_steps
     last_time = time.perf_counter()
@@ -207,15 +221,27 @@ def _train_sft(cfg, run, *, loaded, resume_from, stop, writer, dist):
             output = trainer.training_client.train_batch(data=data)
             if step % log_every == 0 or step >= total:
                 now = time.perf_counter()
-                record = sft_record(step, epoch + 1, tu.get(output, "metrics"), tokens=int(sum(seqlens)),
-                                    seconds=now - last_time, steps=log_every)
+                record = sft_record(
+                    step,
+                    epoch + 1,
+                    tu.get(output, "metrics"),
+                    tokens=int(sum(seqlens)),
+                    seconds=now - last_time,
+                    steps=log_every,
+                )
                 last_time = now
                 writer.log_metrics(record)
             last = step >= total
             eval_every = cfg.training.eval_steps
             if trainer.val_dataloader is not None and eval_every and (step % eval_every == 0 or last):
-                writer.log_metrics({"step": step, "epoch": epoch + 1, "ts": round(time.time(), 3),
-                                    "eval_loss": _validation_loss(trainer, meta, tu, torch)})
+                writer.log_metrics(
+                    {
+                        "step": step,
+                        "epoch": epoch + 1,
+                        "ts": round(time.time(), 3),
+                        "eval_loss": _validation_loss(trainer, meta, tu, torch),
+                    }
+                )
             if stop.poll(step) is not None:
                 stopped = stop.stopped
             if last or stopped or step % save_every == 0:
@@ -254,14 +280,16 @@ def _save_final(cfg, run, writer, dist, trainer, torch) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    state = get_model_state_dict(trainer.engine.module, options=StateDictOptions(full_state_dict=True,
-                                                                                  cpu_offload=True))
+    state = get_model_state_dict(
+        trainer.engine.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
     if not writer.is_main:
         return
     model_path = planned_paths(cfg, run.path).model
     hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=cfg.model.trust_remote_code)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(
-        cfg.model.dtype, getattr(hf_config, "torch_dtype", None) or torch.float32)
+        cfg.model.dtype, getattr(hf_config, "torch_dtype", None) or torch.float32
+    )
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
     with torch.device("meta"):

@@ -50,8 +50,12 @@ def _set(config: DictConfig, key: str, value: Any) -> None:
     leaf = key.rpartition(".")[2]
     if parent is None:
         raise KeyError(key)
-    if isinstance(value, dict) or value is None and not OmegaConf.is_missing(parent, leaf) \
-            and OmegaConf.is_dict(parent[leaf]):
+    if (
+        isinstance(value, dict)
+        or value is None
+        and not OmegaConf.is_missing(parent, leaf)
+        and OmegaConf.is_dict(parent[leaf])
+    ):
         with open_dict(parent):
             parent[leaf] = value
     else:

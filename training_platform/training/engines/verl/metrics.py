@@ -9,15 +9,29 @@ from typing import Any
 
 # verl name -> ours (docs/engines.md)
 NAMES = {
-    "loss": "loss", "train/loss": "loss", "grad_norm": "grad_norm", "train/grad_norm": "grad_norm",
-    "lr": "lr", "train/lr": "lr", "actor/lr": "lr",
-    "actor/pg_loss": "loss", "actor/grad_norm": "grad_norm", "actor/entropy": "entropy",
-    "actor/kl_loss": "kl", "actor/ppo_kl": "ppo_kl", "actor/pg_clipfrac": "clip_fraction",
-    "critic/score/mean": "reward", "critic/rewards/mean": "reward", "critic/score/std": "reward_std",
-    "response_length/mean": "completions/mean_length", "response_length/max": "completions/max_length",
+    "loss": "loss",
+    "train/loss": "loss",
+    "grad_norm": "grad_norm",
+    "train/grad_norm": "grad_norm",
+    "lr": "lr",
+    "train/lr": "lr",
+    "actor/lr": "lr",
+    "actor/pg_loss": "loss",
+    "actor/grad_norm": "grad_norm",
+    "actor/entropy": "entropy",
+    "actor/kl_loss": "kl",
+    "actor/ppo_kl": "ppo_kl",
+    "actor/pg_clipfrac": "clip_fraction",
+    "critic/score/mean": "reward",
+    "critic/rewards/mean": "reward",
+    "critic/score/std": "reward_std",
+    "response_length/mean": "completions/mean_length",
+    "response_length/max": "completions/max_length",
     "response_length/clip_ratio": "completions/clipped_ratio",
-    "critic/vf_loss": "value_loss", "critic/advantages/mean": "advantage_mean",
-    "perf/throughput": "tokens_per_sec", "timing_s/step": "sec_per_step",
+    "critic/vf_loss": "value_loss",
+    "critic/advantages/mean": "advantage_mean",
+    "perf/throughput": "tokens_per_sec",
+    "timing_s/step": "sec_per_step",
 }
 
 
@@ -45,11 +59,16 @@ def rename(metrics: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def sft_record(step: int, epoch: int, metrics: dict[str, Any], *, tokens: int, seconds: float,
-               steps: int) -> dict[str, Any]:
-    record: dict[str, Any] = {"step": step, "epoch": epoch, "ts": round(time.time(), 3),
-                              "sec_per_step": round(seconds / steps, 6) if steps else None,
-                              "tokens_per_sec": round(tokens / (seconds / steps), 2) if seconds > 0 else None,
-                              "num_tokens": tokens}
+def sft_record(
+    step: int, epoch: int, metrics: dict[str, Any], *, tokens: int, seconds: float, steps: int
+) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "step": step,
+        "epoch": epoch,
+        "ts": round(time.time(), 3),
+        "sec_per_step": round(seconds / steps, 6) if steps else None,
+        "tokens_per_sec": round(tokens / (seconds / steps), 2) if seconds > 0 else None,
+        "num_tokens": tokens,
+    }
     record.update(rename(dict(metrics)))
     return record

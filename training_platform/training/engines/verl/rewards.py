@@ -23,12 +23,20 @@ from typing import Any
 def make_compute_score(rewards: list[dict[str, Any]]) -> Callable[..., dict[str, float]]:
     from training_platform.training.rewards import build_reward_function
 
-    functions = [(r["name"], float(r.get("weight", 1.0)), build_reward_function(r["name"], r.get("params") or {}),
-                  (r.get("params") or {}).get("answer_field")) for r in rewards]
+    functions = [
+        (
+            r["name"],
+            float(r.get("weight", 1.0)),
+            build_reward_function(r["name"], r.get("params") or {}),
+            (r.get("params") or {}).get("answer_field"),
+        )
+        for r in rewards
+    ]
     total = sum(weight for _, weight, _, _ in functions) or 1.0
 
-    def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None,
-                      **kwargs: Any) -> dict[str, float]:
+    def compute_score(
+        data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **kwargs: Any
+    ) -> dict[str, float]:
         columns = {k: v for k, v in (extra_info or {}).items() if isinstance(k, str)}
         columns.setdefault("answer", ground_truth)
         columns.setdefault("data_source", data_source)
@@ -38,8 +46,11 @@ def make_compute_score(rewards: list[dict[str, Any]]) -> Callable[..., dict[str,
             row = dict(columns)
             if answer_field:
                 row.setdefault(answer_field, ground_truth)
-            value = function(prompts=[row.get("prompt")], completions=[solution_str],
-                             **{k: [v] for k, v in row.items() if k != "prompt"})[0]
+            value = function(
+                prompts=[row.get("prompt")],
+                completions=[solution_str],
+                **{k: [v] for k, v in row.items() if k != "prompt"},
+            )[0]
             value = 0.0 if value is None else float(value)  # verl needs a number; TRL skips None in its mean
             out[f"rewards/{name}"] = value
             judge = getattr(function, "_fn", None)
@@ -65,4 +76,5 @@ def write_reward_module(path: Path, rewards: list[dict[str, Any]]) -> None:
         "import json\n\n"
         "from training_platform.training.engines.verl.rewards import make_compute_score\n\n"
         f"REWARDS = json.loads({spec!r})\n"
-        "compute_score = make_compute_score(REWARDS)\n")
+        "compute_score = make_compute_score(REWARDS)\n"
+    )

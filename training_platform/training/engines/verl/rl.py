@@ -146,8 +146,11 @@ class CheckpointWatcher:
             latest = int((self.local_dir / LATEST_FILE).read_text().strip())
         except (FileNotFoundError, ValueError):
             return None
-        done = sorted(int(p.name.rsplit("_", 1)[1]) for p in self.local_dir.glob("global_step_*")
-                      if p.name.rsplit("_", 1)[1].isdigit())
+        done = sorted(
+            int(p.name.rsplit("_", 1)[1])
+            for p in self.local_dir.glob("global_step_*")
+            if p.name.rsplit("_", 1)[1].isdigit()
+        )
         newest = None
         for step in done:
             if self.last_step < step <= latest:
@@ -170,13 +173,21 @@ def merge_final(actor_dir: Path, final: Path, *, dtype: str, trust_remote_code: 
 
     merged = final.parent / f".{final.name}.merged"
     shutil.rmtree(merged, ignore_errors=True)
-    merger = FSDPModelMerger(ModelMergerConfig(
-        operation="merge", backend="fsdp", local_dir=str(actor_dir), target_dir=str(merged),
-        hf_model_config_path=str(actor_dir / "huggingface"), trust_remote_code=trust_remote_code))
+    merger = FSDPModelMerger(
+        ModelMergerConfig(
+            operation="merge",
+            backend="fsdp",
+            local_dir=str(actor_dir),
+            target_dir=str(merged),
+            hf_model_config_path=str(actor_dir / "huggingface"),
+            trust_remote_code=trust_remote_code,
+        )
+    )
     merger.merge_and_save()
     merger.cleanup()
-    hf_dtype = getattr(AutoConfig.from_pretrained(actor_dir / "huggingface", trust_remote_code=trust_remote_code),
-                       "torch_dtype", None)
+    hf_dtype = getattr(
+        AutoConfig.from_pretrained(actor_dir / "huggingface", trust_remote_code=trust_remote_code), "torch_dtype", None
+    )
     target = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, hf_dtype)
     if isinstance(target, str):
         target = getattr(torch, target)
@@ -206,8 +217,14 @@ def _task_runner(config):
     return TaskRunner
 
 
-def run_driver(config, *, address: str | None, env: dict[str, str], should_stop: Callable[[], str | None],
-               on_tick: Callable[[], None]) -> str | None:
+def run_driver(
+    config,
+    *,
+    address: str | None,
+    env: dict[str, str],
+    should_stop: Callable[[], str | None],
+    on_tick: Callable[[], None],
+) -> str | None:
     """verl's run_ppo, with a stop: returns None when training finished, or the stop reason after the driver and
     its actors were killed. `on_tick()` runs about every second while verl trains (and once at the end), then
     `should_stop()` answers the stop reason or None. verl's failure is raised as is (its traceback names the
@@ -216,12 +233,18 @@ def run_driver(config, *, address: str | None, env: dict[str, str], should_stop:
     from omegaconf import OmegaConf
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
-    runtime_env = OmegaConf.to_container(OmegaConf.merge(get_ppo_ray_runtime_env(config),
-                                                         {"env_vars": env}), resolve=True)
+    runtime_env = OmegaConf.to_container(
+        OmegaConf.merge(get_ppo_ray_runtime_env(config), {"env_vars": env}), resolve=True
+    )
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     log.info("verl driver: %s", f"joining the Ray cluster at {address}" if address else "starting a local Ray")
-    ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING, log_to_driver=True,
-             configure_logging=False)
+    ray.init(
+        address=address,
+        runtime_env=runtime_env,
+        logging_level=logging.WARNING,
+        log_to_driver=True,
+        configure_logging=False,
+    )
     for sig, handler in handlers.items():  # ray.init exits on SIGTERM; ours turns it into a stop
         with contextlib.suppress(ValueError, TypeError):
             signal.signal(sig, handler)
@@ -287,8 +310,9 @@ def train_rl(cfg, run, *, loaded, resume_from: Path | None, stop, writer, dist):
         if dumps is not None:
             dumps.poll()
 
-    stopped = run_driver(config, address=address, env=env, on_tick=tick,
-                         should_stop=lambda: stop.poll(follower.last_step))  # stop_at_step: the last logged step
+    stopped = run_driver(
+        config, address=address, env=env, on_tick=tick, should_stop=lambda: stop.poll(follower.last_step)
+    )  # stop_at_step: the last logged step
     if dumps is not None:
         dumps.poll(final=True)  # the driver ended: its last dump is complete (or cut short by the stop)
     step = max(follower.last_step, watcher.last_step)
@@ -297,8 +321,12 @@ def train_rl(cfg, run, *, loaded, resume_from: Path | None, stop, writer, dist):
         if latest is None:
             raise RuntimeError("verl finished without a checkpoint: training.save_steps must be > 0 for final/")
         at = int(latest.name.rsplit("_", 1)[-1])
-        written = merge_final(latest / f"global_step_{at}" / "actor", run.final, dtype=cfg.model.dtype,
-                              trust_remote_code=cfg.model.trust_remote_code)
+        written = merge_final(
+            latest / f"global_step_{at}" / "actor",
+            run.final,
+            dtype=cfg.model.dtype,
+            trust_remote_code=cfg.model.trust_remote_code,
+        )
         writer.record_tree("final", run.final)
         writer.update_run_info(final_dtype=written, final_precision="bf16 (verl's model merger)")
         log.info("final model merged from %s: %s", latest.name, run.final)
