@@ -16,12 +16,14 @@ $(BIN)/tp: pyproject.toml constraints.txt
 
 test: setup
 	$(BIN)/ruff check training_platform tests bench
+	$(BIN)/ruff format --check training_platform tests bench
 	$(BIN)/lint-imports  # the layers of DESIGN.md (.importlinter)
 	$(BIN)/mypy training_platform/core training_platform/evaluation  # the rooms that are clean so far (pyproject)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/pytest -q --durations=30 tests
 
 lint: setup
 	$(BIN)/ruff check training_platform tests bench
+	$(BIN)/ruff format --check training_platform tests bench
 	$(BIN)/lint-imports
 	$(BIN)/mypy training_platform/core training_platform/evaluation
 
