@@ -162,7 +162,7 @@ def test_every_algorithm_has_an_example():
 def test_example_config_validates(path: Path, demo_data_dir: Path):
     raw = load_yaml(str(path))
     loaded: dict = {}
-    # verl's RL needs GPUs to start (checked outside the dry run: tests/unit/test_verl_engine.py)
+    # verl's RL needs GPUs to start (checked outside the dry run: tests/training/test_verl_engine.py)
     cfg = validate_config(raw, loaded=loaded, dry_run=raw.get("engine") == "verl")
     assert isinstance(cfg, JobConfig)
     assert cfg.algorithm.name == raw["algorithm"]["name"]
