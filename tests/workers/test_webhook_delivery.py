@@ -1,5 +1,5 @@
 """Job-end webhooks end to end: a job ends through the supervisor's own code path (services.jobs.transition in
-JobSupervisor._finish), the notification goes through the broker to a real `celery worker -Q maintenance`, which
+JobLease.finish), the notification goes through the broker to a real `celery worker -Q maintenance`, which
 POSTs it, signed, to a real HTTP receiver on 127.0.0.1 (the operator's TP_WEBHOOK_HOSTS names it); 5xx answers are
 retried with backoff; the outcome is recorded on the webhook row."""
 
@@ -97,7 +97,7 @@ def _row(webhook_id: int) -> Webhook:
 
 def _end_job(platform, *, cancel: bool) -> int:
     """Submit a job and run it here through the supervisor: cancelled before it starts, or failed by the path policy
-    (a model outside every area the owner may read). Either ends in JobSupervisor._finish -> jobs.transition."""
+    (a model outside every area the owner may read). Either ends in JobLease.finish -> jobs.transition."""
     config = sft_config(5)
     if not cancel:
         config["model"]["path"] = "/etc"

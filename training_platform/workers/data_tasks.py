@@ -28,14 +28,14 @@ import shutil
 import threading
 from pathlib import Path
 
-from training_platform.core.settings import Settings
-from training_platform.db import crud
+from training_platform.core.settings import Settings, get_settings
 from training_platform.db.models import Dataset, DatasetVersionRecord, JobStatus
 from training_platform.db.session import session_scope
 from training_platform.services import datasets as dataset_service
 from training_platform.services import jobs as job_service
 from training_platform.workers import supervisor
 from training_platform.workers.celery_app import app
+from training_platform.workers.lease import JobLease
 
 log = logging.getLogger("training_platform.workers.data")
 
@@ -98,18 +98,23 @@ class InputProgress(threading.Thread):
             self.join(timeout=2)
 
 
-class DataJobSupervisor(supervisor.JobSupervisor):
-    """Runs one claimed data job. Reuses the training supervisor's ownership checks, heartbeat (which carries
-    `current_step`), failure handling and `_finish`; only `_run` differs."""
+class DataJobSupervisor:
+    """Runs one claimed data job under its lease (workers/lease.py: ownership, heartbeat carrying `current_step`,
+    failure handling, finish)."""
+
+    def run(self) -> str:
+        return self.lease.hold(self._run)
 
     def __init__(self, job_id: int, worker: str, settings: Settings | None = None):
-        super().__init__(job_id, worker, settings)
+        self.job_id, self.worker = job_id, worker
+        self.settings = settings or get_settings()
+        self.lease = JobLease(job_id, worker, self.settings)
         self.workdir = dataset_service.store_dir(self.settings) / "tmp" / f"job-{job_id}"
 
     def _run(self) -> str:
-        job = self._read_job()
+        job = self.lease.read()
         if job.cancel_requested:
-            self._finish(JobStatus.cancelled.value, "cancelled by user before it started")
+            self.lease.finish(JobStatus.cancelled.value, "cancelled by user before it started")
             return JobStatus.cancelled.value
         if isinstance(job.config, dict) and job.config.get("operation") == dataset_service.INGEST:
             return self._run_ingest(job.id, job.config)
@@ -129,7 +134,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
                 "checks": [{"name": "input", "ok": False, "detail": exc.error}],
                 "errors": [{"loc": exc.reason, "msg": exc.error}],
             }
-            self._finish(
+            self.lease.finish(
                 JobStatus.failed.value,
                 "preflight failed",
                 error=f"preflight failed: {exc.reason}: {exc.error}",
@@ -169,7 +174,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         fields = {"config": {**config, "result": result}}
         if preflight is not None:
             fields["preflight"] = preflight
-        if self._finish(JobStatus.failed.value, reason, error=error, **fields):
+        if self.lease.finish(JobStatus.failed.value, reason, error=error, **fields):
             with session_scope() as session:
                 if dataset_service.drop_if_empty(session, config["dataset_id"], except_job=self.job_id):
                     log.info(
@@ -203,7 +208,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
             )
         size = staged.stat().st_size
         self._start_running(
-            f"{kind} ingest started (attempt {self._read_job().attempts})",
+            f"{kind} ingest started (attempt {self.lease.read().attempts})",
             {"ok": True, "checks": [{"name": "input", "ok": True, "detail": f"staged file, {size} bytes"}]},
         )
         progress = InputProgress(staged, self._progress)
@@ -217,7 +222,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
                 policy=config.get("policy", "reject"),
                 source=config.get("source"),
             )
-            self.heartbeater.step = PROGRESS_END
+            self.lease.heartbeater.step = PROGRESS_END
             audit = dataset_service.compute_audit(prepared.content, prepared.described.format)
         except dataset_service.IngestRefused as exc:
             detail = [{"loc": loc, "msg": msg} for loc, msg in exc.errors]
@@ -250,17 +255,15 @@ class DataJobSupervisor(supervisor.JobSupervisor):
             )
         finally:
             progress.stop()
-        if self._cancel_requested():
+        if self.lease.cancel_requested():
             prepared.discard()
-            self._finish(JobStatus.cancelled.value, f"cancelled by user ({kind} validated; nothing stored)")
+            self.lease.finish(JobStatus.cancelled.value, f"cancelled by user ({kind} validated; nothing stored)")
             return JobStatus.cancelled.value
-        self.heartbeater.step = PROGRESS_STORING
-        self.heartbeater.stop()
+        self.lease.heartbeater.step = PROGRESS_STORING
+        self.lease.heartbeater.stop()
         try:
             with session_scope() as session:
-                job = crud.lock_job_row(session, self.job_id)
-                if not supervisor._owned(job, self.worker):
-                    raise supervisor.JobLost()
+                job = self.lease.locked(session)
                 dataset = session.get(Dataset, config["dataset_id"])
                 if dataset is None:
                     raise DataJobFailed("dataset deleted", "the dataset was deleted while the upload was checked")
@@ -312,9 +315,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
     def _locked_version(self, session, version_id: int, doing: str):
         """This worker's job, locked, and the dataset version it worked on; (job, None) with the job failed when
         the version was deleted meanwhile. Raises JobLost when the job is no longer this worker's."""
-        job = crud.lock_job_row(session, self.job_id)
-        if not supervisor._owned(job, self.worker):
-            raise supervisor.JobLost()
+        job = self.lease.locked(session)
         stored = session.get(DatasetVersionRecord, version_id)
         if stored is None:
             job.error = f"the version was deleted while it was {doing}"
@@ -325,7 +326,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         try:
             version = self._input_version(config)
         except DataJobFailed as exc:
-            self._finish(
+            self.lease.finish(
                 JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc.reason}: {exc.error}"
             )
             return JobStatus.failed.value
@@ -337,7 +338,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
             audit = dataset_service.compute_audit(path, version.format)
         finally:
             progress.stop()
-        self.heartbeater.stop()
+        self.lease.heartbeater.stop()
         with session_scope() as session:
             job, stored = self._locked_version(session, version.id, "audited")
             if stored is None:
@@ -379,7 +380,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
                 except GateError as exc:
                     raise DataJobFailed("profile", str(exc)) from None
         except DataJobFailed as exc:
-            self._finish(
+            self.lease.finish(
                 JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc.reason}: {exc.error}"
             )
             return JobStatus.failed.value
@@ -405,7 +406,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
                 fmt=version.format,
             )
         except Exception as exc:  # noqa: BLE001 - bad eval set rows, limits: the job fails with why
-            self._finish(
+            self.lease.finish(
                 JobStatus.failed.value,
                 "gate failed to run",
                 error=f"gate failed to run: {type(exc).__name__}: {_first_lines(exc)}",
@@ -414,7 +415,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         finally:
             progress.stop()
         report["dataset"]["path"] = version.path
-        self.heartbeater.stop()
+        self.lease.heartbeater.stop()
         with session_scope() as session:
             job, stored = self._locked_version(session, version.id, "gated")
             if stored is None:
@@ -510,16 +511,14 @@ class DataJobSupervisor(supervisor.JobSupervisor):
 
     def _start_running(self, reason: str, checks: dict) -> None:
         with session_scope() as session:
-            job = crud.lock_job_row(session, self.job_id)
-            if not supervisor._owned(job, self.worker):
-                raise supervisor.JobLost()
+            job = self.lease.locked(session)
             job.preflight = checks
             job.current_step = 0
             job_service.transition(session, job, JobStatus.running, reason)
-        self.heartbeater.step = PROGRESS_START
+        self.lease.heartbeater.step = PROGRESS_START
 
     def _progress(self, fraction: float) -> None:
-        self.heartbeater.step = PROGRESS_START + int((PROGRESS_END - PROGRESS_START) * fraction)
+        self.lease.heartbeater.step = PROGRESS_START + int((PROGRESS_END - PROGRESS_START) * fraction)
 
     def _operate(self, job_id: int, operation: str, params: dict, dataset_id: int, source: DatasetVersionRecord) -> str:
         source_path = dataset_service.absolute(source.path, self.settings)
@@ -533,7 +532,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
             output = dataset_service.run_operation(operation, params, source_path, self.workdir, self.settings)
         except Exception as exc:  # noqa: BLE001 - the operation's own failure (bad rows, recipe, tokenizer, ...)
             log.warning("job %s: %s failed: %s", job_id, operation, _first_lines(exc, 3))
-            self._finish(
+            self.lease.finish(
                 JobStatus.failed.value,
                 f"{operation} failed",
                 error=f"{operation} failed: {type(exc).__name__}: {_first_lines(exc)}",
@@ -541,10 +540,10 @@ class DataJobSupervisor(supervisor.JobSupervisor):
             return JobStatus.failed.value
         finally:
             progress.stop()
-        if self._cancel_requested():
-            self._finish(JobStatus.cancelled.value, f"cancelled by user ({operation} finished; output discarded)")
+        if self.lease.cancel_requested():
+            self.lease.finish(JobStatus.cancelled.value, f"cancelled by user ({operation} finished; output discarded)")
             return JobStatus.cancelled.value
-        self.heartbeater.step = PROGRESS_STORING
+        self.lease.heartbeater.step = PROGRESS_STORING
         from training_platform.data.versions import describe_dataset
 
         described = describe_dataset(output.file, fmt=output.format)
@@ -552,7 +551,7 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         try:
             return self._store(job_id, operation, params, dataset_id, source, output, described, audit)
         except DataJobFailed as exc:  # the transaction was rolled back: nothing stored
-            self._finish(JobStatus.failed.value, exc.reason, error=exc.error)
+            self.lease.finish(JobStatus.failed.value, exc.reason, error=exc.error)
             return JobStatus.failed.value
 
     def _store(
@@ -567,12 +566,10 @@ class DataJobSupervisor(supervisor.JobSupervisor):
         audit: dict | None = None,
     ) -> str:
         """The new version and the job's success in one transaction (if the job is still ours)."""
-        self.heartbeater.stop()
+        self.lease.heartbeater.stop()
         full_report = output.report
         with session_scope() as session:
-            job = crud.lock_job_row(session, self.job_id)
-            if not supervisor._owned(job, self.worker):
-                raise supervisor.JobLost()
+            job = self.lease.locked(session)
             dataset = session.get(Dataset, dataset_id)
             parent = session.get(DatasetVersionRecord, source.id)
             if dataset is None or parent is None:

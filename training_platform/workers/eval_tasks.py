@@ -26,14 +26,14 @@ from typing import Any
 
 from sqlmodel import select
 
-from training_platform.core.settings import Settings
-from training_platform.db import crud
+from training_platform.core.settings import Settings, get_settings
 from training_platform.db.models import Checkpoint, Job, JobStatus
 from training_platform.db.session import session_scope
 from training_platform.services import evaluations as eval_service
 from training_platform.services import jobs as job_service
 from training_platform.workers import supervisor
 from training_platform.workers.celery_app import app
+from training_platform.workers.lease import JobLease, JobLost
 
 log = logging.getLogger("training_platform.workers.eval")
 
@@ -54,11 +54,17 @@ class EvalPreflightFailed(Exception):
         super().__init__("; ".join(f"{e['loc']}: {e['msg']}" for e in errors))
 
 
-class EvalJobSupervisor(supervisor.JobSupervisor):
-    """Runs one claimed eval job (reuses the training supervisor's ownership checks, heartbeat and `_finish`)."""
+class EvalJobSupervisor:
+    """Runs one claimed eval job under its lease (workers/lease.py: ownership, heartbeat, failure handling, finish);
+    a SIGTERM of the worker stops the evaluation between batches."""
+
+    def run(self) -> str:
+        return self.lease.hold(self._run)
 
     def __init__(self, job_id: int, worker: str, settings: Settings | None = None):
-        super().__init__(job_id, worker, settings)
+        self.job_id, self.worker = job_id, worker
+        self.settings = settings or get_settings()
+        self.lease = JobLease(job_id, worker, self.settings)
         self.out_dir = self.settings.data_path / "evals" / f"job-{job_id}"
         self._log_file = None
         self._n_benchmarks = 1
@@ -76,9 +82,9 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
             self._log_file.flush()
 
     def _run(self) -> str:
-        job = self._read_job()
+        job = self.lease.read()
         if job.cancel_requested:
-            self._finish(JobStatus.cancelled.value, "cancelled by user before it started")
+            self.lease.finish(JobStatus.cancelled.value, "cancelled by user before it started")
             self._release(job)
             return JobStatus.cancelled.value
         from training_platform.workers.tasks import _wait_for_warm_up
@@ -88,7 +94,9 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
             config, checks = self._preflight(job)
         except EvalPreflightFailed as exc:
             report = {"ok": False, "checks": exc.checks, "errors": exc.errors}
-            self._finish(JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc}", preflight=report)
+            self.lease.finish(
+                JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc}", preflight=report
+            )
             self._release(job)
             return JobStatus.failed.value
 
@@ -98,16 +106,14 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
         self._log_file = (self.out_dir / "eval.log").open("a", encoding="utf-8")
         try:
             with session_scope() as session:
-                locked = crud.lock_job_row(session, self.job_id)
-                if not supervisor._owned(locked, self.worker):
-                    raise supervisor.JobLost()
+                locked = self.lease.locked(session)
                 locked.preflight = {"ok": True, "checks": checks}
                 locked.run_dir = str(self.out_dir)
                 locked.current_step = 0
                 job_service.transition(
                     session, locked, JobStatus.running, f"evaluation started (attempt {locked.attempts})"
                 )
-            self.heartbeater.step = 0
+            self.lease.heartbeater.step = 0
             return self._evaluate(job, config)
         finally:
             self._release(job)
@@ -232,13 +238,13 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
         else:
             within = fraction
         percent = int(99 * (index + within) / self._n_benchmarks)
-        self.heartbeater.step = max(self.heartbeater.step or 0, percent)
+        self.lease.heartbeater.step = max(self.lease.heartbeater.step or 0, percent)
         # Scoring threads call this too; only the main thread may stop the run (an exception there ends it).
         if threading.current_thread() is self._main_thread:
             now = time.monotonic()
             if now - self._last_cancel_check >= CANCEL_POLL_S:
                 self._last_cancel_check = now
-                if self._cancel_requested() or self.heartbeater.lost.is_set() or self.shutting_down:
+                if self.lease.cancel_requested() or self.lease.heartbeater.lost.is_set() or self.lease.shutting_down:
                     raise EvalCancelled()
 
     def _run_and_store(self, job: Job, config) -> str:
@@ -263,16 +269,16 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
     def _evaluate(self, job: Job, config) -> str:
         try:
             return self._run_and_store(job, config)
-        except supervisor.JobLost:
+        except JobLost:
             raise
         except EvalCancelled:
-            if self.heartbeater.lost.is_set():
-                raise supervisor.JobLost() from None
-            if self._cancel_requested():
+            if self.lease.heartbeater.lost.is_set():
+                raise JobLost() from None
+            if self.lease.cancel_requested():
                 self._log("cancelled by user")
-                self._finish(JobStatus.cancelled.value, "cancelled by user (evaluation stopped)")
+                self.lease.finish(JobStatus.cancelled.value, "cancelled by user (evaluation stopped)")
                 return JobStatus.cancelled.value
-            self._finish(JobStatus.queued.value, "worker shutting down: requeued")
+            self.lease.finish(JobStatus.queued.value, "worker shutting down: requeued")
             return JobStatus.queued.value
         except Exception as exc:  # noqa: BLE001 - recorded with its traceback, then the job fails loudly
             from training_platform.training.rundir import redact
@@ -284,18 +290,16 @@ class EvalJobSupervisor(supervisor.JobSupervisor):
             )
             self._log(f"FAILED: {message}\n{tb}")
             first = message.splitlines()[0] if message else type(exc).__name__
-            self._finish(JobStatus.failed.value, "evaluation failed", error=f"evaluation failed: {first[:2000]}")
+            self.lease.finish(JobStatus.failed.value, "evaluation failed", error=f"evaluation failed: {first[:2000]}")
             return JobStatus.failed.value
 
     def _store(self, job: Job, summary: dict[str, Any]) -> str:
         """Results, the best checkpoint and the job's success in one transaction (if the job is still ours)."""
-        self.heartbeater.stop()
+        self.lease.heartbeater.stop()
         keep_best_by = (job.config or {}).get("keep_best_by")
         source = ((job.config or {}).get("target") or {}).get("source_job_id")
         with session_scope() as session:
-            locked = crud.lock_job_row(session, self.job_id)
-            if not supervisor._owned(locked, self.worker):
-                raise supervisor.JobLost()
+            locked = self.lease.locked(session)
             n = eval_service.store_results(session, self.job_id, self.out_dir, summary)
             parts = []
             for name, result in summary["benchmarks"].items():

@@ -7,12 +7,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from training_platform.db import crud
 from training_platform.db.models import JobStatus
 from training_platform.db.session import session_scope
 from training_platform.services import datasets as dataset_service
 from training_platform.services import jobs as job_service
-from training_platform.workers import supervisor
 
 log = logging.getLogger("training_platform.workers.shadow")
 
@@ -40,7 +38,9 @@ def run_shadow(sup, job_id: int, config: dict, owner_id: int) -> str:
             version = sup._input_version(config)
             path = dataset_service.absolute(version.path, sup.settings)
     except DataJobFailed as exc:
-        sup._finish(JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc.reason}: {exc.error}")
+        sup.lease.finish(
+            JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc.reason}: {exc.error}"
+        )
         return JobStatus.failed.value
     sup._start_running("reward shadow test started", {"ok": True, "checks": [{"name": "input", "ok": True}]})
     params = dict(config.get("params") or {})
@@ -50,7 +50,7 @@ def run_shadow(sup, job_id: int, config: dict, owner_id: int) -> str:
         )
     except ShadowInputError as exc:
         result = {"detail": [{"loc": loc, "msg": msg} for loc, msg in exc.errors]}
-        sup._finish(
+        sup.lease.finish(
             JobStatus.failed.value,
             "shadow test refused",
             error=f"shadow test refused: {exc}",
@@ -58,18 +58,16 @@ def run_shadow(sup, job_id: int, config: dict, owner_id: int) -> str:
         )
         return JobStatus.failed.value
     except Exception as exc:  # noqa: BLE001 - a reward that raises: the job fails with why
-        sup._finish(
+        sup.lease.finish(
             JobStatus.failed.value,
             "shadow test failed",
             error=f"shadow test failed: {type(exc).__name__}: {str(exc)[:2000]}",
         )
         return JobStatus.failed.value
     report["data"] = config.get("path") or f"dataset {config.get('dataset_id')} version {config.get('version_id')}"
-    sup.heartbeater.stop()
+    sup.lease.heartbeater.stop()
     with session_scope() as session:
-        job = crud.lock_job_row(session, sup.job_id)
-        if not supervisor._owned(job, sup.worker):
-            raise supervisor.JobLost()
+        job = sup.lease.locked(session)
         job.config = {**config, "result": report}
         job.current_step = 100
         job_service.transition(

@@ -34,18 +34,17 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import yaml
-from sqlalchemy import case, func, update
+from sqlalchemy import func, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import select
 
-from training_platform.core.procutil import die_with_parent, load_libc
+from training_platform.core.procutil import die_with_parent
 from training_platform.core.settings import Settings, get_settings
 from training_platform.core.timeutil import utcnow
 from training_platform.db import crud
@@ -54,10 +53,10 @@ from training_platform.db.session import session_scope
 from training_platform.services import jobs as job_service
 from training_platform.workers import gate
 from training_platform.workers.ingest import RunIngest
+from training_platform.workers.lease import ACTIVE, MAX_ATTEMPTS, JobLease, JobLost, owned
 
 log = logging.getLogger("training_platform.workers")
 
-ACTIVE = (JobStatus.preflight.value, JobStatus.running.value)
 CLAIM_RETRIES = 5
 # After a cancel (STOP file) the core stops at the end of the current step; these bound a step that never ends.
 CANCEL_TERM_AFTER_S = 60.0
@@ -66,8 +65,6 @@ CANCEL_KILL_AFTER_S = 120.0
 RUN_LOCK_TERM_AFTER_S = 60.0
 RUN_LOCK_KILL_AFTER_S = 120.0
 RUN_LOCK_GIVE_UP_S = 150.0
-# Requeues (worker lost, stopped without a cancel request) stop after this many attempts.
-MAX_ATTEMPTS = 10
 # Queued jobs older than this with no wake-up message waiting get one re-sent by the recovery sweep.
 LOST_MESSAGE_AFTER_S = 60.0
 
@@ -133,57 +130,6 @@ def claim_next_job(kind: str, worker: str, task_id: str | None = None) -> int | 
             return None
         time.sleep(0.05)
     return None
-
-
-def _owned(job: Job | None, worker: str) -> bool:
-    return job is not None and job.status in ACTIVE and job.worker == worker
-
-
-# ---------------------------------------------------------------------------------------------- heartbeat
-
-
-class Heartbeater(threading.Thread):
-    """Background heartbeat for a claimed job (preflight, waiting for the run lock, training). The UPDATE only
-    matches while the job is still ours; when it stops matching, `lost` is set and the supervisor stops."""
-
-    def __init__(self, job_id: int, worker: str, interval_s: float):
-        super().__init__(name=f"heartbeat-job-{job_id}", daemon=True)
-        self.job_id, self.worker, self.interval_s = job_id, worker, interval_s
-        self.step: int | None = None
-        self.lost = threading.Event()
-        self._stop_event = threading.Event()
-
-    def beat(self) -> bool:
-        values: dict[str, Any] = {"heartbeat_at": utcnow()}
-        if self.step is not None:
-            values["current_step"] = case((Job.current_step < self.step, self.step), else_=Job.current_step)
-        with session_scope() as session:
-            result = session.exec(
-                update(Job)
-                .where(Job.id == self.job_id, Job.worker == self.worker, Job.status.in_(ACTIVE))
-                .values(**values)
-                .execution_options(synchronize_session=False)
-            )
-            if result.rowcount == 0:
-                self.lost.set()
-                log.warning(
-                    "job %s is no longer owned by %s (requeued or finished elsewhere)", self.job_id, self.worker
-                )
-                return False
-        return True
-
-    def run(self) -> None:
-        while not self._stop_event.wait(self.interval_s):
-            try:
-                if not self.beat():
-                    return
-            except SQLAlchemyError as exc:  # the database blipped: try again next interval
-                log.warning("job %s: heartbeat failed: %s", self.job_id, exc)
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        if self.is_alive():
-            self.join(timeout=5)
 
 
 # ---------------------------------------------------------------------------------------------- child process
@@ -268,10 +214,6 @@ def classify_exit(
 # ---------------------------------------------------------------------------------------------- the supervisor
 
 
-class JobLost(Exception):
-    """The job is no longer this worker's (the recovery sweep requeued it, or it finished elsewhere)."""
-
-
 class JobSupervisor:
     """Runs one claimed job to its end on this worker. Use `run_next_job()` to claim and run."""
 
@@ -284,108 +226,36 @@ class JobSupervisor:
         self.config_file = self.runs / f"job-{job_id}.config.yaml"
         self.console_file = self.runs / f"job-{job_id}.console.log"
         self.lock_file = self.runs / f"job-{job_id}.lock"
-        self.heartbeater = Heartbeater(job_id, worker, self.settings.heartbeat_interval_s)
-        self.shutting_down = False
+        self.lease = JobLease(job_id, worker, self.settings)
         self.proc: subprocess.Popen | None = None
         self._lock_fd: int | None = None
-
-    # -- database helpers
-
-    def _update_owned(self, **fields: Any) -> None:
-        with session_scope() as session:
-            job = crud.lock_job_row(session, self.job_id)
-            if not _owned(job, self.worker):
-                raise JobLost()
-            for key, value in fields.items():
-                setattr(job, key, value)
-            session.add(job)
-
-    def _finish(self, to: str, reason: str, *, error: str | None = None, **fields: Any) -> bool:
-        """Move the job (if still ours) to its end state. Returns False if it was not ours any more."""
-        requeue = to == JobStatus.queued.value
-        self.heartbeater.stop()  # the job leaves this worker now
-        with session_scope() as session:
-            job = crud.lock_job_row(session, self.job_id)
-            if not _owned(job, self.worker):
-                log.warning("job %s: not finishing as %s, it is no longer ours", self.job_id, to)
-                return False
-            if requeue and job.attempts >= MAX_ATTEMPTS:
-                to, error = JobStatus.failed.value, f"gave up after {job.attempts} attempts; last: {reason}"
-                reason, requeue = error, False
-            for key, value in fields.items():
-                setattr(job, key, value)
-            if error is not None:
-                job.error = error
-            if job.status == JobStatus.preflight.value and to in (JobStatus.succeeded.value,):
-                job_service.transition(session, job, JobStatus.running, "previous attempt's process had finished")
-            job_service.transition(session, job, to, reason)
-            kind, priority = job.kind, job.priority
-        log.info("job %s -> %s: %s", self.job_id, to, reason)
-        if requeue:
-            from training_platform.workers.dispatch import wake_quietly  # imports the Celery app
-
-            wake_quietly(kind, priority)
-        return True
-
-    def _cancel_requested(self) -> bool:
-        with session_scope() as session:
-            return bool(session.exec(select(Job.cancel_requested).where(Job.id == self.job_id)).first())
-
-    def _read_job(self) -> Job:
-        with session_scope() as session:
-            job = session.get(Job, self.job_id)
-            if job is None:
-                raise JobLost()
-            session.expunge(job)
-            return job
 
     # -- main
 
     def run(self) -> str:
         """Returns the job's final status on this worker ('lost' when it was taken away)."""
-        load_libc()
         self.runs.mkdir(parents=True, exist_ok=True)
-        self.heartbeater.start()
-        previous_handler = self._install_sigterm()
         try:
-            return self._run()
-        except JobLost:
-            log.warning("job %s was taken away from %s", self.job_id, self.worker)
-            return "lost"
-        except Exception as exc:
-            log.exception("job %s: worker error", self.job_id)
-            self._stop_child("worker error")
-            with contextlib.suppress(Exception):
-                self._finish(
-                    JobStatus.failed.value,
-                    "worker error",
-                    error=f"worker error: {type(exc).__name__}: {_first_line(str(exc))}",
-                )
-            return JobStatus.failed.value
+            return self.lease.hold(
+                self._run, on_error=lambda: self._stop_child("worker error"), on_sigterm=self._on_sigterm
+            )
         finally:
-            self.heartbeater.stop()
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
                 self._lock_fd = None
-            if previous_handler is not None:
-                with contextlib.suppress(ValueError):
-                    signal.signal(signal.SIGTERM, previous_handler)
 
-    def _install_sigterm(self):
-        def on_sigterm(signum, frame):
-            log.warning("job %s: worker process got SIGTERM: stopping the training with a checkpoint", self.job_id)
-            self.shutting_down = True
-            self._touch_stop()
+    def _on_sigterm(self) -> None:
+        log.warning("job %s: worker process got SIGTERM: stopping the training with a checkpoint", self.job_id)
+        self._touch_stop()
 
-        try:
-            return signal.signal(signal.SIGTERM, on_sigterm)
-        except ValueError:  # not the main thread (tests, thread pools): shutdown then relies on PDEATHSIG
-            return None
+    @property
+    def shutting_down(self) -> bool:
+        return self.lease.shutting_down
 
     def _run(self) -> str:
-        job = self._read_job()
+        job = self.lease.read()
         if job.cancel_requested:
-            self._finish(JobStatus.cancelled.value, "cancelled by user before it started")
+            self.lease.finish(JobStatus.cancelled.value, "cancelled by user before it started")
             return JobStatus.cancelled.value
 
         problems = self._path_problems(job)
@@ -395,7 +265,7 @@ class JobSupervisor:
                 "checks": [{"name": "paths", "ok": False, "detail": f"{len(problems)} path(s) refused"}],
                 "errors": [{"loc": e.path, "msg": e.reason} for e in problems],
             }
-            self._finish(
+            self.lease.finish(
                 JobStatus.failed.value,
                 "preflight failed",
                 error=f"preflight failed: {gate.summarize(report)}",
@@ -419,14 +289,14 @@ class JobSupervisor:
             "job %s: preflight %s in %.1fs", self.job_id, "ok" if report["ok"] else "FAILED", report.get("seconds", 0)
         )
         if not report["ok"]:
-            self._finish(
+            self.lease.finish(
                 JobStatus.failed.value,
                 "preflight failed",
                 error=f"preflight failed: {gate.summarize(report)}",
                 preflight=report,
             )
             return JobStatus.failed.value
-        self._update_owned(preflight=report)
+        self.lease.update(preflight=report)
 
         self._acquire_run_lock()
         resume_step, fresh_reason = self._prepare_run_dir(job)
@@ -436,7 +306,7 @@ class JobSupervisor:
 
         with session_scope() as session:
             locked = crud.lock_job_row(session, self.job_id)
-            if not _owned(locked, self.worker):
+            if not owned(locked, self.worker):
                 raise JobLost()
             cancelled, stop_first = locked.cancel_requested, locked.cancel_requested or self.shutting_down
             if not stop_first:
@@ -455,9 +325,9 @@ class JobSupervisor:
                 job_service.transition(session, locked, JobStatus.running, reason)
         if stop_first:  # asked to stop while we prepared: nothing was started
             if cancelled:
-                self._finish(JobStatus.cancelled.value, "cancelled by user before training started")
+                self.lease.finish(JobStatus.cancelled.value, "cancelled by user before training started")
                 return JobStatus.cancelled.value
-            self._finish(JobStatus.queued.value, "worker shutting down before training started: requeued")
+            self.lease.finish(JobStatus.queued.value, "worker shutting down before training started: requeued")
             return JobStatus.queued.value
         return self._train(job, resume_step)
 
@@ -491,7 +361,7 @@ class JobSupervisor:
                 return
             except BlockingIOError:
                 pass
-            if self.heartbeater.lost.is_set():
+            if self.lease.heartbeater.lost.is_set():
                 os.close(fd)
                 raise JobLost()
             waited = time.monotonic() - started
@@ -554,7 +424,7 @@ class JobSupervisor:
         ingest = RunIngest(self.job_id, self.run_dir)
         ingest.sync(final=True)
         step = _run_info(self.run_dir).get("step") or ingest.max_step
-        self._finish(
+        self.lease.finish(
             JobStatus.succeeded.value,
             f"finished at step {step} (by the previous attempt's process)",
             run_dir=str(self.run_dir),
@@ -619,7 +489,7 @@ class JobSupervisor:
             )
         log.info("job %s: training process %s started: %s", self.job_id, self.proc.pid, " ".join(cmd))
         returncode, cancel_requested, killed_by_us = self._supervise(ingest)
-        if self.heartbeater.lost.is_set():
+        if self.lease.heartbeater.lost.is_set():
             raise JobLost()
 
         for attempt in range(5):  # the final ingest must not be lost to a database blip
@@ -646,7 +516,7 @@ class JobSupervisor:
         )
         step = info.get("step")
         step = step if isinstance(step, int) else ingest.max_step
-        self._finish(status, reason, error=error, current_step=step)
+        self.lease.finish(status, reason, error=error, current_step=step)
         return status
 
     def _supervise(self, ingest: RunIngest) -> tuple[int, bool, bool]:
@@ -667,11 +537,11 @@ class JobSupervisor:
                 ingest.sync()
                 if ingest.registered != registered:
                     _checkpoint_triggers(self.job_id)
-                cancel_requested = self._cancel_requested()
+                cancel_requested = self.lease.cancel_requested()
             except SQLAlchemyError as exc:  # what was read stays pending: written by the next tick
                 log.warning("job %s: database write failed (will retry): %s", self.job_id, exc)
-            self.heartbeater.step = ingest.max_step or None
-            lost = self.heartbeater.lost.is_set()
+            self.lease.heartbeater.step = ingest.max_step or None
+            lost = self.lease.heartbeater.lost.is_set()
             if cancel_requested or lost or self.shutting_down:
                 if stop_since is None:
                     why = "cancel requested" if cancel_requested else "job lost" if lost else "worker shutting down"
@@ -688,7 +558,7 @@ class JobSupervisor:
                     self.proc.kill()
                     signalled.add("SIGKILL")
         with contextlib.suppress(SQLAlchemyError):
-            cancel_requested = self._cancel_requested()
+            cancel_requested = self.lease.cancel_requested()
         log.info("job %s: training process exited with %s", self.job_id, returncode)
         return returncode, cancel_requested, bool(signalled)
 
