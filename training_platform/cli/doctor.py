@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import typer
 
+from training_platform.core.settings import current_settings
+
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 Outcome = tuple[str, str, str | None]  # (status, detail, fix)
 
@@ -224,7 +226,7 @@ def check_ray() -> Outcome:
     """TP_RAY_ADDRESS (only when set): a TCP connect to its host:port within 2 s."""
     from training_platform.training.launchers.ray_cluster import _unreachable
 
-    address = os.environ.get("TP_RAY_ADDRESS", "").strip()
+    address = (current_settings().ray_address or "").strip()
     target = address.removeprefix("ray://").split("/", 1)[0]
     problem = _unreachable(target, timeout_s=NET_TIMEOUT_S)
     if problem is not None:
@@ -285,7 +287,7 @@ def checks() -> list[Check]:
         Check("disk", check_disk),
         Check("torch", check_torch, 120.0),
     ]
-    if os.environ.get("TP_RAY_ADDRESS", "").strip():
+    if (current_settings().ray_address or "").strip():
         found.append(Check("ray", check_ray))
     found += [Check("chromium", check_chromium), Check("node", check_node, 25.0)]
     return found

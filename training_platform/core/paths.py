@@ -11,7 +11,9 @@ from pathlib import Path
 
 
 def data_dir() -> Path:
-    return Path(os.environ.get("TP_DATA_DIR", "var")).expanduser().resolve()
+    from training_platform.core.settings import current_settings
+
+    return current_settings().data_path
 
 
 def resolve_data_path(path: str | os.PathLike[str]) -> Path:

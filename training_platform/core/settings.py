@@ -35,6 +35,7 @@ Input caps (docs/limits.md):
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -56,6 +57,8 @@ class Settings(BaseSettings):
     endpoints_file: str | None = Field(None, validation_alias="TP_ENDPOINTS_FILE")
     # Quality-gate profiles of the operator (YAML; training_platform/data/gate.py), read-only over the API.
     gate_profiles_file: str | None = Field(None, validation_alias="TP_GATE_PROFILES_FILE")
+    # The Ray cluster of `resources.launcher: ray` (and `tp up --ray`'s local head); unset: no cluster.
+    ray_address: str | None = Field(None, validation_alias="TP_RAY_ADDRESS")
     heartbeat_interval_s: float = Field(5.0, validation_alias="TP_HEARTBEAT_INTERVAL", gt=0)
     heartbeat_timeout_s: float = Field(60.0, validation_alias="TP_HEARTBEAT_TIMEOUT", gt=0)
     recovery_interval_s: float = Field(15.0, validation_alias="TP_RECOVERY_INTERVAL", gt=0)
@@ -108,4 +111,22 @@ class Settings(BaseSettings):
 
 @lru_cache
 def get_settings() -> Settings:
+    """The process's settings, read once (services: the API, workers)."""
     return Settings()
+
+
+def current_settings() -> Settings:
+    """The settings as the environment says now (the training core and CLI, whose environment a command line or a
+    launcher may change while the process runs). Re-read only when a variable it reads changed (building Settings
+    costs ~1 ms; this is called per path resolved)."""
+    return _settings_for(tuple(sorted((k, v) for k, v in os.environ.items() if k in _ENV_NAMES)))
+
+
+@lru_cache(maxsize=8)
+def _settings_for(env: tuple[tuple[str, str], ...]) -> Settings:
+    return Settings()
+
+
+_ENV_NAMES = frozenset(
+    str(f.validation_alias) for f in Settings.model_fields.values() if isinstance(f.validation_alias, str)
+)

@@ -32,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -45,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from training_platform.core.errors import InvalidInput, pydantic_errors
 from training_platform.core.files import sha256_file
+from training_platform.core.settings import current_settings
 
 GATE_REPORT_VERSION = 1
 MAX_EVAL_SETS = 20
@@ -225,7 +225,7 @@ def local_profiles(profiles_file: str | None = None) -> dict[str, tuple[GateProf
     """Built-in and file profiles: name -> (profile, source `builtin` | `file`). The file defaults to
     $TP_GATE_PROFILES_FILE."""
     profiles = {name: (p, "builtin") for name, p in builtin_profiles().items()}
-    profiles_file = profiles_file if profiles_file is not None else os.environ.get("TP_GATE_PROFILES_FILE")
+    profiles_file = profiles_file if profiles_file is not None else current_settings().gate_profiles_file
     if profiles_file:
         profiles.update({name: (p, "file") for name, p in load_profiles_file(profiles_file).items()})
     return profiles

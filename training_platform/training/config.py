@@ -18,6 +18,7 @@ from pydantic import Field, StringConstraints, ValidationError, model_validator
 
 from training_platform.core.errors import FieldError, InvalidInput, pydantic_errors
 from training_platform.core.errors import translate_pydantic_error as _translate
+from training_platform.core.settings import current_settings
 from training_platform.core.userpath import ModelRef, UserFile
 from training_platform.training.algorithms import ALGORITHMS
 from training_platform.training.algorithms.base import StrictModel
@@ -500,7 +501,6 @@ def _sampling_rules(cfg: JobConfig) -> list[FieldError]:
 
 def _resource_rules(cfg: JobConfig, builder) -> list[FieldError]:
     """Processes, nodes and launchers (the cluster itself is checked by preflight)."""
-    import os
 
     r = cfg.resources
     errors: list[FieldError] = []
@@ -530,7 +530,7 @@ def _resource_rules(cfg: JobConfig, builder) -> list[FieldError]:
             FieldError("resources.launcher", "torchrun starts the processes of one node; num_nodes > 1 needs ray")
         )
     elif launcher == "ray":
-        if not os.environ.get("TP_RAY_ADDRESS"):
+        if not current_settings().ray_address:
             errors.append(
                 FieldError(
                     "resources.launcher",

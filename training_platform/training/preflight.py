@@ -7,12 +7,12 @@ problem listed, never half way through a run.
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 from typing import Any
 
 from training_platform.core.errors import FieldError
 from training_platform.core.paths import display_path, resolve_data_path
+from training_platform.core.settings import current_settings
 from training_platform.data.formats import DatasetError, load_examples
 from training_platform.training.config import JobConfig
 
@@ -264,7 +264,7 @@ def _check_verl(cfg: JobConfig, cache: dict, *, dry_run: bool) -> list[FieldErro
 
 def _gpus(cfg: JobConfig) -> float:
     """GPUs verl's RL would have: the Ray cluster's (launcher ray) or this machine's."""
-    address = os.environ.get("TP_RAY_ADDRESS")
+    address = current_settings().ray_address
     if cfg.resources.resolved_launcher == "ray" and address and not address.startswith("ray://"):
         from training_platform.training.launchers import ray_cluster
 
@@ -279,7 +279,7 @@ def _check_devices(cfg: JobConfig) -> list[FieldError]:
     """This node's devices, or the Ray cluster's. Several CPU processes are fine (gloo); CUDA needs one device per
     process."""
     device, wanted = cfg.resources.device, cfg.resources.num_devices
-    address = os.environ.get("TP_RAY_ADDRESS")
+    address = current_settings().ray_address
     if cfg.resources.resolved_launcher == "ray" and address:  # no address: a config rule already says so
         from training_platform.training.launchers import ray_cluster
 

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from training_platform.core.paths import resolve_data_path, runs_dir
+from training_platform.core.settings import current_settings
 from training_platform.core.timeutil import now_iso
 from training_platform.training.config import (
     ConfigError,
@@ -167,7 +168,7 @@ def _train_ranks(
             )
         )
         if launcher == "ray":
-            outcome = ray_train.launch(run, cfg=cfg, address=os.environ["TP_RAY_ADDRESS"], stop=stopper)
+            outcome = ray_train.launch(run, cfg=cfg, address=current_settings().ray_address, stop=stopper)
             if outcome.returncode == 2:  # the cluster cannot run it: a clear error, not worth a restart
                 raise RankFailed(outcome.message)
         else:

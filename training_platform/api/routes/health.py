@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import os
 from datetime import timedelta
 from importlib import metadata
 from pathlib import Path
@@ -19,6 +18,7 @@ from training_platform.api import broker, schemas
 from training_platform.api.deps import SettingsDep
 from training_platform.api.schemas import as_utc
 from training_platform.core import telemetry
+from training_platform.core.settings import current_settings
 from training_platform.core.timeutil import utcnow
 from training_platform.db.models import Job, JobStatus, MetricPoint
 from training_platform.db.session import get_engine
@@ -207,6 +207,6 @@ def prometheus_metrics(request: Request, settings: SettingsDep):
             status_code=401,
             headers={"WWW-Authenticate": "Bearer"},
         )
-    collector = PlatformCollector(settings.heartbeat_timeout_s, os.environ.get("TP_RAY_ADDRESS"), settings.data_path)
+    collector = PlatformCollector(settings.heartbeat_timeout_s, current_settings().ray_address, settings.data_path)
     body, content_type = telemetry.render((collector,))
     return Response(body, media_type=content_type)

@@ -6,7 +6,6 @@ names and paths only for admins. `/monitoring/ray` shows the Ray cluster when TP
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,6 +16,7 @@ from sqlmodel import select
 from training_platform.api import broker
 from training_platform.api.deps import CurrentUser, SessionDep, SettingsDep
 from training_platform.api.schemas import as_utc
+from training_platform.core.settings import current_settings
 from training_platform.core.timeutil import utcnow
 from training_platform.db.models import Job, JobStatus
 
@@ -119,7 +119,7 @@ def ray_cluster(user: CurrentUser, settings: SettingsDep) -> dict[str, Any]:
     """The Ray cluster of TP_RAY_ADDRESS: nodes, CPUs and GPUs (total and in use), and its dashboard when it runs.
     Read from the cluster's GCS at most every 10 s for all API processes (see launchers/ray_cluster.py). Everyone
     sees the figures; node addresses, the cluster address, the dashboard link and the error's detail are for admins."""
-    address = os.environ.get("TP_RAY_ADDRESS")
+    address = current_settings().ray_address
     if not address:
         return {"configured": False}
     from training_platform.training.launchers import ray_cluster as status

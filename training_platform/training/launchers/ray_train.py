@@ -24,6 +24,7 @@ import threading
 import time
 from typing import Any
 
+from training_platform.core.paths import data_dir
 from training_platform.training.launchers import LaunchOutcome
 from training_platform.training.rank_main import error_file, ranks_dir
 from training_platform.training.rundir import RunDir
@@ -102,7 +103,7 @@ def launch(run: RunDir, *, cfg, address: str, stop: StopSignal) -> LaunchOutcome
     token = secrets.token_hex(16)
     (ranks_dir(run) / STORAGE_TOKEN).write_text(token)
     env = {k: os.environ[k] for k in WORKER_ENV if k in os.environ}
-    env["TP_DATA_DIR"] = os.environ.get("TP_DATA_DIR", str(run.path.parent))
+    env["TP_DATA_DIR"] = str(data_dir())
     log.info("connecting to the Ray cluster at %s", address)
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     ray.init(

@@ -30,6 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from training_platform.core.paths import data_dir
+from training_platform.core.settings import current_settings
 from training_platform.training.engines.verl.metrics import rename
 from training_platform.training.rollouts import RolloutWriter, rollout_row
 
@@ -300,8 +302,8 @@ def train_rl(cfg, run, *, loaded, resume_from: Path | None, stop, writer, dist):
         dumps = RolloutDumps(Path(paths.rollout_dir), RolloutWriter.for_job(cfg, run), after_step=after)
         dumps.clear()
     # verl's actors import the reward module (which imports training_platform) on any node: the platform's image
-    env = {"VERL_FILE_LOGGER_PATH": str(source), "TP_DATA_DIR": os.environ.get("TP_DATA_DIR", str(run.path.parent))}
-    address = os.environ["TP_RAY_ADDRESS"] if cfg.resources.resolved_launcher == "ray" else None
+    env = {"VERL_FILE_LOGGER_PATH": str(source), "TP_DATA_DIR": str(data_dir())}
+    address = current_settings().ray_address if cfg.resources.resolved_launcher == "ray" else None
     writer.update_run_info(device="cuda", verl_version=generate.verl_version())
 
     def tick() -> None:
