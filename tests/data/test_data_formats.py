@@ -482,7 +482,7 @@ def test_load_examples_field_map_for_csv(tmp_path):
 def test_load_examples_without_field_map_cannot_detect(tmp_path):
     path = write_jsonl(tmp_path / "gsm.jsonl", [{"question": "q", "solution": "s"}])
     err = load_error(path, kind="rl")
-    assert err.errors == [
+    assert err.rows == [
         RowError(
             1,
             "<row>",
@@ -518,13 +518,13 @@ def test_load_examples_without_field_map_cannot_detect(tmp_path):
 def test_load_examples_kind_format_mismatch(kind, fmt, message, tmp_path):
     path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": CONV}])
     err = load_error(path, kind=kind, fmt=fmt)
-    assert err.errors == [RowError(1, "<row>", message)]
+    assert err.rows == [RowError(1, "<row>", message)]
 
 
 def test_load_examples_mismatch_reported_at_first_non_blank_line(tmp_path):
     path = tmp_path / "pref.jsonl"
     path.write_text("\n\n" + json.dumps({"prompt": "p", "chosen": "a", "rejected": "b"}) + "\n", encoding="utf-8")
-    assert load_error(path, kind="sft").errors[0].line == 3
+    assert load_error(path, kind="sft").rows[0].line == 3
 
 
 def test_jsonl_line_numbers_are_1_based_and_count_blank_lines(tmp_path):
@@ -534,7 +534,7 @@ def test_jsonl_line_numbers_are_1_based_and_count_blank_lines(tmp_path):
     path = tmp_path / "train.jsonl"
     path.write_text("\n".join([good, "", bad1, "   ", "", good, bad2]) + "\n", encoding="utf-8")
     err = load_error(path, kind="sft")
-    assert err.errors == [
+    assert err.rows == [
         RowError(3, "messages", "has no assistant turn to learn from"),
         RowError(7, "messages[1].content", "must be a string, got 4"),
     ]
@@ -548,29 +548,29 @@ def test_jsonl_invalid_json_line_number(tmp_path):
     path = tmp_path / "train.jsonl"
     path.write_text(json.dumps({"messages": CONV}) + '\n\n{"messages": [\n', encoding="utf-8")
     err = load_error(path, kind="sft")
-    assert len(err.errors) == 1
-    assert (err.errors[0].line, err.errors[0].field) == (3, "<row>")
-    assert err.errors[0].reason.startswith("invalid JSON: ")
+    assert len(err.rows) == 1
+    assert (err.rows[0].line, err.rows[0].field) == (3, "<row>")
+    assert err.rows[0].reason.startswith("invalid JSON: ")
 
 
 def test_json_records_are_numbered_from_1(tmp_path):
     path = tmp_path / "train.json"
     path.write_text(json.dumps([{"text": "a"}, {"text": "b"}, {"text": ""}]), encoding="utf-8")
-    assert load_error(path, kind="sft").errors == [RowError(3, "text", "must be a non-empty string, got ''")]
+    assert load_error(path, kind="sft").rows == [RowError(3, "text", "must be a non-empty string, got ''")]
 
 
 def test_json_must_be_a_list(tmp_path):
     path = tmp_path / "train.json"
     path.write_text(json.dumps({"text": "a"}), encoding="utf-8")
-    assert load_error(path, kind="sft").errors == [RowError(1, "<file>", "a .json dataset must be a list of objects")]
+    assert load_error(path, kind="sft").rows == [RowError(1, "<file>", "a .json dataset must be a list of objects")]
 
 
 def test_json_invalid_reports_line(tmp_path):
     path = tmp_path / "train.json"
     path.write_text('[\n{"text": "a"},\n{"text": }\n]', encoding="utf-8")
     err = load_error(path, kind="sft")
-    assert (err.errors[0].line, err.errors[0].field) == (3, "<file>")
-    assert err.errors[0].reason.startswith("invalid JSON: ")
+    assert (err.rows[0].line, err.rows[0].field) == (3, "<file>")
+    assert err.rows[0].reason.startswith("invalid JSON: ")
 
 
 def test_csv_records_are_numbered_from_1_after_the_header(tmp_path):
@@ -581,7 +581,7 @@ def test_csv_records_are_numbered_from_1_after_the_header(tmp_path):
             {"instruction": "Add.", "output": ""},
         ],
     )
-    assert load_error(path, kind="sft").errors == [RowError(2, "output", "must be a non-empty string, got ''")]
+    assert load_error(path, kind="sft").rows == [RowError(2, "output", "must be a non-empty string, got ''")]
 
 
 def test_parquet_records_are_numbered_from_1(tmp_path):
@@ -592,13 +592,13 @@ def test_parquet_records_are_numbered_from_1(tmp_path):
             {"prompt": "p", "completion": "c", "label": None},
         ],
     )
-    assert load_error(path, kind="kto").errors == [RowError(2, "label", "must be true or false, got null")]
+    assert load_error(path, kind="kto").rows == [RowError(2, "label", "must be true or false, got null")]
 
 
 def test_non_object_row_in_jsonl(tmp_path):
     path = tmp_path / "train.jsonl"
     path.write_text(json.dumps({"text": "a"}) + "\n[1, 2]\n", encoding="utf-8")
-    assert load_error(path, kind="sft").errors == [RowError(2, "<row>", "must be an object, got [1, 2]")]
+    assert load_error(path, kind="sft").rows == [RowError(2, "<row>", "must be an object, got [1, 2]")]
 
 
 def test_total_bad_counts_rows_beyond_max_errors(tmp_path):
@@ -606,7 +606,7 @@ def test_total_bad_counts_rows_beyond_max_errors(tmp_path):
     bad = {"messages": [USER]}
     path = write_jsonl(tmp_path / "train.jsonl", [good, bad, bad, good, bad, bad, bad])
     err = load_error(path, kind="sft", max_errors=2)
-    assert [e.line for e in err.errors] == [2, 3]
+    assert [e.line for e in err.rows] == [2, 3]
     assert err.total_bad == 5
 
 
@@ -614,7 +614,7 @@ def test_max_errors_caps_field_errors_not_rows(tmp_path):
     bad = {"messages": [{"role": "x", "content": 1}, ASSISTANT]}  # 2 problems per row
     path = write_jsonl(tmp_path / "train.jsonl", [bad] * 4)
     err = load_error(path, kind="sft", max_errors=3)
-    assert [(e.line, e.field) for e in err.errors] == [
+    assert [(e.line, e.field) for e in err.rows] == [
         (1, "messages[0].role"),
         (1, "messages[0].content"),
         (2, "messages[0].role"),
@@ -625,14 +625,14 @@ def test_max_errors_caps_field_errors_not_rows(tmp_path):
 def test_default_max_errors_is_20(tmp_path):
     path = write_jsonl(tmp_path / "train.jsonl", [{"text": ""}] * 30)
     err = load_error(path, kind="sft")
-    assert len(err.errors) == 20
+    assert len(err.rows) == 20
     assert err.total_bad == 30
 
 
 def test_bad_rows_are_never_silently_dropped(tmp_path):
     path = write_jsonl(tmp_path / "train.jsonl", [{"text": "ok"}] * 50 + [{"text": 5}])
     err = load_error(path, kind="sft")
-    assert err.errors == [RowError(51, "text", "must be a non-empty string, got 5")]
+    assert err.rows == [RowError(51, "text", "must be a non-empty string, got 5")]
 
 
 def test_limit_stops_after_n_good_rows(tmp_path):
@@ -643,22 +643,22 @@ def test_limit_stops_after_n_good_rows(tmp_path):
 
 def test_format_is_fixed_by_the_first_row(tmp_path):
     path = write_jsonl(tmp_path / "train.jsonl", [{"text": "a"}, {"messages": CONV}])
-    assert load_error(path, kind="sft").errors == [RowError(2, "text", "must be a non-empty string, got null")]
+    assert load_error(path, kind="sft").rows == [RowError(2, "text", "must be a non-empty string, got null")]
 
 
 @pytest.mark.parametrize("content", ["", "\n\n  \n"], ids=["empty", "blank-lines"])
 def test_empty_file_has_no_rows(content, tmp_path):
     path = tmp_path / "train.jsonl"
     path.write_text(content, encoding="utf-8")
-    assert load_error(path, kind="sft").errors == [RowError(0, "<file>", "the file has no rows")]
+    assert load_error(path, kind="sft").rows == [RowError(0, "<file>", "the file has no rows")]
 
 
 def test_unsupported_file_type(tmp_path):
     path = tmp_path / "train.txt"
     path.write_text("hello\n", encoding="utf-8")
     err = load_error(path, kind="sft")
-    assert err.errors[0].field == "<file>"
-    assert "unsupported file type '.txt'" in err.errors[0].reason
+    assert err.rows[0].field == "<file>"
+    assert "unsupported file type '.txt'" in err.rows[0].reason
 
 
 def test_read_rows_yields_line_numbers(tmp_path):

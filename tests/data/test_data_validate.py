@@ -254,7 +254,7 @@ def test_parquet_schema_mismatch_is_a_dataset_error_and_leaves_nothing(tmp_path)
     with pytest.raises(DatasetError) as info, RowWriter(target, parquet_batch_rows=2) as writer:
         for row in [{"a": 1}, {"a": 2}, {"a": "three"}, {"a": "four"}]:
             writer.write(row)
-    assert info.value.errors[0].line == 3
+    assert info.value.rows[0].line == 3
     assert list(tmp_path.iterdir()) == []
 
 
@@ -282,7 +282,7 @@ def test_every_output_type_round_trips(suffix, tmp_path):
 def test_unsupported_types(tmp_path):
     with pytest.raises(DatasetError) as info:
         list(iter_records(tmp_path / "x.txt"))
-    assert info.value.errors[0] == RowError(
+    assert info.value.rows[0] == RowError(
         0, "<file>", "unsupported file type '.txt'; use one of .jsonl, .json, .parquet, .csv"
     )
     with pytest.raises(DatasetError, match="unsupported output type"):

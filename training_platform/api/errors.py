@@ -307,7 +307,7 @@ async def _on_platform_error(request: Request, exc: PlatformError) -> JSONRespon
     """The platform's own errors (core/errors.py), whatever raised them: invalid input as the field list, the
     others (not found, conflict, unavailable) as one message. An IllegalTransition is a worker that moved the job
     between our read and our write: 409."""
-    if isinstance(exc, InvalidInput):
+    if isinstance(exc, InvalidInput) or exc.http_status == 422:
         detail: Any = [{"loc": e.path, "msg": scrub(e.reason)} for e in exc.errors]
     else:
         detail = scrub(str(exc))

@@ -33,9 +33,9 @@ def _data_errors(exc: BaseException) -> int | None:
     from training_platform.data.formats import DatasetError
 
     if isinstance(exc, DatasetError):
-        for error in exc.errors:
+        for error in exc.rows:
             _err(str(error))
-        if exc.total_bad > len({e.line for e in exc.errors}):
+        if exc.total_bad > len({e.line for e in exc.rows}):
             _err(f"{exc.total_bad} bad rows in all")
         return 2
     if isinstance(exc, RecipeError):
@@ -90,7 +90,7 @@ def _data_commands(data_app: typer.Typer) -> None:
                 else:
                     result = validate_file(file, fmt=fmt)
             except DatasetError as exc:  # file-level problems (missing file, unsupported type): same line format
-                for error in exc.errors:
+                for error in exc.rows:
                     typer.echo(str(error))
                 raise typer.Exit(2) from None
             if result.format is not None:

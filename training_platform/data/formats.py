@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from training_platform.core.errors import PlatformError
+
 ROLES = {"system", "user", "assistant", "tool"}
 SHAREGPT_ROLES = {
     "human": "user",
@@ -59,11 +61,20 @@ class RowError:
         return f"line {self.line}: {self.field}: {self.reason}"
 
 
-class DatasetError(Exception):
+class DatasetError(PlatformError):
+    """Bad rows (or a file-level problem): `rows` the RowErrors (line, field, reason), `errors` the same as the
+    platform's FieldErrors (`line N: field`, reason); `total_bad` counts every bad row, listed or not. Invalid input
+    (422 / exit 2), but not a ValueError: code that handles a bad value must not swallow a bad file."""
+
+    http_status = 422
+    exit_code = 2
+    code = "invalid"
+    separator = "\n"
+
     def __init__(self, errors: list[RowError], total_bad: int | None = None):
-        self.errors = errors
+        self.rows = list(errors)
         self.total_bad = total_bad if total_bad is not None else len(errors)
-        super().__init__("\n".join(str(e) for e in errors))
+        super().__init__([(f"line {e.line}: {e.field}", e.reason) for e in errors])
 
 
 # ---------------------------------------------------------------------------------------------- reading

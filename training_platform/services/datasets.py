@@ -346,13 +346,13 @@ def prepare_ingest(
             checked = validate_file(file, fmt=fmt or "auto", limits=limits)
         except LimitExceeded as exc:
             raise IngestRefused(
-                [(e.field, f"{e.reason} ({CAP_SETTINGS[exc.cap]})") for e in exc.errors], policy=policy
+                [(e.field, f"{e.reason} ({CAP_SETTINGS[exc.cap]})") for e in exc.rows], policy=policy
             ) from None
         except DatasetError as exc:
             raise IngestRefused(
                 [
                     (f"line {e.line}: {e.field}" if e.line else e.field, e.reason)
-                    for e in exc.errors[:MAX_REPORTED_ERRORS]
+                    for e in exc.rows[:MAX_REPORTED_ERRORS]
                 ],
                 policy=policy,
             ) from None

@@ -89,8 +89,8 @@ def _check_dataset(cfg: JobConfig, field: str, file: str, cache: dict | None) ->
             limit=cfg.data.max_train_samples if field == "data.train_file" else None,
         )
     except DatasetError as exc:
-        errors = [FieldError(field, f"{path.name}: {e}") for e in exc.errors]
-        if exc.total_bad > len({e.line for e in exc.errors}):
+        errors = [FieldError(field, f"{path.name}: {e}") for e in exc.rows]
+        if exc.total_bad > len({e.line for e in exc.rows}):
             errors.append(FieldError(field, f"{path.name}: {exc.total_bad} bad rows in all"))
         return errors
     except (OSError, UnicodeDecodeError) as exc:
