@@ -47,6 +47,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from training_platform.core.errors import Unavailable
+
 __all__ = [
     "ENV_ALLOW_UNSAFE",
     "IsolationInfo",
@@ -101,7 +103,7 @@ runpy.run_path(main, run_name="__main__")
 """
 
 
-class SandboxUnavailable(RuntimeError):
+class SandboxUnavailable(Unavailable, RuntimeError):
     """Isolation is not available here and unsandboxed execution was not explicitly allowed."""
 
 

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from training_platform.core.errors import InvalidInput
+
 __all__ = [
     "Choice",
     "Completion",
@@ -45,7 +47,7 @@ __all__ = [
 OnText = Callable[[int, str], None]
 
 
-class PromptError(ValueError):
+class PromptError(InvalidInput):
     """The messages cannot be turned into a prompt for this model (too long, rejected by its chat template)."""
 
 

@@ -29,6 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from training_platform.core.errors import Conflict, NotFound
+
 log = logging.getLogger("training_platform.training.archive")
 
 NAME_PATTERN = r"^(step_[0-9]{6,10}|final|final_adapter)$"
@@ -43,11 +45,11 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEX
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
-class ArchiveNotFound(Exception):
+class ArchiveNotFound(NotFound):
     """No such checkpoint directory in the run (or it is not a plain directory)."""
 
 
-class ArchiveError(Exception):
+class ArchiveError(Conflict):
     """The directory changed or could not be read while it was being archived."""
 
 
