@@ -55,7 +55,7 @@ class Settings(BaseSettings):
     # Named outbound endpoints (core/endpoints.py): requests name one, never a URL or a key's variable.
     endpoints_json: str | None = Field(None, validation_alias="TP_ENDPOINTS")
     endpoints_file: str | None = Field(None, validation_alias="TP_ENDPOINTS_FILE")
-    # Quality-gate profiles of the operator (YAML; training_platform/data/gate.py), read-only over the API.
+    # Quality-gate profiles of the operator (YAML; training_platform/data/gate/), read-only over the API.
     gate_profiles_file: str | None = Field(None, validation_alias="TP_GATE_PROFILES_FILE")
     # The Ray cluster of `resources.launcher: ray` (and `tp up --ray`'s local head); unset: no cluster.
     ray_address: str | None = Field(None, validation_alias="TP_RAY_ADDRESS")

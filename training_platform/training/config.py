@@ -153,7 +153,7 @@ class DataSection(StrictModel):
     gate: GateSection | None = Field(
         None,
         description=(
-            "A quality gate the training data must pass before the run starts (training_platform/data/gate.py)."
+            "A quality gate the training data must pass before the run starts (training_platform/data/gate/)."
         ),
     )
 

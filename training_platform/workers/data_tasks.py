@@ -354,7 +354,7 @@ class DataJobSupervisor:
         return JobStatus.succeeded.value
 
     def _run_gate(self, job_id: int, config: dict, owner_id: int) -> str:
-        """A quality gate on a version (training_platform/data/gate.py): the report is stored with the job's
+        """A quality gate on a version (training_platform/data/gate/): the report is stored with the job's
         success in one transaction; failing checks are the report's verdict, not the job's failure."""
         from training_platform.core.files import sha256_file
         from training_platform.data.gate import GateError

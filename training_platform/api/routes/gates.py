@@ -1,4 +1,4 @@
-"""Quality gates (training_platform/data/gate.py): profiles, gate runs on dataset versions, their reports, and the
+"""Quality gates (training_platform/data/gate/): profiles, gate runs on dataset versions, their reports, and the
 admin override of a training job refused by its gate.
 
 - `/gate-profiles`: everyone signed in lists and reads; admins create, replace and delete their own profiles. The
