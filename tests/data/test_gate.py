@@ -1,4 +1,4 @@
-"""Quality gates (training_platform/data/gate.py): crafted datasets that fail one check each and one that passes
+"""Quality gates (training_platform/data/gate/): crafted datasets that fail one check each and one that passes
 every check of `strict` (with eval sets and a reference, so nothing is skipped); profile hashing; `tp data gate`."""
 
 from __future__ import annotations
