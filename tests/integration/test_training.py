@@ -102,6 +102,17 @@ def test_resume_reproduces_the_uninterrupted_run(tp, tmp_path):
     tp("verify", interrupted, check=0)
 
 
+def test_a_stop_at_the_last_step_completes_the_run(tp, tmp_path):
+    """A stop that arrives with the last step (a worker dying just then) leaves nothing to resume: the run succeeds
+    with its final model. (Resuming a checkpoint of the last step would make the trainer take one step more.)"""
+    run = tmp_path / "run"
+    proc = tp("train", EXAMPLES / "sft_tiny.yaml", "--output", run, *FAST, "--stop-at-step", "3", check=0)
+    info = json.loads((run / "run.json").read_text())
+    assert info["status"] == "succeeded" and info["step"] == 3, info
+    assert (run / "final" / "config.json").is_file() and "--resume" not in proc.stderr
+    tp("verify", run, check=0)
+
+
 def test_resume_refuses_a_changed_config(tp, tmp_path):
     run = tmp_path / "run"
     tp("train", EXAMPLES / "sft_tiny.yaml", "--output", run, *FAST, "--stop-at-step", "2", check=0)

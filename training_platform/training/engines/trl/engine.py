@@ -327,8 +327,10 @@ class TRLEngine:
             trainer.train()
 
         step = trainer.state.global_step
-        if stop.stopped is not None:
+        if stop.stopped is not None and step < trainer.state.max_steps:
             return EngineResult(step=step, stopped=stop.stopped, summary=metrics.summary)
+        if stop.stopped is not None:  # the request came with (or after) the last step: nothing is left to train
+            log.info("stop (%s) at step %d, the last one: the run is complete", stop.stopped, step)
         if writer.is_main:
             self._save_final(cfg, run, writer, trainer, tokenizer)
         dist.barrier()  # no rank exits (tearing down the group) before the final model is written
