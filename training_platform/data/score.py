@@ -524,6 +524,7 @@ def score_file(
     return report
 
 
+# score_file and filter_scores end alike (a report dict, written when asked): the same shape, different fields.
 def filter_scores(
     path: str | Path,
     output: str | Path,

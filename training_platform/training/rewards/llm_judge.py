@@ -138,6 +138,7 @@ def judge_config(params: LLMJudgeParams):
     """The data factory's JudgeConfig for these params (one client for both)."""
     from training_platform.data.score import JudgeConfig
 
+    # The same keyword list as the TRL builders' config calls by shape only (the duplicates tool pairs them).
     return JudgeConfig(
         endpoint=params.endpoint,
         model=params.model,

@@ -2,7 +2,9 @@
 
 Each turns the engine's TrainContext (model, tokenizer, datasets, the shared TrainingArguments keywords, callbacks)
 into a TRL trainer configured from the algorithm's params. TRL is imported inside each builder: this module is
-read by config validation.
+read by config validation. The builders look alike on purpose (the duplicates tool pairs them by shape): TRL has one
+config class and one trainer per algorithm, and each builder passes its own fields to them; a shared helper would
+only hide which fields an algorithm sets.
 """
 
 from __future__ import annotations
