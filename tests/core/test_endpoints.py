@@ -138,3 +138,16 @@ def test_keyed_client_headers(monkeypatch):
         client.close()
     with pytest.raises(EndpointError, match="only http://"):  # a bad row written around the API
         keyed_client(Endpoint("e", "file:///etc"), timeout=5)
+
+
+def test_a_bad_environment_variable_is_named_not_a_traceback(monkeypatch):
+    """core/paths reads TP_DATA_DIR through the settings: an unrelated bad variable must say which and why."""
+    from training_platform.core.errors import InvalidInput
+    from training_platform.core.paths import data_dir
+
+    monkeypatch.setenv("TP_MAX_BODY_MB", "lots")
+    with pytest.raises(InvalidInput) as info:
+        data_dir()
+    assert info.value.errors[0].path == "TP_MAX_BODY_MB" and "must be a number" in info.value.errors[0].reason
+    monkeypatch.delenv("TP_MAX_BODY_MB")
+    assert data_dir().is_absolute()

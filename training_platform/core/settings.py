@@ -124,7 +124,15 @@ def current_settings() -> Settings:
 
 @lru_cache(maxsize=8)
 def _settings_for(env: tuple[tuple[str, str], ...]) -> Settings:
-    return Settings()
+    # A bad variable is the operator's input: named, with the reason, not a pydantic traceback.
+    from pydantic import ValidationError
+
+    from training_platform.core.errors import InvalidInput, pydantic_errors
+
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise InvalidInput(pydantic_errors(exc)) from None
 
 
 _ENV_NAMES = frozenset(
