@@ -11,17 +11,18 @@ Validation happens in three layers, and every layer reports ALL its errors as (f
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Union
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 
 import yaml
-from pydantic import Field, StringConstraints, ValidationError, model_validator
+from pydantic import BaseModel, Field, StringConstraints, ValidationError, model_validator
 
 from training_platform.core.errors import FieldError, InvalidInput, pydantic_errors
 from training_platform.core.errors import translate_pydantic_error as _translate
 from training_platform.core.settings import current_settings
 from training_platform.core.userpath import ModelRef, UserFile
-from training_platform.training.algorithms import ALGORITHMS
-from training_platform.training.algorithms.base import StrictModel
+from training_platform.training.algorithms import ALGORITHMS, ppo
+from training_platform.training.algorithms.base import AlgorithmParams, AlgorithmSpec, StrictModel
 from training_platform.training.engines import ENGINES, engines_for, get_builder
 from training_platform.training.launchers import resolve as resolve_launcher
 from training_platform.training.rewards import REWARDS
@@ -282,22 +283,34 @@ class VerlSection(StrictModel):
     )
 
 
+Tracker = Literal["none", "tensorboard", "wandb", "mlflow"]
+
+
+def _no_tracker() -> list[Tracker]:
+    return ["none"]
+
+
 class TrackingSection(StrictModel):
-    report_to: list[Literal["none", "tensorboard", "wandb", "mlflow"]] = Field(default_factory=lambda: ["none"])
+    report_to: list[Tracker] = Field(default_factory=_no_tracker)
     project: str | None = Field(None, description="W&B / MLflow project or experiment name.")
     run_name: str | None = None
 
 
-AlgorithmUnion = Annotated[
-    Union[tuple(spec.params for spec in ALGORITHMS.values())],  # noqa: UP007 - built from the registry
-    Field(discriminator="name"),
-]
+if TYPE_CHECKING:
+    # mypy cannot see through types built from the registries: statically an engine is a str and every algorithm's
+    # params are AlgorithmParams (code that reads an algorithm's own fields narrows to its Params class).
+    EngineName: TypeAlias = str
+    AlgorithmUnion: TypeAlias = AlgorithmParams
+else:
+    EngineName = Literal[tuple(ENGINES)]
+    AlgorithmUnion = Annotated[
+        Union[tuple(spec.params for spec in ALGORITHMS.values())],  # noqa: UP007 - built from the registry
+        Field(discriminator="name"),
+    ]
 
 
 class JobConfig(StrictModel):
-    engine: Literal[tuple(ENGINES)] = Field(  # type: ignore[valid-type] - built from the engine registry
-        "trl", description="Training engine (`tp algorithms list` shows what each engine runs)."
-    )
+    engine: EngineName = Field("trl", description="Training engine (`tp algorithms list` shows what each engine runs).")
     model: ModelSection
     data: DataSection
     algorithm: AlgorithmUnion
@@ -311,7 +324,7 @@ class JobConfig(StrictModel):
         return self.data.eval_file is not None or self.data.eval_split > 0
 
     @property
-    def spec(self):
+    def spec(self) -> AlgorithmSpec:
         return ALGORITHMS[self.algorithm.name]
 
 
@@ -321,7 +334,7 @@ class JobConfig(StrictModel):
 # pydantic names the member of a plain union in the location (`target_modules.list[str]`); not a field.
 def _known_field_names() -> set[str]:
     names: set[str] = set()
-    models = [
+    models: list[type[BaseModel]] = [
         JobConfig,
         ModelSection,
         LoraSection,
@@ -340,14 +353,16 @@ def _known_field_names() -> set[str]:
     return names
 
 
-def translate_pydantic_error(err: dict, prefix: str = "", known_fields: set[str] | None = None) -> FieldError:
+def translate_pydantic_error(
+    err: Mapping[str, Any], prefix: str = "", known_fields: set[str] | None = None
+) -> FieldError:
     """One pydantic error of a job config (core's translator with the config's field names for the "did you mean"
     hint and the algorithm tags of its discriminated union)."""
     return _translate(err, prefix, known_fields or _known_field_names(), {"algorithm": tuple(ALGORITHMS)})
 
 
 def _dedupe(errors: list[FieldError]) -> list[FieldError]:
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, ...]] = set()
     out = []
     for e in errors:
         if tuple(e) not in seen:
@@ -400,7 +415,10 @@ def check_rules(cfg: JobConfig) -> list[FieldError]:
 
     # Reward functions: RL algorithms that score completions with python functions need them; others must not
     # silently ignore them. verl's PPO scores with them when it has no reward model.
-    verl_ppo_functions = cfg.engine == "verl" and spec.name == "ppo" and cfg.algorithm.reward_model_path is None
+    algorithm = cfg.algorithm
+    verl_ppo_functions = (
+        cfg.engine == "verl" and isinstance(algorithm, ppo.Params) and algorithm.reward_model_path is None
+    )
     if spec.uses_reward_functions or verl_ppo_functions:
         if not cfg.rewards:
             errors.append(FieldError("rewards", f"{spec.name} needs at least one reward function"))

@@ -24,7 +24,7 @@ from pathlib import Path
 from training_platform.core.files import atomic_write_text
 from training_platform.core.timeutil import now_iso
 from training_platform.training.distributed import DistContext
-from training_platform.training.rundir import RunDir, redact
+from training_platform.training.rundir import RunDir, redact, redact_record
 
 LAUNCH_FILE = "launch.json"
 RESULT_FILE = "result.json"
@@ -52,7 +52,7 @@ def _log_setup(run: RunDir, dist: DistContext) -> None:
     path = run.log_file if dist.is_main else ranks_dir(run) / f"rank_{dist.rank}.log"
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s rank{dist.rank} %(name)s: %(message)s"))
-    handler.addFilter(lambda record: setattr(record, "msg", redact(str(record.msg))) or True)
+    handler.addFilter(redact_record)
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(logging.INFO)

@@ -33,7 +33,7 @@ class RunWriter:
         self.rank = rank
         self.keep_last = keep_last
         self._background = background
-        self._tasks: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self._tasks: queue.Queue[Callable[[], object] | None] = queue.Queue()
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
 
@@ -89,7 +89,7 @@ class RunWriter:
             self.run.update_run_info(**fields)
 
     # -- the background queue
-    def _submit(self, task: Callable[[], None]) -> None:
+    def _submit(self, task: Callable[[], object]) -> None:
         if not self._background:
             task()
             return

@@ -17,6 +17,7 @@ runs/<run-id>/
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
 import re
@@ -43,6 +44,12 @@ def redact(text: str) -> str:
         if SECRET_ENV_PATTERN.search(name) and value and len(value) >= 6:
             text = text.replace(value, f"<redacted:{name}>")
     return SECRET_VALUE_PATTERN.sub("<redacted>", text)
+
+
+def redact_record(record: logging.LogRecord) -> bool:
+    """Log filter of the run's log files: the message redacted in place; every record passes."""
+    record.msg = redact(str(record.msg))
+    return True
 
 
 def checkpoint_name(step: int) -> str:
@@ -313,7 +320,7 @@ def verify(run_path: str | Path) -> tuple[int, list[str]]:
 def environment_info() -> dict[str, Any]:
     from importlib import metadata
 
-    packages = {}
+    packages: dict[str, str | None] = {}
     for name in (
         "training_platform",
         "torch",

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from training_platform.core.errors import PlatformError
 from training_platform.core.paths import resolve_data_path, runs_dir
 from training_platform.core.settings import current_settings
 from training_platform.core.timeutil import now_iso
@@ -30,9 +31,9 @@ from training_platform.training.config import (
     validate_config,
 )
 from training_platform.training.distributed import DistContext
-from training_platform.training.engines import get_builder, get_engine
+from training_platform.training.engines import get_engine, require_builder
 from training_platform.training.run_writer import RunWriter
-from training_platform.training.rundir import RunDir, environment_info, redact
+from training_platform.training.rundir import RunDir, environment_info, redact, redact_record
 from training_platform.training.stop_signal import StopSignal, TrainingStopped
 
 log = logging.getLogger("training_platform.train")
@@ -41,7 +42,12 @@ log = logging.getLogger("training_platform.train")
 RESUMABLE_CHANGES = {"training.max_steps", "training.num_epochs"}
 
 
-class TrainingFailed(Exception):
+class TrainingFailed(PlatformError):
+    """The run started and failed: its error, traceback and failure bundle are in `run_dir` (error.json,
+    failpack.tgz)."""
+
+    code = "training_failed"
+
     def __init__(self, message: str, run_dir: Path):
         super().__init__(message)
         self.run_dir = run_dir
@@ -89,7 +95,7 @@ def _resume_differences(old: dict, new: dict) -> list[FieldError]:
 def _log_to(run: RunDir):
     handler = logging.FileHandler(run.log_file, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(lambda record: setattr(record, "msg", redact(str(record.msg))) or True)
+    handler.addFilter(redact_record)
     root = logging.getLogger()
     old_level = root.level
     root.addHandler(handler)
@@ -133,8 +139,10 @@ def _stop_on_signals(stopper: StopSignal):
                 signal.signal(sig, old)
 
 
-class RankFailed(RuntimeError):
+class RankFailed(PlatformError):
     """A rank of a multi-process run failed (the message names it)."""
+
+    code = "rank_failed"
 
 
 def _train_ranks(
@@ -154,7 +162,7 @@ def _train_ranks(
     from training_platform.training.rank_main import LAUNCH_FILE, RESULT_FILE, ranks_dir
 
     restarts = 0
-    can_resume = get_builder(cfg.engine, cfg.spec.name).capabilities.resume
+    can_resume = require_builder(cfg.engine, cfg.spec.name).capabilities.resume
     while True:
         shutil.rmtree(ranks_dir(run), ignore_errors=True)  # the last attempt's errors and result
         ranks_dir(run).mkdir()
@@ -168,7 +176,9 @@ def _train_ranks(
             )
         )
         if launcher == "ray":
-            outcome = ray_train.launch(run, cfg=cfg, address=current_settings().ray_address, stop=stopper)
+            address = current_settings().ray_address
+            assert address, "validation refuses launcher ray without TP_RAY_ADDRESS"
+            outcome = ray_train.launch(run, cfg=cfg, address=address, stop=stopper)
             if outcome.returncode == 2:  # the cluster cannot run it: a clear error, not worth a restart
                 raise RankFailed(outcome.message)
         else:
@@ -248,7 +258,7 @@ def train(
         run = RunDir(resume)
         if not (run.path / "config_effective.yaml").is_file():
             raise ConfigError([FieldError("--resume", f"{run.path} is not a run directory")])
-        if not get_builder(cfg.engine, cfg.spec.name).capabilities.resume:
+        if not require_builder(cfg.engine, cfg.spec.name).capabilities.resume:
             raise ConfigError(
                 [
                     FieldError(
@@ -334,7 +344,7 @@ def train(
             log.info("run dir: %s (launcher %s, world size %d)", run.path, launcher, cfg.resources.processes)
 
             with _stop_on_signals(stopper):
-                if launcher == "local" or get_builder(cfg.engine, cfg.spec.name).capabilities.own_workers:
+                if launcher == "local" or require_builder(cfg.engine, cfg.spec.name).capabilities.own_workers:
                     try:
                         result = get_engine(cfg.engine).train(
                             cfg, run, loaded=loaded, resume_from=resume_from, stop=stopper, writer=writer, dist=dist

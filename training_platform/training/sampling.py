@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -63,6 +63,7 @@ class SamplingPlan:
     ):
         if strategy not in ("mix", "curriculum"):
             raise ValueError(f"data.sampling.strategy: the sampler draws for mix or curriculum, not {strategy!r}")
+        self.stages: list[tuple[int | None, np.ndarray]]
         if strategy == "mix":
             if mix is None:
                 raise ValueError("data.sampling.mix: required for strategy mix")
@@ -205,7 +206,15 @@ def _torch_sampler_base():
     return Sampler
 
 
-class DifficultySampler(_torch_sampler_base()):
+if TYPE_CHECKING:  # pragma: no cover
+    from torch.utils.data import Sampler
+
+    _SamplerBase = Sampler[int]
+else:
+    _SamplerBase = _torch_sampler_base()
+
+
+class DifficultySampler(_SamplerBase):
     """Trainer's train sampler: one epoch is `length` positions of the stream."""
 
     def __init__(self, stream: IndexStream, length: int):
@@ -257,7 +266,12 @@ def sampling_record(stream: IndexStream, *, strategy: str, total_steps: int, wor
     per_step = stream.per_step_counts(steps)
     stages = []
     for i, (until, shares) in enumerate(stream.plan.stages):
-        first = 1 if i == 0 else int(stream.plan.stages[i - 1][0]) + 1
+        if i == 0:
+            first = 1
+        else:
+            previous = stream.plan.stages[i - 1][0]
+            assert previous is not None  # several stages are a curriculum's, and each of them ends at a step
+            first = previous + 1
         last = steps if until is None or i == len(stream.plan.stages) - 1 else min(int(until), steps)
         totals = (
             {b: sum(per_step[s - 1][b] for s in range(first, last + 1)) for b in BUCKETS}

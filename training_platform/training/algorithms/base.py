@@ -9,7 +9,7 @@ engines register how (`training/engines/<engine>/builders.py`). It defines:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,6 +32,18 @@ class AlgorithmParams(StrictModel):
     def check(self, cfg: JobConfig) -> list[tuple[str, str]]:
         """Cross-field rules that involve other sections. Returns (field path, reason) pairs."""
         return []
+
+
+P = TypeVar("P", bound=AlgorithmParams)
+
+
+def params_as(params: AlgorithmParams, kind: type[P]) -> P:
+    """`params` as the Params class of the algorithm the caller already knows it is (a builder registered for that
+    algorithm, a mapping row that applies only to it): JobConfig types `algorithm` as the base class, since its
+    discriminated union is built from the registry at runtime."""
+    if not isinstance(params, kind):
+        raise TypeError(f"{kind.__module__}.{kind.__qualname__} expected, got the params of {params.name!r}")
+    return params
 
 
 class GenerationParams(AlgorithmParams):

@@ -27,11 +27,15 @@ DPOLoss = Literal[
 ]
 
 
+def _sigmoid() -> list[DPOLoss]:
+    return ["sigmoid"]
+
+
 class Params(AlgorithmParams):
     name: Literal["dpo"]
     beta: float = Field(0.1, gt=0, le=100, description="Deviation from the reference (IPO: regularisation tau).")
     loss_type: list[DPOLoss] = Field(
-        default_factory=lambda: ["sigmoid"],
+        default_factory=_sigmoid,
         min_length=1,
         description="One loss, or several combined with loss_weights (e.g. MPO).",
     )

@@ -68,6 +68,14 @@ def get_builder(engine: str, algorithm: str) -> Builder | None:
     return builders().get((engine, algorithm))
 
 
+def require_builder(engine: str, algorithm: str) -> Builder:
+    """The builder of a validated job's (engine, algorithm): config validation refuses a pair without one."""
+    builder = get_builder(engine, algorithm)
+    if builder is None:
+        raise ValueError(f"engine {engine!r} has no builder for {algorithm!r} (the config was not validated)")
+    return builder
+
+
 def engines_for(algorithm: str) -> list[str]:
     return sorted(engine for engine, name in builders() if name == algorithm)
 
@@ -116,4 +124,5 @@ __all__ = [
     "get_builder",
     "get_engine",
     "register_builder",
+    "require_builder",
 ]

@@ -32,7 +32,7 @@ CACHE_MAX_AGE_S = 10.0
 
 def _collect(address: str) -> dict[str, Any]:
     """In the child: the snapshot (see `snapshot`)."""
-    from ray._raylet import GcsClient
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]  # ray's _raylet.pyi omits it; the .so has it
     from ray.autoscaler.v2.sdk import get_cluster_status
 
     status = get_cluster_status(address)

@@ -83,9 +83,9 @@ def _failed_rank(run: RunDir, nproc: int, tail: list[str]) -> tuple[int | None, 
         elif root_rank is not None and root_exit is None and (m := _ROOT_EXIT.match(line)):
             root_exit = int(m.group(1))
     errors = {}
-    for rank in range(nproc):
+    for r in range(nproc):
         with contextlib.suppress(OSError, ValueError):
-            errors[rank] = json.loads(error_file(run, rank).read_text())
+            errors[r] = json.loads(error_file(run, r).read_text())
     rank = root_rank if root_rank is not None else (min(errors, key=lambda r: errors[r]["ts"]) if errors else None)
     if rank is not None and rank in errors:
         e = errors[rank]

@@ -50,9 +50,10 @@ def build_length_penalty(params: LengthPenaltyParams) -> RewardFn:
         completions: list[Any], completion_ids: Sequence[Sequence[int]] | None = None, **kwargs: Any
     ) -> list[float | None]:
         use_ids = params.unit == "tokens" and completion_ids is not None and len(completion_ids) == len(completions)
+        all_ids = completion_ids if use_ids else None
         rewards: list[float | None] = []
         for i, completion in enumerate(completions):
-            ids = completion_ids[i] if use_ids else None
+            ids = all_ids[i] if all_ids is not None else None
             length = len(ids) if ids is not None else len(completion_text(completion))
             rewards.append(soft_overlong_penalty(length, params.max_length, params.buffer))
         return rewards

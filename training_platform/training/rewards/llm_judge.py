@@ -35,12 +35,17 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from training_platform.data.judge_parse import JudgeParse, judge_cache_key
 from training_platform.training.rewards import RewardFn, RewardParams, completion_text, register_reward
+
+if TYPE_CHECKING:  # pragma: no cover
+    from concurrent.futures import ThreadPoolExecutor
+
+    from training_platform.data.score import JudgeClient
 
 log = logging.getLogger("training_platform.train")
 
@@ -251,8 +256,8 @@ class JudgeReward:
         self.params = params
         self.monitor = JudgeMonitor(params)
         self._endpoints, self._transport = endpoints, transport
-        self._client = None
-        self._pool = None
+        self._client: JudgeClient | None = None
+        self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self.last_calls: list[Any] = []
 

@@ -114,7 +114,9 @@ class Scorer:
             try:
                 section = RewardSection.model_validate(entry)
             except ValidationError as exc:
-                errors.extend(tuple(translate_pydantic_error(e, prefix=where)) for e in exc.errors())
+                for e in exc.errors():
+                    problem = translate_pydantic_error(e, prefix=where)
+                    errors.append((problem.path, problem.reason))
                 continue
             definition = REWARDS.get(section.name)
             if definition is None:
@@ -125,14 +127,10 @@ class Scorer:
             try:
                 filled = definition.params_model.model_validate(section.params).model_dump(mode="json")
             except ValidationError as exc:
-                errors.extend(
-                    tuple(
-                        translate_pydantic_error(
-                            e, prefix=f"{where}.params", known_fields=set(definition.params_model.model_fields)
-                        )
-                    )
-                    for e in exc.errors()
-                )
+                known = set(definition.params_model.model_fields)
+                for e in exc.errors():
+                    problem = translate_pydantic_error(e, prefix=f"{where}.params", known_fields=known)
+                    errors.append((problem.path, problem.reason))
                 continue
             sections.append(section)
             self_params.append(filled)
@@ -219,19 +217,19 @@ def rank_correlations(a: Sequence[float], b: Sequence[float]) -> tuple[float | N
     """(Spearman rho, Kendall tau-b); None when either side is constant or fewer than 2 items."""
     from scipy import stats
 
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if len(a) < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return None, None
-    return _finite(stats.spearmanr(a, b).statistic), _finite(stats.kendalltau(a, b).statistic)
+    return _finite(stats.spearmanr(x, y).statistic), _finite(stats.kendalltau(x, y).statistic)
 
 
 def top_k_overlap(a: Sequence[float], b: Sequence[float], k: int) -> float:
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    k = min(k, len(a))
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    k = min(k, len(x))
     if k == 0:
         return 0.0
-    top_a = set(np.argsort(-a, kind="stable")[:k].tolist())
-    top_b = set(np.argsort(-b, kind="stable")[:k].tolist())
+    top_a = set(np.argsort(-x, kind="stable")[:k].tolist())
+    top_b = set(np.argsort(-y, kind="stable")[:k].tolist())
     return round(len(top_a & top_b) / k, 6)
 
 

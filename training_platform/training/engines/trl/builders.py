@@ -9,8 +9,10 @@ only hide which fields an algorithm sets.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from training_platform.training.algorithms import dpo, grpo, kto, orpo, ppo, reward, rloo, sft, simpo
+from training_platform.training.algorithms.base import GenerationParams, params_as
 from training_platform.training.engines import register_builder
 
 # Launchers a builder declares are the ones its losses were checked under (tests/integration/test_distributed.py:
@@ -38,7 +40,7 @@ _GENERATION_FIELDS = {
 }
 
 
-def _generation_kwargs(params) -> dict:
+def _generation_kwargs(params: GenerationParams) -> dict:
     return params.model_dump(include=_GENERATION_FIELDS)
 
 
@@ -46,7 +48,7 @@ def _generation_kwargs(params) -> dict:
 def build_sft(ctx: TrainContext):
     from trl import SFTConfig, SFTTrainer
 
-    p = ctx.cfg.algorithm
+    p = params_as(ctx.cfg.algorithm, sft.Params)
     args = SFTConfig(
         **ctx.common_args,
         max_length=ctx.cfg.data.max_length,
@@ -69,8 +71,8 @@ def build_sft(ctx: TrainContext):
 def build_dpo(ctx: TrainContext):
     from trl import DPOConfig, DPOTrainer
 
-    p = ctx.cfg.algorithm
-    extra = {"loss_weights": p.loss_weights} if p.loss_weights else {}
+    p = params_as(ctx.cfg.algorithm, dpo.Params)
+    extra: dict[str, Any] = {"loss_weights": p.loss_weights} if p.loss_weights else {}
     args = DPOConfig(
         **ctx.common_args,
         max_length=ctx.cfg.data.max_length,
@@ -94,7 +96,7 @@ def build_dpo(ctx: TrainContext):
 def build_kto(ctx: TrainContext):
     from trl import KTOConfig, KTOTrainer
 
-    p = ctx.cfg.algorithm
+    p = params_as(ctx.cfg.algorithm, kto.Params)
     args = KTOConfig(
         **ctx.common_args,
         max_length=ctx.cfg.data.max_length,
@@ -118,7 +120,7 @@ def build_kto(ctx: TrainContext):
 def build_orpo(ctx: TrainContext):
     from trl.experimental.orpo import ORPOConfig, ORPOTrainer
 
-    p = ctx.cfg.algorithm
+    p = params_as(ctx.cfg.algorithm, orpo.Params)
     args = ORPOConfig(
         **ctx.common_args,
         max_length=ctx.cfg.data.max_length,
@@ -140,7 +142,7 @@ def build_orpo(ctx: TrainContext):
 def build_simpo(ctx: TrainContext):
     from trl.experimental.cpo import CPOConfig, CPOTrainer
 
-    p = ctx.cfg.algorithm
+    p = params_as(ctx.cfg.algorithm, simpo.Params)
     args = CPOConfig(
         **ctx.common_args,
         max_length=ctx.cfg.data.max_length,
@@ -166,7 +168,7 @@ def build_simpo(ctx: TrainContext):
 def build_grpo(ctx: TrainContext):
     from trl import GRPOConfig, GRPOTrainer
 
-    p = ctx.cfg.algorithm
+    p = params_as(ctx.cfg.algorithm, grpo.Params)
     args = GRPOConfig(
         **ctx.common_args,
         **_generation_kwargs(p),
@@ -191,12 +193,12 @@ def build_grpo(ctx: TrainContext):
 def build_rloo(ctx: TrainContext):
     from trl import RLOOConfig, RLOOTrainer
 
-    p = ctx.cfg.algorithm
+    p = params_as(ctx.cfg.algorithm, rloo.Params)
     args = RLOOConfig(
         **ctx.common_args,
         **_generation_kwargs(p),
         normalize_advantages=p.normalize_advantages,
-        reward_clip_range=tuple(p.reward_clip_range) if p.reward_clip_range else None,
+        reward_clip_range=(p.reward_clip_range[0], p.reward_clip_range[1]) if p.reward_clip_range else None,
         reward_weights=ctx.reward_weights,
     )
     return RLOOTrainer(
@@ -221,13 +223,15 @@ def build_ppo(ctx: TrainContext):
     from transformers import AutoModelForSequenceClassification
     from trl.experimental.ppo import PPOConfig, PPOTrainer
 
-    p = ctx.cfg.algorithm
+    p = params_as(ctx.cfg.algorithm, ppo.Params)
     t = ctx.cfg.training
     total_episodes = p.total_episodes
     if total_episodes is None and t.max_steps is not None:
         total_episodes = t.max_steps * t.per_device_batch_size * t.gradient_accumulation_steps * ctx.world_size
-    reward_path = ctx.resolve(p.reward_model_path)
-    value_path = ctx.resolve(p.value_model_path or p.reward_model_path)
+    reward_model_path = p.reward_model_path
+    assert reward_model_path is not None  # the PPO params' check: engine trl's PPO needs a reward model
+    reward_path = ctx.resolve(reward_model_path)
+    value_path = ctx.resolve(p.value_model_path or reward_model_path)
     args = PPOConfig(
         **ctx.common_args,
         total_episodes=total_episodes,
@@ -274,7 +278,7 @@ def build_ppo(ctx: TrainContext):
 def build_reward(ctx: TrainContext):
     from trl import RewardConfig, RewardTrainer
 
-    p = ctx.cfg.algorithm
+    p = params_as(ctx.cfg.algorithm, reward.Params)
     args = RewardConfig(
         **ctx.common_args,
         max_length=ctx.cfg.data.max_length,

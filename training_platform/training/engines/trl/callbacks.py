@@ -9,6 +9,7 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from transformers import TrainerCallback
 
@@ -179,6 +180,7 @@ class RolloutCallback(TrainerCallback):
         self.trainer = trainer
 
     def _train_generations(self) -> int:
+        assert self.trainer is not None  # on_log asks only once bind() has set it
         return len(self.trainer._metrics["train"].get("reward", ()))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -231,8 +233,8 @@ class PPORolloutCallback(TrainerCallback):
         self.tokenizer = tokenizer
         self.missing_eos_penalty = missing_eos_penalty
         self.trainer = None
-        self._module = None
-        self._original = None
+        self._module: Any = None  # TRL's ppo_trainer module (its get_reward is swapped while training)
+        self._original: Callable[..., Any] | None = None
         self._pending: list[tuple[list[int], list[int], bool, float]] = []
 
     def bind(self, trainer) -> None:
@@ -252,6 +254,7 @@ class PPORolloutCallback(TrainerCallback):
 
         def get_reward(model, query_responses, pad_token_id, context_length):
             out = original(model, query_responses, pad_token_id, context_length)
+            assert self.trainer is not None  # set above, before this wrapper is installed; never unset
             if model is self.trainer.reward_model and self.rollouts.enabled:
                 self._capture(query_responses, pad_token_id, context_length, out[1])
             return out

@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from training_platform.training.algorithms import ppo
+from training_platform.training.algorithms.base import params_as
 from training_platform.training.config import JobConfig
 from training_platform.training.distributed import DistContext
-from training_platform.training.engines import get_builder
+from training_platform.training.engines import require_builder
 from training_platform.training.engines.base import EngineResult
 from training_platform.training.engines.trl.callbacks import (
     CheckpointCallback,
@@ -269,7 +271,7 @@ class TRLEngine:
             for warning in weight_warnings if writer.is_main else ():
                 log.warning(warning)
 
-        builder = get_builder(self.name, spec.name)
+        builder = require_builder(self.name, spec.name)
         from training_platform.training.rewards.llm_judge import judge_metrics_source
 
         metrics = MetricsCallback(
@@ -366,7 +368,8 @@ def _rollout_callback(cfg: JobConfig, run: RunDir, dist: DistContext, tokenizer)
         return None
     rollouts = RolloutWriter.for_job(cfg, run, rank=dist.rank)
     if cfg.spec.name == "ppo":
-        return PPORolloutCallback(rollouts, tokenizer, missing_eos_penalty=cfg.algorithm.missing_eos_penalty)
+        penalty = params_as(cfg.algorithm, ppo.Params).missing_eos_penalty
+        return PPORolloutCallback(rollouts, tokenizer, missing_eos_penalty=penalty)
     return RolloutCallback(rollouts)
 
 
@@ -378,6 +381,7 @@ def _install_sampling(cfg: JobConfig, run: RunDir, writer: RunWriter, trainer, b
     from training_platform.training import sampling
 
     s = cfg.data.sampling
+    assert s is not None  # train() installs a sampler only for a job with data.sampling
     if s.strategy == "uniform":
         record = sampling.uniform_record(
             buckets, seed=s.seed if s.seed is not None else cfg.training.seed, world_size=dist.world_size
@@ -403,7 +407,7 @@ def _install_sampling(cfg: JobConfig, run: RunDir, writer: RunWriter, trainer, b
 
 
 def _ppo_loss(cfg: JobConfig):
-    vf_coef = cfg.algorithm.vf_coef
+    vf_coef = params_as(cfg.algorithm, ppo.Params).vf_coef
 
     def loss_from(logs: dict) -> float | None:
         # TRL's PPO logs the two terms it optimises (pg_loss + vf_coef * vf_loss) but not their sum.

@@ -8,6 +8,8 @@ vLLM or SGLang; preflight says so on a machine without them (configs still gener
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from training_platform.training.engines import register_builder
 
 RL_NOTES = "needs GPUs with vLLM or SGLang (rollouts); dry-runs anywhere"
@@ -23,7 +25,14 @@ def _generate(cfg_and_paths):
 register_builder(
     "verl", "sft", launchers=("local", "torchrun", "ray"), notes="verl's SFT trainer (FSDP2); runs on CPU too"
 )(_generate)
-_RL = {"launchers": ("local", "ray"), "own_workers": True}
+
+
+class _RLOptions(TypedDict):
+    launchers: tuple[str, ...]
+    own_workers: bool
+
+
+_RL: _RLOptions = {"launchers": ("local", "ray"), "own_workers": True}
 register_builder("verl", "grpo", notes=f"loss_type, GSPO (importance_sampling_level: sequence); {RL_NOTES}", **_RL)(
     _generate
 )

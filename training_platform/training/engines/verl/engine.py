@@ -13,13 +13,15 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
+from training_platform.training.algorithms import ppo
 from training_platform.training.engines.verl import mapping
 from training_platform.training.engines.verl.mapping import VerlPaths
 
 if TYPE_CHECKING:  # pragma: no cover
     from omegaconf import DictConfig
+    from torch import Tensor
 
     from training_platform.training.config import JobConfig
 
@@ -34,7 +36,7 @@ def planned_paths(cfg: JobConfig, run_dir: Path | None) -> VerlPaths:
     base = f"{run_dir if run_dir is not None else PLACEHOLDER_RUN_DIR}/verl"
     algorithm = cfg.algorithm
     critic = reward_model = None
-    if algorithm.name == "ppo":
+    if isinstance(algorithm, ppo.Params):
         critic = resolve_model_ref(algorithm.value_model_path)[0] if algorithm.value_model_path else None
         reward_model = resolve_model_ref(algorithm.reward_model_path)[0] if algorithm.reward_model_path else None
     return VerlPaths(
@@ -50,9 +52,9 @@ def planned_paths(cfg: JobConfig, run_dir: Path | None) -> VerlPaths:
 
 
 def verl_config(cfg: JobConfig, paths: VerlPaths) -> DictConfig:
-    from training_platform.training.engines import get_builder
+    from training_platform.training.engines import require_builder
 
-    return get_builder("verl", cfg.algorithm.name).build((cfg, paths))
+    return require_builder("verl", cfg.algorithm.name).build((cfg, paths))
 
 
 class VerlEngine:
@@ -101,12 +103,12 @@ def prepare_rl_inputs(cfg, run, loaded) -> None:
     sources = [("data.train_file", paths.train_files)]
     if paths.val_files and "data.eval_file" in loaded:
         sources.append(("data.eval_file", paths.val_files))
-    for field, target in sources:
+    for field, target_file in sources:
         rows = [
             convert_row(row, "rl_prompt", "verl", index=i, data_source="training_platform")
             for i, row in enumerate(loaded[field][0])
         ]
-        target = Path(target)
+        target = Path(target_file)
         target.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.Table.from_pylist(rows), target.with_suffix(".tmp"))
         target.with_suffix(".tmp").replace(target)
@@ -280,8 +282,10 @@ def _save_final(cfg, run, writer, dist, trainer, torch) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    state = get_model_state_dict(
-        trainer.engine.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    # A full state dict is flat: parameter name -> tensor (torch types it with every nested ValueType).
+    state = cast(
+        "dict[str, Tensor]",
+        get_model_state_dict(trainer.engine.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True)),
     )
     if not writer.is_main:
         return

@@ -75,7 +75,7 @@ def _parent(config: DictConfig, key: str) -> DictConfig | None:
 
 def generate(cfg: JobConfig, paths: mapping.VerlPaths, *, check: bool = True) -> DictConfig:
     """The verl config of `cfg`: defaults + mapping + overrides, checked (ConfigError lists every problem)."""
-    from omegaconf import OmegaConf
+    from omegaconf import ListConfig, OmegaConf
 
     config = compose_defaults(mapping.config_name(cfg))
     for key, value in mapping.assignments(cfg, paths).items():
@@ -102,7 +102,7 @@ def generate(cfg: JobConfig, paths: mapping.VerlPaths, *, check: bool = True) ->
         if OmegaConf.is_dict(node):
             errors.append(FieldError(field, "is a section of verl's config: set its keys one by one"))
             continue
-        current = list(node) if OmegaConf.is_list(node) else None if node is None else node._value()
+        current = list(node) if isinstance(node, ListConfig) else None if node is None else node._value()
         problem = _type_problem(current, value)
         if problem:
             errors.append(FieldError(field, problem))

@@ -16,6 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from training_platform.training.algorithms import grpo, ppo, reinforce_pp, rloo
+from training_platform.training.algorithms.base import GenerationParams, params_as
+
 if TYPE_CHECKING:  # pragma: no cover
     from training_platform.training.config import JobConfig
 
@@ -98,23 +101,33 @@ def _epochs(cfg: JobConfig) -> int:
     return max(1, math.ceil(cfg.training.num_epochs))
 
 
+def _generation(cfg: JobConfig) -> GenerationParams:
+    """The params of grpo, rloo or reinforce_pp (rows that apply only to them)."""
+    return params_as(cfg.algorithm, GenerationParams)
+
+
+def _ppo(cfg: JobConfig) -> ppo.Params:
+    """The params of ppo (rows that apply only to it)."""
+    return params_as(cfg.algorithm, ppo.Params)
+
+
 def _adv_estimator(cfg: JobConfig) -> str:
     a = cfg.algorithm
-    if a.name == "reinforce_pp":
+    if isinstance(a, reinforce_pp.Params):
         return "reinforce_plus_plus_baseline" if a.baseline else "reinforce_plus_plus"
     return {"grpo": "grpo", "rloo": "rloo", "ppo": "gae"}[a.name]
 
 
 def _loss_mode(cfg: JobConfig) -> Any:
     a = cfg.algorithm
-    if a.name == "grpo" and a.importance_sampling_level == "sequence":
+    if isinstance(a, grpo.Params) and a.importance_sampling_level == "sequence":
         return "gspo"
     return "vanilla"
 
 
 def _loss_agg(cfg: JobConfig) -> Any:
     a = cfg.algorithm
-    if a.name == "grpo":
+    if isinstance(a, grpo.Params):
         return "seq-mean-token-mean" if a.importance_sampling_level == "sequence" else LOSS_AGG[a.loss_type]
     return "token-mean"
 
@@ -122,26 +135,27 @@ def _loss_agg(cfg: JobConfig) -> Any:
 def _kl_loss(cfg: JobConfig) -> bool:
     """GRPO and REINFORCE++ put the KL in the loss; RLOO and PPO in the reward (as TRL does)."""
     a = cfg.algorithm
-    return a.name in ("grpo", "reinforce_pp") and a.beta > 0
+    return isinstance(a, grpo.Params | reinforce_pp.Params) and a.beta > 0
 
 
 def _kl_in_reward(cfg: JobConfig) -> bool:
     a = cfg.algorithm
-    return (a.name == "rloo" and a.beta > 0) or (a.name == "ppo" and a.kl_coef > 0)
+    return (isinstance(a, rloo.Params) and a.beta > 0) or (isinstance(a, ppo.Params) and a.kl_coef > 0)
 
 
 def _kl_coef(cfg: JobConfig) -> Any:
     a = cfg.algorithm
-    return a.kl_coef if a.name == "ppo" else getattr(a, "beta", SKIP)
+    return a.kl_coef if isinstance(a, ppo.Params) else getattr(a, "beta", SKIP)
 
 
 def _response_length(cfg: JobConfig) -> int:
     a = cfg.algorithm
-    return a.response_length if a.name == "ppo" else a.max_completion_length
+    return a.response_length if isinstance(a, ppo.Params) else _generation(cfg).max_completion_length
 
 
 def _temperature(cfg: JobConfig) -> float:
-    return cfg.algorithm.temperature
+    a = cfg.algorithm
+    return a.temperature if isinstance(a, ppo.Params) else _generation(cfg).temperature
 
 
 _SFT = ("sft",)
@@ -321,11 +335,11 @@ ROWS: tuple[Row, ...] = (
     Row("algorithm.num_generations", f"{_ROLLOUT}.n", lambda c, p: generations(c), ("grpo", "rloo", "reinforce_pp")),
     Row("", f"{_ROLLOUT}.n", lambda c, p: 1, ("ppo",)),
     Row("algorithm.temperature", f"{_ROLLOUT}.temperature", lambda c, p: _temperature(c), _RL),
-    Row("algorithm.top_p", f"{_ROLLOUT}.top_p", lambda c, p: c.algorithm.top_p, ("grpo", "rloo", "reinforce_pp")),
+    Row("algorithm.top_p", f"{_ROLLOUT}.top_p", lambda c, p: _generation(c).top_p, ("grpo", "rloo", "reinforce_pp")),
     Row(
         "algorithm.top_k",
         f"{_ROLLOUT}.top_k",
-        lambda c, p: c.algorithm.top_k or -1,
+        lambda c, p: _generation(c).top_k or -1,
         ("grpo", "rloo", "reinforce_pp"),
         "0 (off) -> -1",
     ),
@@ -340,27 +354,27 @@ ROWS: tuple[Row, ...] = (
     Row(
         "algorithm.num_iterations",
         f"{_ACTOR}.ppo_epochs",
-        lambda c, p: c.algorithm.num_iterations,
+        lambda c, p: _generation(c).num_iterations,
         ("grpo", "rloo", "reinforce_pp"),
     ),
-    Row("algorithm.num_ppo_epochs", f"{_ACTOR}.ppo_epochs", lambda c, p: c.algorithm.num_ppo_epochs, ("ppo",)),
+    Row("algorithm.num_ppo_epochs", f"{_ACTOR}.ppo_epochs", lambda c, p: _ppo(c).num_ppo_epochs, ("ppo",)),
     Row(
         "algorithm.epsilon",
         f"{_ACTOR}.clip_ratio_low",
-        lambda c, p: c.algorithm.epsilon,
+        lambda c, p: _generation(c).epsilon,
         ("grpo", "rloo", "reinforce_pp"),
     ),
     Row(
         "algorithm.epsilon_high",
         f"{_ACTOR}.clip_ratio_high",
-        lambda c, p: c.algorithm.epsilon_high or c.algorithm.epsilon,
+        lambda c, p: _generation(c).epsilon_high or _generation(c).epsilon,
         ("grpo", "rloo", "reinforce_pp"),
         "DAPO's clip-higher; default = epsilon",
     ),
-    Row("algorithm.cliprange", f"{_ACTOR}.clip_ratio", lambda c, p: c.algorithm.cliprange, ("ppo",)),
-    Row("algorithm.cliprange", f"{_ACTOR}.clip_ratio_low", lambda c, p: c.algorithm.cliprange, ("ppo",)),
-    Row("algorithm.cliprange", f"{_ACTOR}.clip_ratio_high", lambda c, p: c.algorithm.cliprange, ("ppo",)),
-    Row("algorithm.cliprange_value", "critic.cliprange_value", lambda c, p: c.algorithm.cliprange_value, ("ppo",)),
+    Row("algorithm.cliprange", f"{_ACTOR}.clip_ratio", lambda c, p: _ppo(c).cliprange, ("ppo",)),
+    Row("algorithm.cliprange", f"{_ACTOR}.clip_ratio_low", lambda c, p: _ppo(c).cliprange, ("ppo",)),
+    Row("algorithm.cliprange", f"{_ACTOR}.clip_ratio_high", lambda c, p: _ppo(c).cliprange, ("ppo",)),
+    Row("algorithm.cliprange_value", "critic.cliprange_value", lambda c, p: _ppo(c).cliprange_value, ("ppo",)),
     Row(
         "algorithm.loss_type",
         f"{_ACTOR}.loss_agg_mode",
@@ -378,16 +392,16 @@ ROWS: tuple[Row, ...] = (
     Row(
         "algorithm.scale_rewards",
         "algorithm.norm_adv_by_std_in_grpo",
-        lambda c, p: c.algorithm.scale_rewards != "none",
+        lambda c, p: params_as(c.algorithm, grpo.Params).scale_rewards != "none",
         ("grpo",),
         "none (Dr. GRPO) -> false",
     ),
     Row("algorithm.beta", f"{_ACTOR}.use_kl_loss", lambda c, p: _kl_loss(c), _RL),
-    Row("algorithm.beta", f"{_ACTOR}.kl_loss_coef", lambda c, p: c.algorithm.beta if _kl_loss(c) else SKIP, _RL),
+    Row("algorithm.beta", f"{_ACTOR}.kl_loss_coef", lambda c, p: _generation(c).beta if _kl_loss(c) else SKIP, _RL),
     Row(
         "algorithm.kl_estimator",
         f"{_ACTOR}.kl_loss_type",
-        lambda c, p: KL_TYPE[c.algorithm.kl_estimator] if _kl_loss(c) else SKIP,
+        lambda c, p: KL_TYPE[params_as(c.algorithm, reinforce_pp.Params).kl_estimator] if _kl_loss(c) else SKIP,
         ("reinforce_pp",),
     ),
     Row("", f"{_ACTOR}.kl_loss_type", lambda c, p: "low_var_kl", ("grpo",), "k3, as TRL's GRPO"),
@@ -396,11 +410,11 @@ ROWS: tuple[Row, ...] = (
     Row(
         "algorithm.kl_estimator",
         "algorithm.kl_penalty",
-        lambda c, p: KL_TYPE[c.algorithm.kl_estimator] if c.algorithm.name == "ppo" else SKIP,
+        lambda c, p: KL_TYPE[_ppo(c).kl_estimator] if c.algorithm.name == "ppo" else SKIP,
         ("ppo",),
     ),
-    Row("algorithm.gamma", "algorithm.gamma", lambda c, p: c.algorithm.gamma, ("ppo",)),
-    Row("algorithm.lam", "algorithm.lam", lambda c, p: c.algorithm.lam, ("ppo",)),
+    Row("algorithm.gamma", "algorithm.gamma", lambda c, p: _ppo(c).gamma, ("ppo",)),
+    Row("algorithm.lam", "algorithm.lam", lambda c, p: _ppo(c).lam, ("ppo",)),
     Row(
         "algorithm.value_model_path",
         "critic.model.path",

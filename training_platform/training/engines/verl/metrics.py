@@ -39,8 +39,7 @@ def _scalar(value: Any) -> float | int | None:
     if hasattr(value, "item") and getattr(value, "numel", lambda: 1)() == 1:
         value = value.item()
     if isinstance(value, list | tuple):
-        values = [_scalar(v) for v in value]
-        values = [v for v in values if v is not None]
+        values = [x for x in (_scalar(v) for v in value) if x is not None]
         return sum(values) / len(values) if values else None
     if isinstance(value, bool):
         return int(value)

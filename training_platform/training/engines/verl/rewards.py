@@ -53,7 +53,7 @@ def make_compute_score(rewards: list[dict[str, Any]]) -> Callable[..., dict[str,
             )[0]
             value = 0.0 if value is None else float(value)  # verl needs a number; TRL skips None in its mean
             out[f"rewards/{name}"] = value
-            judge = getattr(function, "_fn", None)
+            judge: Any = getattr(function, "_fn", None)  # the wrapped reward (llm_judge's JudgeReward: last_calls)
             if getattr(judge, "last_calls", None):  # llm_judge: what this sample's call was (verl logs the means)
                 call = judge.last_calls[0]
                 prefix = f"judge/{judge.name}/"
