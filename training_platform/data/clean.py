@@ -75,10 +75,11 @@ def parse_recipe(data: Any) -> Recipe:
     elif isinstance(data, dict):
         unknown = sorted(set(data) - {"name", "description", "format", "operators"})
         errors += [(key, "unknown key; a recipe has name, description, format and operators") for key in unknown]
-        items = data.get("operators")
-        if not isinstance(items, list) or not items:
+        operators = data.get("operators")
+        if not isinstance(operators, list) or not operators:
             errors.append(("operators", "must be a non-empty list of operators"))
-            items = []
+            operators = []
+        items = operators
         meta = {k: data.get(k) for k in ("name", "description", "format")}
         if meta["format"] is not None and meta["format"] not in DATA_FORMATS:
             errors.append(("format", f"unknown format {meta['format']!r}; use one of {', '.join(DATA_FORMATS)}"))
@@ -245,7 +246,7 @@ def clean_file(
                 writer.write(row)
                 rows_out += 1
     input_sha = sha256_file(path)
-    report = {
+    report: dict[str, Any] = {
         "input": str(path),
         "output": str(output),
         "format": ctx.fmt,

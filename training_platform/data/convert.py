@@ -344,7 +344,7 @@ def preview_chat_template(
 ) -> list[dict[str, Any]]:
     """The first `n` valid rows rendered with the tokenizer's chat template: [{index, line, text, tokens}]."""
     tok = load_tokenizer(tokenizer) if isinstance(tokenizer, str | Path) else tokenizer
-    out = []
+    out: list[dict[str, Any]] = []
     src = None if fmt == "auto" else fmt
     for record in iter_records(path):
         if len(out) >= n:

@@ -270,10 +270,10 @@ class DedupConfig:
             raise ValueError(f"--keep: must be first or best, got {self.keep!r}")
         if (self.bands is None) != (self.rows is None):
             raise ValueError("--bands and --rows go together")
-        if self.bands is not None:
-            if self.bands < 1 or self.rows < 1 or self.bands * self.rows > self.num_perm:
+        bands, rows = self.bands, self.rows
+        if bands is not None and rows is not None:  # both or neither (checked above)
+            if bands < 1 or rows < 1 or bands * rows > self.num_perm:
                 raise ValueError(f"--bands x --rows must be <= --num-perm ({self.num_perm})")
-            bands, rows = self.bands, self.rows
         else:
             bands, rows = lsh_params(self.threshold, self.num_perm)
         margin = default_margin(self.threshold, self.num_perm) if self.margin is None else self.margin
@@ -359,7 +359,7 @@ class _Spill:
         view = out.view(np.uint8).reshape(len(rows), row_bytes)
         for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
             f.seek(int(rows[s]) * row_bytes)
-            f.readinto(memoryview(view[s:e]).cast("B"))
+            f.readinto(view[s:e].data.cast("B"))
         return out
 
 
@@ -415,6 +415,7 @@ def find_duplicates(
             if quality is not None:
                 qualities.append(np.fromiter(map(quality, batch), dtype=np.float32, count=len(batch)))
             if hasher is not None:
+                assert sig_spill is not None  # both exist exactly when config.near
                 ts = time.perf_counter()
                 sigs, counts = hasher.signatures(batch)
                 sig_spill.append(sigs)
@@ -449,6 +450,7 @@ def find_duplicates(
 
         candidates = verified = 0
         if hasher is not None and n:
+            assert sig_spill is not None  # both exist exactly when config.near
             t2 = time.perf_counter()
             sig_spill.close()
             active = np.flatnonzero(leaders & np.concatenate(has_shingles))
@@ -494,8 +496,10 @@ def find_duplicates(
         roots = uf.roots() if n else np.zeros(0, dtype=np.int64)
         order = np.argsort(roots, kind="stable")
         sorted_roots = roots[order]
-        starts = np.flatnonzero(np.concatenate(([True], sorted_roots[1:] != sorted_roots[:-1]))) if n else []
-        ends = np.concatenate((starts[1:], [n])) if n else []
+        starts: np.ndarray | list[int] = (
+            np.flatnonzero(np.concatenate(([True], sorted_roots[1:] != sorted_roots[:-1]))) if n else []
+        )
+        ends: np.ndarray | list[int] = np.concatenate((starts[1:], [n])) if n else []
         q = np.concatenate(qualities) if qualities else None
         keep = np.ones(n, dtype=bool)
         clusters, reps, kinds = [], [], []
@@ -572,8 +576,8 @@ def dedup_file(
     as lists of 0-based input row indices, `cluster_details`, params, timings)."""
     import hashlib
 
-    from training_platform.core.files import atomic_outputs, sha256_file, write_json
-    from training_platform.data.io import RowWriter, iter_records
+    from training_platform.core.files import sha256_file, write_json
+    from training_platform.data.io import RowWriter, atomic_output, iter_records
     from training_platform.data.versions import DatasetVersion, SchemaTracker
 
     info: dict[str, Any] = {"format": fmt, "tracker": SchemaTracker(), "shapes": []}
@@ -583,7 +587,7 @@ def dedup_file(
     src, dst = Path(path), Path(output)
     if src.suffix.lower() in (".jsonl", ".ndjson") and dst.suffix.lower() == ".jsonl":
         digest = hashlib.sha256()
-        with atomic_outputs(dst) as (temp,), src.open("rb") as fin, temp.open("wb") as fout:
+        with atomic_output(dst) as temp, src.open("rb") as fin, temp.open("wb") as fout:
             index = 0
             for line in fin:
                 if not line.strip():
@@ -602,7 +606,9 @@ def dedup_file(
         output_sha = sha256_file(dst)
     result.timings["write"] = time.perf_counter() - t
     shapes = np.asarray(info["shapes"], dtype=np.int64)
-    kept_shapes = np.bincount(shapes[keep], minlength=len(info["tracker"].signatures)) if len(shapes) else []
+    kept_shapes: np.ndarray | list[int] = (
+        np.bincount(shapes[keep], minlength=len(info["tracker"].signatures)) if len(shapes) else []
+    )
     fmt_out = info["format"] if info["format"] != "unknown" else None
     version = DatasetVersion(
         sha256=output_sha,

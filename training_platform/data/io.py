@@ -10,9 +10,10 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from training_platform.core.files import atomic_outputs, json_default
 from training_platform.data.formats import (
@@ -24,6 +25,10 @@ from training_platform.data.formats import (
     bounded_lines,
     check_file_size,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 WRITE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
@@ -105,6 +110,15 @@ def count_rows(path: str | Path) -> int:
     return sum(1 for _ in iter_records(path))
 
 
+@contextmanager
+def atomic_output(path: str | Path) -> Iterator[Path]:
+    """`atomic_outputs` for a single destination: yields its temp path, renamed over `path` on success, deleted on
+    any exception."""
+    with atomic_outputs(path) as (temp,):
+        assert temp is not None  # atomic_outputs gives a temp path for every destination that is not None
+        yield temp
+
+
 class RowWriter:
     """Write rows to a file whose type follows its suffix. Use as a context manager: the destination appears
     (atomically) only if the block finishes without an exception.
@@ -127,35 +141,41 @@ class RowWriter:
             )
         self.rows = 0
         self._batch_rows = parquet_batch_rows
-        self._ctx = None
+        self._ctx: AbstractContextManager[Path] | None = None
         self._temp: Path | None = None
-        self._file = None
+        self._file: TextIO | None = None
         self._buffer: list[dict] = []
-        self._pq_writer = None
-        self._schema = None
+        self._pq_writer: pq.ParquetWriter | None = None
+        self._schema: pa.Schema | None = None
         self._csv: csv.DictWriter | None = None
 
     def __enter__(self) -> RowWriter:
-        self._ctx = atomic_outputs(self.path)
-        (self._temp,) = self._ctx.__enter__()
+        self._ctx = atomic_output(self.path)
+        self._temp = self._ctx.__enter__()
         if self.suffix in (".jsonl", ".json", ".csv"):
             self._file = self._temp.open("w", encoding="utf-8", newline="" if self.suffix == ".csv" else None)
             if self.suffix == ".json":
                 self._file.write("[")
         return self
 
+    @property
+    def _text(self) -> TextIO:
+        """The open text file of a JSONL, JSON or CSV output (opened by __enter__)."""
+        assert self._file is not None, "RowWriter is written to outside its with block"
+        return self._file
+
     def write(self, row: Any) -> None:
         if self.suffix == ".jsonl":
-            self._file.write(json.dumps(row, ensure_ascii=False, default=json_default) + "\n")
+            self._text.write(json.dumps(row, ensure_ascii=False, default=json_default) + "\n")
         elif self.suffix == ".json":
-            self._file.write(
+            self._text.write(
                 ("\n" if self.rows == 0 else ",\n") + json.dumps(row, ensure_ascii=False, default=json_default)
             )
         elif self.suffix == ".csv":
             if not isinstance(row, dict):
                 raise DatasetError([RowError(self.rows + 1, "<row>", "CSV rows must be objects")])
             if self._csv is None:
-                self._csv = csv.DictWriter(self._file, fieldnames=list(row), extrasaction="raise")
+                self._csv = csv.DictWriter(self._text, fieldnames=list(row), extrasaction="raise")
                 self._csv.writeheader()
             try:
                 self._csv.writerow(
@@ -206,7 +226,7 @@ class RowWriter:
         self._pq_writer.write_table(table)
         self._buffer = []
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         error = exc
         try:
             if error is None:
@@ -218,7 +238,7 @@ class RowWriter:
 
                         pq.write_table(pa.table({}), self._temp)
                 elif self.suffix == ".json":
-                    self._file.write("\n]\n" if self.rows else "]\n")
+                    self._text.write("\n]\n" if self.rows else "]\n")
         except BaseException as finish_error:
             error = finish_error
         finally:
@@ -228,6 +248,7 @@ class RowWriter:
                         closer.close()
                     except BaseException as close_error:
                         error = error or close_error
+        assert self._ctx is not None  # set by __enter__
         if error is None:
             self._ctx.__exit__(None, None, None)  # renames the temp file over the destination
             return False

@@ -20,7 +20,7 @@ import math
 import re
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,7 @@ _NUMERIC_STEP = re.compile(r"\d\s*[-+*/×÷^]\s*\(?\s*-?\d|=\s*-?\d")
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:[.,]\d+)?")
 
 
-def distribution(values: list[float] | np.ndarray, *, bins: int = 20, integer: bool = True) -> dict[str, Any]:
+def distribution(values: Sequence[float] | np.ndarray, *, bins: int = 20, integer: bool = True) -> dict[str, Any]:
     arr = np.asarray(values, dtype=np.float64)
     if arr.size == 0:
         return {"count": 0}
@@ -118,7 +118,7 @@ class _Diversity:
     """Counts of hashed word n-grams (exact; memory grows with the number of distinct n-grams)."""
 
     def __init__(self, ns: tuple[int, ...] = (1, 2)):
-        self.counts = {n: Counter() for n in ns}
+        self.counts: dict[int, Counter[int]] = {n: Counter() for n in ns}  # n -> hashed n-gram -> count
         self.totals = dict.fromkeys(ns, 0)
 
     def add(self, text: str) -> None:
@@ -183,7 +183,10 @@ def audit_file(
         from training_platform.data.convert import load_tokenizer
 
         tokenizer = load_tokenizer(tokenizer)
-    chars, words, turns, tokens = [], [], [], []
+    chars: list[int] = []
+    words: list[int] = []
+    turns: list[int] = []
+    tokens: list[int] = []
     features: dict[str, list[int]] = {name: [] for name in DIFFICULTY_FEATURES}
     diversity = _Diversity()
     pending: list[str] = []

@@ -39,7 +39,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -113,11 +113,9 @@ class PerplexityScorer:
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         local = Path(model_path).expanduser().exists()
-        self.model = (
-            AutoModelForCausalLM.from_pretrained(str(model_path), local_files_only=local, dtype=torch.float32)
-            .to(device)
-            .eval()
-        )
+        model = AutoModelForCausalLM.from_pretrained(str(model_path), local_files_only=local, dtype=torch.float32)
+        # transformers decorates PreTrainedModel.to with functools.wraps, which types it as an unbound function
+        self.model = cast(torch.nn.Module, model).to(device).eval()
         self.max_length, self.batch_size, self.device = max_length, batch_size, device
 
     def score(self, texts: list[str]) -> list[float | None]:
@@ -466,7 +464,7 @@ def score_file(
     rows = 0
     try:
         with RowWriter(output) as writer:
-            batch: list[tuple[Any, str, str | None]] = []
+            batch: list[tuple[Any, str, str]] = []  # (row, text, rendered for the perplexity model)
 
             def flush() -> None:
                 nonlocal rows

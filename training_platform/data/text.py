@@ -96,7 +96,7 @@ def response_text(row: Any, fmt: str | None) -> str:
     turns = chat_turns(row, fmt)
     if turns is not None:
         return "\n".join(t["content"] for t in turns if t["role"] == "assistant" and isinstance(t["content"], str))
-    fields = RESPONSE_FIELDS.get(fmt)
+    fields = RESPONSE_FIELDS.get(fmt) if fmt is not None else None
     if not fields:
         return row_text(row, fmt)
     texts = []
@@ -134,8 +134,8 @@ def map_texts(
                 return new
             return value
         if isinstance(value, list):
-            items = [walk(v) for v in value]
-            return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
+            new_items = [walk(v) for v in value]
+            return new_items if any(a is not b for a, b in zip(new_items, value, strict=True)) else value
         if isinstance(value, dict):
             if known:
                 out = value
@@ -175,7 +175,7 @@ def chat_turns(row: Any, fmt: str | None) -> list[dict] | None:
         ]
     if fmt == "sharegpt" and isinstance(row.get("conversations"), list):
         return [
-            {"role": SHAREGPT_ROLES.get(t.get("from")), "content": t.get("value")}
+            {"role": SHAREGPT_ROLES.get(t["from"]) if "from" in t else None, "content": t.get("value")}
             if isinstance(t, dict)
             else {"role": None, "content": t}
             for t in row["conversations"]

@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from training_platform.core.files import atomic_outputs
 from training_platform.data.formats import (
     DATA_FORMATS,
     DatasetError,
@@ -24,7 +23,7 @@ from training_platform.data.formats import (
     detect_format,
     validate_row,
 )
-from training_platform.data.io import RowWriter, iter_records
+from training_platform.data.io import RowWriter, atomic_output, iter_records
 
 Policy = Literal["reject", "quarantine"]
 
@@ -187,7 +186,7 @@ def ingest_file(
 
     try:
         with (
-            atomic_outputs(quarantine) as (q_temp,),
+            atomic_output(quarantine) as q_temp,
             RowWriter(dest) as writer,
             q_temp.open("w", encoding="utf-8") as q,
         ):

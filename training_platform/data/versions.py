@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from training_platform.core.files import atomic_outputs, sha256_file, write_json
+from training_platform.core.files import sha256_file, write_json
 from training_platform.data.formats import ReadLimits, detect_format
-from training_platform.data.io import iter_records
+from training_platform.data.io import atomic_output, iter_records
 
 _CHUNK = 1 << 20
 
@@ -153,7 +153,7 @@ def store_version(src: str | Path, store_dir: str | Path, **describe_kwargs: Any
     version = describe_dataset(src, **describe_kwargs)
     target = store_dir / f"{version.sha256}{src.suffix.lower()}"
     if not target.exists():
-        with atomic_outputs(target) as (temp,):
+        with atomic_output(target) as temp:
             shutil.copyfile(src, temp)
     version.path = str(target)
     meta = store_dir / f"{version.sha256}.json"

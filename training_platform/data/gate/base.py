@@ -163,6 +163,7 @@ def parse_profile(name: str, raw: Any, *, loc: str = "") -> GateProfile:
         profile = None
     if errors:
         raise GateError(errors)
+    assert profile is not None  # a profile that failed validation added its errors
     return profile
 
 
@@ -328,10 +329,10 @@ def run_gate(
     what the report shows (e.g. relative to TP_DATA_DIR)."""
     from training_platform.data.report import _detect
 
-    eval_sets = [Path(p) for p in (eval_sets or [])]
-    if len(eval_sets) > MAX_EVAL_SETS:
+    eval_paths = [Path(p) for p in (eval_sets or [])]
+    if len(eval_paths) > MAX_EVAL_SETS:
         raise GateError([("eval_sets", f"at most {MAX_EVAL_SETS} eval sets")])
-    errors = [(f"eval_sets[{i}]", f"no such file: {p}") for i, p in enumerate(eval_sets) if not p.is_file()]
+    errors = [(f"eval_sets[{i}]", f"no such file: {p}") for i, p in enumerate(eval_paths) if not p.is_file()]
     reference = Path(reference) if reference is not None else None
     if reference is not None and not reference.is_file():
         errors.append(("reference", f"no such file: {reference}"))
@@ -358,7 +359,7 @@ def run_gate(
         except Exception:  # noqa: BLE001 - an unparseable first line: the schema check reports it
             detected = fmt
         ctx = GateContext(
-            path, fmt=detected, eval_sets=eval_sets, reference=reference, tokenizer=tokenizer, limits=limits
+            path, fmt=detected, eval_sets=eval_paths, reference=reference, tokenizer=tokenizer, limits=limits
         )
         results = []
         for name, raw_params in profile.checks.items():
@@ -396,7 +397,7 @@ def run_gate(
         "checks": results,
         "profile": {"name": profile.name, "hash": profile.hash, "checks": profile.checks},
         "dataset": {"path": shown_path, "sha256": sha, "rows": rows, "format": detected},
-        "eval_sets": [{"path": show(p), "sha256": sha256_file(p)} for p in eval_sets],
+        "eval_sets": [{"path": show(p), "sha256": sha256_file(p)} for p in eval_paths],
         "reference": {"path": show(reference), "sha256": sha256_file(reference)} if reference is not None else None,
         "tokens": ctx.token_unit,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -4,16 +4,18 @@
 - A *filter* keeps or removes a whole row and says why (length, turns, repetition, character ratios).
 
 Adding an operator = one module in this package with a `Params` model and a class decorated with
-`@register_operator("name", Params)`, plus its import in `__init__.py`. Params are pydantic models that reject
-unknown keys; every operator accepts `fields` (top-level fields to look at; default: the format's text fields, see
+`@register_operator("name", Params)` that subclasses `Mapper[Params]` or `Filter[Params]` (so `self.params` is typed
+as its own model), plus its import in `__init__.py`. Params are pydantic models that reject unknown keys; every
+operator accepts `fields` (top-level fields to look at; default: the format's text fields, see
 `training_platform.data.text`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,6 +30,9 @@ class OpParams(BaseModel):
     )
 
 
+P = TypeVar("P", bound=OpParams)  # an operator's own params model
+
+
 @dataclass
 class OpContext:
     """What operators share within one run: the rows' format and loaded tokenizers."""
@@ -35,7 +40,7 @@ class OpContext:
     fmt: str | None = None
     _tokenizers: dict[str, Any] = field(default_factory=dict)
 
-    def tokenizer(self, name_or_path: str):
+    def tokenizer(self, name_or_path: str) -> Any:
         if name_or_path not in self._tokenizers:
             from training_platform.data.convert import load_tokenizer
 
@@ -46,12 +51,12 @@ class OpContext:
         return self._tokenizers[name_or_path]
 
 
-class Operator:
+class Operator(Generic[P]):
     name: ClassVar[str]
     kind: ClassVar[str]
-    Params: ClassVar[type[OpParams]]
+    Params: ClassVar[type[OpParams]]  # the P of the subclass, set by @register_operator
 
-    def __init__(self, params: OpParams, ctx: OpContext):
+    def __init__(self, params: P, ctx: OpContext):
         self.params = params
         self.ctx = ctx
         self.counters: Counter[str] = Counter()  # operator-specific counts for the report (e.g. redactions)
@@ -61,7 +66,7 @@ class Operator:
         raise NotImplementedError
 
 
-class Mapper(Operator):
+class Mapper(Operator[P]):
     kind = "mapper"
 
     def map_text(self, text: str) -> str:
@@ -71,7 +76,7 @@ class Mapper(Operator):
         return map_texts(row, self.ctx.fmt, self.map_text, self.params.fields), None
 
 
-class Filter(Operator):
+class Filter(Operator[P]):
     kind = "filter"
 
     def check(self, row: Any, text: str) -> str | None:
@@ -83,11 +88,13 @@ class Filter(Operator):
         return (None, reason) if reason else (row, None)
 
 
-OPERATORS: dict[str, type[Operator]] = {}
+OPERATORS: dict[str, type[Operator[Any]]] = {}
+
+OpT = TypeVar("OpT", bound=Operator[Any])
 
 
-def register_operator(name: str, params: type[OpParams]):
-    def decorate(cls: type[Operator]) -> type[Operator]:
+def register_operator(name: str, params: type[OpParams]) -> Callable[[type[OpT]], type[OpT]]:
+    def decorate(cls: type[OpT]) -> type[OpT]:
         if name in OPERATORS:
             raise ValueError(f"operator {name!r} is registered twice")
         cls.name = name

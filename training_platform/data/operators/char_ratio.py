@@ -33,7 +33,7 @@ def char_ratios(text: str) -> dict[str, float]:
 
 
 @register_operator("char_ratio_filter", CharRatioParams)
-class CharRatioFilter(Filter):
+class CharRatioFilter(Filter[CharRatioParams]):
     def check(self, row, text: str) -> str | None:
         p = self.params
         r = char_ratios(text)

@@ -9,7 +9,7 @@ import re
 
 from pydantic import Field
 
-from training_platform.data.operators.base import Mapper, OpParams, register_operator
+from training_platform.data.operators.base import Mapper, OpContext, OpParams, register_operator
 
 _TAG_LIST = (
     "a abbr address area article aside audio b base bdi bdo blockquote body br button canvas caption cite code col "
@@ -61,8 +61,8 @@ class HtmlParams(OpParams):
 
 
 @register_operator("strip_html", HtmlParams)
-class StripHtml(Mapper):
-    def __init__(self, params: HtmlParams, ctx):
+class StripHtml(Mapper[HtmlParams]):
+    def __init__(self, params: HtmlParams, ctx: OpContext):
         super().__init__(params, ctx)
         self._tag = _KNOWN_TAG if params.only_known_tags else _ANY_TAG
 

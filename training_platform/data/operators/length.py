@@ -37,10 +37,13 @@ def measure(text: str, unit: str, tokenizer=None) -> int:
 
 
 @register_operator("length_filter", LengthParams)
-class LengthFilter(Filter):
+class LengthFilter(Filter[LengthParams]):
     def check(self, row, text: str) -> str | None:
         p = self.params
-        tokenizer = self.ctx.tokenizer(p.tokenizer) if p.unit == "tokens" else None
+        tokenizer = None
+        if p.unit == "tokens":
+            assert p.tokenizer is not None  # LengthParams._check: unit tokens needs a tokenizer
+            tokenizer = self.ctx.tokenizer(p.tokenizer)
         n = measure(text, p.unit, tokenizer)
         if p.min is not None and n < p.min:
             return f"{p.unit}={n} < min {p.min}"

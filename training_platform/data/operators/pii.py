@@ -4,18 +4,19 @@ The report counts redactions per kind."""
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Literal
 
 from pydantic import Field, field_validator
 
-from training_platform.data.operators.base import Mapper, OpParams, register_operator
+from training_platform.data.operators.base import Mapper, OpContext, OpParams, register_operator
 
 PiiKind = Literal["api_key", "email", "ip", "phone"]
-ORDER: tuple[str, ...] = ("api_key", "email", "ip", "phone")  # keys first: they contain digits and dots
+ORDER: tuple[PiiKind, ...] = ("api_key", "email", "ip", "phone")  # keys first: they contain digits and dots
 DEFAULT_PLACEHOLDERS = {"email": "<EMAIL>", "phone": "<PHONE>", "ip": "<IP_ADDRESS>", "api_key": "<API_KEY>"}
 
 _IPV4_PART = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
-PATTERNS: dict[str, re.Pattern] = {
+PATTERNS: dict[str, re.Pattern[str]] = {
     "api_key": re.compile(
         r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}"  # OpenAI / Anthropic
         r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"  # AWS access key id
@@ -43,6 +44,11 @@ _SECRET_ASSIGNMENT = re.compile(
 )
 
 
+def _keep_key(placeholder: str, match: re.Match[str]) -> str:
+    """A secret assignment with its value replaced (`api_key = <API_KEY>`)."""
+    return match.group(1) + placeholder
+
+
 class PiiParams(OpParams):
     kinds: list[PiiKind] = Field(default_factory=lambda: list(ORDER), description="What to redact.")
     placeholders: dict[str, str] = Field(
@@ -59,13 +65,13 @@ class PiiParams(OpParams):
 
 
 @register_operator("redact_pii", PiiParams)
-class RedactPii(Mapper):
-    def __init__(self, params: PiiParams, ctx):
+class RedactPii(Mapper[PiiParams]):
+    def __init__(self, params: PiiParams, ctx: OpContext):
         super().__init__(params, ctx)
         self._kinds = [k for k in ORDER if k in params.kinds]
         self._placeholders = {**DEFAULT_PLACEHOLDERS, **params.placeholders}
 
-    def _phone(self, match: re.Match, placeholder: str) -> str:
+    def _phone(self, match: re.Match[str], placeholder: str) -> str:
         if sum(c.isdigit() for c in match.group(0)) < 7:  # too short for a phone number (e.g. "+12 34")
             return match.group(0)
         self.counters["phone"] += 1
@@ -75,12 +81,12 @@ class RedactPii(Mapper):
         for kind in self._kinds:
             placeholder = self._placeholders[kind]
             if kind == "api_key":
-                text, n = _SECRET_ASSIGNMENT.subn(lambda m, p=placeholder: m.group(1) + p, text)
+                text, n = _SECRET_ASSIGNMENT.subn(partial(_keep_key, placeholder), text)
                 self.counters[kind] += n
             if kind == "phone" and not any(c.isdigit() for c in text):
                 continue
             if kind == "phone":
-                text = PATTERNS[kind].sub(lambda m, p=placeholder: self._phone(m, p), text)
+                text = PATTERNS[kind].sub(partial(self._phone, placeholder=placeholder), text)
                 continue
             text, n = PATTERNS[kind].subn(placeholder, text)
             self.counters[kind] += n

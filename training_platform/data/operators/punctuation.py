@@ -7,7 +7,7 @@ import re
 
 from pydantic import Field
 
-from training_platform.data.operators.base import Mapper, OpParams, register_operator
+from training_platform.data.operators.base import Mapper, OpContext, OpParams, register_operator
 
 _QUOTES = str.maketrans(
     {
@@ -66,8 +66,8 @@ class PunctuationParams(OpParams):
 
 
 @register_operator("normalize_punctuation", PunctuationParams)
-class NormalizePunctuation(Mapper):
-    def __init__(self, params: PunctuationParams, ctx):
+class NormalizePunctuation(Mapper[PunctuationParams]):
+    def __init__(self, params: PunctuationParams, ctx: OpContext):
         super().__init__(params, ctx)
         table: dict[int, str] = {}
         for enabled, part in ((params.quotes, _QUOTES), (params.dashes, _DASHES), (params.fullwidth, _FULLWIDTH)):
@@ -84,6 +84,7 @@ class NormalizePunctuation(Mapper):
 
     def map_text(self, text: str) -> str:
         text = text.translate(self._table)
-        if self._runs is not None:
-            text = self._runs.sub(lambda m: m.group(1) * self.params.max_repeat, text)
+        max_repeat = self.params.max_repeat
+        if self._runs is not None and max_repeat is not None:  # _runs is compiled exactly when max_repeat is set
+            text = self._runs.sub(lambda m: m.group(1) * max_repeat, text)
         return text

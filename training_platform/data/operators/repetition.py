@@ -90,7 +90,7 @@ def repetition_stats(text: str, params: RepetitionParams | None = None) -> dict[
 
 
 @register_operator("repetition_filter", RepetitionParams)
-class RepetitionFilter(Filter):
+class RepetitionFilter(Filter[RepetitionParams]):
     def check(self, row, text: str) -> str | None:
         p = self.params
         if not text.strip():

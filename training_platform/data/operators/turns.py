@@ -45,7 +45,7 @@ def alternation_problem(roles: list[str | None]) -> str | None:
 
 
 @register_operator("turn_filter", TurnParams)
-class TurnFilter(Filter):
+class TurnFilter(Filter[TurnParams]):
     def check(self, row, text: str) -> str | None:
         from training_platform.data.formats import validate_row
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from training_platform.data.operators.base import Mapper, OpParams, register_operator
+from training_platform.data.operators.base import Mapper, OpContext, OpParams, register_operator
 
 
 class FixUnicodeParams(OpParams):
@@ -17,8 +17,8 @@ class FixUnicodeParams(OpParams):
 
 
 @register_operator("fix_unicode", FixUnicodeParams)
-class FixUnicode(Mapper):
-    def __init__(self, params: FixUnicodeParams, ctx):
+class FixUnicode(Mapper[FixUnicodeParams]):
+    def __init__(self, params: FixUnicodeParams, ctx: OpContext):
         super().__init__(params, ctx)
         import ftfy
 

@@ -7,7 +7,7 @@ import re
 
 from pydantic import Field
 
-from training_platform.data.operators.base import Mapper, OpParams, register_operator
+from training_platform.data.operators.base import Mapper, OpContext, OpParams, register_operator
 
 _UNICODE_SPACES = re.compile(r"[\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]")
 _ZERO_WIDTH = re.compile(r"[\u200b\u200c\u200d\u2060\ufeff]")
@@ -26,8 +26,8 @@ class WhitespaceParams(OpParams):
 
 
 @register_operator("normalize_whitespace", WhitespaceParams)
-class NormalizeWhitespace(Mapper):
-    def __init__(self, params: WhitespaceParams, ctx):
+class NormalizeWhitespace(Mapper[WhitespaceParams]):
+    def __init__(self, params: WhitespaceParams, ctx: OpContext):
         super().__init__(params, ctx)
         self._blank = re.compile(r"\n{" + str(params.max_blank_lines + 2) + ",}")
         self._blank_to = "\n" * (params.max_blank_lines + 1)

@@ -77,7 +77,7 @@ def minhash_leaks(ctx: GateContext, p: LeakageParams) -> dict[int, dict[str, Any
         for j, (sig, count) in enumerate(zip(sigs, counts, strict=True)):
             if not count:
                 continue
-            candidates = set()
+            candidates: set[int] = set()
             for b in range(bands):
                 candidates.update(buckets.get((b, sig[b * rows_per_band : (b + 1) * rows_per_band].tobytes()), ()))
             if not candidates:

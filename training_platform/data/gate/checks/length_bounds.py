@@ -35,7 +35,10 @@ def check_length_bounds(ctx: GateContext, p: LengthParams) -> Outcome:
     threshold = f"share outside [{p.min_tokens}, {p.max_tokens}] <= {p.max_outside_share}"
     if p.min_tokens > p.max_tokens:
         return Outcome("fail", None, threshold, "min_tokens > max_tokens")
-    outside, rows, shortest, longest, examples = 0, 0, None, None, []
+    outside, rows = 0, 0
+    shortest: int | None = None
+    longest: int | None = None
+    examples: list[int] = []  # indices of the first rows outside the bounds
     batch: list[tuple[int, list[str]]] = []
 
     def flush():

@@ -54,13 +54,14 @@ def check_ngram_divergence(ctx: GateContext, p: DivergenceParams) -> Outcome:
     from training_platform.data.text import iter_texts
 
     threshold = f">= {p.min_kl}"
-    if ctx.reference is None:
+    reference = ctx.reference
+    if reference is None:
         return Outcome("skipped", None, threshold, "no reference set given")
     counts, total = ngram_counts((t for row in ctx.rows() for t in iter_texts(row, ctx.fmt)), p.n)
 
     def reference_texts():
         fmt = None
-        for row in iter_rows(ctx.reference):
+        for row in iter_rows(reference):
             if fmt is None and isinstance(row, dict):
                 fmt = detect_format(row)
             yield from iter_texts(row, fmt)
