@@ -9,9 +9,11 @@ import hashlib
 import secrets
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import and_, bindparam, delete, func, or_, text, update
-from sqlmodel import Session, select
+from sqlalchemy.sql.dml import Insert
+from sqlmodel import Session, col, select
 
 from training_platform.core.timeutil import utcnow
 from training_platform.db import rollups
@@ -23,6 +25,7 @@ from training_platform.db.models import (
     JobStatus,
     MetricPoint,
     User,
+    row_id,
 )
 
 TOKEN_PREFIX = "tp_"
@@ -48,7 +51,7 @@ def create_user(session: Session, name: str, *, is_admin: bool = False) -> tuple
 
 def issue_token(session: Session, user: User) -> str:
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    session.add(ApiToken(user_id=user.id, token_hash=hash_token(token), prefix=token[:10]))
+    session.add(ApiToken(user_id=row_id(user), token_hash=hash_token(token), prefix=token[:10]))
     session.flush()
     return token
 
@@ -57,7 +60,7 @@ def user_for_token(session: Session, token: str) -> User | None:
     # One statement: every authenticated request runs it.
     return session.exec(
         select(User)
-        .join(ApiToken, ApiToken.user_id == User.id)
+        .join(ApiToken, col(ApiToken.user_id) == User.id)
         .where(ApiToken.token_hash == hash_token(token), ApiToken.revoked == False)  # noqa: E712
     ).first()
 
@@ -79,7 +82,7 @@ def create_job(
     algorithm = (config.get("algorithm") or {}).get("name", "?")
     max_steps = (config.get("training") or {}).get("max_steps")
     job = Job(
-        owner_id=owner.id,
+        owner_id=row_id(owner),
         name=name,
         kind=kind,
         algorithm=algorithm,
@@ -91,7 +94,7 @@ def create_job(
     )
     session.add(job)
     session.flush()
-    session.add(JobEvent(job_id=job.id, from_status=None, to_status=JobStatus.queued.value, reason="submitted"))
+    session.add(JobEvent(job_id=row_id(job), from_status=None, to_status=JobStatus.queued.value, reason="submitted"))
     session.flush()
     return job
 
@@ -109,8 +112,9 @@ def stale_jobs(session: Session, timeout_s: float, now: datetime | None = None) 
     cutoff = (now or utcnow()) - timedelta(seconds=timeout_s)
     active = [JobStatus.preflight.value, JobStatus.running.value]
     # A worker that died before its first heartbeat leaves heartbeat_at NULL: judge it by updated_at.
-    silent = or_(Job.heartbeat_at < cutoff, and_(Job.heartbeat_at.is_(None), Job.updated_at < cutoff))
-    return list(session.exec(select(Job).where(Job.status.in_(active), silent)).all())
+    heartbeat_at = col(Job.heartbeat_at)
+    silent = or_(heartbeat_at < cutoff, and_(heartbeat_at.is_(None), col(Job.updated_at) < cutoff))
+    return list(session.exec(select(Job).where(col(Job.status).in_(active), silent)).all())
 
 
 # ---------------------------------------------------------------------------------------------- metrics
@@ -126,17 +130,24 @@ def add_metric_points(
     `logged_at`: step -> when the run logged it (its metrics row's `ts`), else the time of this insert."""
     now = utcnow()
     when = logged_at or {}
-    rows = [{"job_id": job_id, "step": s, "name": n, "value": float(v), "ts": when.get(s, now)} for s, n, v in points]
+    rows: list[dict[str, Any]] = [
+        {"job_id": job_id, "step": s, "name": n, "value": float(v), "ts": when.get(s, now)} for s, n, v in points
+    ]
     if not rows:
         return 0
     dialect = session.get_bind().dialect.name
+    unique = ["job_id", "name", "step"]
+    stmt: Insert
     if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
+        from sqlalchemy.dialects import postgresql
+
+        stmt = postgresql.insert(MetricPoint).on_conflict_do_nothing(index_elements=unique)
     elif dialect == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
+        from sqlalchemy.dialects import sqlite
+
+        stmt = sqlite.insert(MetricPoint).on_conflict_do_nothing(index_elements=unique)
     else:  # pragma: no cover
         raise RuntimeError(f"unsupported database {dialect}")
-    stmt = insert(MetricPoint).on_conflict_do_nothing(index_elements=["job_id", "name", "step"])
     names, steps = sorted({r["name"] for r in rows}), [r["step"] for r in rows]
     # Counted over the batch's names and step range only (index range scans): the whole job would be read
     # twice per batch otherwise, a cost growing with the run.
@@ -156,7 +167,7 @@ SELECT COUNT(*) FROM metric_points WHERE job_id = :job_id AND name IN :names AND
 
 def delete_metrics_after(session: Session, job_id: int, step: int) -> int:
     """On resume from a checkpoint at `step`, later points will be produced again."""
-    result = session.exec(delete(MetricPoint).where(MetricPoint.job_id == job_id, MetricPoint.step > step))
+    result = session.exec(delete(MetricPoint).where(col(MetricPoint.job_id) == job_id, col(MetricPoint.step) > step))
     rollups.truncate(session, job_id, step)
     return result.rowcount or 0
 
@@ -217,7 +228,7 @@ def lock_job_row(session: Session, job_id: int) -> Job | None:
         ).first()
     session.exec(
         update(Job)
-        .where(Job.id == job_id)
+        .where(col(Job.id) == job_id)
         .values(updated_at=Job.updated_at)
         .execution_options(synchronize_session=False)
     )
@@ -230,7 +241,7 @@ def lock_job_if_unchanged(session: Session, job: Job) -> bool:
     the caller then decides again on the fresh state."""
     result = session.exec(
         update(Job)
-        .where(Job.id == job.id, Job.status == job.status)
+        .where(col(Job.id) == job.id, col(Job.status) == job.status)
         .values(updated_at=Job.updated_at)
         .execution_options(synchronize_session=False)
     )

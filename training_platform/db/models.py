@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import JSON, BigInteger, Boolean, Column, ForeignKey, Index, Integer, Text, UniqueConstraint, false
 from sqlmodel import Field, SQLModel
@@ -37,6 +37,19 @@ TRANSITIONS: dict[JobStatus, set[JobStatus]] = {
 
 class IllegalTransition(Conflict):
     """A job status change the state machine (TRANSITIONS) does not allow."""
+
+
+class _Keyed(Protocol):
+    @property
+    def id(self) -> int | None: ...
+
+
+def row_id(row: _Keyed) -> int:
+    """The primary key of a row that is in the database (read, or added and flushed). `id` is None only on a row
+    not flushed yet: asking for it then is a bug, raised as such."""
+    if row.id is None:
+        raise RuntimeError(f"{type(row).__name__} has no id yet: it was not flushed to the database")
+    return row.id
 
 
 class User(SQLModel, table=True):

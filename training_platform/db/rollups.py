@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from sqlalchemy import bindparam, text
+from sqlalchemy.sql.elements import BindParameter
 from sqlmodel import Session
 
 WIDTHS: tuple[int, ...] = tuple(4**k for k in range(3, 11))  # 64 .. 1,048,576 steps
@@ -62,7 +63,7 @@ FROM (SELECT name, bucket / 4 AS b, MIN(min_value) AS mn, MAX(max_value) AS mx
       GROUP BY name, bucket / 4) AS a
 """
 
-_names = bindparam("names", expanding=True)
+_names: BindParameter[list[str]] = bindparam("names", expanding=True)
 _FROM_POINTS = text(_FROM_POINTS_SQL).bindparams(_names)
 _FROM_CHILDREN = text(_FROM_CHILDREN_SQL).bindparams(_names)
 # When points were only added, no bucket can have become empty: one upsert per tier (no DELETE round trip).

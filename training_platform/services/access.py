@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import or_
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from training_platform.core.path_policy import inside_allowed_roots, resolve_path
 from training_platform.core.settings import Settings
@@ -23,7 +23,8 @@ def model_visible(user: User, model: RegisteredModel) -> bool:
 
 
 def model_visible_clause(user: User):
-    return or_(RegisteredModel.owner_id == user.id, RegisteredModel.owner_id.is_(None), RegisteredModel.shared == True)  # noqa: E712 - SQL
+    owner_id = col(RegisteredModel.owner_id)
+    return or_(owner_id == user.id, owner_id.is_(None), col(RegisteredModel.shared) == True)  # noqa: E712 - SQL
 
 
 def dataset_visible(user: User, dataset: Dataset) -> bool:
@@ -31,7 +32,7 @@ def dataset_visible(user: User, dataset: Dataset) -> bool:
 
 
 def dataset_visible_clause(user: User):
-    return or_(Dataset.owner_id == user.id, Dataset.shared == True)  # noqa: E712 - SQL
+    return or_(col(Dataset.owner_id) == user.id, col(Dataset.shared) == True)  # noqa: E712 - SQL
 
 
 def visible_model_by_name(session: Session, user: User, name: str) -> RegisteredModel | None:
@@ -71,7 +72,7 @@ class UserReader:
         if sha256 not in self._shas:
             row = self.session.exec(
                 select(DatasetVersionRecord.id)
-                .join(Dataset, Dataset.id == DatasetVersionRecord.dataset_id)
+                .join(Dataset, col(Dataset.id) == DatasetVersionRecord.dataset_id)
                 .where(DatasetVersionRecord.sha256 == sha256, dataset_visible_clause(self.user))
                 .limit(1)
             ).first()
@@ -93,10 +94,12 @@ class UserReader:
         """The directories the workers recorded for this user's jobs (`runs/job-N`, `evals/job-N` normally)."""
         if self._run_dirs is None:
             rows = self.session.exec(
-                select(Job.run_dir).where(Job.owner_id == self.user.id, Job.run_dir.is_not(None))
+                select(Job.run_dir).where(Job.owner_id == self.user.id, col(Job.run_dir).is_not(None))
             ).all()
             self._run_dirs = []
             for path in rows:
+                if path is None:  # excluded by the query
+                    continue
                 try:
                     resolved = resolve_path(path, settings)
                 except (OSError, RuntimeError):

@@ -34,14 +34,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import Text, cast, or_, update
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from training_platform.core.errors import InvalidInput, pydantic_errors
 from training_platform.core.path_policy import Reader, check_marked, check_path, is_hub_id, resolve_path, shown
 from training_platform.core.settings import Settings
 from training_platform.core.timeutil import utcnow
 from training_platform.core.userpath import UserDir, UserFile, user_paths
-from training_platform.db.models import TERMINAL, Dataset, DatasetVersionRecord, Job, User
+from training_platform.db.models import TERMINAL, Dataset, DatasetVersionRecord, Job, User, row_id
 
 log = logging.getLogger("training_platform.datasets")
 
@@ -160,7 +160,7 @@ def jsonable(obj: Any) -> Any:
 def compact(obj: Any, max_items: int = MAX_REPORT_ITEMS) -> Any:
     """A copy with every list cut to `max_items` (a sibling `<key>_total` tells the real length)."""
     if isinstance(obj, dict):
-        out = {}
+        out: dict[Any, Any] = {}
         for key, value in obj.items():
             if isinstance(value, list) and len(value) > max_items:
                 out[key] = [compact(v, max_items) for v in value[:max_items]]
@@ -190,7 +190,7 @@ def get_or_create_dataset(session: Session, owner: User, name: str, description:
     found = session.exec(select(Dataset).where(Dataset.owner_id == owner.id, Dataset.name == name)).first()
     if found is not None:
         return found, False
-    dataset = Dataset(owner_id=owner.id, name=name, description=description or "")
+    dataset = Dataset(owner_id=row_id(owner), name=name, description=description or "")
     session.add(dataset)
     session.flush()
     return dataset, True
@@ -228,13 +228,13 @@ def add_version(
 
     if described is None:  # callers that can, describe outside their transaction
         described = describe_dataset(file, fmt=fmt)
-    existing = find_version(session, dataset.id, described.sha256)
+    existing = find_version(session, row_id(dataset), described.sha256)
     if existing is not None:
         return existing, False
     relpath = content_relpath(described.sha256, suffix)
     _put_content(file, relpath, described.sha256, settings)
     version = DatasetVersionRecord(
-        dataset_id=dataset.id,
+        dataset_id=row_id(dataset),
         sha256=described.sha256,
         path=relpath,
         format=described.format,
@@ -378,6 +378,7 @@ def prepare_ingest(
             content = new_tmp_path(settings, suffix, "good")
             quarantine = new_tmp_path(settings, ".jsonl", "quarantine")
             temps += [content, quarantine]
+            assert checked.format is not None  # known once a row was valid
             result = quarantine_rows(
                 file, content, policy="quarantine", fmt=checked.format, quarantine=quarantine, limits=limits
             )
@@ -468,7 +469,7 @@ def sweep_staging(session: Session, settings: Settings, *, older_than_s: float =
         config.get("staged")
         for config in session.exec(
             select(Job.config).where(
-                Job.kind == "data", Job.algorithm == INGEST, Job.status.not_in([s.value for s in TERMINAL])
+                Job.kind == "data", Job.algorithm == INGEST, col(Job.status).not_in([s.value for s in TERMINAL])
             )
         ).all()
         if isinstance(config, dict)
@@ -510,7 +511,7 @@ def drop_if_empty(session: Session, dataset_id: int, *, except_job: int | None =
     if versions:
         return False
     active = session.exec(
-        select(Job.id, Job.config).where(Job.kind == "data", Job.status.not_in([s.value for s in TERMINAL]))
+        select(Job.id, Job.config).where(Job.kind == "data", col(Job.status).not_in([s.value for s in TERMINAL]))
     ).all()
     if any(
         job_id != except_job and isinstance(config, dict) and config.get("dataset_id") == dataset_id
@@ -549,6 +550,7 @@ def referencing_jobs(session: Session, dataset: Dataset, settings: Settings) -> 
             select(Job.id, Job.config).where(or_(*[text.contains(v.sha256) for v in versions]))
         ).all()
         for job_id, config in candidates:
+            assert job_id is not None  # a primary key
             for value in _strings(config):
                 if "\x00" in value:
                     continue
@@ -560,9 +562,10 @@ def referencing_jobs(session: Session, dataset: Dataset, settings: Settings) -> 
                     found[job_id] = f"job {job_id} references version {hit.id} ({value})"
                     break
     active = session.exec(
-        select(Job.id, Job.config).where(Job.kind == "data", Job.status.not_in([s.value for s in TERMINAL]))
+        select(Job.id, Job.config).where(Job.kind == "data", col(Job.status).not_in([s.value for s in TERMINAL]))
     ).all()
     for job_id, config in active:
+        assert job_id is not None  # a primary key
         if isinstance(config, dict) and config.get("dataset_id") == dataset.id:
             found.setdefault(job_id, f"data job {job_id} is still working on it")
     return sorted(found.items())
@@ -577,7 +580,7 @@ def delete_dataset(session: Session, dataset: Dataset, settings: Settings) -> li
         set(
             session.exec(
                 select(DatasetVersionRecord.path).where(
-                    DatasetVersionRecord.path.in_(paths), DatasetVersionRecord.dataset_id != dataset.id
+                    col(DatasetVersionRecord.path).in_(paths), DatasetVersionRecord.dataset_id != dataset.id
                 )
             ).all()
         )
@@ -586,14 +589,14 @@ def delete_dataset(session: Session, dataset: Dataset, settings: Settings) -> li
     )
     session.exec(
         update(DatasetVersionRecord)
-        .where(DatasetVersionRecord.dataset_id == dataset.id)
+        .where(col(DatasetVersionRecord.dataset_id) == dataset.id)
         .values(parent_version_id=None)
         .execution_options(synchronize_session=False)
     )
     session.flush()
     from training_platform.services.gates import delete_version_reports
 
-    delete_version_reports(session, [v.id for v in versions])  # their quality-gate reports go with them
+    delete_version_reports(session, [row_id(v) for v in versions])  # their quality-gate reports go with them
     for version in versions:
         session.delete(version)
     session.flush()
@@ -855,7 +858,7 @@ def validate_operation(
             elif Path(value).suffix.lower() not in (*SUPPORTED_SUFFIXES, ".ndjson"):
                 errors.append((loc, f"unsupported file type; use one of {', '.join(SUPPORTED_SUFFIXES)}"))
     if not errors:  # every marked field, whatever the checks above covered (a new field cannot slip past)
-        errors += [tuple(e) for e in check_marked(operation_paths(operation, out), settings, reader)]
+        errors += [(e.path, e.reason) for e in check_marked(operation_paths(operation, out), settings, reader)]
     if errors:
         raise OperationInvalid(errors)
     return out
@@ -945,7 +948,7 @@ def run_operation(
     elif operation == "decontaminate":
         from training_platform.data.contamination import decontaminate_file
 
-        eval_sets = [resolve_path(p, settings) for p in params["eval_sets"]]
+        eval_sets: list[str | Path] = [resolve_path(p, settings) for p in params["eval_sets"]]
         report = decontaminate_file(
             source,
             output,

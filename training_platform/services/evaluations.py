@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import delete
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from training_platform.core.endpoints import EndpointConfigError, EndpointError, Endpoints
 from training_platform.core.path_policy import Reader, check_model_paths, check_path, is_hub_id, resolve_path, shown
@@ -34,6 +34,7 @@ from training_platform.db.models import (
     Job,
     JobStatus,
     User,
+    row_id,
 )
 from training_platform.evaluation.config import EvalConfig
 from training_platform.evaluation.request import EvalRequest, RequestError, parse_metric_key
@@ -88,6 +89,7 @@ def resolve_target(
         if checkpoint is not None:
             raise RequestError([(f"{loc}checkpoint", "`checkpoint` goes with `job_id`, not with `model`")])
         return _model_target(session, user, model, backend, settings, loc)
+    assert job_id is not None  # exactly one of model and job_id (checked above)
     return _checkpoint_target(session, user, job_id, "latest" if checkpoint is None else checkpoint, loc)
 
 
@@ -122,7 +124,7 @@ def _checkpoint_target(session: Session, user: User, job_id: int, checkpoint: in
     live = session.exec(
         select(Checkpoint)
         .where(Checkpoint.job_id == job.id, Checkpoint.removed == False)  # noqa: E712
-        .order_by(Checkpoint.step)
+        .order_by(col(Checkpoint.step))
     ).all()
     label_base = f"{job.name} (job {job.id})"
     if checkpoint == "final":
@@ -136,6 +138,7 @@ def _checkpoint_target(session: Session, user: User, job_id: int, checkpoint: in
             checkpoint_step=None,
             run_dir=job.run_dir,
         )
+    chosen: Checkpoint | None
     if checkpoint == "latest":
         if not live:
             raise RequestError([(f"{loc}checkpoint", f"job {job.id} has no checkpoint yet")])
@@ -293,8 +296,8 @@ def create_evaluation(
     session.add(job)
     session.add(
         Evaluation(
-            job_id=job.id,
-            owner_id=owner.id,
+            job_id=row_id(job),
+            owner_id=row_id(owner),
             model_label=target.label[:300],
             model_path=target.model_path,
             source_job_id=target.source_job_id,
@@ -309,7 +312,7 @@ def create_evaluation(
         from training_platform.training.rundir import RunDir
 
         try:
-            RunDir(target.run_dir).pin(target.model_path, eval_pin(job.id))
+            RunDir(target.run_dir).pin(target.model_path, eval_pin(row_id(job)))
         except OSError as exc:  # the evaluation still runs if the checkpoint survives; say why it might not
             log.warning("eval job %s: cannot pin %s: %s", job.id, target.model_path, exc)
     return job
@@ -322,7 +325,7 @@ def release_pin(job: Job) -> None:
     run_dir = ((job.config or {}).get("target") or {}).get("run_dir")
     if run_dir:
         try:
-            RunDir(run_dir).unpin_holder(eval_pin(job.id))
+            RunDir(run_dir).unpin_holder(eval_pin(row_id(job)))
         except OSError as exc:
             log.warning("eval job %s: cannot remove its pin in %s: %s", job.id, run_dir, exc)
 
@@ -395,7 +398,9 @@ def store_results(session: Session, job_id: int, out_dir: Path, summary: dict[st
         samples_file = out_dir / SAMPLES_DIR / f"{benchmark}.jsonl"
         rows = list(sample_rows(job_id, benchmark, read_jsonl(samples_file))) if samples_file.is_file() else []
         for start in range(0, len(rows), SAMPLE_INSERT_CHUNK):
-            session.execute(EvalSample.__table__.insert(), rows[start : start + SAMPLE_INSERT_CHUNK])
+            # SQLModel does not declare the `__table__` SQLAlchemy maps the model to
+            samples = EvalSample.__table__  # type: ignore[attr-defined]
+            session.execute(samples.insert(), rows[start : start + SAMPLE_INSERT_CHUNK])
         stored += len(rows)
     evaluation = session.get(Evaluation, job_id)
     if evaluation is not None:
@@ -407,13 +412,13 @@ def store_results(session: Session, job_id: int, out_dir: Path, summary: dict[st
 
 
 def delete_evaluation_results(session: Session, job_id: int) -> None:
-    session.exec(delete(EvalSample).where(EvalSample.job_id == job_id))
-    session.exec(delete(EvalMetric).where(EvalMetric.job_id == job_id))
+    session.exec(delete(EvalSample).where(col(EvalSample.job_id) == job_id))
+    session.exec(delete(EvalMetric).where(col(EvalMetric.job_id) == job_id))
 
 
 def delete_evaluation_rows(session: Session, job_id: int) -> None:
     delete_evaluation_results(session, job_id)
-    session.exec(delete(Evaluation).where(Evaluation.job_id == job_id))
+    session.exec(delete(Evaluation).where(col(Evaluation.job_id) == job_id))
 
 
 def metrics_of(session: Session, job_ids: list[int]) -> dict[int, dict[str, dict[str, Any]]]:
@@ -421,7 +426,7 @@ def metrics_of(session: Session, job_ids: list[int]) -> dict[int, dict[str, dict
     out: dict[int, dict[str, dict[str, Any]]] = {i: {} for i in job_ids}
     if not job_ids:
         return out
-    for m in session.exec(select(EvalMetric).where(EvalMetric.job_id.in_(job_ids))).all():
+    for m in session.exec(select(EvalMetric).where(col(EvalMetric.job_id).in_(job_ids))).all():
         out[m.job_id][f"{m.benchmark}/{m.metric}"] = {
             "value": m.value,
             "stderr": m.stderr,
@@ -435,15 +440,16 @@ def checkpoint_results(session: Session, source_job_id: int) -> dict[int, dict[s
     """Per checkpoint step of a training job: the latest succeeded evaluation's metrics and its id."""
     rows = session.exec(
         select(Evaluation.job_id, Evaluation.checkpoint_step)
-        .join(Job, Job.id == Evaluation.job_id)
+        .join(Job, col(Job.id) == Evaluation.job_id)
         .where(
             Evaluation.source_job_id == source_job_id,
-            Evaluation.checkpoint_step.is_not(None),
+            col(Evaluation.checkpoint_step).is_not(None),
             Job.status == JobStatus.succeeded.value,
         )
-        .order_by(Evaluation.job_id)
+        .order_by(col(Evaluation.job_id))
     ).all()
-    latest = {step: eval_id for eval_id, step in rows}  # later evaluations overwrite earlier ones
+    # later evaluations overwrite earlier ones (a step is never None: the query excludes those)
+    latest = {step: eval_id for eval_id, step in rows if step is not None}
     metrics = metrics_of(session, list(latest.values()))
     return {
         step: {"evaluation_id": eval_id, "metrics": {k: v["value"] for k, v in metrics[eval_id].items()}}
@@ -510,8 +516,8 @@ def leaderboard(
     `metric` (higher first). Only evaluations this user may see."""
     query = (
         select(EvalMetric, Evaluation, Job.finished_at, Job.owner_id)
-        .join(Evaluation, Evaluation.job_id == EvalMetric.job_id)
-        .join(Job, Job.id == Evaluation.job_id)
+        .join(Evaluation, col(Evaluation.job_id) == EvalMetric.job_id)
+        .join(Job, col(Job.id) == Evaluation.job_id)
         .where(EvalMetric.benchmark == benchmark, EvalMetric.metric == metric, Job.status == JobStatus.succeeded.value)
     )
     if not user.is_admin:
@@ -519,7 +525,7 @@ def leaderboard(
     if job_id is not None:
         query = query.where(Evaluation.source_job_id == job_id)
     latest: dict[str, tuple] = {}
-    for m, evaluation, finished_at, _owner in session.exec(query.order_by(Evaluation.job_id)).all():
+    for m, evaluation, finished_at, _owner in session.exec(query.order_by(col(Evaluation.job_id))).all():
         latest[evaluation.model_path] = (m, evaluation, finished_at)
     entries = []
     for m, evaluation, finished_at in latest.values():
@@ -560,4 +566,4 @@ def disable_schedules_of_job(session: Session, job_id: int, why: str) -> list[in
         schedule.updated_at = now
         schedule.last_message = f"{now.isoformat(timespec='seconds')}: {why}; schedule disabled (was {was})"
         session.add(schedule)
-    return [s.id for s in schedules]
+    return [row_id(s) for s in schedules]

@@ -8,12 +8,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from training_platform.core.path_policy import Reader, check_path, resolve_path, shown
 from training_platform.core.settings import Settings
 from training_platform.data.gate import MAX_EVAL_SETS, GateError, GateProfile, local_profiles, parse_profile
-from training_platform.db.models import DatasetVersionRecord, GateProfileRecord, GateReportRecord
+from training_platform.db.models import DatasetVersionRecord, GateProfileRecord, GateReportRecord, row_id
 
 log = logging.getLogger("training_platform.gates")
 
@@ -94,7 +94,7 @@ def store_report(
     session: Session, version: DatasetVersionRecord, report: dict[str, Any], job_id: int | None
 ) -> GateReportRecord:
     record = GateReportRecord(
-        dataset_version_id=version.id,
+        dataset_version_id=row_id(version),
         sha256=version.sha256,
         profile_name=report["profile"]["name"],
         profile_hash=report["profile"]["hash"],
@@ -121,7 +121,7 @@ def passing_report(
             GateReportRecord.profile_hash == profile.hash,
             GateReportRecord.passed == True,  # noqa: E712 - SQL
         )
-        .order_by(GateReportRecord.id.desc())
+        .order_by(col(GateReportRecord.id).desc())
         .limit(50)
     ).all()
     return next((r for r in rows if inputs_match(r.report, eval_shas, reference_sha)), None)
@@ -139,7 +139,7 @@ def version_for_file(session: Session, path: Path, settings: Settings) -> Datase
         found = session.exec(
             select(DatasetVersionRecord)
             .where(DatasetVersionRecord.path == relative)
-            .order_by(DatasetVersionRecord.id)
+            .order_by(col(DatasetVersionRecord.id))
             .limit(1)
         ).first()
         if found is not None:
@@ -148,7 +148,7 @@ def version_for_file(session: Session, path: Path, settings: Settings) -> Datase
     return session.exec(
         select(DatasetVersionRecord)
         .where(DatasetVersionRecord.sha256 == sha)
-        .order_by(DatasetVersionRecord.id)
+        .order_by(col(DatasetVersionRecord.id))
         .limit(1)
     ).first()
 
@@ -157,4 +157,4 @@ def delete_version_reports(session: Session, version_ids: list[int]) -> None:
     from sqlalchemy import delete
 
     if version_ids:
-        session.exec(delete(GateReportRecord).where(GateReportRecord.dataset_version_id.in_(version_ids)))
+        session.exec(delete(GateReportRecord).where(col(GateReportRecord.dataset_version_id).in_(version_ids)))

@@ -8,7 +8,7 @@ from sqlmodel import Session
 
 from training_platform.core import telemetry
 from training_platform.core.timeutil import utcnow
-from training_platform.db.models import TERMINAL, TRANSITIONS, IllegalTransition, Job, JobEvent, JobStatus
+from training_platform.db.models import TERMINAL, TRANSITIONS, IllegalTransition, Job, JobEvent, JobStatus, row_id
 from training_platform.services import webhooks
 
 
@@ -38,7 +38,7 @@ def transition(session: Session, job: Job, to: JobStatus | str, reason: str = ""
         job.finished_at = None
         job.worker = None
         job.heartbeat_at = None
-    event = JobEvent(job_id=job.id, from_status=current.value, to_status=target.value, reason=reason)
+    event = JobEvent(job_id=row_id(job), from_status=current.value, to_status=target.value, reason=reason)
     session.add(job)
     session.add(event)
     session.flush()

@@ -97,6 +97,7 @@ def parse_hosts(text: str | None) -> frozenset[Host]:
                 problem = "not a host[:port]"
         if problem is not None:
             raise WebhookConfigError(f"TP_WEBHOOK_HOSTS: {entry[:100]!r}: {problem}")
+        assert host is not None  # an empty host is a problem (raised above)
         out.add((host.lower(), port))
     return frozenset(out)
 

@@ -24,7 +24,10 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
-    engine = make_engine(config.get_main_option("sqlalchemy.url"))
+    url = config.get_main_option("sqlalchemy.url")
+    if url is None:
+        raise RuntimeError("no sqlalchemy.url: run the migrations through training_platform.db.migrate")
+    engine = make_engine(url)
     with engine.connect() as connection:
         if connection.dialect.name == "sqlite":
             # Batch mode recreates tables (copy, drop, rename); with foreign keys on, dropping a referenced table

@@ -10,7 +10,7 @@ Create Date: 2026-11-29 10:00:00.000000
 from __future__ import annotations
 
 import sqlalchemy as sa
-import sqlmodel
+import sqlmodel.sql.sqltypes
 from alembic import op
 
 revision = "0002"

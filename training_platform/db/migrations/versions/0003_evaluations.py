@@ -10,7 +10,7 @@ Create Date: 2026-11-22 09:26:45.089212
 from __future__ import annotations
 
 import sqlalchemy as sa
-import sqlmodel
+import sqlmodel.sql.sqltypes
 from alembic import op
 
 revision = "0003"

@@ -10,7 +10,7 @@ Create Date: 2026-11-24 16:10:00
 from __future__ import annotations
 
 import sqlalchemy as sa
-import sqlmodel
+import sqlmodel.sql.sqltypes
 from alembic import op
 
 revision = "0005"

@@ -11,7 +11,7 @@ Create Date: 2026-11-25 12:00:00
 from __future__ import annotations
 
 import sqlalchemy as sa
-import sqlmodel
+import sqlmodel.sql.sqltypes
 from alembic import op
 
 revision = "0007"

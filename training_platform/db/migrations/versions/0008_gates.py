@@ -10,7 +10,7 @@ Create Date: 2026-12-02 12:00:00
 from __future__ import annotations
 
 import sqlalchemy as sa
-import sqlmodel
+import sqlmodel.sql.sqltypes
 from alembic import op
 
 revision = "0008"
