@@ -1,6 +1,8 @@
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# The rooms mypy checks (core/ under strict rules): api/, workers/ and cli/ are not typed yet.
+TYPED := $(addprefix training_platform/,core services db training data evaluation)
 export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 
 .PHONY: setup test lint demo up ui clean
@@ -18,14 +20,14 @@ test: setup
 	$(BIN)/ruff check training_platform tests bench
 	$(BIN)/ruff format --check training_platform tests bench
 	$(BIN)/lint-imports  # the layers of DESIGN.md (.importlinter)
-	$(BIN)/mypy training_platform/core training_platform/evaluation  # the rooms that are clean so far (pyproject)
+	$(BIN)/mypy $(TYPED)  # settings in pyproject's [tool.mypy]
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/pytest -q --durations=30 tests
 
 lint: setup
 	$(BIN)/ruff check training_platform tests bench
 	$(BIN)/ruff format --check training_platform tests bench
 	$(BIN)/lint-imports
-	$(BIN)/mypy training_platform/core training_platform/evaluation
+	$(BIN)/mypy $(TYPED)
 
 up: setup
 	$(BIN)/tp up
