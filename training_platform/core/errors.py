@@ -4,8 +4,10 @@ cli/common.py). Domain errors subclass these (ConfigError, GateError, RecipeErro
 caller can catch exactly what it expects, while the API and the CLI need to know only this module.
 
     PlatformError            500 / exit 1   something went wrong that is not the caller's input
+    │                                        (training/runner TrainingFailed, RankFailed: a run started and failed)
     ├─ InvalidInput          422 / exit 2   a config, request, file or row the rules refuse (also a ValueError)
     │                                        (data/formats.DatasetError: bad rows, 422 / exit 2, not a ValueError)
+    │                                        (workers' DataJobFailed, EvalPreflightFailed: a job's input refused)
     ├─ NotFound              404 / exit 2
     ├─ Conflict              409 / exit 1   the object's current state does not allow it
     └─ Unavailable           503 / exit 1   a service the request needs is down

@@ -28,6 +28,7 @@ import shutil
 import threading
 from pathlib import Path
 
+from training_platform.core.errors import InvalidInput
 from training_platform.core.settings import Settings, get_settings
 from training_platform.db.models import Dataset, DatasetVersionRecord, JobStatus
 from training_platform.db.session import session_scope
@@ -44,10 +45,20 @@ DATA_TASK = "training_platform.workers.data_tasks.run_next_data_job"
 PROGRESS_START, PROGRESS_END, PROGRESS_STORING = 2, 90, 95
 
 
-class DataJobFailed(Exception):
-    def __init__(self, reason: str, error: str):
-        self.reason, self.error = reason, error
-        super().__init__(error)
+class DataJobFailed(InvalidInput):
+    """The job's input is refused, before or while the job runs: one `field: reason` (the job's error and its
+    preflight detail)."""
+
+    def __init__(self, field: str, reason: str):
+        super().__init__([(field, reason)])
+
+    @property
+    def field(self) -> str:
+        return self.errors[0].path
+
+    @property
+    def reason(self) -> str:
+        return self.errors[0].reason
 
 
 def _first_lines(exc: BaseException, n: int = 20) -> str:
@@ -131,13 +142,13 @@ class DataJobSupervisor:
         except DataJobFailed as exc:
             report = {
                 "ok": False,
-                "checks": [{"name": "input", "ok": False, "detail": exc.error}],
-                "errors": [{"loc": exc.reason, "msg": exc.error}],
+                "checks": [{"name": "input", "ok": False, "detail": exc.reason}],
+                "errors": [{"loc": exc.field, "msg": exc.reason}],
             }
             self.lease.finish(
                 JobStatus.failed.value,
                 "preflight failed",
-                error=f"preflight failed: {exc.reason}: {exc.error}",
+                error=f"preflight failed: {exc.field}: {exc.reason}",
                 preflight=report,
             )
             return JobStatus.failed.value
@@ -174,14 +185,14 @@ class DataJobSupervisor:
         fields = {"config": {**config, "result": result}}
         if preflight is not None:
             fields["preflight"] = preflight
-        if self.lease.finish(JobStatus.failed.value, reason, error=error, **fields):
-            with session_scope() as session:
-                if dataset_service.drop_if_empty(session, config["dataset_id"], except_job=self.job_id):
-                    log.info(
-                        "job %s: dataset %s had nothing but this refused upload: removed",
-                        self.job_id,
-                        config["dataset_id"],
-                    )
+
+        def drop_the_new_dataset(session) -> None:  # with the failure: whoever sees "failed" sees it gone
+            if dataset_service.drop_if_empty(session, config["dataset_id"], except_job=self.job_id):
+                log.info(
+                    "job %s: dataset %s had nothing but this refused upload: removed", self.job_id, config["dataset_id"]
+                )
+
+        if self.lease.finish(JobStatus.failed.value, reason, error=error, with_end=drop_the_new_dataset, **fields):
             with contextlib.suppress(OSError, DataJobFailed):
                 self._staged_file(config).unlink(missing_ok=True)
         return JobStatus.failed.value
@@ -201,8 +212,8 @@ class DataJobSupervisor:
                 if session.get(Dataset, config["dataset_id"]) is None:
                     raise DataJobFailed("dataset_id", f"dataset {config['dataset_id']} no longer exists")
         except DataJobFailed as exc:
-            detail = [{"loc": exc.reason, "msg": exc.error}]
-            report = {"ok": False, "checks": [{"name": "input", "ok": False, "detail": exc.error}], "errors": detail}
+            detail = [{"loc": exc.field, "msg": exc.reason}]
+            report = {"ok": False, "checks": [{"name": "input", "ok": False, "detail": exc.reason}], "errors": detail}
             return self._fail_ingest(
                 config, "preflight failed", {"accepted": False, "stored": False, "detail": detail}, preflight=report
             )
@@ -306,8 +317,8 @@ class DataJobSupervisor:
             prepared.discard()
             return self._fail_ingest(
                 config,
-                exc.reason,
-                {"accepted": False, "stored": False, "detail": [{"loc": "dataset_id", "msg": exc.error}]},
+                exc.field,
+                {"accepted": False, "stored": False, "detail": [{"loc": "dataset_id", "msg": exc.reason}]},
             )
         log.info("job %s: %s", job_id, reason)
         return JobStatus.succeeded.value
@@ -327,7 +338,7 @@ class DataJobSupervisor:
             version = self._input_version(config)
         except DataJobFailed as exc:
             self.lease.finish(
-                JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc.reason}: {exc.error}"
+                JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc.field}: {exc.reason}"
             )
             return JobStatus.failed.value
         self._start_running("audit started", {"ok": True, "checks": [{"name": "input", "ok": True}]})
@@ -381,7 +392,7 @@ class DataJobSupervisor:
                     raise DataJobFailed("profile", str(exc)) from None
         except DataJobFailed as exc:
             self.lease.finish(
-                JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc.reason}: {exc.error}"
+                JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc.field}: {exc.reason}"
             )
             return JobStatus.failed.value
         self._start_running(
@@ -551,7 +562,7 @@ class DataJobSupervisor:
         try:
             return self._store(job_id, operation, params, dataset_id, source, output, described, audit)
         except DataJobFailed as exc:  # the transaction was rolled back: nothing stored
-            self.lease.finish(JobStatus.failed.value, exc.reason, error=exc.error)
+            self.lease.finish(JobStatus.failed.value, exc.field, error=exc.reason)
             return JobStatus.failed.value
 
     def _store(

@@ -26,6 +26,7 @@ from typing import Any
 
 from sqlmodel import select
 
+from training_platform.core.errors import InvalidInput
 from training_platform.core.settings import Settings, get_settings
 from training_platform.db.models import Checkpoint, Job, JobStatus
 from training_platform.db.session import session_scope
@@ -48,10 +49,12 @@ class EvalCancelled(Exception):
     pass
 
 
-class EvalPreflightFailed(Exception):
-    def __init__(self, checks: list[dict[str, Any]], errors: list[dict[str, str]]):
-        self.checks, self.errors = checks, errors
-        super().__init__("; ".join(f"{e['loc']}: {e['msg']}" for e in errors))
+class EvalPreflightFailed(InvalidInput):
+    """The job is refused before it evaluates: the problems, and the preflight checks run so far (the last failed)."""
+
+    def __init__(self, checks: list[dict[str, Any]], errors: list[tuple[str, str]]):
+        super().__init__(errors)
+        self.checks = checks
 
 
 class EvalJobSupervisor:
@@ -93,7 +96,7 @@ class EvalJobSupervisor:
         try:
             config, checks = self._preflight(job)
         except EvalPreflightFailed as exc:
-            report = {"ok": False, "checks": exc.checks, "errors": exc.errors}
+            report = {"ok": False, "checks": exc.checks, "errors": exc.detail()}
             self.lease.finish(
                 JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc}", preflight=report
             )
@@ -136,22 +139,20 @@ class EvalJobSupervisor:
             config = EvalConfig.model_validate(cfg.get("eval"))
         except Exception as exc:  # noqa: BLE001 - a stored config that no longer validates
             raise EvalPreflightFailed(
-                [{"name": "config", "ok": False}], [{"loc": "config", "msg": f"not a valid evaluation config: {exc}"}]
+                [{"name": "config", "ok": False}], [("config", f"not a valid evaluation config: {exc}")]
             ) from None
         checks.append({"name": "config", "ok": True})
 
         problems = self._path_problems(job, config)
         if problems:
-            raise EvalPreflightFailed(
-                [*checks, {"name": "paths", "ok": False}], [{"loc": loc, "msg": msg} for loc, msg in problems]
-            )
+            raise EvalPreflightFailed([*checks, {"name": "paths", "ok": False}], problems)
         checks.append({"name": "paths", "ok": True})
 
         target = cfg.get("target") or {}
         problem = self._model_problem(config, target)
         if problem:
             raise EvalPreflightFailed(
-                [*checks, {"name": "model", "ok": False, "detail": problem}], [{"loc": "model", "msg": problem}]
+                [*checks, {"name": "model", "ok": False, "detail": problem}], [("model", problem)]
             )
         checks.append({"name": "model", "ok": True, "detail": config.model.path})
         if target.get("run_dir") and target.get("checkpoint_step") is not None:  # again, for a retry or requeue
@@ -163,12 +164,10 @@ class EvalJobSupervisor:
         except EvalDataError as exc:
             details = exc.messages
             msg = str(exc) + (": " + "; ".join(str(d) for d in details[:10]) if details else "")
-            raise EvalPreflightFailed(
-                [*checks, {"name": "data", "ok": False}], [{"loc": "benchmarks", "msg": msg}]
-            ) from None
+            raise EvalPreflightFailed([*checks, {"name": "data", "ok": False}], [("benchmarks", msg)]) from None
         except Exception as exc:  # noqa: BLE001 - the sandbox refusing, an unknown benchmark: loud and specific
             raise EvalPreflightFailed(
-                [*checks, {"name": "data", "ok": False}], [{"loc": "benchmarks", "msg": f"{type(exc).__name__}: {exc}"}]
+                [*checks, {"name": "data", "ok": False}], [("benchmarks", f"{type(exc).__name__}: {exc}")]
             ) from None
         checks.append({"name": "data", "ok": True, "detail": {spec.name: len(items) for spec, _, items, _ in prepared}})
         self._n_benchmarks = len(config.benchmarks)

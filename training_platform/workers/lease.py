@@ -107,8 +107,18 @@ class JobLease:
                 setattr(job, key, value)
             session.add(job)
 
-    def finish(self, to: str, reason: str, *, error: str | None = None, **fields: Any) -> bool:
-        """Move the job (if still ours) to its end state, or requeue it. Returns False if it was not ours any more."""
+    def finish(
+        self,
+        to: str,
+        reason: str,
+        *,
+        error: str | None = None,
+        with_end: Callable[[Session], None] | None = None,
+        **fields: Any,
+    ) -> bool:
+        """Move the job (if still ours) to its end state, or requeue it. Returns False if it was not ours any more.
+        `with_end(session)` runs in the same transaction when the job ends (not when it is requeued), so whoever
+        sees the end state sees its consequences too."""
         requeue = to == JobStatus.queued.value
         self.heartbeater.stop()  # the job leaves this worker now
         with session_scope() as session:
@@ -127,6 +137,8 @@ class JobLease:
             if job.status == JobStatus.preflight.value and to in (JobStatus.succeeded.value,):
                 job_service.transition(session, job, JobStatus.running, "previous attempt's process had finished")
             job_service.transition(session, job, to, reason)
+            if with_end is not None and not requeue:
+                with_end(session)
             kind, priority = job.kind, job.priority
         log.info("job %s -> %s: %s", self.job_id, to, reason)
         if requeue:

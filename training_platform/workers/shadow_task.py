@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from training_platform.core.errors import InvalidInput
 from training_platform.db.models import JobStatus
 from training_platform.db.session import session_scope
 from training_platform.services import datasets as dataset_service
@@ -20,27 +21,24 @@ def run_shadow(sup, job_id: int, config: dict, owner_id: int) -> str:
     from training_platform.core.path_policy import check_path, resolve_path
     from training_platform.services.access import reader_for_owner
     from training_platform.training.rewards.shadow import ShadowInputError, shadow_report
-    from training_platform.workers.data_tasks import DataJobFailed
 
     try:
         if isinstance(config.get("path"), str):
             with session_scope() as session:
                 reader = reader_for_owner(session, owner_id)
                 if reader is None:
-                    raise DataJobFailed("owner", f"the job's owner (user {owner_id}) no longer exists")
+                    raise InvalidInput([("owner", f"the job's owner (user {owner_id}) no longer exists")])
                 problem = check_path("path", config["path"], sup.settings, reader)
             if problem is not None:
-                raise DataJobFailed(problem[0], problem[1])
+                raise InvalidInput([problem])
             path: Path = resolve_path(config["path"], sup.settings)
             if not path.is_file():
-                raise DataJobFailed("path", f"no such file: {config['path']}")
+                raise InvalidInput([("path", f"no such file: {config['path']}")])
         else:
             version = sup._input_version(config)
             path = dataset_service.absolute(version.path, sup.settings)
-    except DataJobFailed as exc:
-        sup.lease.finish(
-            JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc.reason}: {exc.error}"
-        )
+    except InvalidInput as exc:  # the data supervisor's DataJobFailed is one too
+        sup.lease.finish(JobStatus.failed.value, "preflight failed", error=f"preflight failed: {exc}")
         return JobStatus.failed.value
     sup._start_running("reward shadow test started", {"ok": True, "checks": [{"name": "input", "ok": True}]})
     params = dict(config.get("params") or {})
