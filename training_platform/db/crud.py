@@ -20,6 +20,7 @@ from training_platform.db import rollups
 from training_platform.db.models import (
     ApiToken,
     Checkpoint,
+    GateReportRecord,
     Job,
     JobEvent,
     JobStatus,
@@ -174,23 +175,17 @@ def delete_metrics_after(session: Session, job_id: int, step: int) -> int:
 
 # The distinct names of a job's series by a loose index scan (one index probe per name) of
 # uq_metric_job_name_step: SELECT DISTINCT would read every point of the job.
-_METRIC_NAMES = text("""
-WITH RECURSIVE names(name) AS (
-    SELECT MIN(name) FROM metric_points WHERE job_id = :job_id
-    UNION ALL
-    SELECT (SELECT MIN(m.name) FROM metric_points AS m WHERE m.job_id = :job_id AND m.name > names.name)
-    FROM names WHERE names.name IS NOT NULL
-)
-SELECT name FROM names WHERE name IS NOT NULL
-""")
-
-
-def metric_names(session: Session, job_id: int) -> list[str]:
-    return [r[0] for r in session.execute(_METRIC_NAMES, {"job_id": job_id}).all()]
+metric_names = rollups.metric_names  # the query lives with the rollups, which need it too
 
 
 def count_metric_points(session: Session, job_id: int) -> int:
     return session.exec(select(func.count()).select_from(MetricPoint).where(MetricPoint.job_id == job_id)).one()
+
+
+def delete_gate_reports(session: Session, version_ids: list[int]) -> None:
+    """The quality-gate reports of dataset versions (deleted with them)."""
+    if version_ids:
+        session.exec(delete(GateReportRecord).where(col(GateReportRecord.dataset_version_id).in_(version_ids)))
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints

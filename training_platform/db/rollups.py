@@ -120,11 +120,24 @@ def truncate(session: Session, job_id: int, step: int) -> None:
     refresh(session, job_id, names, step, step)
 
 
+_METRIC_NAMES = text("""
+WITH RECURSIVE names(name) AS (
+    SELECT MIN(name) FROM metric_points WHERE job_id = :job_id
+    UNION ALL
+    SELECT (SELECT MIN(m.name) FROM metric_points AS m WHERE m.job_id = :job_id AND m.name > names.name)
+    FROM names WHERE names.name IS NOT NULL
+)
+SELECT name FROM names WHERE name IS NOT NULL
+""")
+
+
+def metric_names(session: Session, job_id: int) -> list[str]:
+    return [r[0] for r in session.execute(_METRIC_NAMES, {"job_id": job_id}).all()]
+
+
 def rebuild(session: Session, job_id: int) -> None:
     """All tiers of a job from scratch (after a bulk load that bypassed crud)."""
-    from training_platform.db import crud
-
     session.execute(text("DELETE FROM metric_rollups WHERE job_id = :job_id"), {"job_id": job_id})
     row = session.execute(text("SELECT MAX(step) FROM metric_points WHERE job_id = :job_id"), {"job_id": job_id}).one()
     if row[0] is not None:
-        refresh(session, job_id, crud.metric_names(session, job_id), 0, int(row[0]))
+        refresh(session, job_id, metric_names(session, job_id), 0, int(row[0]))

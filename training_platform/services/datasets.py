@@ -41,6 +41,7 @@ from training_platform.core.path_policy import Reader, check_marked, check_path,
 from training_platform.core.settings import Settings
 from training_platform.core.timeutil import utcnow
 from training_platform.core.userpath import UserDir, UserFile, user_paths
+from training_platform.db import crud
 from training_platform.db.models import TERMINAL, Dataset, DatasetVersionRecord, Job, User, row_id
 
 log = logging.getLogger("training_platform.datasets")
@@ -594,9 +595,7 @@ def delete_dataset(session: Session, dataset: Dataset, settings: Settings) -> li
         .execution_options(synchronize_session=False)
     )
     session.flush()
-    from training_platform.services.gates import delete_version_reports
-
-    delete_version_reports(session, [row_id(v) for v in versions])  # their quality-gate reports go with them
+    crud.delete_gate_reports(session, [row_id(v) for v in versions])  # their quality-gate reports go with them
     for version in versions:
         session.delete(version)
     session.flush()

@@ -14,6 +14,7 @@ from training_platform.core.path_policy import Reader, check_path, resolve_path,
 from training_platform.core.settings import Settings
 from training_platform.data.gate import MAX_EVAL_SETS, GateError, GateProfile, local_profiles, parse_profile
 from training_platform.db.models import DatasetVersionRecord, GateProfileRecord, GateReportRecord, row_id
+from training_platform.services.datasets import read_limits
 
 log = logging.getLogger("training_platform.gates")
 
@@ -77,7 +78,6 @@ def run_on_file(
     fmt: str | None = None,
 ) -> dict[str, Any]:
     from training_platform.data.gate import run_gate
-    from training_platform.services.datasets import read_limits
 
     return run_gate(
         path,
@@ -151,10 +151,3 @@ def version_for_file(session: Session, path: Path, settings: Settings) -> Datase
         .order_by(col(DatasetVersionRecord.id))
         .limit(1)
     ).first()
-
-
-def delete_version_reports(session: Session, version_ids: list[int]) -> None:
-    from sqlalchemy import delete
-
-    if version_ids:
-        session.exec(delete(GateReportRecord).where(col(GateReportRecord.dataset_version_id).in_(version_ids)))
