@@ -5,7 +5,7 @@ Measured per run: samples/s inside the training loop (max_steps x global batch /
 Trainer's own clock), the wall and CPU seconds of the whole `tp train` process (torchrun start-up, each rank's
 imports, validation and dataset reading included), and the time from starting `tp train` to its first logged step
 (the first metrics.jsonl row's `ts`). Both sides compute the same global batch per step (the losses are checked
-equal to 1e-4 relative: tests/integration/test_distributed.py), so samples/s compares like with like.
+equal to 1e-4 relative: tests/training/test_distributed.py), so samples/s compares like with like.
 
 Then through the platform: `tp up` (embedded default, TP_RAY_ADDRESS at the same cluster), each setup's job POSTed
 to /api/v1/jobs, timed until the API reports its first step (queue, worker pickup, the `tp train` child,
@@ -61,7 +61,7 @@ SETUPS = {  # name -> (processes, batch per process as a multiple of the per-ran
     "world 2 (torchrun)": (2, 1, []),
     "world 2 (ray, 2 nodes)": (2, 1, ["--set", "resources.num_nodes=2", "--set", "resources.num_devices=1"]),
 }
-LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # keep Ray on 127.0.0.1 (see tests/integration/test_ray.py)
+LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # keep Ray on 127.0.0.1 (see tests/training/test_ray.py)
 
 
 def one_run(name: str, base: Path, env: dict[str, str], steps: int, per_rank: int, index: int) -> dict[str, Any]:

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
 REPO = Path(__file__).resolve().parents[2]
-LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # keep Ray on 127.0.0.1 (tests/integration/test_ray.py)
+LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # keep Ray on 127.0.0.1 (tests/training/test_ray.py)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def _config(max_steps: int) -> dict:
 
 
 def test_a_two_node_job_succeeds_and_another_is_cancelled(ray_platform):
-    """The job that succeeds is engine verl's SFT (TRL's runs on Ray in tests/integration/test_ray.py and behind
+    """The job that succeeds is engine verl's SFT (TRL's runs on Ray in tests/training/test_ray.py and behind
     `tp up --ray` below); the cancelled one is TRL's."""
     client, _ = ray_platform
     response = client.post("/jobs", json={"name": "verl on ray", "config": {**_config(6), "engine": "verl"}})

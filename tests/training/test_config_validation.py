@@ -28,8 +28,8 @@ from training_platform.training.config import (  # noqa: E402
     JobConfig,
     apply_overrides,
     load_yaml,
-    validate_config,
 )
+from training_platform.training.preflight import validate_config  # noqa: E402
 
 pytestmark = pytest.mark.unit
 

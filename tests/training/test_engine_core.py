@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from training_platform.training.config import ConfigError, parse_config, validate_config
+from training_platform.training.config import ConfigError, parse_config
 from training_platform.training.engines import capability_table, get_builder, register_builder
+from training_platform.training.preflight import validate_config
 from training_platform.training.run_writer import RunWriter
 from training_platform.training.rundir import RunDir, verify
 from training_platform.training.stop_signal import StopSignal

@@ -1,5 +1,5 @@
 """The `llm_judge` reward's own logic: params bounds, the shared parser, the cache key, the template rendering and
-the anti-simulation monitor's thresholds. The judge against a real generating server: tests/integration/
+the anti-simulation monitor's thresholds. The judge against a real generating server: tests/training/
 test_llm_judge.py."""
 
 from __future__ import annotations

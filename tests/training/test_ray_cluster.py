@@ -1,5 +1,5 @@
 """The Ray cluster reader's pure parts: the worker plan (preflight's rule) and its answers for addresses that
-cannot be read. A real 2-node cluster is read in tests/integration/test_ray.py."""
+cannot be read. A real 2-node cluster is read in tests/training/test_ray.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from training_platform.training.launchers import ray_cluster
+from training_platform.training import ray_cluster
 
 pytestmark = pytest.mark.unit
 

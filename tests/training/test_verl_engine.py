@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from training_platform.training.config import ConfigError, validate_config
+from training_platform.training.config import ConfigError
+from training_platform.training.preflight import validate_config
 
 pytestmark = pytest.mark.unit
 

@@ -121,8 +121,8 @@ def demo(tmp_path, monkeypatch):
 def test_the_generated_config_asks_verl_for_its_dumps(demo):
     from omegaconf import OmegaConf
 
-    from training_platform.training.config import validate_config
     from training_platform.training.engines.verl import engine
+    from training_platform.training.preflight import validate_config
 
     def rollout_dir(samples: int):
         raw = {**RL, "training": {**RL["training"], "rollout_samples_per_step": samples}}

@@ -224,7 +224,7 @@ def check_torch() -> Outcome:
 
 def check_ray() -> Outcome:
     """TP_RAY_ADDRESS (only when set): a TCP connect to its host:port within 2 s."""
-    from training_platform.training.launchers.ray_cluster import _unreachable
+    from training_platform.training.ray_cluster import _unreachable
 
     address = (current_settings().ray_address or "").strip()
     target = address.removeprefix("ray://").split("/", 1)[0]
@@ -260,8 +260,8 @@ def check_node() -> Outcome:
     """node and npm, to rebuild the web UI (optional: the built UI is committed)."""
     fix = "install Node.js >= 20.19 with npm (e.g. apt-get install -y nodejs npm), only needed for `make ui`"
     node, npm = shutil.which("node"), shutil.which("npm")
-    missing = [name for name, path in (("node", node), ("npm", npm)) if path is None]
-    if missing:
+    if node is None or npm is None:
+        missing = [name for name, path in (("node", node), ("npm", npm)) if path is None]
         return WARN, f"{' and '.join(missing)} not found: the UI cannot be rebuilt (the built one is used)", fix
     node_version = _version([node, "--version"]) or "?"
     npm_version = _version([npm, "--version"]) or "?"

@@ -45,7 +45,8 @@ def config_validate(
     no_disk: bool = typer.Option(False, "--no-disk", help="Skip the checks that read files and the model."),
 ):
     """Check a config: types, ranges, cross-field rules, files, model and dataset rows. Exit 2 on any error."""
-    from training_platform.training.config import ConfigError, validate_config
+    from training_platform.training.config import ConfigError
+    from training_platform.training.preflight import validate_config
 
     try:
         cfg = validate_config(_load_config(config, set_), check_disk=not no_disk)

@@ -7,10 +7,13 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 _CHUNK = 1 << 20
 
@@ -88,3 +91,29 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """Every row of a JSONL file we wrote ourselves (blank lines skipped). User files go through data/io.py."""
     with Path(path).open(encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+# ---------------------------------------------------------------------------------------------- YAML
+
+
+class _YAMLLoader(yaml.SafeLoader):
+    """SafeLoader that reads `1e-5` as a float (PyYAML follows YAML 1.1, which wants `1.0e-5`)."""
+
+
+_YAMLLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                |[-+]?\.(?:inf|Inf|INF)
+                |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+def yaml_load(text_or_stream: Any) -> Any:
+    """YAML as the platform reads config files: safe, and `1e-5` is a float."""
+    return yaml.load(text_or_stream, Loader=_YAMLLoader)  # noqa: S506 - a SafeLoader subclass

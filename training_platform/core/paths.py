@@ -33,3 +33,11 @@ def display_path(path: str | os.PathLike[str]) -> str:
         return str(p.relative_to(data_dir())) or "."
     except ValueError:
         return str(path)
+
+
+def resolve_model_ref(ref: str) -> tuple[str, bool]:
+    """A model reference is a local directory (relative to TP_DATA_DIR) or a hub id. Returns (ref, is_local)."""
+    local = resolve_data_path(ref)
+    if local.exists():
+        return str(local), True
+    return ref, False

@@ -5,12 +5,11 @@ Validation happens in three layers, and every layer reports ALL its errors as (f
 2. `check_rules`  - cross-field rules that would otherwise fail deep inside TRL.
 3. `preflight.check_environment` - rules that need the disk: files exist, the model's context length, LoRA target
    modules, dataset rows (see `training/preflight.py`).
-`validate_config` runs all three and raises `ConfigError`.
+`preflight.validate_config` runs all three and raises `ConfigError`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 
@@ -19,13 +18,13 @@ from pydantic import BaseModel, Field, StringConstraints, ValidationError, model
 
 from training_platform.core.errors import FieldError, InvalidInput, pydantic_errors
 from training_platform.core.errors import translate_pydantic_error as _translate
+from training_platform.core.files import yaml_load
 from training_platform.core.settings import current_settings
 from training_platform.core.userpath import ModelRef, UserFile
 from training_platform.training.algorithms import ALGORITHMS, ppo
 from training_platform.training.algorithms.base import AlgorithmParams, AlgorithmSpec, StrictModel
-from training_platform.training.engines import ENGINES, engines_for, get_builder
-from training_platform.training.launchers import resolve as resolve_launcher
-from training_platform.training.rewards import REWARDS
+from training_platform.training.engine_registry import ENGINES, engines_for, get_builder
+from training_platform.training.rewards import REWARDS, RewardSection
 
 
 class ConfigError(InvalidInput):
@@ -215,10 +214,13 @@ class TrainingSection(StrictModel):
     )
 
 
-class RewardSection(StrictModel):
-    name: str = Field(description="A registered reward function (see `tp rewards list`).")
-    weight: float = Field(1.0, ge=0, le=1e6)
-    params: dict[str, Any] = Field(default_factory=dict)
+def resolve_launcher(launcher: str, *, num_nodes: int, num_devices: int) -> str:
+    """`launcher: auto` made concrete: local for one process, torchrun for several on one node, ray across nodes."""
+    if launcher != "auto":
+        return launcher
+    if num_nodes > 1:
+        return "ray"
+    return "torchrun" if num_devices > 1 else "local"
 
 
 class ResourcesSection(StrictModel):
@@ -361,7 +363,7 @@ def translate_pydantic_error(
     return _translate(err, prefix, known_fields or _known_field_names(), {"algorithm": tuple(ALGORITHMS)})
 
 
-def _dedupe(errors: list[FieldError]) -> list[FieldError]:
+def dedupe(errors: list[FieldError]) -> list[FieldError]:
     seen: set[tuple[str, ...]] = set()
     out = []
     for e in errors:
@@ -567,46 +569,7 @@ def _resource_rules(cfg: JobConfig, builder) -> list[FieldError]:
     return errors
 
 
-def validate_config(
-    raw: Any, *, check_disk: bool = True, loaded: dict | None = None, dry_run: bool = False
-) -> JobConfig:
-    """All three layers; raises ConfigError listing every problem found. `loaded` receives the datasets read
-    while checking them, so a run does not read them twice. `dry_run`: skip what only a real start needs (the
-    devices verl's RL runs on)."""
-    cfg = parse_config(raw)
-    errors = check_rules(cfg)
-    if check_disk:
-        from training_platform.training.preflight import check_environment
-
-        errors.extend(check_environment(cfg, loaded, dry_run=dry_run))
-    if errors:
-        raise ConfigError(_dedupe(errors))
-    return cfg
-
-
 # ---------------------------------------------------------------------------------------------- files
-
-
-class _YAMLLoader(yaml.SafeLoader):
-    """SafeLoader that reads `1e-5` as a float (PyYAML follows YAML 1.1, which wants `1.0e-5`)."""
-
-
-_YAMLLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-                |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-                |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
-                |[-+]?\.(?:inf|Inf|INF)
-                |\.(?:nan|NaN|NAN))$""",
-        re.X,
-    ),
-    list("-+0123456789."),
-)
-
-
-def yaml_load(text_or_stream: Any) -> Any:
-    return yaml.load(text_or_stream, Loader=_YAMLLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

@@ -1,4 +1,5 @@
-"""Layer 3 of config validation: the rules that need the disk (files, the model, the dataset rows, devices).
+"""Layer 3 of config validation: the rules that need the disk (files, the model, the dataset rows, devices), and
+`validate_config`, which runs the three layers (training/config.py has the first two).
 
 Everything here runs before a single weight is loaded for training, so a bad config fails in seconds with every
 problem listed, never half way through a run.
@@ -11,18 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from training_platform.core.errors import FieldError
-from training_platform.core.paths import display_path, resolve_data_path
+from training_platform.core.paths import display_path, resolve_data_path, resolve_model_ref
 from training_platform.core.settings import current_settings
 from training_platform.data.formats import DatasetError, load_examples
-from training_platform.training.config import JobConfig
-
-
-def resolve_model_ref(ref: str) -> tuple[str, bool]:
-    """A model reference is a local directory (relative to TP_DATA_DIR) or a hub id. Returns (ref, is_local)."""
-    local = resolve_data_path(ref)
-    if local.exists():
-        return str(local), True
-    return ref, False
+from training_platform.training.config import ConfigError, JobConfig, check_rules, dedupe, parse_config
 
 
 def _load_model_config(ref: str, trust_remote_code: bool):
@@ -113,6 +106,21 @@ def _check_dataset(cfg: JobConfig, field: str, file: str, cache: dict | None) ->
     if cache is not None:
         cache.setdefault("needs_chat_template", needs_chat)
     return errors
+
+
+def validate_config(
+    raw: Any, *, check_disk: bool = True, loaded: dict | None = None, dry_run: bool = False
+) -> JobConfig:
+    """All three layers; raises ConfigError listing every problem found. `loaded` receives the datasets read
+    while checking them, so a run does not read them twice. `dry_run`: skip what only a real start needs (the
+    devices verl's RL runs on)."""
+    cfg = parse_config(raw)
+    errors = check_rules(cfg)
+    if check_disk:
+        errors.extend(check_environment(cfg, loaded, dry_run=dry_run))
+    if errors:
+        raise ConfigError(dedupe(errors))
+    return cfg
 
 
 def check_environment(cfg: JobConfig, cache: dict | None = None, *, dry_run: bool = False) -> list[FieldError]:
@@ -231,7 +239,6 @@ def _check_tokenizer(cfg: JobConfig, cache: dict) -> list[FieldError]:
 def _check_verl(cfg: JobConfig, cache: dict, *, dry_run: bool) -> list[FieldError]:
     """The rows suit verl's datasets; the generated verl config passes our checks and verl's; a real start also
     needs what verl's RL runs on."""
-    from training_platform.training.config import ConfigError
     from training_platform.training.engines.verl import checks, engine
 
     for field in ("data.train_file", "data.eval_file"):
@@ -266,7 +273,7 @@ def _gpus(cfg: JobConfig) -> float:
     """GPUs verl's RL would have: the Ray cluster's (launcher ray) or this machine's."""
     address = current_settings().ray_address
     if cfg.resources.resolved_launcher == "ray" and address and not address.startswith("ray://"):
-        from training_platform.training.launchers import ray_cluster
+        from training_platform.training import ray_cluster
 
         snap = ray_cluster.snapshot(address)
         return float(snap.get("totals", {}).get("GPU", {}).get("total", 0.0))
@@ -281,7 +288,7 @@ def _check_devices(cfg: JobConfig) -> list[FieldError]:
     device, wanted = cfg.resources.device, cfg.resources.num_devices
     address = current_settings().ray_address
     if cfg.resources.resolved_launcher == "ray" and address:  # no address: a config rule already says so
-        from training_platform.training.launchers import ray_cluster
+        from training_platform.training import ray_cluster
 
         r = cfg.resources
         return [

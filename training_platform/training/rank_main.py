@@ -24,18 +24,15 @@ from pathlib import Path
 from training_platform.core.files import atomic_write_text
 from training_platform.core.timeutil import now_iso
 from training_platform.training.distributed import DistContext
-from training_platform.training.rundir import RunDir, redact, redact_record
-
-LAUNCH_FILE = "launch.json"
-RESULT_FILE = "result.json"
-
-
-def ranks_dir(run: RunDir) -> Path:
-    return run.path / "ranks"
-
-
-def error_file(run: RunDir, rank: int) -> Path:
-    return ranks_dir(run) / f"rank_{rank}.error.json"
+from training_platform.training.rundir import (
+    LAUNCH_FILE,
+    RESULT_FILE,
+    RunDir,
+    error_file,
+    ranks_dir,
+    redact,
+    redact_record,
+)
 
 
 def _die_with_launcher() -> None:
@@ -62,8 +59,8 @@ def _log_setup(run: RunDir, dist: DistContext) -> None:
 
 
 def run_rank(run_dir: Path, launcher: str) -> int:
-    from training_platform.training.config import validate_config
     from training_platform.training.engines import get_engine
+    from training_platform.training.preflight import validate_config
     from training_platform.training.run_writer import RunWriter
     from training_platform.training.stop_signal import StopSignal, TrainingStopped
 

@@ -369,3 +369,16 @@ def _git_commit() -> str | None:
         return out.stdout.strip() or None if out.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+# The launcher's record of a multi-process run (rank_main.py writes it; launchers and the runner read it).
+LAUNCH_FILE = "launch.json"
+RESULT_FILE = "result.json"
+
+
+def ranks_dir(run: RunDir) -> Path:
+    return run.path / "ranks"
+
+
+def error_file(run: RunDir, rank: int) -> Path:
+    return ranks_dir(run) / f"rank_{rank}.error.json"

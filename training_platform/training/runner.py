@@ -28,10 +28,10 @@ from training_platform.training.config import (
     FieldError,
     apply_overrides,
     effective_config,
-    validate_config,
 )
 from training_platform.training.distributed import DistContext
 from training_platform.training.engines import get_engine, require_builder
+from training_platform.training.preflight import validate_config
 from training_platform.training.run_writer import RunWriter
 from training_platform.training.rundir import RunDir, environment_info, redact, redact_record
 from training_platform.training.stop_signal import StopSignal, TrainingStopped
@@ -159,7 +159,7 @@ def _train_ranks(
     import shutil
 
     from training_platform.training.launchers import ray_train, torchrun
-    from training_platform.training.rank_main import LAUNCH_FILE, RESULT_FILE, ranks_dir
+    from training_platform.training.rundir import LAUNCH_FILE, RESULT_FILE, ranks_dir
 
     restarts = 0
     can_resume = require_builder(cfg.engine, cfg.spec.name).capabilities.resume

@@ -61,7 +61,7 @@ def gate_dir(data_dir: Path, job_id: int) -> Path:
 
 def gate_override(job_id: int) -> dict[str, Any] | None:
     """The latest admin override of this job's quality gate (a job event), or None."""
-    from sqlmodel import select
+    from sqlmodel import col, select
 
     from training_platform.db.models import JobEvent
     from training_platform.db.session import session_scope
@@ -70,7 +70,7 @@ def gate_override(job_id: int) -> dict[str, Any] | None:
         event = session.exec(
             select(JobEvent)
             .where(JobEvent.job_id == job_id, JobEvent.reason.startswith(GATE_OVERRIDE_PREFIX))
-            .order_by(JobEvent.id.desc())
+            .order_by(col(JobEvent.id).desc())
             .limit(1)
         ).first()
         if event is None:
@@ -188,7 +188,7 @@ def find_shadow_approval(
 ) -> tuple[dict[str, Any] | None, str | None]:
     """A passing reward shadow report approving this job's reward set -> (report + `approved_by`, None), or (None,
     why not). From data.gate.reward_shadow_report when given, else the job owner's succeeded shadow-test jobs."""
-    from sqlmodel import select
+    from sqlmodel import col, select
 
     from training_platform.db.models import Job
     from training_platform.db.session import session_scope
@@ -204,21 +204,24 @@ def find_shadow_approval(
         return {**report, "approved_by": f"the file {cfg.data.gate.reward_shadow_report}"}, None
     rewards = job_rewards(cfg)
     with session_scope() as session:
-        owner = session.get(Job, job_id).owner_id
+        job = session.get(Job, job_id)
+        if job is None:  # deleted meanwhile: run_preflight reports the gate as unable to run
+            raise RuntimeError(f"job {job_id} no longer exists")
+        owner = job.owner_id
         rows = session.exec(
             select(Job.id, Job.config)
             .where(
                 Job.owner_id == owner, Job.kind == "data", Job.status == "succeeded", Job.algorithm == SHADOW_OPERATION
             )
-            .order_by(Job.id.desc())
+            .order_by(col(Job.id).desc())
             .limit(SHADOW_SEARCH_LIMIT)
         ).all()
     latest = None
     for shadow_job, config in rows:
-        report = (config or {}).get("result")
-        problem = approval_problem(report, rewards, min_spearman=min_spearman)
+        shadow_report: Any = (config or {}).get("result")  # stored JSON: approval_problem checks its shape
+        problem = approval_problem(shadow_report, rewards, min_spearman=min_spearman)
         if problem is None:
-            return {**report, "approved_by": f"shadow test job {shadow_job}", "shadow_job_id": shadow_job}, None
+            return {**shadow_report, "approved_by": f"shadow test job {shadow_job}", "shadow_job_id": shadow_job}, None
         latest = latest or f"the latest, job {shadow_job}: {problem}"
     names = ", ".join(f"{r['name']}×{r['weight']:g}" for r in rewards)
     return None, (
@@ -237,7 +240,8 @@ def run_preflight(
     raw_config: dict, *, data_dir: Path, min_free_disk_mb: int, job_id: int | None = None
 ) -> dict[str, Any]:
     """Run every check (none stops the others) and return the report."""
-    from training_platform.training.config import ConfigError, parse_config, validate_config
+    from training_platform.training.config import ConfigError, parse_config
+    from training_platform.training.preflight import validate_config
 
     checks: list[dict[str, Any]] = []
     errors: list[dict[str, str]] = []
@@ -284,7 +288,7 @@ def run_preflight(
         except ConfigError:
             cfg = None
         model_ok = cfg is not None and not any(e["loc"].startswith("model.path") for e in errors)
-    if model_ok:
+    if model_ok and cfg is not None:  # model_ok implies a config
         ok, detail = check_tokenizer(cfg.model.path, cfg.model.trust_remote_code)
         checks.append(_check("tokenizer", ok, detail))
         if not ok:

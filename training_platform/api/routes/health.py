@@ -12,7 +12,7 @@ from pathlib import Path
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy import func, text
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from training_platform.api import broker, schemas
 from training_platform.api.deps import SettingsDep
@@ -40,7 +40,7 @@ def _version() -> str | None:
 def _database_status() -> str:
     try:
         with Session(get_engine()) as session:
-            session.exec(text("SELECT 1")).one()
+            session.execute(text("SELECT 1")).one()
         return "ok"
     except Exception as exc:  # noqa: BLE001 - reported, not raised
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -71,7 +71,7 @@ def _metric_point_count(session: Session) -> int:
     """Exact on SQLite and for small tables; on PostgreSQL past a million rows the planner's estimate (an exact
     COUNT(*) over tens of millions of points at every scrape would be a load of its own)."""
     if session.get_bind().dialect.name == "postgresql":
-        estimate = session.exec(
+        estimate = session.execute(
             text("SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass('metric_points')")
         ).first()
         if estimate is not None and estimate[0] is not None and estimate[0] > ESTIMATE_ABOVE_ROWS:
@@ -103,7 +103,8 @@ class PlatformCollector:
                 cutoff = utcnow() - timedelta(seconds=self.heartbeat_timeout_s)
                 active = session.exec(
                     select(Job.worker, Job.heartbeat_at).where(
-                        Job.worker.is_not(None), Job.status.in_([JobStatus.preflight.value, JobStatus.running.value])
+                        col(Job.worker).is_not(None),
+                        col(Job.status).in_([JobStatus.preflight.value, JobStatus.running.value]),
                     )
                 ).all()
                 points = _metric_point_count(session)
@@ -159,7 +160,7 @@ class PlatformCollector:
 
         snap = None
         if self.ray_address:
-            from training_platform.training.launchers import ray_cluster
+            from training_platform.training import ray_cluster
 
             snap = ray_cluster.cached_snapshot(self.ray_address, self.data_path / "ray")
         yield GaugeMetricFamily(

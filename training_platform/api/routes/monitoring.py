@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter
 from sqlalchemy import func
-from sqlmodel import select
+from sqlmodel import col, select
 
 from training_platform.api import broker
 from training_platform.api.deps import CurrentUser, SessionDep, SettingsDep
@@ -87,7 +87,7 @@ def dashboard(session: SessionDep, user: CurrentUser, settings: SettingsDep) -> 
         queued[kind] = count
     active = session.exec(
         select(Job)
-        .where(Job.worker.is_not(None), Job.status.in_([JobStatus.preflight.value, JobStatus.running.value]))
+        .where(col(Job.worker).is_not(None), col(Job.status).in_([JobStatus.preflight.value, JobStatus.running.value]))
         .order_by(Job.worker)
     ).all()
     cutoff = utcnow() - timedelta(seconds=settings.heartbeat_timeout_s)
@@ -117,12 +117,12 @@ def dashboard(session: SessionDep, user: CurrentUser, settings: SettingsDep) -> 
 @router.get("/ray")
 def ray_cluster(user: CurrentUser, settings: SettingsDep) -> dict[str, Any]:
     """The Ray cluster of TP_RAY_ADDRESS: nodes, CPUs and GPUs (total and in use), and its dashboard when it runs.
-    Read from the cluster's GCS at most every 10 s for all API processes (see launchers/ray_cluster.py). Everyone
+    Read from the cluster's GCS at most every 10 s for all API processes (see training/ray_cluster.py). Everyone
     sees the figures; node addresses, the cluster address, the dashboard link and the error's detail are for admins."""
     address = current_settings().ray_address
     if not address:
         return {"configured": False}
-    from training_platform.training.launchers import ray_cluster as status
+    from training_platform.training import ray_cluster as status
 
     snap = status.cached_snapshot(address, settings.data_path / "ray")
     out: dict[str, Any] = {

@@ -8,10 +8,9 @@ engine-neutral pieces: a RunWriter (metric rows, checkpoints, the manifest; only
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
     from training_platform.training.config import JobConfig
@@ -20,35 +19,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from training_platform.training.rundir import RunDir
     from training_platform.training.stop_signal import StopSignal
 
-LAUNCHERS = ("local", "torchrun", "ray")
-
 
 @dataclass
 class EngineResult:
     step: int
     stopped: str | None  # the stop reason, or None when training ran to the end
     summary: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What an engine can do with one algorithm (shown by `tp algorithms list`, enforced by validation)."""
-
-    resume: bool = True  # continue from a checkpoint (exact: same losses as the uninterrupted run)
-    launchers: tuple[str, ...] = ("local",)  # process launchers it has been run and tested under
-    model_kinds: tuple[str, ...] = ("causal_lm",)
-    notes: str = ""
-    # The engine's driver starts its own workers (verl RL on Ray): the runner calls it once, in its own process,
-    # whatever the launcher, instead of starting ranks for it.
-    own_workers: bool = False
-
-
-@dataclass(frozen=True)
-class Builder:
-    engine: str
-    algorithm: str
-    build: Callable[[Any], Any]  # engine-specific context -> the engine's trainer
-    capabilities: Capabilities
 
 
 class Engine(Protocol):

@@ -26,8 +26,7 @@ from typing import Any
 
 from training_platform.core.paths import data_dir
 from training_platform.training.launchers import LaunchOutcome
-from training_platform.training.rank_main import error_file, ranks_dir
-from training_platform.training.rundir import RunDir
+from training_platform.training.rundir import RunDir, error_file, ranks_dir
 from training_platform.training.stop_signal import StopSignal
 
 log = logging.getLogger("training_platform.train")
@@ -82,7 +81,7 @@ def _cluster_check(cfg) -> tuple[int, str | None]:
     for ray:// addresses and for a cluster that changed since."""
     import ray
 
-    from training_platform.training.launchers.ray_cluster import plan_workers
+    from training_platform.training.ray_cluster import plan_workers
 
     nodes = [
         {"resources": {name: {"total": float(n["Resources"].get(name, 0))} for name in ("CPU", "GPU")}}

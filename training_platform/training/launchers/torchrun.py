@@ -23,8 +23,7 @@ import threading
 import time
 
 from training_platform.training.launchers import LaunchOutcome
-from training_platform.training.rank_main import error_file, ranks_dir
-from training_platform.training.rundir import RunDir
+from training_platform.training.rundir import RunDir, error_file, ranks_dir
 from training_platform.training.stop_signal import StopSignal
 
 log = logging.getLogger("training_platform.train")

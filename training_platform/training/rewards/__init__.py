@@ -26,9 +26,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
+
+from training_platform.training.algorithms.base import StrictModel
 
 RewardFn = Callable[..., list[float | None]]
+
+
+class RewardSection(StrictModel):
+    """One entry of a job's `rewards:` (and of a shadow test's reward spec)."""
+
+    name: str = Field(description="A registered reward function (see `tp rewards list`).")
+    weight: float = Field(1.0, ge=0, le=1e6)
+    params: dict[str, Any] = Field(default_factory=dict)
+
 
 __all__ = [
     "REWARDS",
@@ -36,6 +47,7 @@ __all__ = [
     "RewardFn",
     "RewardFunction",
     "RewardParams",
+    "RewardSection",
     "build_reward_function",
     "completion_text",
     "get_reward",

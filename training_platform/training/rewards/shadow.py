@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from training_platform.core.errors import InvalidInput
+from training_platform.core.errors import InvalidInput, translate_pydantic_error
+from training_platform.core.files import yaml_load
 
 UNSTABLE_VARIANCE = 0.08
 SHADOW_OPERATION = "reward_shadow"  # a shadow test's data job: config.operation and jobs.algorithm
@@ -47,8 +48,6 @@ class ShadowInputError(InvalidInput):
 
 def _spec_entries(spec: Any, field: str) -> list[dict]:
     """A SPEC (string or already-parsed data) -> a list of raw reward entries."""
-    from training_platform.training.config import yaml_load
-
     if isinstance(spec, str):
         text = spec.strip()
         if not text:
@@ -101,8 +100,7 @@ class Scorer:
     def __init__(self, spec: Any, field: str):
         from pydantic import ValidationError
 
-        from training_platform.training.config import RewardSection, translate_pydantic_error
-        from training_platform.training.rewards import REWARDS, build_reward_function
+        from training_platform.training.rewards import REWARDS, RewardSection, build_reward_function
         from training_platform.training.rewards.weights import check_reward_weights
 
         entries = _spec_entries(spec, field)
@@ -115,7 +113,7 @@ class Scorer:
                 section = RewardSection.model_validate(entry)
             except ValidationError as exc:
                 for e in exc.errors():
-                    problem = translate_pydantic_error(e, prefix=where)
+                    problem = translate_pydantic_error(e, prefix=where, known_fields=set(RewardSection.model_fields))
                     errors.append((problem.path, problem.reason))
                 continue
             definition = REWARDS.get(section.name)

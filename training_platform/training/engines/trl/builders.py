@@ -15,10 +15,10 @@ from training_platform.training.algorithms import dpo, grpo, kto, orpo, ppo, rew
 from training_platform.training.algorithms.base import GenerationParams, params_as
 from training_platform.training.engines import register_builder
 
-# Launchers a builder declares are the ones its losses were checked under (tests/integration/test_distributed.py:
+# Launchers a builder declares are the ones its losses were checked under (tests/training/test_distributed.py:
 # world size 2 x batch B == one process x 2B); the others run as one process until they are.
 MULTI = ("local", "torchrun")
-RAY = ("local", "torchrun", "ray")  # also checked on a 2-node Ray cluster (tests/integration/test_ray.py)
+RAY = ("local", "torchrun", "ray")  # also checked on a 2-node Ray cluster (tests/training/test_ray.py)
 
 if TYPE_CHECKING:  # pragma: no cover
     from training_platform.training.engines.trl.engine import TrainContext

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from training_platform.core.paths import resolve_model_ref
 from training_platform.training.algorithms import ppo
 from training_platform.training.algorithms.base import params_as
 from training_platform.training.config import JobConfig
@@ -27,7 +28,6 @@ from training_platform.training.engines.trl.callbacks import (
     RolloutCallback,
     StopCallback,
 )
-from training_platform.training.preflight import resolve_model_ref
 from training_platform.training.rollouts import RolloutWriter
 from training_platform.training.run_writer import RunWriter
 from training_platform.training.rundir import RunDir

@@ -31,7 +31,7 @@ log = logging.getLogger("training_platform.train")
 
 def planned_paths(cfg: JobConfig, run_dir: Path | None) -> VerlPaths:
     """The files the verl config points at, under `run_dir` (a placeholder when there is none yet: dry run)."""
-    from training_platform.training.preflight import resolve_model_ref
+    from training_platform.core.paths import resolve_model_ref
 
     base = f"{run_dir if run_dir is not None else PLACEHOLDER_RUN_DIR}/verl"
     algorithm = cfg.algorithm
@@ -68,7 +68,12 @@ class VerlEngine:
         if cfg.algorithm.name != "sft":
             from training_platform.training.engines.verl.rl import train_rl
 
-            return train_rl(cfg, run, loaded=loaded, resume_from=resume_from, stop=stop, writer=writer, dist=dist)
+            if dist.world_size != 1:
+                raise RuntimeError("verl RL starts its own workers: the runner calls it in one process")
+            paths = planned_paths(cfg, run.path)
+            config = verl_config(cfg, paths)
+            prepare_rl_inputs(cfg, run, loaded)
+            return train_rl(cfg, run, paths, config, resume_from=resume_from, stop=stop, writer=writer)
         return _train_sft(cfg, run, loaded=loaded, resume_from=resume_from, stop=stop, writer=writer, dist=dist)
 
 

@@ -28,12 +28,17 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from training_platform.core.paths import data_dir
 from training_platform.core.settings import current_settings
 from training_platform.training.engines.verl.metrics import rename
 from training_platform.training.rollouts import RolloutWriter, rollout_row
+
+if TYPE_CHECKING:  # pragma: no cover
+    from omegaconf import DictConfig
+
+    from training_platform.training.engines.verl.mapping import VerlPaths
 
 log = logging.getLogger("training_platform.train")
 
@@ -272,23 +277,18 @@ def run_driver(
             ray.shutdown()
 
 
-def train_rl(cfg, run, *, loaded, resume_from: Path | None, stop, writer, dist):
+def train_rl(cfg, run, paths: VerlPaths, config: DictConfig, *, resume_from: Path | None, stop, writer):
+    """Run verl's PPO driver on `config` (generated for `paths`, whose inputs engine.py has written) and follow it."""
     from omegaconf import OmegaConf
 
     from training_platform.training.engines.base import EngineResult
     from training_platform.training.engines.verl import generate
-    from training_platform.training.engines.verl.engine import planned_paths, prepare_rl_inputs, verl_config
 
-    if dist.world_size != 1:
-        raise RuntimeError("verl RL starts its own workers: the runner calls it in one process")
-    paths = planned_paths(cfg, run.path)
-    config = verl_config(cfg, paths)
     after = 0
     if resume_from is not None:
         after = int(resume_from.name.rsplit("_", 1)[-1])
         OmegaConf.update(config, "trainer.resume_mode", "resume_path")
         OmegaConf.update(config, "trainer.resume_from_path", str(resume_from / f"global_step_{after}"))
-    prepare_rl_inputs(cfg, run, loaded)
     (run.path / "verl_config.yaml").write_text(generate.to_yaml(config))
     run.record("verl_config", run.path / "verl_config.yaml")
 

@@ -7,7 +7,7 @@ import json
 from collections import defaultdict
 
 import pytest
-from _tp import EXAMPLES, read_metrics
+from training_helpers import EXAMPLES, read_metrics
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ import tarfile
 import time
 
 import pytest
-from _tp import EXAMPLES, REPO, TP, read_metrics, train_records
+from training_helpers import EXAMPLES, REPO, TP, read_metrics, train_records
 
 pytestmark = pytest.mark.integration
 

@@ -14,9 +14,9 @@ import yaml
 def main(config_path: str, run_dir: str, address: str) -> None:
     import ray
 
-    from training_platform.training.config import validate_config
     from training_platform.training.engines.verl import engine
     from training_platform.training.engines.verl.rl import run_driver
+    from training_platform.training.preflight import validate_config
     from training_platform.training.stop_signal import StopSignal
 
     cfg = validate_config(yaml.safe_load(Path(config_path).read_text()) | {"engine": "verl"}, dry_run=True)

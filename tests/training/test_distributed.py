@@ -11,7 +11,7 @@ import time
 
 import psutil
 import pytest
-from _tp import EXAMPLES, REPO, TP, read_metrics, train_records
+from training_helpers import EXAMPLES, REPO, TP, read_metrics, train_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

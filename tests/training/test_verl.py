@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from _tp import EXAMPLES, train_records
+from training_helpers import EXAMPLES, train_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -42,7 +42,7 @@ def losses(run) -> list[tuple[int, float]]:
 def one_process(tp_env, tmp_path_factory):
     import subprocess
 
-    from _tp import REPO, TP
+    from training_helpers import REPO, TP
 
     run = tmp_path_factory.mktemp("verl") / "one"
     subprocess.run(
@@ -72,7 +72,7 @@ def test_verl_sft_trains_and_leaves_the_same_run_directory(tp, one_process):
     run = one_process
     steps = losses(run)
     assert [s for s, _ in steps] == [1, 2, 3, 4, 5, 6], "each step logged once"
-    from _tp import read_metrics
+    from training_helpers import read_metrics
 
     evals = [(r["step"], r["eval_loss"]) for r in read_metrics(run) if "eval_loss" in r]
     assert [s for s, _ in evals] == [3, 6] and evals[1][1] < evals[0][1], "verl's validation loss, falling"
@@ -133,7 +133,7 @@ def test_two_torchrun_ranks_match_one_process(tp, tmp_path, one_process):
     one, two = losses(one_process), losses(run)
     assert [s for s, _ in two] == [s for s, _ in one]
     assert [loss for _, loss in two] == pytest.approx([loss for _, loss in one], rel=1e-5)
-    from _tp import read_metrics
+    from training_helpers import read_metrics
 
     evals = [r["step"] for r in read_metrics(run) if "eval_loss" in r]
     assert evals == [3, 6], "validation every eval_steps, averaged over the ranks"

@@ -1,4 +1,5 @@
-"""Integration fixtures: a private TP_DATA_DIR with the demo assets, and a helper that runs the real `tp` CLI."""
+"""Fixtures of the training tests that run real processes: a private TP_DATA_DIR with the demo assets, and a helper
+that runs the real `tp` CLI."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from _tp import REPO, TP  # noqa: F401 - re-exported for the tests
+from training_helpers import REPO, TP  # noqa: F401 - re-exported for the tests
 
 
 @pytest.fixture(scope="session")

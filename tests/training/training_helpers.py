@@ -1,4 +1,4 @@
-"""Shared helpers for the integration tests."""
+"""Shared helpers for the tests that run real `tp` processes (training runs, launchers)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import json
 import os
 
 import pytest
-from _tp import EXAMPLES, train_records
+from training_helpers import EXAMPLES, train_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -88,7 +88,7 @@ def test_sigterm_stops_the_ray_workers_with_a_checkpoint(tp_env, tmp_path, ray_c
     import subprocess
     import time
 
-    from _tp import REPO, TP, read_metrics
+    from training_helpers import REPO, TP, read_metrics
 
     run = tmp_path / "run"
     cmd = [
@@ -129,7 +129,7 @@ def test_sigterm_stops_the_ray_workers_with_a_checkpoint(tp_env, tmp_path, ray_c
 
 
 def test_cluster_snapshot_and_preflight_know_the_cluster(tp_env, ray_cluster):
-    from training_platform.training.launchers import ray_cluster as status
+    from training_platform.training import ray_cluster as status
 
     snap = status.snapshot(ray_cluster.address)
     assert "error" not in snap, snap
@@ -140,7 +140,8 @@ def test_cluster_snapshot_and_preflight_know_the_cluster(tp_env, ray_cluster):
 
     import yaml
 
-    from training_platform.training.config import ConfigError, validate_config
+    from training_platform.training.config import ConfigError
+    from training_platform.training.preflight import validate_config
 
     base = yaml.safe_load((EXAMPLES / "sft_tiny.yaml").read_text())
     base["resources"] = {"device": "cpu", "num_nodes": 2}
@@ -174,7 +175,7 @@ def test_a_killed_ray_worker_fails_the_run_naming_its_rank_or_is_restarted(tp_en
     import subprocess
     import time
 
-    from _tp import REPO, TP, read_metrics
+    from training_helpers import REPO, TP, read_metrics
 
     run = tmp_path / "run"
     cmd = [
@@ -225,13 +226,13 @@ def test_stopping_verls_rl_driver_kills_it_and_its_actors(tp_env, tmp_path, ray_
     import subprocess
     import sys
 
-    from _tp import REPO
+    from training_helpers import REPO
 
     env = {**tp_env, **LOOPBACK}
     proc = subprocess.run(
         [
             sys.executable,
-            str(REPO / "tests" / "integration" / "verl_rl_driver.py"),
+            str(REPO / "tests" / "training" / "verl_rl_driver.py"),
             str(EXAMPLES / "grpo_tiny.yaml"),
             str(tmp_path),
             ray_cluster.address,

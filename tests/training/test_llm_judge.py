@@ -1,5 +1,5 @@
 """The `llm_judge` reward against a real judge: a local OpenAI-compatible server generating with the demo model
-(_judge_server.py). The preflight probe, the counters in a real GRPO run's metrics.jsonl, a dead endpoint refused
+(judge_helpers.py). The preflight probe, the counters in a real GRPO run's metrics.jsonl, a dead endpoint refused
 before the run starts, and the anti-simulation trip failing a run whose judge only answers from its cache."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from _judge_server import JudgeServer
-from _tp import EXAMPLES, read_metrics
+from judge_helpers import JudgeServer
+from training_helpers import EXAMPLES, read_metrics
 
 from training_platform.core.endpoints import Endpoint, Endpoints
 from training_platform.training.rewards.llm_judge import JudgeReward, LLMJudgeParams, probe_judge
