@@ -1,8 +1,8 @@
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# The rooms mypy checks (core/ under strict rules): api/, workers/ and cli/ are not typed yet.
-TYPED := $(addprefix training_platform/,core services db training data evaluation)
+# mypy checks the whole package (core/ under strict rules: pyproject's [tool.mypy]).
+TYPED := training_platform
 export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 
 .PHONY: setup test lint demo up ui clean

@@ -105,7 +105,7 @@ def bucket_width(first: int, last: int, buckets: int) -> int:
 
 
 def _aligned_from_points(session: Session, params: dict, width: int, lo: int, hi: int, out: dict[int, Bucket]) -> None:
-    rows = session.exec(_ALIGNED, params={**params, "lo": lo, "hi": hi, "width": width}).all()
+    rows = session.execute(_ALIGNED, params={**params, "lo": lo, "hi": hi, "width": width}).all()
     for b, mn, smn, mx, smx in rows:
         if smn is not None and smx is not None:
             _merge(out, int(b), mn, int(smn), mx, int(smx))
@@ -129,7 +129,7 @@ def _aligned_buckets(session: Session, params: dict, first: int, last: int, widt
         hi_b -= 1
     if hi_b >= lo_b:
         per = width // tier
-        rows = session.exec(
+        rows = session.execute(
             _TIER,
             params={
                 "job_id": params["job_id"],
@@ -168,15 +168,15 @@ def series(
         "lo": -(2**62) if min_step is None else min_step,
         "hi": 2**62 if max_step is None else max_step,
     }
-    count = session.exec(_CAPPED_COUNT, params={**params, "cap": max_points + 1}).one()[0]
+    count = session.execute(_CAPPED_COUNT, params={**params, "cap": max_points + 1}).one()[0]
     if not count:
         return [], False
     if count <= max_points:
-        rows = session.exec(_ALL, params=params).all()
+        rows = session.execute(_ALL, params=params).all()
         return [(int(s), _clean(v)) for s, v in rows], False
 
-    first_row = session.exec(_FIRST, params=params).one()
-    last_row = session.exec(_LAST, params=params).one()
+    first_row = session.execute(_FIRST, params=params).one()
+    last_row = session.execute(_LAST, params=params).one()
     first, last = int(first_row[0]), int(last_row[0])
     points: dict[int, float | None] = {first: _clean(first_row[1]), last: _clean(last_row[1])}
     buckets = max(1, (max_points - 2) // 2)
@@ -191,9 +191,9 @@ def series(
     if session.get_bind().dialect.name == "postgresql":
         # The planner cannot know there are only `buckets` groups: without these it sorts the series on disk
         # and JIT-compiles the query (seconds for a million points instead of a fraction).
-        session.exec(text("SET LOCAL work_mem = '64MB'"))
-        session.exec(text("SET LOCAL jit = off"))
-    rows = session.exec(_BUCKETED, params={**params, "first": first, "buckets": buckets, "span": span}).all()
+        session.execute(text("SET LOCAL work_mem = '64MB'"))
+        session.execute(text("SET LOCAL jit = off"))
+    rows = session.execute(_BUCKETED, params={**params, "first": first, "buckets": buckets, "span": span}).all()
     for _bucket, mn, mx, step_mn, step_mx in rows:
         if step_mn is not None:
             points[int(step_mn)] = _clean(mn)

@@ -16,13 +16,15 @@ import logging
 import math
 import os
 import re
-from typing import Any
+from typing import Any, cast
 
 from fastapi import FastAPI, HTTPException, Request, status
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ExceptionHandler
 
 from training_platform.api import schemas
 from training_platform.core.errors import FieldError, InvalidInput, PlatformError
@@ -30,7 +32,12 @@ from training_platform.training.config import ConfigError, translate_pydantic_er
 
 log = logging.getLogger("training_platform.api")
 
-_BODY_MODELS = (schemas.JobCreate, schemas.JobClone, schemas.UserCreate, schemas.ModelCreate)
+_BODY_MODELS: tuple[type[BaseModel], ...] = (
+    schemas.JobCreate,
+    schemas.JobClone,
+    schemas.UserCreate,
+    schemas.ModelCreate,
+)
 _BODY_MODELS += (schemas.SweepCreate, schemas.TemplateCreate)  # sweeps, templates
 _BODY_FIELDS = {name for model in _BODY_MODELS for name in model.model_fields} | {
     # POST /evaluations and /schedules (their models live with their routers)
@@ -178,6 +185,7 @@ def document(app: FastAPI) -> None:
 
     def openapi() -> dict[str, Any]:
         if getattr(app.state, "openapi_documented", False):
+            assert app.openapi_schema is not None  # set together with openapi_documented, below
             return app.openapi_schema
         spec = generate()
         components = spec.setdefault("components", {}).setdefault("schemas", {})
@@ -196,7 +204,7 @@ def document(app: FastAPI) -> None:
         app.state.openapi_documented = True
         return spec
 
-    app.openapi = openapi
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to customise the spec
 
 
 # ---------------------------------------------------------------------------------------------- JSON bodies
@@ -273,7 +281,7 @@ def _dotted(source: Any, rest: tuple) -> str:
     return str(source) if path == "<root>" else f"{source}.{path}"
 
 
-async def _on_http_exception(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+async def _on_http_exception(request: Request, exc: StarletteHTTPException) -> Response:
     # FastAPI answers 400 "There was an error parsing the body" for a JSON body it cannot decode at all (not
     # UTF-8, nested past the recursion limit): a body problem like any other malformed JSON.
     if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
@@ -320,8 +328,9 @@ async def _on_unhandled(request: Request, exc: Exception) -> JSONResponse:
 
 
 def install(app: FastAPI) -> None:
-    app.add_exception_handler(StarletteHTTPException, _on_http_exception)
-    app.add_exception_handler(RequestValidationError, _on_request_validation)
-    app.add_exception_handler(PlatformError, _on_platform_error)
+    # Starlette types every handler as taking any Exception; each of these is only called with its own class.
+    app.add_exception_handler(StarletteHTTPException, cast(ExceptionHandler, _on_http_exception))
+    app.add_exception_handler(RequestValidationError, cast(ExceptionHandler, _on_request_validation))
+    app.add_exception_handler(PlatformError, cast(ExceptionHandler, _on_platform_error))
     app.add_exception_handler(Exception, _on_unhandled)
     document(app)

@@ -70,7 +70,11 @@ def check_job_config(session: Session, raw: Any, settings: Settings, user: User)
 
     if errors:
         seen: set[tuple[str, str]] = set()
-        unique = [e for e in errors if not (tuple(e) in seen or seen.add(tuple(e)))]
+        unique: list[FieldError] = []
+        for e in errors:
+            if e not in seen:
+                seen.add(e)
+                unique.append(e)
         raise ConfigError(unique)
     return config
 

@@ -71,7 +71,7 @@ class ObservabilityMiddleware:
         held = [gate is not None]
 
         def release() -> None:
-            if held[0]:
+            if held[0] and gate is not None:
                 held[0] = False
                 gate.release()
 

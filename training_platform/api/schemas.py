@@ -7,7 +7,7 @@ instead of a silently ignored or coerced value.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar, overload
 
 from fastapi import Path, Query
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
@@ -15,6 +15,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 T = TypeVar("T")
 
 
+@overload
+def as_utc(value: datetime) -> datetime: ...
+@overload
+def as_utc(value: None) -> None: ...
 def as_utc(value: datetime | None) -> datetime | None:
     """SQLite (and `timestamp without time zone` columns) return naive datetimes; they are stored in UTC."""
     if value is None:

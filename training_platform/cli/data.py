@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, Literal, cast
 
 import typer
 
@@ -39,8 +40,8 @@ def _data_errors(exc: BaseException) -> int | None:
             _err(f"{exc.total_bad} bad rows in all")
         return 2
     if isinstance(exc, RecipeError):
-        for error in exc.errors:
-            _err(f"recipe: {error}")
+        for problem in exc.errors:
+            _err(f"recipe: {problem}")
         return 2
     return None
 
@@ -81,12 +82,12 @@ def _data_commands(data_app: typer.Typer) -> None:
         else 2."""
         from training_platform.core.files import write_json
         from training_platform.data.formats import DatasetError
-        from training_platform.data.validate import ingest_file, validate_file
+        from training_platform.data.validate import Policy, ingest_file, validate_file
 
         with _guard():
             try:
-                if output is not None:
-                    result = ingest_file(file, output, policy=policy, fmt=fmt, quarantine=quarantine)
+                if output is not None:  # cast: ingest_file rejects a policy other than reject / quarantine
+                    result = ingest_file(file, output, policy=cast(Policy, policy), fmt=fmt, quarantine=quarantine)
                 else:
                     result = validate_file(file, fmt=fmt)
             except DatasetError as exc:  # file-level problems (missing file, unsupported type): same line format
@@ -198,7 +199,7 @@ def _data_commands(data_app: typer.Typer) -> None:
                 bands=bands,
                 rows=rows,
                 margin=margin,
-                keep=keep,
+                keep=cast(Literal["first", "best"], keep),  # DedupConfig rejects any other value
                 exact=exact,
                 near=near,
             )
@@ -236,7 +237,7 @@ def _data_commands(data_app: typer.Typer) -> None:
 
         with _guard():
             _need_file(file)
-            kwargs = {
+            kwargs: dict[str, Any] = {
                 "heuristics": heuristics,
                 "perplexity_model": perplexity_model,
                 "perplexity_max_length": max_length,

@@ -197,7 +197,8 @@ def create_tiny_model(
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config).to(torch.float32)
+        # transformers' PreTrainedModel.to is a functools.wraps object, which mypy calls without binding self
+        model = Qwen2ForCausalLM(config).to(torch.float32)  # type: ignore[arg-type]
     model.generation_config = GenerationConfig(bos_token_id=None, eos_token_id=eos_id, pad_token_id=pad_id)
     model.save_pretrained(out, safe_serialization=True)
     return out

@@ -20,6 +20,7 @@ never include any part of it), `max_new_tokens` ("length"), a cancel ("cancelled
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import threading
@@ -320,9 +321,8 @@ def generate(
     choices: list[Choice] = []
     start = time.perf_counter()
     for index in range(params.n):
-        pieces = _Pieces(
-            tokenizer, params.stop, (lambda piece, i=index: on_text(i, piece)) if on_text else (lambda piece: None)
-        )
+        emit: Callable[[str], None] = functools.partial(on_text, index) if on_text else (lambda piece: None)
+        pieces = _Pieces(tokenizer, params.stop, emit)
         halted.clear()
         with torch.inference_mode():
             out = model.model.generate(

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from training_platform.core.errors import InvalidInput
 from training_platform.core.settings import Settings, get_settings
-from training_platform.db.models import Dataset, DatasetVersionRecord, JobStatus
+from training_platform.db.models import Dataset, DatasetVersionRecord, JobStatus, row_id
 from training_platform.db.session import session_scope
 from training_platform.services import datasets as dataset_service
 from training_platform.services import jobs as job_service
@@ -128,15 +128,15 @@ class DataJobSupervisor:
             self.lease.finish(JobStatus.cancelled.value, "cancelled by user before it started")
             return JobStatus.cancelled.value
         if isinstance(job.config, dict) and job.config.get("operation") == dataset_service.INGEST:
-            return self._run_ingest(job.id, job.config)
+            return self._run_ingest(row_id(job), job.config)
         if isinstance(job.config, dict) and job.config.get("operation") == dataset_service.AUDIT:
-            return self._run_audit(job.id, job.config)
+            return self._run_audit(row_id(job), job.config)
         if isinstance(job.config, dict) and job.config.get("operation") == "reward_shadow":
             from training_platform.workers.shadow_task import run_shadow
 
-            return run_shadow(self, job.id, job.config, job.owner_id)
+            return run_shadow(self, row_id(job), job.config, job.owner_id)
         if isinstance(job.config, dict) and job.config.get("operation") == "gate":
-            return self._run_gate(job.id, job.config, job.owner_id)
+            return self._run_gate(row_id(job), job.config, job.owner_id)
         try:
             dataset_id, source, params, checks = self._preflight(job.config, job.owner_id)
         except DataJobFailed as exc:
@@ -158,7 +158,7 @@ class DataJobSupervisor:
         shutil.rmtree(self.workdir, ignore_errors=True)  # a previous attempt's leftovers
         self.workdir.mkdir(parents=True)
         try:
-            return self._operate(job.id, operation, params, dataset_id, source)
+            return self._operate(row_id(job), operation, params, dataset_id, source)
         finally:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -351,7 +351,7 @@ class DataJobSupervisor:
             progress.stop()
         self.lease.heartbeater.stop()
         with session_scope() as session:
-            job, stored = self._locked_version(session, version.id, "audited")
+            job, stored = self._locked_version(session, row_id(version), "audited")
             if stored is None:
                 return JobStatus.failed.value
             stored.audit = dataset_service.compact(audit)
@@ -428,7 +428,7 @@ class DataJobSupervisor:
         report["dataset"]["path"] = version.path
         self.lease.heartbeater.stop()
         with session_scope() as session:
-            job, stored = self._locked_version(session, version.id, "gated")
+            job, stored = self._locked_version(session, row_id(version), "gated")
             if stored is None:
                 return JobStatus.failed.value
             record = gate_service.store_report(session, stored, report, job_id)
@@ -588,7 +588,7 @@ class DataJobSupervisor:
             report = dataset_service.compact(full_report)
             if report != full_report:
                 report["full_report"] = dataset_service.write_full_report(
-                    full_report, dataset.id, f"job-{job_id}-{operation}", self.settings
+                    full_report, row_id(dataset), f"job-{job_id}-{operation}", self.settings
                 )
             version, created = dataset_service.add_version(
                 session,

@@ -22,13 +22,13 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from sqlmodel import select
 
 from training_platform.core.errors import InvalidInput
 from training_platform.core.settings import Settings, get_settings
-from training_platform.db.models import Checkpoint, Job, JobStatus
+from training_platform.db.models import Checkpoint, Job, JobStatus, row_id
 from training_platform.db.session import session_scope
 from training_platform.services import evaluations as eval_service
 from training_platform.services import jobs as job_service
@@ -69,7 +69,7 @@ class EvalJobSupervisor:
         self.settings = settings or get_settings()
         self.lease = JobLease(job_id, worker, self.settings)
         self.out_dir = self.settings.data_path / "evals" / f"job-{job_id}"
-        self._log_file = None
+        self._log_file: TextIO | None = None
         self._n_benchmarks = 1
         self._benchmark_index: dict[str, int] = {}
         self._last_cancel_check = 0.0
@@ -158,7 +158,7 @@ class EvalJobSupervisor:
         if target.get("run_dir") and target.get("checkpoint_step") is not None:  # again, for a retry or requeue
             from training_platform.training.rundir import RunDir
 
-            RunDir(target["run_dir"]).pin(target["model_path"], eval_service.eval_pin(job.id))
+            RunDir(target["run_dir"]).pin(target["model_path"], eval_service.eval_pin(row_id(job)))
         try:
             prepared = prepare_benchmarks(config)
         except EvalDataError as exc:
@@ -192,7 +192,7 @@ class EvalJobSupervisor:
                     errors.append(error)
             for i, spec in enumerate(config.benchmarks):
                 errors += check_model_paths(spec, self.settings, reader, prefix=f"benchmarks.{i}.")
-        return [tuple(e) for e in errors]
+        return [(e[0], e[1]) for e in errors]
 
     def _model_problem(self, config, target: dict) -> str | None:
         if config.model.backend == "openai":  # the endpoint again: an admin may have removed it since
@@ -226,7 +226,8 @@ class EvalJobSupervisor:
     # -- running
 
     def _on_progress(self, event: dict[str, Any]) -> None:
-        index = self._benchmark_index.get(event.get("benchmark"), 0)
+        benchmark = event.get("benchmark")
+        index = self._benchmark_index.get(benchmark, 0) if benchmark is not None else 0
         total = max(1, int(event.get("total") or 1))
         fraction = min(1.0, int(event.get("done") or 0) / total)
         stage = event.get("stage")

@@ -586,7 +586,7 @@ class Supervisor:
         self._stop_groups([name for name in self.children if name in last], last_grace_s)
 
     def _stop_groups(self, names: list[str], grace_s: float) -> None:
-        procs = {name: self.children[name].proc for name in names if self.children[name].proc is not None}
+        procs = {name: proc for name in names if (proc := self.children[name].proc) is not None}
         groups = [(name, proc.pid) for name, proc in procs.items()]
         groups += [(left.name, left.pgid) for left in self.leftovers if left.name in names]
         for proc in procs.values():

@@ -12,11 +12,11 @@ import logging
 import signal
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 from sqlalchemy import case, update
 from sqlalchemy.exc import SQLAlchemyError
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from training_platform.core.procutil import load_libc
 from training_platform.core.settings import Settings
@@ -37,7 +37,7 @@ class JobLost(Exception):
     """The job is no longer this worker's (the recovery sweep requeued it, or it finished elsewhere)."""
 
 
-def owned(job: Job | None, worker: str) -> bool:
+def owned(job: Job | None, worker: str) -> TypeGuard[Job]:
     """The job is still claimed by `worker` (preflight or running on it)."""
     return job is not None and job.status in ACTIVE and job.worker == worker
 
@@ -56,11 +56,11 @@ class Heartbeater(threading.Thread):
     def beat(self) -> bool:
         values: dict[str, Any] = {"heartbeat_at": utcnow()}
         if self.step is not None:
-            values["current_step"] = case((Job.current_step < self.step, self.step), else_=Job.current_step)
+            values["current_step"] = case((col(Job.current_step) < self.step, self.step), else_=col(Job.current_step))
         with session_scope() as session:
             result = session.exec(
                 update(Job)
-                .where(Job.id == self.job_id, Job.worker == self.worker, Job.status.in_(ACTIVE))
+                .where(col(Job.id) == self.job_id, col(Job.worker) == self.worker, col(Job.status).in_(ACTIVE))
                 .values(**values)
                 .execution_options(synchronize_session=False)
             )
@@ -97,7 +97,6 @@ class JobLease:
         job = crud.lock_job_row(session, self.job_id)
         if not owned(job, self.worker):
             raise JobLost()
-        assert job is not None
         return job
 
     def update(self, **fields: Any) -> None:
@@ -126,7 +125,6 @@ class JobLease:
             if not owned(job, self.worker):
                 log.warning("job %s: not finishing as %s, it is no longer ours", self.job_id, to)
                 return False
-            assert job is not None
             if requeue and job.attempts >= MAX_ATTEMPTS:
                 to, error = JobStatus.failed.value, f"gave up after {job.attempts} attempts; last: {reason}"
                 reason, requeue = error, False

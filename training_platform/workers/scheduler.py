@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import update
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from training_platform.core.settings import get_settings
 from training_platform.core.timeutil import utcnow
@@ -52,11 +52,12 @@ def fire_due_cron(now: datetime | None = None) -> list[int]:
             select(EvalSchedule.id, EvalSchedule.next_fire_at).where(
                 EvalSchedule.enabled == True,  # noqa: E712 - SQL
                 EvalSchedule.trigger == "cron",
-                EvalSchedule.next_fire_at.is_not(None),
-                EvalSchedule.next_fire_at <= now,
+                col(EvalSchedule.next_fire_at).is_not(None),
+                col(EvalSchedule.next_fire_at) <= now,
             )
         ).all()
     for schedule_id, fire_at in due:
+        assert fire_at is not None  # the query selected only schedules with a next_fire_at
         with session_scope() as session:
             schedule = session.get(EvalSchedule, schedule_id)
             if schedule is None or schedule.cron is None:
@@ -64,7 +65,7 @@ def fire_due_cron(now: datetime | None = None) -> list[int]:
             following = next_fire_time(schedule.cron, max(_aware(now), _aware(fire_at)))
             claimed = session.exec(
                 update(EvalSchedule)
-                .where(EvalSchedule.id == schedule_id, EvalSchedule.next_fire_at == fire_at)
+                .where(col(EvalSchedule.id) == schedule_id, col(EvalSchedule.next_fire_at) == fire_at)
                 .values(next_fire_at=following, last_fired_at=now, updated_at=now)
                 .execution_options(synchronize_session=False)
             )
@@ -102,7 +103,7 @@ def fire_checkpoint_triggers(job_id: int | None = None) -> list[int]:
                 continue
             steps = list(
                 session.exec(
-                    select(Checkpoint.step).where(Checkpoint.job_id == schedule.job_id).order_by(Checkpoint.step)
+                    select(Checkpoint.step).where(Checkpoint.job_id == schedule.job_id).order_by(col(Checkpoint.step))
                 ).all()
             )
             new = [s for s in steps if s > schedule.last_checkpoint_step]
@@ -111,7 +112,8 @@ def fire_checkpoint_triggers(job_id: int | None = None) -> list[int]:
             claimed = session.exec(
                 update(EvalSchedule)
                 .where(
-                    EvalSchedule.id == schedule_id, EvalSchedule.last_checkpoint_step == schedule.last_checkpoint_step
+                    col(EvalSchedule.id) == schedule_id,
+                    col(EvalSchedule.last_checkpoint_step) == schedule.last_checkpoint_step,
                 )
                 .values(last_checkpoint_step=new[-1], updated_at=utcnow())
                 .execution_options(synchronize_session=False)
@@ -215,7 +217,7 @@ def _already_evaluated(session: Session, schedule: EvalSchedule, step: int | Non
     return (
         session.exec(
             select(Evaluation.job_id)
-            .join(Job, Job.id == Evaluation.job_id)
+            .join(Job, col(Job.id) == Evaluation.job_id)
             .where(
                 Evaluation.schedule_id == schedule.id,
                 Evaluation.checkpoint_step == step,

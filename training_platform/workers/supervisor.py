@@ -35,20 +35,21 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 from sqlalchemy import func, update
 from sqlalchemy.exc import SQLAlchemyError
-from sqlmodel import select
+from sqlmodel import col, select
 
 from training_platform.core.procutil import die_with_parent
 from training_platform.core.settings import Settings, get_settings
 from training_platform.core.timeutil import utcnow
 from training_platform.db import crud
-from training_platform.db.models import Job, JobEvent, JobStatus
+from training_platform.db.models import Job, JobEvent, JobStatus, row_id
 from training_platform.db.session import session_scope
 from training_platform.services import jobs as job_service
 from training_platform.workers import gate
@@ -88,7 +89,7 @@ def claim_next_job(kind: str, worker: str, task_id: str | None = None) -> int | 
             pick = (
                 select(Job.id)
                 .where(Job.status == JobStatus.queued.value, Job.kind == kind)
-                .order_by(Job.priority.desc(), Job.id.asc())
+                .order_by(col(Job.priority).desc(), col(Job.id).asc())
                 .limit(1)
             )
             if session.get_bind().dialect.name == "postgresql":
@@ -96,7 +97,7 @@ def claim_next_job(kind: str, worker: str, task_id: str | None = None) -> int | 
             now = utcnow()
             stmt = (
                 update(Job)
-                .where(Job.id == pick.scalar_subquery(), Job.status == JobStatus.queued.value)
+                .where(col(Job.id) == pick.scalar_subquery(), col(Job.status) == JobStatus.queued.value)
                 .values(
                     status=JobStatus.preflight.value,
                     worker=worker,
@@ -108,7 +109,7 @@ def claim_next_job(kind: str, worker: str, task_id: str | None = None) -> int | 
                     preflight=None,
                     finished_at=None,
                 )
-                .returning(Job.id, Job.attempts)
+                .returning(col(Job.id), col(Job.attempts))
                 .execution_options(synchronize_session=False)
             )
             row = session.exec(stmt).first()
@@ -212,6 +213,12 @@ def classify_exit(
 
 
 # ---------------------------------------------------------------------------------------------- the supervisor
+
+
+class Supervisor(Protocol):
+    """What `run_next_job` runs a claimed job with: JobSupervisor, or a data / eval job's supervisor."""
+
+    def run(self) -> str: ...
 
 
 class JobSupervisor:
@@ -477,6 +484,7 @@ class JobSupervisor:
             console_start = console.tell()
             if resume_step is not None:  # the history up to the checkpoint (the last attempt may not have sent it)
                 ingest.sync()
+            assert self._lock_fd is not None  # _run took the run lock before training
             self.proc = subprocess.Popen(
                 cmd,
                 stdin=subprocess.DEVNULL,
@@ -604,7 +612,7 @@ def run_next_job(
     *,
     worker: str | None = None,
     task_id: str | None = None,
-    supervisor_class: type[JobSupervisor] | None = None,
+    supervisor_class: Callable[[int, str], Supervisor] | None = None,
 ) -> int | None:
     """Claim the most urgent queued job of `kind` and run it to its end here with `supervisor_class` (training:
     JobSupervisor; data and eval jobs pass theirs). Returns its id (None: no job)."""
@@ -629,7 +637,7 @@ def recover_stale_jobs(*, send_wakeups: bool = True) -> dict[str, Any]:
     timeout = settings.heartbeat_timeout_s
     requeued, failed, to_wake = [], [], []
     with session_scope() as session:
-        stale = [job.id for job in crud.stale_jobs(session, timeout)]
+        stale = [row_id(job) for job in crud.stale_jobs(session, timeout)]
     for job_id in stale:
         with session_scope() as session:
             job = crud.lock_job_row(session, job_id)

@@ -21,13 +21,18 @@ from training_platform.workers.celery_app import app
 log = logging.getLogger("training_platform.workers")
 
 
+class _WorkerHandler(logging.StreamHandler):
+    """The worker's stderr handler; `_tp_worker` marks it, so a second setup does not add another."""
+
+    _tp_worker = True
+
+
 def _setup_logging() -> None:
     """The Celery app leaves the root logger alone (worker_hijack_root_logger=False); show ours on stderr."""
     logger = logging.getLogger("training_platform")
     if not any(getattr(h, "_tp_worker", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.__stderr__)  # not Celery's redirected stderr proxy
+        handler = _WorkerHandler(sys.__stderr__)  # not Celery's redirected stderr proxy
         handler.setFormatter(logging.Formatter("[%(asctime)s: %(levelname)s/%(processName)s] %(name)s: %(message)s"))
-        handler._tp_worker = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         logger.propagate = False

@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from sqlmodel import select
+from sqlmodel import col, select
 
 from training_platform.api import schemas
 from training_platform.api.deps import SessionDep, VisibleJob
 from training_platform.api.errors import ValidationFailed, not_found
-from training_platform.db.models import Checkpoint
+from training_platform.db.models import Checkpoint, row_id
 from training_platform.services import evaluations as eval_service
 
 router = APIRouter(prefix="/jobs", tags=["checkpoints"])
@@ -19,10 +19,12 @@ router = APIRouter(prefix="/jobs", tags=["checkpoints"])
 
 @router.get("/{job_id}/checkpoints", response_model=list[schemas.CheckpointRead])
 def job_checkpoints(job: VisibleJob, session: SessionDep):
-    results = eval_service.checkpoint_results(session, job.id)
+    results = eval_service.checkpoint_results(session, row_id(job))
     best_step = (job.best_checkpoint or {}).get("step")
     out = []
-    for ckpt in session.exec(select(Checkpoint).where(Checkpoint.job_id == job.id).order_by(Checkpoint.step)).all():
+    for ckpt in session.exec(
+        select(Checkpoint).where(Checkpoint.job_id == job.id).order_by(col(Checkpoint.step))
+    ).all():
         result = results.get(ckpt.step) or {}
         out.append(
             {
@@ -51,7 +53,7 @@ def best_checkpoint(
             raise not_found(f"best checkpoint of job {job.id} (no schedule keeps one: pass ?metric=)")
         return job.best_checkpoint
     try:
-        best = eval_service.best_checkpoint(session, job.id, metric)
+        best = eval_service.best_checkpoint(session, row_id(job), metric)
     except ValueError as exc:
         raise ValidationFailed([("query.metric", str(exc))]) from None
     if best is None:

@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, StringConstraints
 from sqlalchemy import func
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 from starlette.requests import ClientDisconnect
 
 from training_platform.api import errors, schemas
@@ -38,7 +38,7 @@ from training_platform.api.limits import drain
 from training_platform.core.path_policy import check_path, resolve_path, shown
 from training_platform.core.settings import Settings
 from training_platform.db import crud
-from training_platform.db.models import TERMINAL, Dataset, DatasetVersionRecord, Job, User
+from training_platform.db.models import TERMINAL, Dataset, DatasetVersionRecord, Job, User, row_id
 from training_platform.services import datasets as dataset_service
 from training_platform.services.access import dataset_visible, dataset_visible_clause, reader_for
 
@@ -285,7 +285,7 @@ def _queue_ingest(
     )
     return {
         "dataset": _dataset_out(session, dataset, user.name),
-        "job": job_read(session, job, user.name, warning=wake("data", job.priority, job.id)),
+        "job": job_read(session, job, user.name, warning=wake("data", job.priority, row_id(job))),
         "staged_bytes": size,
     }
 
@@ -599,6 +599,8 @@ async def upload_dataset(request: Request, session: SessionDep, user: CurrentUse
         values, errors = _form_values(form)
         if errors:
             raise ValidationFailed(errors)
+        # _form_values reports a missing file part; a received one set all three
+        assert form.path is not None and form.suffix is not None and form.filename is not None
     except UploadTooLarge:
         form.discard()
         if more:
@@ -648,7 +650,7 @@ def register_dataset(body: RegisterBody, session: SessionDep, user: CurrentUser,
     errors: list[tuple[str, str]] = []
     problem = check_path("path", body.path, settings, reader_for(session, user))
     if problem is not None:
-        errors.append(tuple(problem))
+        errors.append((problem.path, problem.reason))
     fmt = None if body.format in (None, "", "auto") else body.format
     if fmt is not None and fmt not in DATA_FORMATS:
         errors.append(("format", f"unknown format {fmt!r}; use auto or one of {', '.join(DATA_FORMATS)}"))
@@ -720,17 +722,19 @@ def list_datasets(
         conditions.append(User.name == owner)
     counts = (
         select(DatasetVersionRecord.dataset_id, func.count().label("n"))
-        .group_by(DatasetVersionRecord.dataset_id)
+        .group_by(col(DatasetVersionRecord.dataset_id))
         .subquery()
     )
     base = (
         select(Dataset, User.name, func.coalesce(counts.c.n, 0))
-        .join(User, User.id == Dataset.owner_id)
+        .join(User, col(User.id) == Dataset.owner_id)
         .join(counts, counts.c.dataset_id == Dataset.id, isouter=True)
         .where(*conditions)
     )
     total = session.exec(select(func.count()).select_from(base.subquery())).one()
-    rows = session.exec(base.order_by(Dataset.updated_at.desc(), Dataset.id.desc()).limit(limit).offset(offset)).all()
+    rows = session.exec(
+        base.order_by(col(Dataset.updated_at).desc(), col(Dataset.id).desc()).limit(limit).offset(offset)
+    ).all()
     return {
         "items": [_dataset_out(session, d, owner_name, n) for d, owner_name, n in rows],
         "total": total,
@@ -792,7 +796,7 @@ def delete_dataset(dataset_id: schemas.DbId, session: SessionDep, user: CurrentU
     if refs:
         from training_platform.db.models import Job
 
-        owners = dict(session.exec(select(Job.id, Job.owner_id).where(Job.id.in_([j for j, _ in refs]))).all())
+        owners = dict(session.exec(select(Job.id, Job.owner_id).where(col(Job.id).in_([j for j, _ in refs]))).all())
         mine = [why for job_id, why in refs if user.is_admin or owners.get(job_id) == user.id]
         others = len(refs) - len(mine)  # a shared dataset: other users' jobs are counted, never named
         listed = "; ".join(mine[:10] + ([f"{others} job(s) of other users"] if others else []))
@@ -822,7 +826,7 @@ def list_versions(
         conditions.append(DatasetVersionRecord.operation == operation)
     base = select(DatasetVersionRecord).where(*conditions)
     total = session.exec(select(func.count()).select_from(base.subquery())).one()
-    rows = session.exec(base.order_by(DatasetVersionRecord.id.asc()).limit(limit).offset(offset)).all()
+    rows = session.exec(base.order_by(col(DatasetVersionRecord.id).asc()).limit(limit).offset(offset)).all()
     return {"items": [_version_out(v) for v in rows], "total": total, "limit": limit, "offset": offset}
 
 
@@ -894,6 +898,7 @@ def version_rows(
 
 @router.get(
     "/{dataset_id}/versions/{version_id}/stats",
+    response_model=dict[str, Any],
     responses={
         202: {
             "model": schemas.JobSubmitted,
@@ -908,7 +913,7 @@ def version_stats(
     session: SessionDep,
     user: CurrentUser,
     refresh: Annotated[bool, Query(description="Recompute (queues an audit data job).")] = False,
-) -> dict[str, Any]:
+) -> dict[str, Any] | JSONResponse:
     """The audit report of the version (length/turn distributions, distinct-n, difficulty buckets, duplicates).
     Workers compute it when they store a version (never the API); for a version without one, or with `refresh`,
     this answers 202 with the `audit` data job computing it (the one already queued, if any)."""
@@ -925,7 +930,9 @@ def version_stats(
         return {"version_id": version.id, "sha256": version.sha256, "cached": True, **version.audit}
     active = session.exec(
         select(Job).where(
-            Job.kind == "data", Job.algorithm == dataset_service.AUDIT, Job.status.not_in([s.value for s in TERMINAL])
+            Job.kind == "data",
+            Job.algorithm == dataset_service.AUDIT,
+            col(Job.status).not_in([s.value for s in TERMINAL]),
         )
     ).all()
     job = next((j for j in active if j.config.get("version_id") == version.id), None)
@@ -939,7 +946,7 @@ def version_stats(
         job.max_steps = 100
         session.add(job)
         session.commit()
-        warning = wake("data", job.priority, job.id)
+        warning = wake("data", job.priority, row_id(job))
     body = schemas.JobSubmitted.model_validate(job_read(session, job, warning=warning)).model_dump(mode="json")
     return JSONResponse(body, status_code=status.HTTP_202_ACCEPTED)
 
@@ -982,4 +989,4 @@ def create_operation(
     log.info(
         "data job %s: %s on dataset %s version %s by %s", job.id, body.operation, dataset.id, version.id, user.name
     )
-    return job_read(session, job, user.name, warning=wake("data", body.priority, job.id))
+    return job_read(session, job, user.name, warning=wake("data", body.priority, row_id(job)))

@@ -9,7 +9,7 @@ those calls go and which key they carry. The operator's endpoints come from `TP_
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, Response, status
 from pydantic import BaseModel, Field
@@ -77,7 +77,7 @@ class EndpointRead(BaseModel):
     api_key_env: str | None = Field(None, description="Admins only: the variable's name, never the key.")
 
 
-_ERRORS = {
+_ERRORS: dict[int | str, dict[str, Any]] = {
     403: {"model": schemas.ErrorOut, "description": "Not an admin."},
     409: {"model": schemas.ErrorOut},
     422: {"model": schemas.ErrorOut},

@@ -9,20 +9,21 @@ leaderboard across models and checkpoints per benchmark.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.responses import FileResponse
 from pydantic import BaseModel, Field
-from sqlalchemy import func
-from sqlmodel import Session, select
+from sqlalchemy import ColumnElement, func
+from sqlmodel import Session, col, select
 
 from training_platform.api import errors, schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, not_found
 from training_platform.core.settings import Settings
-from training_platform.db.models import EvalSample, Evaluation, Job, JobStatus, User
+from training_platform.db.models import EvalSample, Evaluation, Job, JobStatus, User, row_id
 from training_platform.evaluation.request import EvalRequest, RequestError
 from training_platform.services import evaluations as eval_service
 from training_platform.services.access import reader_for
@@ -152,7 +153,8 @@ def _read(
         owner = session.get(User, job.owner_id)
         owner_name = owner.name if owner is not None else f"#{job.owner_id}"
     if metrics is None:
-        metrics = eval_service.metrics_of(session, [job.id])[job.id]
+        job_id = row_id(job)
+        metrics = eval_service.metrics_of(session, [job_id])[job_id]
     data = {
         "id": job.id,
         "name": job.name,
@@ -215,6 +217,7 @@ def build_evaluation(session: Session, user: User, body: EvaluationCreate, setti
     errors += problems
     if errors:
         raise RequestError(errors)
+    assert config is not None  # check_request returns no config only along with the problems that prevented it
     return eval_service.absolute_data_paths(config, settings), target
 
 
@@ -257,9 +260,10 @@ def create_evaluation(body: EvaluationCreate, session: SessionDep, user: Current
         ", ".join(b.name for b in config.benchmarks),
     )
     evaluation = session.get(Evaluation, job.id)
+    assert evaluation is not None  # created with its job by create_evaluation, just committed
     return {
         **_read(session, evaluation, job, metrics={}, owner_name=user.name),
-        "warning": wake("eval", body.priority, job.id),
+        "warning": wake("eval", body.priority, row_id(job)),
     }
 
 
@@ -274,30 +278,33 @@ def list_evaluations(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     offset: schemas.Offset = 0,
 ):
-    conditions = []
+    conditions: list[ColumnElement[bool]] = []
     if not user.is_admin:
-        conditions.append(Job.owner_id == user.id)
+        conditions.append(col(Job.owner_id) == user.id)
     if status_:
-        conditions.append(Job.status.in_([s.value for s in status_]))
+        conditions.append(col(Job.status).in_([s.value for s in status_]))
     if job_id is not None:
-        conditions.append(Evaluation.source_job_id == job_id)
+        conditions.append(col(Evaluation.source_job_id) == job_id)
     if schedule_id is not None:
-        conditions.append(Evaluation.schedule_id == schedule_id)
+        conditions.append(col(Evaluation.schedule_id) == schedule_id)
     base = (
         select(Evaluation, Job, User.name)
-        .join(Job, Job.id == Evaluation.job_id)
-        .join(User, User.id == Job.owner_id)
+        .join(Job, col(Job.id) == Evaluation.job_id)
+        .join(User, col(User.id) == Job.owner_id)
         .where(*conditions)
     )
+    page: Sequence[tuple[Evaluation, Job, str]]
     if benchmark:  # a JSON list column: filtered here (portable across SQLite and PostgreSQL)
-        rows = [r for r in session.exec(base.order_by(Job.id.desc())).all() if benchmark in (r[0].benchmarks or [])]
+        rows = [
+            r for r in session.exec(base.order_by(col(Job.id).desc())).all() if benchmark in (r[0].benchmarks or [])
+        ]
         total, page = len(rows), rows[offset : offset + limit]
     else:
         total = session.exec(select(func.count()).select_from(base.subquery())).one()
-        page = session.exec(base.order_by(Job.id.desc()).limit(limit).offset(offset)).all()
-    metrics = eval_service.metrics_of(session, [job.id for _, job, _ in page])
+        page = session.exec(base.order_by(col(Job.id).desc()).limit(limit).offset(offset)).all()
+    metrics = eval_service.metrics_of(session, [row_id(job) for _, job, _ in page])
     return {
-        "items": [_read(session, e, j, metrics[j.id], owner) for e, j, owner in page],
+        "items": [_read(session, e, j, metrics[row_id(j)], owner) for e, j, owner in page],
         "total": total,
         "limit": limit,
         "offset": offset,
@@ -399,7 +406,7 @@ def evaluation_samples(
     rows = session.exec(
         select(EvalSample)
         .where(*conditions)
-        .order_by(EvalSample.benchmark, EvalSample.position)
+        .order_by(col(EvalSample.benchmark), col(EvalSample.position))
         .limit(limit)
         .offset(offset)
     ).all()

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Path, Query, Response, status
 from pydantic import BaseModel, Field, StringConstraints
 from sqlalchemy import func
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import select
+from sqlmodel import col, select
 
 from training_platform.api import schemas
 from training_platform.api.deps import AdminUser, CurrentUser, JsonBody, SessionDep, SettingsDep
@@ -35,7 +35,7 @@ from training_platform.data.gate import (
     parse_profile,
 )
 from training_platform.db import crud
-from training_platform.db.models import GateProfileRecord, GateReportRecord, JobEvent, JobStatus
+from training_platform.db.models import GateProfileRecord, GateReportRecord, JobEvent, JobStatus, row_id
 from training_platform.services import gates as gate_service
 from training_platform.services import jobs as job_service
 from training_platform.services.access import reader_for
@@ -289,7 +289,7 @@ def run_gate(
         version.id,
         user.name,
     )
-    return job_read(session, job, user.name, warning=wake("data", body.priority, job.id))
+    return job_read(session, job, user.name, warning=wake("data", body.priority, row_id(job)))
 
 
 def _report_out(row: GateReportRecord, full: bool) -> dict:
@@ -317,7 +317,11 @@ def list_gate_reports(
         conditions.append(GateReportRecord.profile_name == profile)
     total = session.exec(select(func.count()).select_from(GateReportRecord).where(*conditions)).one()
     rows = session.exec(
-        select(GateReportRecord).where(*conditions).order_by(GateReportRecord.id.desc()).limit(limit).offset(offset)
+        select(GateReportRecord)
+        .where(*conditions)
+        .order_by(col(GateReportRecord.id).desc())
+        .limit(limit)
+        .offset(offset)
     ).all()
     return {"items": [_report_out(r, full) for r in rows], "total": total, "limit": limit, "offset": offset}
 
@@ -365,7 +369,7 @@ def gate_override(admin: AdminUser, job_id: schemas.DbId, body: GateOverride, se
         raise conflict(f"job {job.id} changed state meanwhile (now {job.status}); try again")
     reason = f"{GATE_OVERRIDE_PREFIX}{admin.name}: {body.reason}"
     if current == JobStatus.queued:
-        session.add(JobEvent(job_id=job.id, from_status=current.value, to_status=current.value, reason=reason))
+        session.add(JobEvent(job_id=row_id(job), from_status=current.value, to_status=current.value, reason=reason))
         warning = None
     else:
         job_service.transition(session, job, JobStatus.queued, reason=reason + " (re-queued)")
@@ -373,6 +377,6 @@ def gate_override(admin: AdminUser, job_id: schemas.DbId, body: GateOverride, se
         session.add(job)
     session.commit()
     if current != JobStatus.queued:
-        warning = wake(job.kind, job.priority, job.id)
+        warning = wake(job.kind, job.priority, row_id(job))
     log.warning("job %s: quality gate overridden by %s: %s", job.id, admin.name, body.reason)
     return job_read(session, job, warning=warning)

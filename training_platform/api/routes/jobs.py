@@ -13,12 +13,13 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Body, Query, Response, status
-from sqlalchemy import Text, cast, delete, func, or_
-from sqlmodel import Session, select
+from sqlalchemy import ColumnElement, Text, cast, delete, func, or_
+from sqlmodel import Session, col, select
+from sqlmodel.sql.expression import Select
 
 from training_platform.api import errors, schemas
 from training_platform.api.deps import (
@@ -42,6 +43,7 @@ from training_platform.db.models import (
     MetricPoint,
     RegisteredModel,
     User,
+    row_id,
 )
 from training_platform.services import jobs as job_service
 from training_platform.services.job_files import remove_job_files
@@ -122,7 +124,7 @@ def _submit_all(session: Session, user: User, specs: list[dict]) -> list[dict]:
             f", sweep {job.sweep_id}" if job.sweep_id else "",
         )
         if warning is None:
-            warning = wake(job.kind, job.priority, job.id)
+            warning = wake(job.kind, job.priority, row_id(job))
         out.append(job_read(session, job, user.name, warning=warning))
     return out
 
@@ -243,42 +245,44 @@ def list_jobs(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     offset: schemas.Offset = 0,
 ):
-    conditions = []
+    conditions: list[ColumnElement[bool]] = []
     if not user.is_admin:
-        conditions.append(Job.owner_id == user.id)
+        conditions.append(col(Job.owner_id) == user.id)
     if status_:
-        conditions.append(Job.status.in_([s.value for s in status_]))
+        conditions.append(col(Job.status).in_([s.value for s in status_]))
     if algorithm:
-        conditions.append(Job.algorithm == algorithm)
+        conditions.append(col(Job.algorithm) == algorithm)
     if kind:
-        conditions.append(Job.kind == kind)
+        conditions.append(col(Job.kind) == kind)
     if engine:
         stored = Job.config["engine"].as_string()
         # A config without `engine` trains with the default one.
         conditions.append(or_(stored == engine, stored.is_(None)) if engine == "trl" else stored == engine)
-        conditions.append(Job.kind == "train")
+        conditions.append(col(Job.kind) == "train")
     if q:
         conditions.append(func.lower(Job.name).contains(q.lower(), autoescape=True))
     if owner:
-        conditions.append(User.name == owner)
+        conditions.append(col(User.name) == owner)
 
-    order = {
-        "created_at": [Job.created_at.asc(), Job.id.asc()],
-        "-created_at": [Job.created_at.desc(), Job.id.desc()],
-        "priority": [Job.priority.asc(), Job.id.asc()],
-        "-priority": [Job.priority.desc(), Job.id.asc()],
-        "status": [Job.status.asc(), Job.id.desc()],
-    }[sort]
+    orders: dict[str, list[ColumnElement[Any]]] = {
+        "created_at": [col(Job.created_at).asc(), col(Job.id).asc()],
+        "-created_at": [col(Job.created_at).desc(), col(Job.id).desc()],
+        "priority": [col(Job.priority).asc(), col(Job.id).asc()],
+        "-priority": [col(Job.priority).desc(), col(Job.id).asc()],
+        "status": [col(Job.status).asc(), col(Job.id).desc()],
+    }
+    order = orders[sort]
     # The hottest read of the UI: one statement (the page and, by a window, the total), plain columns instead of
     # ORM objects, the JSON columns passed through as the stored text, and the page encoded once (orjson) without
     # re-validating it through JobRead: ~4x less CPU per request (docs/observability.md, bench/README.md).
     # tests/api/test_jobs_api.py checks every item against GET /jobs/{id}, which goes through JobRead.
-    query = (
-        select(*_LIST_COLUMNS, User.name.label("owner"), func.count().over().label("total"))
-        .join(User, User.id == Job.owner_id)
+    # sqlmodel's select() is typed for at most four entities; for more it builds this same Select.
+    query: Select[*tuple[Any, ...]] = (
+        Select(*_LIST_COLUMNS, col(User.name).label("owner"), func.count().over().label("total"))
+        .join(User, col(User.id) == Job.owner_id)
         .where(*conditions)
     )
-    rows = session.exec(query.order_by(*order).limit(limit).offset(offset)).mappings().all()
+    rows = session.execute(query.order_by(*order).limit(limit).offset(offset)).mappings().all()
     # Past the end (or nothing matches) the window has no row to report the total on.
     total = rows[0]["total"] if rows else session.exec(select(func.count()).select_from(query.subquery())).one()
     items = []
@@ -310,7 +314,7 @@ def get_job(job: VisibleJob, session: SessionDep):
 
 @router.get("/{job_id}/events", response_model=list[schemas.JobEventRead])
 def job_events(job: VisibleJob, session: SessionDep):
-    return session.exec(select(JobEvent).where(JobEvent.job_id == job.id).order_by(JobEvent.id)).all()
+    return session.exec(select(JobEvent).where(JobEvent.job_id == job.id).order_by(col(JobEvent.id))).all()
 
 
 @router.post("/{job_id}/cancel", responses=errors.responses(409), response_model=schemas.JobRead)
@@ -331,7 +335,7 @@ def cancel_job(job: VisibleJob, session: SessionDep, user: CurrentUser):
             session.add(job)
             session.add(
                 JobEvent(
-                    job_id=job.id,
+                    job_id=row_id(job),
                     from_status=current.value,
                     to_status=current.value,
                     reason=f"cancel requested by {user.name}",
@@ -339,15 +343,15 @@ def cancel_job(job: VisibleJob, session: SessionDep, user: CurrentUser):
             )
         session.commit()
         if current != JobStatus.queued and job.run_dir:
-            _touch_stop(job)
+            _touch_stop(job, job.run_dir)
         log.info("job %s: cancel by %s (was %s)", job.id, user.name, current.value)
         return job_read(session, job)
     raise conflict(f"job {job.id} is changing state; try again")
 
 
-def _touch_stop(job: Job) -> None:
+def _touch_stop(job: Job, run_dir: str) -> None:
     try:
-        stop = RunDir(job.run_dir).stop_file
+        stop = RunDir(run_dir).stop_file
         if stop.parent.is_dir():
             stop.touch()
     except OSError as exc:
@@ -373,7 +377,7 @@ def retry_job(job: VisibleJob, session: SessionDep, user: CurrentUser):
         except OSError as exc:
             log.warning("job %s: cannot remove the STOP file: %s", job.id, exc)
     log.info("job %s: retry by %s", job.id, user.name)
-    return job_read(session, job, warning=wake(job.kind, job.priority, job.id))
+    return job_read(session, job, warning=wake(job.kind, job.priority, row_id(job)))
 
 
 @router.post(
@@ -443,13 +447,13 @@ def delete_job(job: VisibleJob, session: SessionDep, settings: SettingsDep, user
         raise conflict(f"job {job.id} changed state meanwhile (now {job.status}); try again")
     from training_platform.services import evaluations as eval_service
 
-    job_id, run_dir = job.id, job.run_dir
+    job_id, run_dir = row_id(job), job.run_dir
     if job.kind == "eval":  # its results go with it (leaderboard entries included); its checkpoint pin too
-        eval_service.delete_evaluation_rows(session, job.id)
+        eval_service.delete_evaluation_rows(session, job_id)
         eval_service.release_pin(job)
-    eval_service.disable_schedules_of_job(session, job.id, f"job {job.id} was deleted by {user.name}")
+    eval_service.disable_schedules_of_job(session, job_id, f"job {job.id} was deleted by {user.name}")
     for model in (JobEvent, MetricPoint, Checkpoint):
-        session.exec(delete(model).where(model.job_id == job.id))
+        session.exec(delete(model).where(col(model.job_id) == job_id))
     session.delete(job)
     keep = _registered_model_dirs(session)
     session.commit()

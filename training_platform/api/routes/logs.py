@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from training_platform.api import schemas
 from training_platform.api.deps import VisibleJob
 from training_platform.api.errors import not_found
-from training_platform.db.models import TERMINAL, Job, JobStatus
+from training_platform.db.models import TERMINAL, Job, JobStatus, row_id
 from training_platform.db.session import get_engine
 from training_platform.training.rundir import RunDir
 
@@ -170,7 +170,7 @@ def stream_job_logs(
     """Follows train.log as it grows (Server-Sent Events). Ends with `event: end` when the job is finished and
     the file is drained."""
     return StreamingResponse(
-        _follow(job.id, tail),
+        _follow(row_id(job), tail),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

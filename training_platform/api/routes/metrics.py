@@ -12,6 +12,7 @@ from training_platform.api.deps import SessionDep, VisibleJob
 from training_platform.api.downsample import series
 from training_platform.api.errors import ValidationFailed
 from training_platform.db import crud
+from training_platform.db.models import row_id
 
 router = APIRouter(prefix="/jobs", tags=["metrics"])
 
@@ -40,7 +41,8 @@ def job_metrics(
 ):
     if min_step is not None and max_step is not None and min_step > max_step:
         raise ValidationFailed([("query.min_step", f"must be <= max_step ({max_step}), got {min_step}")])
-    available = sorted(crud.metric_names(session, job.id))
+    job_id = row_id(job)
+    available = sorted(crud.metric_names(session, job_id))
     wanted = [n.strip() for n in names.split(",") if n.strip()] if names else available
     out: dict[str, list] = {}
     downsampled: dict[str, bool] = {}
@@ -50,10 +52,10 @@ def job_metrics(
             downsampled[name] = False
             continue
         out[name], downsampled[name] = series(
-            session, job.id, name, max_points=max_points, min_step=min_step, max_step=max_step
+            session, job_id, name, max_points=max_points, min_step=min_step, max_step=max_step
         )
     times = (
-        {name: _logged_at(session, job.id, name, [p[0] for p in points]) for name, points in out.items()}
+        {name: _logged_at(session, job_id, name, [p[0] for p in points]) for name, points in out.items()}
         if with_time
         else None
     )
@@ -62,7 +64,7 @@ def job_metrics(
 
 def _logged_at(session, job_id: int, name: str, steps: list[int]) -> list[float | None]:
     """When each of `steps` was logged (at most max_points of them: one indexed lookup per chunk)."""
-    from sqlmodel import select
+    from sqlmodel import col, select
 
     from training_platform.db.models import MetricPoint
 
@@ -71,7 +73,7 @@ def _logged_at(session, job_id: int, name: str, steps: list[int]) -> list[float 
         chunk = steps[start : start + 1000]
         rows = session.exec(
             select(MetricPoint.step, MetricPoint.ts).where(
-                MetricPoint.job_id == job_id, MetricPoint.name == name, MetricPoint.step.in_(chunk)
+                MetricPoint.job_id == job_id, MetricPoint.name == name, col(MetricPoint.step).in_(chunk)
             )
         ).all()
         for step, ts in rows:

@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field, StringConstraints, field_validator
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 from starlette.concurrency import run_in_threadpool
 
 from training_platform.api import inference_client, schemas
@@ -51,7 +51,7 @@ from training_platform.api.routes.playground import (
     usage_of,
 )
 from training_platform.core.settings import get_settings
-from training_platform.db.models import Checkpoint, Job, RegisteredModel, User
+from training_platform.db.models import Checkpoint, Job, RegisteredModel, User, row_id
 from training_platform.services.access import model_visible_clause, visible_model_by_name
 
 router = APIRouter(prefix="/openai/v1", tags=["openai"])
@@ -269,7 +269,7 @@ async def chat_completions(body: ChatCompletionRequest, session: SessionDep, use
         n=body.n,
         stop=stop,
     )
-    pending = await inference_client.start(request, user.id)
+    pending = await inference_client.start(request, row_id(user))
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(
@@ -308,8 +308,10 @@ async def chat_completions(body: ChatCompletionRequest, session: SessionDep, use
 def _has_model(path: str | None) -> bool:
     from pathlib import Path
 
+    if not path:
+        return False
     try:
-        return bool(path) and (Path(path) / "config.json").is_file()
+        return (Path(path) / "config.json").is_file()
     except OSError:
         return False
 
@@ -337,16 +339,16 @@ def list_models(
             owners[owner_id] = owner.name if owner is not None else "unknown"
         return owners[owner_id]
 
-    query = select(Job).where(Job.kind == "train", Job.run_dir.is_not(None))
+    query = select(Job).where(Job.kind == "train", col(Job.run_dir).is_not(None))
     if not user.is_admin:
         query = query.where(Job.owner_id == user.id)
-    jobs = session.exec(query.order_by(Job.id.desc()).limit(limit)).all()
+    jobs = session.exec(query.order_by(col(Job.id).desc()).limit(limit)).all()
     steps: dict[int, list[Checkpoint]] = {}
     if jobs:
         rows = session.exec(
             select(Checkpoint)
-            .where(Checkpoint.job_id.in_([j.id for j in jobs]), Checkpoint.removed == False)  # noqa: E712
-            .order_by(Checkpoint.job_id.desc(), Checkpoint.step.desc())
+            .where(col(Checkpoint.job_id).in_([j.id for j in jobs]), Checkpoint.removed == False)  # noqa: E712
+            .order_by(col(Checkpoint.job_id).desc(), col(Checkpoint.step).desc())
             .limit(limit)
         ).all()
         for row in rows:
@@ -362,7 +364,7 @@ def list_models(
                     "owned_by": owned_by,
                 }
             )
-        for row in steps.get(job.id, []):
+        for row in steps.get(row_id(job), []):
             if len(data) < limit and STEP_NAME.match(f"step_{row.step}") and _has_model(row.path):
                 data.append(
                     {
@@ -373,10 +375,10 @@ def list_models(
                     }
                 )
     if len(data) < limit:
-        query = select(RegisteredModel)
+        models_query = select(RegisteredModel)
         if not user.is_admin:
-            query = query.where(model_visible_clause(user))
-        for model in session.exec(query.order_by(RegisteredModel.name).limit(limit - len(data))).all():
+            models_query = models_query.where(model_visible_clause(user))
+        for model in session.exec(models_query.order_by(col(RegisteredModel.name)).limit(limit - len(data))).all():
             architectures = (model.info or {}).get("architectures") or []
             if architectures and all("Classification" in str(a) for a in architectures):
                 continue  # a reward model / classifier: nothing to generate with

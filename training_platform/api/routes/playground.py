@@ -28,14 +28,14 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, status
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field, StringConstraints, field_validator, model_validator
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 from starlette.concurrency import run_in_threadpool
 
 from training_platform.api import inference_client, schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, can_see
 from training_platform.core.path_policy import check_path, resolve_path
 from training_platform.core.settings import Settings, get_settings
-from training_platform.db.models import Checkpoint, Job, RegisteredModel, User
+from training_platform.db.models import Checkpoint, Job, RegisteredModel, User, row_id
 from training_platform.services.access import model_visible, reader_for
 
 router = APIRouter(prefix="/playground", tags=["playground"])
@@ -172,7 +172,7 @@ def resolve_job_model(session: Session, user: User, settings: Settings, job_id: 
         steps = session.exec(
             select(Checkpoint.step)
             .where(Checkpoint.job_id == job.id, Checkpoint.removed == False)  # noqa: E712
-            .order_by(Checkpoint.step.desc())
+            .order_by(col(Checkpoint.step).desc())
             .limit(10)
         ).all()
         available = ", ".join(f"step_{s:06d}" for s in sorted(steps)) or "none yet"
@@ -202,6 +202,7 @@ def resolve_reference(session: Session, user: User, ref: ModelRef) -> ResolvedMo
         if ref.model_id is not None:
             model = session.get(RegisteredModel, ref.model_id)
             return resolve_registered(session, user, settings, model, f"model {ref.model_id}")
+        assert ref.job_id is not None  # ModelRef's validator: exactly one of job_id and model_id
         return resolve_job_model(session, user, settings, ref.job_id, ref.checkpoint or "final")
     finally:
         session.close()  # no database connection held while the model generates
@@ -290,7 +291,7 @@ async def generate(body: PlaygroundRequest, session: SessionDep, user: CurrentUs
         top_p=body.top_p,
         seed=body.seed,
     )
-    pending = await inference_client.start(request, user.id)
+    pending = await inference_client.start(request, row_id(user))
     if body.stream:
         return StreamingResponse(
             _stream(pending, resolved.label, body.seed),

@@ -14,6 +14,7 @@ from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, Settin
 from training_platform.api.errors import ValidationFailed
 from training_platform.core.path_policy import check_path, resolve_path
 from training_platform.db import crud
+from training_platform.db.models import row_id
 from training_platform.services.access import reader_for
 from training_platform.training.rewards import shadow
 from training_platform.training.rewards.shadow import SHADOW_OPERATION
@@ -91,11 +92,13 @@ def create_shadow(body: ShadowCreate, session: SessionDep, user: CurrentUser, se
     if body.path is not None:
         problem = check_path("path", body.path, settings, reader_for(session, user))
         if problem is not None:
-            errors.append(tuple(problem))
+            errors.append((problem.path, problem.reason))
         elif not resolve_path(body.path, settings).is_file():
             errors.append(("path", f"no such file: {body.path}"))
         source = {"path": body.path}
     else:
+        # ShadowCreate's validator: without a path, dataset_id and version_id are both given
+        assert body.dataset_id is not None and body.version_id is not None
         dataset = _visible_dataset(session, user, body.dataset_id)
         _version_of(session, dataset, body.version_id)
         source = {"dataset_id": body.dataset_id, "version_id": body.version_id}
@@ -113,4 +116,4 @@ def create_shadow(body: ShadowCreate, session: SessionDep, user: CurrentUser, se
     session.add(job)
     session.commit()
     log.info("data job %s: reward shadow test by %s", job.id, user.name)
-    return job_read(session, job, user.name, warning=wake("data", body.priority, job.id))
+    return job_read(session, job, user.name, warning=wake("data", body.priority, row_id(job)))

@@ -111,7 +111,8 @@ def read_rollouts(
             row = row or _row(line)
             if row is None:
                 continue
-            rewards = row.get("rewards") if isinstance(row.get("rewards"), dict) else {}
+            raw_rewards = row.get("rewards")
+            rewards = raw_rewards if isinstance(raw_rewards, dict) else {}
             items.append(
                 {
                     "step": row_step,

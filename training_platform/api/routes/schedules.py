@@ -10,14 +10,14 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Response, status
 from pydantic import BaseModel, Field
 from sqlalchemy import func
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from training_platform.api import errors, schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, conflict, not_found
 from training_platform.core.settings import Settings
 from training_platform.core.timeutil import utcnow
-from training_platform.db.models import Checkpoint, EvalSchedule, Job, User
+from training_platform.db.models import Checkpoint, EvalSchedule, Job, User, row_id
 from training_platform.evaluation.request import (
     EvalRequest,
     RequestError,
@@ -176,7 +176,7 @@ def create_schedule(body: ScheduleCreate, session: SessionDep, user: CurrentUser
         last_step = session.exec(select(func.max(Checkpoint.step)).where(Checkpoint.job_id == body.job_id)).one()
         last_step = -1 if last_step is None else last_step
     schedule = EvalSchedule(
-        owner_id=user.id,
+        owner_id=row_id(user),
         name=body.name,
         enabled=body.enabled,
         trigger=body.trigger,
@@ -217,7 +217,7 @@ def list_schedules(
         conditions.append(EvalSchedule.enabled == enabled)
     total = session.exec(select(func.count()).select_from(EvalSchedule).where(*conditions)).one()
     rows = session.exec(
-        select(EvalSchedule).where(*conditions).order_by(EvalSchedule.id.desc()).limit(limit).offset(offset)
+        select(EvalSchedule).where(*conditions).order_by(col(EvalSchedule.id).desc()).limit(limit).offset(offset)
     ).all()
     return {"items": [_read(session, s) for s in rows], "total": total, "limit": limit, "offset": offset}
 
@@ -272,6 +272,7 @@ def update_schedule(schedule_id: schemas.DbId, body: ScheduleUpdate, session: Se
     now = utcnow()
     # Re-enabled: what happened while it was off does not fire in a burst now (missed times, checkpoints saved).
     if schedule.trigger == "cron" and ("cron" in changes or re_enabled):
+        assert schedule.cron is not None  # a cron schedule always has its (parsed) expression
         schedule.next_fire_at = next_fire_time(schedule.cron, now)
     if schedule.trigger == "on_new_checkpoint" and re_enabled:
         latest = session.exec(select(func.max(Checkpoint.step)).where(Checkpoint.job_id == schedule.job_id)).one()

@@ -27,7 +27,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, status
 from sqlalchemy import func
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from training_platform.api import schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
@@ -38,7 +38,7 @@ from training_platform.core.errors import FieldError
 from training_platform.core.overrides import OverrideError
 from training_platform.core.settings import Settings
 from training_platform.db import crud
-from training_platform.db.models import TERMINAL, Job, JobStatus, MetricPoint, Sweep, User
+from training_platform.db.models import TERMINAL, Job, JobStatus, MetricPoint, Sweep, User, row_id
 from training_platform.training.config import ConfigError
 
 log = logging.getLogger("training_platform.api.sweeps")
@@ -251,10 +251,11 @@ def _status_counts(session: Session, sweep_ids: list[int]) -> dict[int, dict[str
     if sweep_ids:
         rows = session.exec(
             select(Job.sweep_id, Job.status, func.count())
-            .where(Job.sweep_id.in_(sweep_ids))
-            .group_by(Job.sweep_id, Job.status)
+            .where(col(Job.sweep_id).in_(sweep_ids))
+            .group_by(col(Job.sweep_id), col(Job.status))
         ).all()
         for sweep_id, status_, n in rows:
+            assert sweep_id is not None  # IN (...) never matches NULL
             counts[sweep_id][status_] = n
     return counts
 
@@ -285,7 +286,7 @@ def last_values(session: Session, job_id: int) -> dict[str, float | None]:
     probes = [
         select(MetricPoint.value)
         .where(MetricPoint.job_id == job_id, MetricPoint.name == name)
-        .order_by(MetricPoint.step.desc())
+        .order_by(col(MetricPoint.step).desc())
         .limit(1)
         .scalar_subquery()
         for name in names
@@ -308,7 +309,7 @@ def _stats(values: list[float]) -> dict:
 
 
 def sweep_detail(session: Session, sweep: Sweep, warning: str | None = None) -> dict:
-    jobs = session.exec(select(Job).where(Job.sweep_id == sweep.id).order_by(Job.id)).all()
+    jobs = session.exec(select(Job).where(Job.sweep_id == sweep.id).order_by(col(Job.id))).all()
     counts: dict[str, int] = {}
     for job in jobs:
         counts[job.status] = counts.get(job.status, 0) + 1
@@ -332,7 +333,7 @@ def sweep_detail(session: Session, sweep: Sweep, warning: str | None = None) -> 
                 "jobs": [],
             }
         seed = _get(job.config, SEED_KEY)
-        metrics = last_values(session, job.id)
+        metrics = last_values(session, row_id(job))
         points[ident]["jobs"].append((job, metrics))
         job_items.append(
             {
@@ -401,7 +402,7 @@ def create_sweep(body: schemas.SweepCreate, session: SessionDep, user: CurrentUs
     if problems:
         raise ValidationFailed(problems[:MAX_ERRORS])
     base, specs = _generate(session, body, seeds, settings, user)
-    sweep = Sweep(owner_id=user.id, name=body.name, config=base, grid=body.grid, seeds=seeds)
+    sweep = Sweep(owner_id=row_id(user), name=body.name, config=base, grid=body.grid, seeds=seeds)
     session.add(sweep)
     session.flush()
     for spec in specs:
@@ -421,21 +422,21 @@ def list_sweeps(
     offset: schemas.Offset = 0,
 ):
     """Your sweeps, newest first (admins: everyone's)."""
-    conditions = [] if user.is_admin else [Sweep.owner_id == user.id]
+    conditions = [] if user.is_admin else [col(Sweep.owner_id) == user.id]
     if q:
         conditions.append(func.lower(Sweep.name).contains(q.lower(), autoescape=True))
     total = session.exec(select(func.count()).select_from(Sweep).where(*conditions)).one()
     rows = session.exec(
         select(Sweep, User.name)
-        .join(User, User.id == Sweep.owner_id)
+        .join(User, col(User.id) == Sweep.owner_id)
         .where(*conditions)
-        .order_by(Sweep.created_at.desc(), Sweep.id.desc())
+        .order_by(col(Sweep.created_at).desc(), col(Sweep.id).desc())
         .limit(limit)
         .offset(offset)
     ).all()
-    counts = _status_counts(session, [s.id for s, _ in rows])
+    counts = _status_counts(session, [row_id(s) for s, _ in rows])
     return {
-        "items": [_sweep_read(s, owner, counts[s.id]) for s, owner in rows],
+        "items": [_sweep_read(s, owner, counts[row_id(s)]) for s, owner in rows],
         "total": total,
         "limit": limit,
         "offset": offset,
@@ -455,7 +456,9 @@ def cancel_sweep(sweep_id: schemas.DbId, session: SessionDep, user: CurrentUser)
     preflight/running: the worker stops after a checkpoint). Finished jobs are left as they are."""
     sweep = _visible_sweep(session, user, sweep_id)
     unfinished = session.exec(
-        select(Job).where(Job.sweep_id == sweep.id, Job.status.not_in([s.value for s in TERMINAL])).order_by(Job.id)
+        select(Job)
+        .where(Job.sweep_id == sweep.id, col(Job.status).not_in([s.value for s in TERMINAL]))
+        .order_by(col(Job.id))
     ).all()
     for job in unfinished:
         try:

@@ -18,13 +18,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response, status
 from sqlalchemy import func, or_, true
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from training_platform.api import errors, schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep
 from training_platform.api.errors import ValidationFailed, conflict, forbidden, not_found
 from training_platform.core.timeutil import utcnow
-from training_platform.db.models import JobTemplate, User
+from training_platform.db.models import JobTemplate, User, row_id
 from training_platform.training.config import ConfigError, check_rules, parse_config
 
 log = logging.getLogger("training_platform.api.templates")
@@ -96,11 +96,11 @@ def create_template(body: schemas.TemplateCreate, session: SessionDep, user: Cur
     """A named config (checked by the schema and the cross-field rules; its paths are checked when a job is
     submitted from it). 409 when you already have a template of that name."""
     _check_config(body.config)
-    if _name_taken(session, user.id, body.name):
+    if _name_taken(session, row_id(user), body.name):
         raise conflict(f"{user.name} already has a template named {body.name!r}")
     now = utcnow()
     template = JobTemplate(
-        owner_id=user.id,
+        owner_id=row_id(user),
         name=body.name,
         description=body.description,
         config=body.config,
@@ -129,15 +129,15 @@ def list_templates(
     offset: schemas.Offset = 0,
 ):
     """Your templates and those others shared, by name (admins: every template)."""
-    conditions = [] if user.is_admin else [or_(JobTemplate.owner_id == user.id, JobTemplate.shared == true())]
+    conditions = [] if user.is_admin else [or_(col(JobTemplate.owner_id) == user.id, col(JobTemplate.shared) == true())]
     if q:
         conditions.append(func.lower(JobTemplate.name).contains(q.lower(), autoescape=True))
     total = session.exec(select(func.count()).select_from(JobTemplate).where(*conditions)).one()
     rows = session.exec(
         select(JobTemplate, User.name)
-        .join(User, User.id == JobTemplate.owner_id)
+        .join(User, col(User.id) == JobTemplate.owner_id)
         .where(*conditions)
-        .order_by(JobTemplate.name, JobTemplate.id)
+        .order_by(col(JobTemplate.name), col(JobTemplate.id))
         .limit(limit)
         .offset(offset)
     ).all()

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, status
 from sqlalchemy import func
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import select
+from sqlmodel import col, select
 
 from training_platform.api import errors, schemas
 from training_platform.api.deps import AdminUser, CurrentUser, JsonBody, SessionDep
@@ -50,5 +50,5 @@ def list_users(
     session: SessionDep, admin: AdminUser, limit: Annotated[int, Query(ge=1, le=200)] = 50, offset: schemas.Offset = 0
 ):
     total = session.exec(select(func.count()).select_from(User)).one()
-    rows = session.exec(select(User).order_by(User.id).limit(limit).offset(offset)).all()
+    rows = session.exec(select(User).order_by(col(User.id)).limit(limit).offset(offset)).all()
     return {"items": rows, "total": total, "limit": limit, "offset": offset}

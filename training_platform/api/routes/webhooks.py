@@ -12,12 +12,12 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, HTTPException, Query, Response, status
 from pydantic import BaseModel, Field
 from sqlalchemy import func
-from sqlmodel import select
+from sqlmodel import col, select
 
 from training_platform.api import errors, schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import ValidationFailed, conflict, not_found
-from training_platform.db.models import User, Webhook
+from training_platform.db.models import User, Webhook, row_id
 from training_platform.services.webhooks import (
     MAX_SECRET,
     MAX_URL,
@@ -38,12 +38,16 @@ router = APIRouter(prefix="/webhooks", tags=["webhooks"])
 Event = Literal["job.succeeded", "job.failed", "job.cancelled"]
 
 
+def _all_events() -> list[Event]:
+    return ["job.succeeded", "job.failed", "job.cancelled"]
+
+
 class WebhookCreate(schemas.RequestBody):
     url: str = Field(
         min_length=1, max_length=MAX_URL, description="http(s) URL on a host the operator allows (TP_WEBHOOK_HOSTS)."
     )
     events: list[Event] = Field(
-        default_factory=lambda: ["job.succeeded", "job.failed", "job.cancelled"],
+        default_factory=_all_events,
         min_length=1,
         max_length=3,
         description="Which job ends to send.",
@@ -128,7 +132,7 @@ def create_webhook(body: WebhookCreate, session: SessionDep, user: CurrentUser, 
     count = session.exec(select(func.count()).select_from(Webhook).where(Webhook.owner_id == user.id)).one()
     if count >= MAX_WEBHOOKS_PER_USER:
         raise conflict(f"at most {MAX_WEBHOOKS_PER_USER} webhooks per user: delete one first")
-    row = Webhook(owner_id=user.id, url=url, events=events, secret=body.secret or None)
+    row = Webhook(owner_id=row_id(user), url=url, events=events, secret=body.secret or None)
     session.add(row)
     session.commit()
     session.refresh(row)
@@ -144,12 +148,12 @@ def list_webhooks(
     offset: schemas.Offset = 0,
 ):
     """The caller's webhooks (admins: everyone's) with their last delivery. Secrets are never shown."""
-    query = select(Webhook, User.name).join(User, User.id == Webhook.owner_id)
+    query = select(Webhook, User.name).join(User, col(User.id) == Webhook.owner_id)
     count = select(func.count()).select_from(Webhook)
     if not user.is_admin:
         query, count = query.where(Webhook.owner_id == user.id), count.where(Webhook.owner_id == user.id)
     total = session.exec(count).one()
-    rows = session.exec(query.order_by(Webhook.id).offset(offset).limit(limit)).all()
+    rows = session.exec(query.order_by(col(Webhook.id)).offset(offset).limit(limit)).all()
     return {"items": [_read(row, owner) for row, owner in rows], "total": total, "limit": limit, "offset": offset}
 
 
