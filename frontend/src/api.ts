@@ -129,7 +129,9 @@ export async function request<T>(
     }
   }
   if (!res.ok) {
-    if (res.status === 401 && unauthorizedHandler) unauthorizedHandler()
+    // A 401 for a request sent with a token that has since been replaced (the user just saved a new one while
+    // it was in flight) says nothing about the new token: only the current token's 401 shows the prompt.
+    if (res.status === 401 && unauthorizedHandler && getToken() === token) unauthorizedHandler()
     throw new ApiError(res.status, parseErrorBody(res.status, res.statusText, data), data)
   }
   return (text ? data : null) as T

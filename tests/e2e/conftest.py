@@ -54,6 +54,7 @@ def signed_in_page(browser, platform):
     page.get_by_test_id("token-input").fill(token)
     page.get_by_test_id("token-save").click()
     page.get_by_test_id("jobs-table").wait_for()
+    page.get_by_test_id("login-card").wait_for(state="detached")
     page.root = root  # type: ignore[attr-defined]
     yield page
     context.close()
