@@ -89,7 +89,7 @@ def make_run_dir(data_dir: Path, job_id: int, log_lines: list[str] | None = None
 
 def point_celery_at(url: str) -> str:
     """Re-bind the import-time Celery app to `url` (its connection/producer pools are cached). Returns the old URL."""
-    from training_platform.workers.celery_app import app
+    from training_platform.taskqueue.app import app
 
     old = app.conf.broker_url
     app.conf.broker_url = url

@@ -156,7 +156,7 @@ def test_api_runs_several_processes(services):
 
 
 def test_workers_consume_the_work_queues(services):
-    from training_platform.workers.celery_app import QUEUES
+    from training_platform.taskqueue.app import QUEUES
 
     consumed = {}
     for name in ("worker", "eval-worker"):

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "configs" / "examples"
 REDIS_URL = os.environ.get("TP_TEST_REDIS_URL", "redis://127.0.0.1:6379/14")
 PG_ADMIN_URL = os.environ.get("TP_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-CELERY = [sys.executable, "-m", "celery", "-A", "training_platform.workers.celery_app"]
+CELERY = [sys.executable, "-m", "celery", "-A", "training_platform.taskqueue.app"]
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.2, what: str = "condition") -> Any:
@@ -145,7 +145,7 @@ class Platform:
     def submit(self, config: dict, *, name: str = "job", priority: int = 0, wake: bool = True) -> int:
         from training_platform.db import crud
         from training_platform.db.session import session_scope
-        from training_platform.workers.dispatch import wake_worker
+        from training_platform.taskqueue.wake import wake_worker
 
         owner = self.user()
         with session_scope() as s:

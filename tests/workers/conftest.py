@@ -51,7 +51,7 @@ def platform(tmp_path_factory, demo_assets, database_url) -> Iterator[Platform]:
         "TOKENIZERS_PARALLELISM": "false",
         "OMP_NUM_THREADS": "1",  # a ~1M-parameter model on 2 shared cores: threads only contend
     }
-    from training_platform.workers.celery_app import app
+    from training_platform.taskqueue.app import app
 
     original_broker = app.conf.broker_url
     mp = pytest.MonkeyPatch()
@@ -78,7 +78,7 @@ def platform(tmp_path_factory, demo_assets, database_url) -> Iterator[Platform]:
 def _reset_caches(broker_url: str) -> None:
     from training_platform.core.settings import get_settings
     from training_platform.db.session import get_engine
-    from training_platform.workers.celery_app import app
+    from training_platform.taskqueue.app import app
 
     if get_engine.cache_info().currsize:
         get_engine().dispose()

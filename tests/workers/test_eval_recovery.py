@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 
 def test_kill_9_of_the_eval_worker_requeues_and_completes_the_evaluation(platform, demo_assets):
     from training_platform.core.settings import get_settings
-    from training_platform.workers.dispatch import wake_worker
+    from training_platform.taskqueue.wake import wake_worker
 
     roots = {"TP_MODEL_ROOTS": str(demo_assets.resolve())}  # demo/ links outside TP_DATA_DIR here
     mp = pytest.MonkeyPatch()

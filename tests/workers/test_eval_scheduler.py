@@ -15,7 +15,7 @@ from training_platform.core.timeutil import utcnow
 from training_platform.db import crud
 from training_platform.db.models import Checkpoint, EvalSchedule, Evaluation, Job
 from training_platform.db.session import session_scope
-from training_platform.workers import scheduler
+from training_platform.services import schedules as scheduler
 
 pytestmark = pytest.mark.integration
 

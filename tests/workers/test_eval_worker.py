@@ -37,7 +37,7 @@ def _submit(
     platform, benchmarks: list, generation: dict | None = None, model: str = "demo/model", batch_size: int = 8
 ) -> int:
     from training_platform.core.settings import get_settings
-    from training_platform.workers.dispatch import wake_worker
+    from training_platform.taskqueue.wake import wake_worker
 
     owner = platform.user()
     settings = get_settings()

@@ -66,7 +66,7 @@ from training_platform.db import crud
 from training_platform.db.models import User
 from training_platform.db.session import session_scope
 from training_platform.training.config import load_yaml
-from training_platform.workers.dispatch import wake_worker
+from training_platform.taskqueue.wake import wake_worker
 
 cfg = load_yaml(sys.argv[1])
 cfg["training"].update(max_steps=5000, logging_steps=1, save_steps=5000, eval_steps=5000)

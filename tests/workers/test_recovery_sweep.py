@@ -14,8 +14,8 @@ from _wk import sft_config
 from training_platform.core.timeutil import utcnow
 from training_platform.db.models import Job
 from training_platform.db.session import session_scope
+from training_platform.taskqueue.wake import waiting_messages
 from training_platform.workers import supervisor
-from training_platform.workers.dispatch import waiting_messages
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +29,7 @@ def _set(job_id: int, **fields) -> None:
 
 
 def _purge() -> None:
-    from training_platform.workers.celery_app import app
+    from training_platform.taskqueue.app import app
 
     with app.connection_for_write() as conn:
         conn.default_channel.queue_purge("train")

@@ -17,7 +17,7 @@ def broker_url() -> str:
     url = get_settings().redis_url
     if url:
         return url
-    from training_platform.workers.celery_app import app
+    from training_platform.taskqueue.app import app
 
     return app.conf.broker_url
 
@@ -35,7 +35,7 @@ def ping() -> bool:
 
 
 def queues() -> tuple[str, ...]:
-    from training_platform.workers.celery_app import QUEUES
+    from training_platform.taskqueue.app import QUEUES
 
     return tuple(QUEUES)
 

@@ -79,7 +79,7 @@ def _broker_url() -> str:
 
 
 def _send(request_id: str, payload: dict[str, Any], expires_s: float) -> None:
-    from training_platform.workers.celery_app import INFERENCE_TASK, app
+    from training_platform.taskqueue.app import INFERENCE_TASK, app
 
     app.send_task(INFERENCE_TASK, args=[request_id, payload], queue="inference", expires=expires_s)
 

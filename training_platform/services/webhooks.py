@@ -338,7 +338,7 @@ def dispatch(ended: Iterable[JobEnded], bind: Any = None) -> int:
             ]
         for webhook_id, url in hooks:
             try:
-                from training_platform.workers.celery_app import WEBHOOK_TASK, app
+                from training_platform.taskqueue.app import WEBHOOK_TASK, app
 
                 app.send_task(
                     WEBHOOK_TASK,

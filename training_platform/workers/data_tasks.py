@@ -34,8 +34,8 @@ from training_platform.db.models import Dataset, DatasetVersionRecord, JobStatus
 from training_platform.db.session import session_scope
 from training_platform.services import datasets as dataset_service
 from training_platform.services import jobs as job_service
+from training_platform.taskqueue.app import app
 from training_platform.workers import supervisor
-from training_platform.workers.celery_app import app
 from training_platform.workers.lease import JobLease
 
 log = logging.getLogger("training_platform.workers.data")

@@ -32,8 +32,8 @@ from training_platform.db.models import Checkpoint, Job, JobStatus, row_id
 from training_platform.db.session import session_scope
 from training_platform.services import evaluations as eval_service
 from training_platform.services import jobs as job_service
+from training_platform.taskqueue.app import app
 from training_platform.workers import supervisor
-from training_platform.workers.celery_app import app
 from training_platform.workers.lease import JobLease, JobLost
 
 log = logging.getLogger("training_platform.workers.eval")
@@ -333,6 +333,6 @@ def run_next_eval_job(self) -> int | None:
 
 @app.task(name=SCHEDULE_TASK, ignore_result=True)
 def fire_schedules() -> dict:
-    from training_platform.workers import scheduler
+    from training_platform.services import schedules as scheduler
 
     return scheduler.tick()

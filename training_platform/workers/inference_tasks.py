@@ -26,7 +26,7 @@ from typing import Any
 from celery.signals import worker_ready, worker_shutdown
 
 from training_platform.inference import channel
-from training_platform.workers.celery_app import INFERENCE_TASK, app
+from training_platform.taskqueue.app import INFERENCE_TASK, app
 
 log = logging.getLogger("training_platform.workers.inference")
 

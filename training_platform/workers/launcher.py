@@ -34,7 +34,7 @@ from pathlib import Path
 
 from training_platform.core.procutil import die_with_parent
 
-CELERY = [sys.executable, "-m", "celery", "-A", "training_platform.workers.celery_app"]
+CELERY = [sys.executable, "-m", "celery", "-A", "training_platform.taskqueue.app"]
 DEFAULT_API_APP = "training_platform.api.app:app"
 
 

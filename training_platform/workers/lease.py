@@ -140,7 +140,7 @@ class JobLease:
             kind, priority = job.kind, job.priority
         log.info("job %s -> %s: %s", self.job_id, to, reason)
         if requeue:
-            from training_platform.workers.dispatch import wake_quietly  # imports the Celery app
+            from training_platform.taskqueue.wake import wake_quietly  # imports the Celery app
 
             wake_quietly(kind, priority)
         return True

@@ -599,7 +599,7 @@ def _tail(path: Path, start: int, max_bytes: int = 65536) -> list[str]:
 def _checkpoint_triggers(job_id: int) -> None:
     """New checkpoints were registered: fire the job's on_new_checkpoint evaluation schedules now (the beat tick
     would otherwise fire them within TP_SCHEDULE_TICK)."""
-    from training_platform.workers.scheduler import fire_checkpoint_triggers
+    from training_platform.services.schedules import fire_checkpoint_triggers
 
     try:
         fire_checkpoint_triggers(job_id)
@@ -661,7 +661,7 @@ def recover_stale_jobs(*, send_wakeups: bool = True) -> dict[str, Any]:
         log.warning("job %s: %s", job_id, reason)
     woken: dict[str, int] = {}
     if send_wakeups:
-        from training_platform.workers.dispatch import wake_quietly  # imports the Celery app
+        from training_platform.taskqueue.wake import wake_quietly  # imports the Celery app
 
         for kind, priority in to_wake:
             wake_quietly(kind, priority)
@@ -677,7 +677,7 @@ def recover_stale_jobs(*, send_wakeups: bool = True) -> dict[str, Any]:
 
 def _lost_wakeups() -> dict[str, int]:
     """Per kind: queued jobs older than LOST_MESSAGE_AFTER_S minus the wake-ups waiting in the broker."""
-    from training_platform.workers.dispatch import TASK_FOR_KIND, waiting_messages
+    from training_platform.taskqueue.wake import TASK_FOR_KIND, waiting_messages
 
     cutoff = utcnow() - timedelta(seconds=LOST_MESSAGE_AFTER_S)
     with session_scope() as session:

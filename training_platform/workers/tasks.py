@@ -15,8 +15,8 @@ import threading
 
 from celery.signals import worker_process_init, worker_ready
 
+from training_platform.taskqueue.app import app
 from training_platform.workers import supervisor
-from training_platform.workers.celery_app import app
 
 log = logging.getLogger("training_platform.workers")
 

@@ -12,7 +12,7 @@ import logging
 
 from training_platform.core.settings import get_settings
 from training_platform.services import webhooks
-from training_platform.workers.celery_app import WEBHOOK_TASK, app
+from training_platform.taskqueue.app import WEBHOOK_TASK, app
 
 log = logging.getLogger("training_platform.workers.webhooks")
 

@@ -74,7 +74,7 @@ def job_read(session: Session, job: Job, owner_name: str | None = None, **extra)
 
 def wake(kind: str, priority: int, job_id: int) -> str | None:
     """Send the wake-up message; on a broker problem return a warning instead of failing the request."""
-    from training_platform.workers.dispatch import wake_worker
+    from training_platform.taskqueue.wake import wake_worker
 
     try:
         _wake_pool.submit(wake_worker, kind, priority).result(timeout=WAKE_TIMEOUT_S)

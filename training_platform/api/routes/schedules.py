@@ -1,5 +1,5 @@
 """Evaluation schedules: auto-evaluation on a cron expression (Celery beat) or on every N-th new checkpoint of a
-training job. Firing creates an evaluation (GET /evaluations?schedule_id=N lists them); see workers/scheduler.py.
+training job. Firing creates an evaluation (GET /evaluations?schedule_id=N lists them); see services/schedules.py.
 """
 
 from __future__ import annotations
@@ -297,7 +297,7 @@ def run_schedule_now(schedule_id: schemas.DbId, session: SessionDep, user: Curre
     """Fire once now (cron: its model or the job's latest checkpoint; on_new_checkpoint: the latest checkpoint).
     Returns the evaluation's id."""
     from training_platform.api.routes.jobs import wake
-    from training_platform.workers.scheduler import fire_now
+    from training_platform.services.schedules import fire_now
 
     schedule = _visible(session, user, schedule_id)
     job_id, message = fire_now(session, schedule)

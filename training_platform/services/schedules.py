@@ -29,7 +29,7 @@ from training_platform.db.session import session_scope
 from training_platform.evaluation.request import EvalRequest, RequestError, next_fire_time
 from training_platform.services import evaluations as eval_service
 
-log = logging.getLogger("training_platform.workers.scheduler")
+log = logging.getLogger("training_platform.services.schedules")
 
 
 def tick(now: datetime | None = None) -> dict[str, Any]:
@@ -230,7 +230,7 @@ def _already_evaluated(session: Session, schedule: EvalSchedule, step: int | Non
 
 
 def _wake_all(job_ids: list[int]) -> None:
-    from training_platform.workers.dispatch import wake_quietly
+    from training_platform.taskqueue.wake import wake_quietly
 
     for _ in job_ids:
         wake_quietly("eval", 0)

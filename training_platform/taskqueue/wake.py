@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from training_platform.workers.celery_app import app
+from training_platform.taskqueue.app import app
 
-log = logging.getLogger("training_platform.workers.dispatch")
+log = logging.getLogger("training_platform.taskqueue.wake")
 
 TASK_FOR_KIND = {
     "train": "training_platform.workers.tasks.run_next_training_job",
