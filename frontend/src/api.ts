@@ -1,7 +1,7 @@
 // A small typed client for /api/v1: bearer token from localStorage, JSON in and out, FastAPI errors parsed into
 // a list of {loc, msg}. A 401 calls the handler set by the auth store (which shows the token prompt).
 import type {
-  Checkpoint, Dashboard, RayCluster, Dataset, IngestQueued, DatasetOperation, DatasetStats, DatasetVersion,
+  BenchmarkInfo, Checkpoint, Dashboard, RayCluster, Dataset, IngestQueued, DatasetOperation, DatasetStats, DatasetVersion,
   DatasetVersionDetail, Evaluation, EvaluationDetail, Job, JobEvent, Leaderboard, MetricsOut, Page, RowsPage, Sample,
   Schedule, User,
 } from './types'
@@ -274,6 +274,7 @@ export const api = {
     id: number,
     q: { benchmark?: string; correct?: boolean; limit?: number; offset?: number } = {},
   ) => request<Page<Sample>>('GET', `/evaluations/${id}/samples`, { query: q }),
+  listBenchmarks: () => request<BenchmarkInfo[]>('GET', '/evaluations/benchmarks'),
   leaderboard: (benchmark: string, q: { metric?: string; limit?: number } = {}) =>
     request<Leaderboard>('GET', '/evaluations/leaderboard', { query: { benchmark, ...q } }),
 

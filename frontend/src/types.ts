@@ -157,6 +157,15 @@ export interface LeaderboardEntry {
   evaluated_at: string | null
 }
 
+/** GET /evaluations/benchmarks: the registered benchmarks. */
+export interface BenchmarkInfo {
+  name: string
+  kind: string
+  primary_metric: string
+  bundled_data: boolean
+  data_help: string
+}
+
 export interface Leaderboard extends Page<LeaderboardEntry> {
   benchmark: string
   metric: string

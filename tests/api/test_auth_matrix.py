@@ -497,6 +497,7 @@ ROUTES: dict[str, Case] = {
     # -- evaluations
     "POST /api/v1/evaluations": Case("user", lambda o: Req("POST", E, json={"model": "demo/model", **SMALL})),
     "GET /api/v1/evaluations": Case("user", lambda o: Req("GET", f"{E}?limit=200"), hidden="evaluation"),
+    "GET /api/v1/evaluations/benchmarks": Case("user", lambda o: Req("GET", f"{E}/benchmarks")),
     "GET /api/v1/evaluations/leaderboard": Case(
         "user", lambda o: Req("GET", f"{E}/leaderboard?benchmark=gsm8k&limit=500"), hidden="evaluation"
     ),

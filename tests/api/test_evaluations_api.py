@@ -338,3 +338,18 @@ def test_evaluations_are_paginated_newest_first(api):
     assert api.get("/evaluations", params={"benchmark": "humaneval"}).json()["total"] == 0
     assert api.get("/evaluations", user="bob").json()["total"] == 0
     _run_queued_evaluations()
+
+
+def test_the_benchmark_list_is_the_registry(api):
+    """The UI's pickers read this list: a benchmark registered in evaluation/benchmarks/ shows up without a
+    front-end change."""
+    from training_platform.evaluation.benchmarks import BENCHMARKS
+
+    listed = api.get("/evaluations/benchmarks")
+    assert listed.status_code == 200, listed.text
+    by_name = {b["name"]: b for b in listed.json()}
+    assert sorted(by_name) == sorted(BENCHMARKS)
+    assert by_name["humaneval"]["primary_metric"] == "pass@1" and by_name["humaneval"]["bundled_data"] is True
+    assert by_name["gsm8k"]["bundled_data"] is False and "####" in by_name["gsm8k"]["data_help"]
+    assert by_name["multiple_choice"]["kind"] == "loglikelihood"
+    assert api.get("/evaluations/benchmarks", headers={"Authorization": ""}).status_code == 401

@@ -122,7 +122,11 @@ def test_submit_watch_and_evaluate_a_job_in_the_browser(page, platform, tmp_path
     assert page.get_by_test_id("samples-table").locator("tbody tr").count() > 0
 
     page.goto(f"{page.root}/ui/#/evaluations")
-    page.get_by_test_id("leaderboard-benchmark").select_option("gsm8k")
+    page.get_by_test_id("eval-benchmark-names").wait_for()
+    picker = page.get_by_test_id("leaderboard-benchmark")
+    registry = [b["name"] for b in client.get("/evaluations/benchmarks").json()]
+    assert [o.get_attribute("value") for o in picker.locator("option").all()] == registry, "the server's registry"
+    picker.select_option("gsm8k")
     board = page.get_by_test_id("leaderboard-table")
     board.wait_for()
     page.wait_for_function(

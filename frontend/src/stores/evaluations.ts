@@ -1,9 +1,7 @@
 import { defineStore } from 'pinia'
 import { ref } from 'vue'
 import { api } from '../api'
-import type { Evaluation, Leaderboard } from '../types'
-
-export const BENCHMARKS = ['gsm8k', 'math', 'math500', 'humaneval', 'multiple_choice', 'custom'] as const
+import type { BenchmarkInfo, Evaluation, Leaderboard } from '../types'
 
 export const useEvaluationsStore = defineStore('evaluations', () => {
   const items = ref<Evaluation[]>([])
@@ -14,6 +12,12 @@ export const useEvaluationsStore = defineStore('evaluations', () => {
 
   const benchmark = ref<string>('gsm8k')
   const leaderboard = ref<Leaderboard | null>(null)
+  /** The server's benchmark registry (loaded once): a new benchmark needs no change here. */
+  const benchmarks = ref<BenchmarkInfo[]>([])
+
+  async function fetchBenchmarks(): Promise<void> {
+    if (!benchmarks.value.length) benchmarks.value = await api.listBenchmarks()
+  }
 
   async function fetchList(): Promise<void> {
     const page = await api.listEvaluations({ limit: limit.value, offset: offset.value })
@@ -30,5 +34,18 @@ export const useEvaluationsStore = defineStore('evaluations', () => {
     return api.createEvaluation(body)
   }
 
-  return { items, total, limit, offset, loaded, benchmark, leaderboard, fetchList, fetchLeaderboard, create }
+  return {
+    items,
+    total,
+    limit,
+    offset,
+    loaded,
+    benchmark,
+    leaderboard,
+    benchmarks,
+    fetchList,
+    fetchLeaderboard,
+    fetchBenchmarks,
+    create,
+  }
 })

@@ -130,6 +130,14 @@ class Leaderboard(schemas.Page[LeaderboardEntry]):
     metric: str
 
 
+class BenchmarkInfo(BaseModel):
+    name: str
+    kind: str = Field(description="generate (sample and score) or loglikelihood (rank the choices)")
+    primary_metric: str = Field(description="The leaderboard's default metric.")
+    bundled_data: bool = Field(description="False: the request must name a local data file for it.")
+    data_help: str = Field(description="What its data file holds.")
+
+
 # ---------------------------------------------------------------------------------------------- helpers
 
 
@@ -309,6 +317,23 @@ def list_evaluations(
         "limit": limit,
         "offset": offset,
     }
+
+
+@router.get("/benchmarks", response_model=list[BenchmarkInfo])
+def list_benchmarks(user: CurrentUser):
+    """The registered benchmarks (the UI's pickers read them, so a new benchmark needs no front-end change)."""
+    from training_platform.evaluation.benchmarks import BENCHMARKS, Benchmark
+
+    return [
+        BenchmarkInfo(
+            name=name,
+            kind=cls.kind,
+            primary_metric=cls.primary_metric,
+            bundled_data=cls.default_data is not Benchmark.default_data,
+            data_help=cls.data_help,
+        )
+        for name, cls in sorted(BENCHMARKS.items())
+    ]
 
 
 @router.get("/leaderboard", response_model=Leaderboard)
