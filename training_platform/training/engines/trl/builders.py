@@ -2,9 +2,9 @@
 
 Each turns the engine's TrainContext (model, tokenizer, datasets, the shared TrainingArguments keywords, callbacks)
 into a TRL trainer configured from the algorithm's params. TRL is imported inside each builder: this module is
-read by config validation. The builders look alike on purpose (the duplicates tool pairs them by shape): TRL has one
-config class and one trainer per algorithm, and each builder passes its own fields to them; a shared helper would
-only hide which fields an algorithm sets.
+read by config validation. What every trainer takes the same way comes from `ctx.trainer_kwargs`; the config calls
+still look alike (the duplicates tool pairs them by shape): TRL has one config class per algorithm, and each builder
+passes its own fields to it; a shared helper would only hide which fields an algorithm sets.
 """
 
 from __future__ import annotations
@@ -56,15 +56,7 @@ def build_sft(ctx: TrainContext):
         assistant_only_loss=p.assistant_only_loss,
         completion_only_loss=p.completion_only_loss,
     )
-    return SFTTrainer(
-        model=ctx.model,
-        args=args,
-        train_dataset=ctx.train_dataset,
-        eval_dataset=ctx.eval_dataset,
-        processing_class=ctx.tokenizer,
-        callbacks=ctx.callbacks,
-        peft_config=ctx.peft_config,
-    )
+    return SFTTrainer(args=args, **ctx.trainer_kwargs)
 
 
 @register_builder("trl", "dpo", launchers=RAY)
@@ -81,15 +73,7 @@ def build_dpo(ctx: TrainContext):
         label_smoothing=p.label_smoothing,
         **extra,
     )
-    return DPOTrainer(
-        model=ctx.model,
-        args=args,
-        train_dataset=ctx.train_dataset,
-        eval_dataset=ctx.eval_dataset,
-        processing_class=ctx.tokenizer,
-        callbacks=ctx.callbacks,
-        peft_config=ctx.peft_config,
-    )
+    return DPOTrainer(args=args, **ctx.trainer_kwargs)
 
 
 @register_builder("trl", "kto")
@@ -105,15 +89,7 @@ def build_kto(ctx: TrainContext):
         desirable_weight=p.desirable_weight,
         undesirable_weight=p.undesirable_weight,
     )
-    return KTOTrainer(
-        model=ctx.model,
-        args=args,
-        train_dataset=ctx.train_dataset,
-        eval_dataset=ctx.eval_dataset,
-        processing_class=ctx.tokenizer,
-        callbacks=ctx.callbacks,
-        peft_config=ctx.peft_config,
-    )
+    return KTOTrainer(args=args, **ctx.trainer_kwargs)
 
 
 @register_builder("trl", "orpo")
@@ -127,15 +103,7 @@ def build_orpo(ctx: TrainContext):
         beta=p.beta,
         max_completion_length=p.max_completion_length,
     )
-    return ORPOTrainer(
-        model=ctx.model,
-        args=args,
-        train_dataset=ctx.train_dataset,
-        eval_dataset=ctx.eval_dataset,
-        processing_class=ctx.tokenizer,
-        callbacks=ctx.callbacks,
-        peft_config=ctx.peft_config,
-    )
+    return ORPOTrainer(args=args, **ctx.trainer_kwargs)
 
 
 @register_builder("trl", "simpo")
@@ -153,15 +121,7 @@ def build_simpo(ctx: TrainContext):
         label_smoothing=p.label_smoothing,
         max_completion_length=p.max_completion_length,
     )
-    return CPOTrainer(
-        model=ctx.model,
-        args=args,
-        train_dataset=ctx.train_dataset,
-        eval_dataset=ctx.eval_dataset,
-        processing_class=ctx.tokenizer,
-        callbacks=ctx.callbacks,
-        peft_config=ctx.peft_config,
-    )
+    return CPOTrainer(args=args, **ctx.trainer_kwargs)
 
 
 @register_builder("trl", "grpo", launchers=MULTI)
@@ -177,16 +137,7 @@ def build_grpo(ctx: TrainContext):
         scale_rewards=p.scale_rewards,
         reward_weights=ctx.reward_weights,
     )
-    return GRPOTrainer(
-        model=ctx.model,
-        reward_funcs=ctx.reward_funcs,
-        args=args,
-        train_dataset=ctx.train_dataset,
-        eval_dataset=ctx.eval_dataset,
-        processing_class=ctx.tokenizer,
-        callbacks=ctx.callbacks,
-        peft_config=ctx.peft_config,
-    )
+    return GRPOTrainer(args=args, reward_funcs=ctx.reward_funcs, **ctx.trainer_kwargs)
 
 
 @register_builder("trl", "rloo")
@@ -201,16 +152,7 @@ def build_rloo(ctx: TrainContext):
         reward_clip_range=(p.reward_clip_range[0], p.reward_clip_range[1]) if p.reward_clip_range else None,
         reward_weights=ctx.reward_weights,
     )
-    return RLOOTrainer(
-        model=ctx.model,
-        reward_funcs=ctx.reward_funcs,
-        args=args,
-        train_dataset=ctx.train_dataset,
-        eval_dataset=ctx.eval_dataset,
-        processing_class=ctx.tokenizer,
-        callbacks=ctx.callbacks,
-        peft_config=ctx.peft_config,
-    )
+    return RLOOTrainer(args=args, reward_funcs=ctx.reward_funcs, **ctx.trainer_kwargs)
 
 
 @register_builder(
@@ -261,16 +203,7 @@ def build_ppo(ctx: TrainContext):
             m.config.pad_token_id = ctx.tokenizer.pad_token_id
     ctx.tokenizer.padding_side = "left"  # generation batches are left-padded
     return PPOTrainer(
-        args=args,
-        processing_class=ctx.tokenizer,
-        model=ctx.model,
-        ref_model=None,
-        reward_model=reward_model,
-        train_dataset=ctx.train_dataset,
-        value_model=value_model,
-        eval_dataset=ctx.eval_dataset,
-        callbacks=ctx.callbacks,
-        peft_config=ctx.peft_config,
+        args=args, ref_model=None, reward_model=reward_model, value_model=value_model, **ctx.trainer_kwargs
     )
 
 
@@ -284,12 +217,4 @@ def build_reward(ctx: TrainContext):
         max_length=ctx.cfg.data.max_length,
         center_rewards_coefficient=p.center_rewards_coefficient,
     )
-    return RewardTrainer(
-        model=ctx.model,
-        args=args,
-        train_dataset=ctx.train_dataset,
-        eval_dataset=ctx.eval_dataset,
-        processing_class=ctx.tokenizer,
-        callbacks=ctx.callbacks,
-        peft_config=ctx.peft_config,
-    )
+    return RewardTrainer(args=args, **ctx.trainer_kwargs)

@@ -60,6 +60,18 @@ class TrainContext:
     def resolve(self, ref: str) -> str:
         return resolve_model_ref(ref)[0]
 
+    @property
+    def trainer_kwargs(self) -> dict[str, Any]:
+        """What every TRL trainer takes the same way (the builders add `args` and their own extras)."""
+        return {
+            "model": self.model,
+            "train_dataset": self.train_dataset,
+            "eval_dataset": self.eval_dataset,
+            "processing_class": self.tokenizer,
+            "callbacks": self.callbacks,
+            "peft_config": self.peft_config,
+        }
+
     def model_load_kwargs(self) -> dict[str, Any]:
         return {"dtype": self.torch_dtype, "trust_remote_code": self.cfg.model.trust_remote_code}
 
