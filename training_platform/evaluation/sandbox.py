@@ -214,25 +214,43 @@ _BWRAP_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 
 
 class _UidPool:
-    """Root mode: one unprivileged uid per concurrently running sandbox (RLIMIT_NPROC is counted per uid)."""
+    """Root mode: one unprivileged uid per sandbox running on this host (RLIMIT_NPROC is counted per uid).
 
-    def __init__(self, base: int, size: int = _UID_SLOTS):
+    A slot is claimed with `flock` on its own lock file, so the processes of a prefork eval worker, or two workers
+    on one host, never hand out the same uid at once (before, each process counted from the first slot, and two
+    evaluations' programs could share a uid and its process limit). Each claim opens its own file, so threads of
+    one process exclude each other the same way; the kernel drops the locks of a process that dies."""
+
+    def __init__(self, base: int, size: int = _UID_SLOTS, lock_dir: Path | None = None):
         self.base, self.size = base, size
-        self._free = list(range(size))
-        self._cond = threading.Condition()
+        self.lock_dir = lock_dir or Path(tempfile.gettempdir()) / f"tp-sandbox-uids-{base}"
+
+    def _open_dir(self) -> Path:
+        self.lock_dir.mkdir(mode=0o700, exist_ok=True)
+        owner = self.lock_dir.stat().st_uid
+        if owner != os.geteuid():  # another user's directory could hand us locks it holds forever
+            raise SandboxUnavailable(f"the uid lock directory {self.lock_dir} belongs to uid {owner}, not to us")
+        return self.lock_dir
 
     @contextlib.contextmanager
-    def acquire(self) -> Iterator[int]:
-        with self._cond:
-            while not self._free:
-                self._cond.wait()
-            slot = self._free.pop(0)
-        try:
-            yield self.base + slot
-        finally:
-            with self._cond:
-                self._free.append(slot)
-                self._cond.notify()
+    def acquire(self, poll_s: float = 0.05) -> Iterator[int]:
+        import fcntl
+
+        directory = self._open_dir()
+        while True:
+            for slot in range(self.size):
+                fd = os.open(directory / f"{slot}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                try:
+                    yield self.base + slot
+                finally:
+                    os.close(fd)  # releases the lock
+                return
+            time.sleep(poll_s)  # every slot busy: wait for one
 
 
 _uid_pool: _UidPool | None = None
