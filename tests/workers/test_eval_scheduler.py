@@ -1,5 +1,6 @@
-"""Schedule firing against a real database (SQLite) and broker: cron due times, every N-th checkpoint, no double
-firing under concurrent ticks, firings that cannot run are recorded, disabled schedules stay quiet."""
+"""Schedule firing (services/schedules.py, run by beat's tick and the training worker) against a real database
+(SQLite) and the workers' broker: cron due times, every N-th checkpoint, no double firing under concurrent ticks,
+firings that cannot run are recorded, disabled schedules stay quiet."""
 
 from __future__ import annotations
 
