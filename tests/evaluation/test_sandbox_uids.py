@@ -78,3 +78,11 @@ def test_a_lock_directory_owned_by_someone_else_is_refused(tmp_path):
     os.chown(lock_dir, 12345, 12345)
     with pytest.raises(SandboxUnavailable, match="belongs to uid 12345"), _UidPool(1, lock_dir=lock_dir).acquire():
         pass
+
+
+def test_a_symlinked_lock_directory_is_refused(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "uids").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(SandboxUnavailable, match="not a directory"), _UidPool(1, lock_dir=tmp_path / "uids").acquire():
+        pass
+    assert not list((tmp_path / "elsewhere").iterdir()), "no lock file written through the link"

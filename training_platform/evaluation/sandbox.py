@@ -226,10 +226,14 @@ class _UidPool:
         self.lock_dir = lock_dir or Path(tempfile.gettempdir()) / f"tp-sandbox-uids-{base}"
 
     def _open_dir(self) -> Path:
+        import stat
+
         self.lock_dir.mkdir(mode=0o700, exist_ok=True)
-        owner = self.lock_dir.stat().st_uid
-        if owner != os.geteuid():  # another user's directory could hand us locks it holds forever
-            raise SandboxUnavailable(f"the uid lock directory {self.lock_dir} belongs to uid {owner}, not to us")
+        info = os.lstat(self.lock_dir)  # not followed: a planted symlink must not choose where our locks live
+        if not stat.S_ISDIR(info.st_mode):
+            raise SandboxUnavailable(f"the uid lock directory {self.lock_dir} is not a directory (a symlink?)")
+        if info.st_uid != os.geteuid():  # another user's directory could hand us locks it holds forever
+            raise SandboxUnavailable(f"the uid lock directory {self.lock_dir} belongs to uid {info.st_uid}, not to us")
         return self.lock_dir
 
     @contextlib.contextmanager

@@ -43,6 +43,21 @@ def _aware(ts: datetime) -> datetime:
     return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
+def _claim(session: Session, schedule: EvalSchedule, column: Any, expected: Any, **values: Any) -> bool:
+    """Compare-and-set: write `values` only if `column` still holds what we read, so two ticks (or a tick and a
+    worker) never fire the same time or checkpoint twice. True when this caller won; the row is then re-read."""
+    claimed = session.exec(
+        update(EvalSchedule)
+        .where(col(EvalSchedule.id) == schedule.id, col(column) == expected)
+        .values(**values, updated_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    if claimed.rowcount != 1:
+        return False
+    session.refresh(schedule)
+    return True
+
+
 def fire_due_cron(now: datetime | None = None) -> list[int]:
     """Fire every enabled cron schedule that is due. Returns the eval job ids created."""
     now = now or utcnow()
@@ -63,15 +78,10 @@ def fire_due_cron(now: datetime | None = None) -> list[int]:
             if schedule is None or schedule.cron is None:
                 continue
             following = next_fire_time(schedule.cron, max(_aware(now), _aware(fire_at)))
-            claimed = session.exec(
-                update(EvalSchedule)
-                .where(col(EvalSchedule.id) == schedule_id, col(EvalSchedule.next_fire_at) == fire_at)
-                .values(next_fire_at=following, last_fired_at=now, updated_at=now)
-                .execution_options(synchronize_session=False)
-            )
-            if claimed.rowcount != 1:
+            if not _claim(
+                session, schedule, EvalSchedule.next_fire_at, fire_at, next_fire_at=following, last_fired_at=now
+            ):
                 continue  # another tick fired it
-            session.refresh(schedule)
             job_id = _fire(
                 session,
                 schedule,
@@ -109,18 +119,9 @@ def fire_checkpoint_triggers(job_id: int | None = None) -> list[int]:
             new = [s for s in steps if s > schedule.last_checkpoint_step]
             if not new:
                 continue
-            claimed = session.exec(
-                update(EvalSchedule)
-                .where(
-                    col(EvalSchedule.id) == schedule_id,
-                    col(EvalSchedule.last_checkpoint_step) == schedule.last_checkpoint_step,
-                )
-                .values(last_checkpoint_step=new[-1], updated_at=utcnow())
-                .execution_options(synchronize_session=False)
-            )
-            if claimed.rowcount != 1:
-                continue
-            session.refresh(schedule)
+            seen = schedule.last_checkpoint_step
+            if not _claim(session, schedule, EvalSchedule.last_checkpoint_step, seen, last_checkpoint_step=new[-1]):
+                continue  # a tick or another worker took these checkpoints
             for step in new:
                 ordinal = steps.index(step) + 1  # the job's n-th checkpoint
                 if ordinal % max(1, schedule.every_n):
