@@ -41,3 +41,20 @@ def tp(tp_env):
         return proc
 
     return run
+
+
+@pytest.fixture(scope="session")
+def sft_start(tp_env, tmp_path_factory) -> Path:
+    """150 steps of sft_tiny (TRL): a model whose answers vary, so RL rewards vary (an untrained model scores 0)."""
+    from training_helpers import EXAMPLES
+
+    run = tmp_path_factory.mktemp("sft_start") / "run"
+    subprocess.run(
+        [*TP, "train", str(EXAMPLES / "sft_tiny.yaml"), "--output", str(run), "--set", "training.max_steps=150"],
+        env=tp_env,
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=900,
+    )
+    return run / "final"

@@ -158,7 +158,7 @@ def test_sft_maps_batch_precision_and_cpu_settings():
         ("actor_rollout_ref.model.path", "", "the model path is empty"),
         ("data.train_files", "/nowhere/train.parquet", "no such data file: /nowhere/train.parquet"),
         ("actor_rollout_ref.rollout.n", 1, "grpo compares the rollouts of each prompt: needs n >= 2"),
-        ("actor_rollout_ref.rollout.name", "hf", "unknown rollout engine 'hf'; verl's RL rollouts run on vllm"),
+        ("actor_rollout_ref.rollout.name", "nope", "unknown rollout engine 'nope'; verl's RL rollouts run on hf"),
         ("trainer.no_such_key", 1, "verl's ppo_trainer config has no key 'trainer.no_such_key'"),
         ("actor_rollout_ref.actor", 1, "is a section of verl's config"),
     ],
@@ -170,8 +170,8 @@ def test_what_verls_validation_misses_is_a_clear_error(override, value, reason):
 
 
 def test_our_fields_are_named_when_the_mapping_produced_the_bad_value():
-    swapped = generated(job(verl={"overrides": {"algorithm.adv_estimator": "grpo_passk"}, "rollout": "sglang"}))
-    assert swapped("algorithm.adv_estimator") == "grpo_passk" and swapped("actor_rollout_ref.rollout.name") == "sglang"
+    swapped = generated(job(verl={"overrides": {"algorithm.adv_estimator": "grpo_passk"}, "rollout": "hf"}))
+    assert swapped("algorithm.adv_estimator") == "grpo_passk" and swapped("actor_rollout_ref.rollout.name") == "hf"
     errors = errors_of(job(algorithm__max_completion_length=64))  # prompt budget 0: verl would start and crash
     assert errors["data.max_length"].startswith("leaves no room for the prompt")
 
@@ -188,9 +188,18 @@ def test_verl_options_belong_to_engine_verl_and_reinforce_pp_to_verl():
     assert ("resources.device", "engine verl runs on cuda or cpu, not mps") in caught.value.errors
 
 
-def test_a_real_start_of_verl_rl_without_gpus_is_refused_in_preflight():
-    errors = errors_of(job(), dry=False)
-    assert errors == {"resources.device": "verl RL needs GPUs with vLLM or SGLang; this cluster has 0 GPUs"}
+def test_verl_rl_starts_on_the_cpu_with_the_hf_rollout_and_refuses_gpu_rollouts_naming_verl_rollout():
+    validate_config(job(), dry_run=False)  # auto picks hf: nothing stops a CPU start
+    get = generated(job())
+    assert get("actor_rollout_ref.rollout.name") == "hf" and get("actor_rollout_ref.rollout.calculate_log_probs")
+    assert get("actor_rollout_ref.actor.strategy") == "fsdp2" and get("trainer.v1.trainer_mode") == "platform_sync"
+    assert get("actor_rollout_ref.model.override_config") == {"attn_implementation": "sdpa"}
+    for name in ("vllm", "sglang"):
+        for dry in (True, False):
+            errors = errors_of(job(verl={"rollout": name}), dry=dry)
+            assert list(errors) == ["verl.rollout"] and name in errors["verl.rollout"], errors
+    errors = errors_of(job(resources={"device": "cuda"}), dry=False)
+    assert "resources.device" in errors, errors
 
 
 def test_docs_print_the_mapping_table():

@@ -273,7 +273,11 @@ VERL_OVERRIDE_KEY = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,9}$"
 class VerlSection(StrictModel):
     """Options of `engine: verl` only (docs/engines.md)."""
 
-    rollout: Literal["vllm", "sglang"] = Field("vllm", description="Rollout engine of verl's RL trainers.")
+    rollout: Literal["auto", "hf", "vllm", "sglang"] = Field(
+        "auto",
+        description="Rollout engine of verl's RL trainers: hf (transformers, runs anywhere), vllm or sglang (GPUs); "
+        "auto = vllm where a GPU and vLLM are present, else hf.",
+    )
     overrides: dict[
         Annotated[str, StringConstraints(pattern=VERL_OVERRIDE_KEY, max_length=200)],
         VerlScalar | Annotated[list[VerlScalar], Field(max_length=64)],

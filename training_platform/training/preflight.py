@@ -260,6 +260,9 @@ def _check_verl(cfg: JobConfig, cache: dict, *, dry_run: bool) -> list[FieldErro
                     "verl's RL rows need a reference answer (an `answer` column: verl's reward_model.ground_truth)",
                 )
             ]
+    problems = checks.rollout_problems(cfg)
+    if problems:
+        return problems
     try:
         engine.verl_config(cfg, engine.planned_paths(cfg, None))
     except ConfigError as exc:

@@ -1,9 +1,10 @@
 """verl builders: what `engine: verl` trains, with its capabilities. Each builder turns a job into verl's config
 (`generate.generate`); light to import (config validation reads this table): verl is imported only to build.
 
-SFT runs verl's SFT trainer in our ranks (any launcher). The RL family runs verl's PPO trainer, whose driver starts
-its own Ray workers: `local` starts a Ray on this machine, `ray` uses TP_RAY_ADDRESS. Its rollouts need GPUs with
-vLLM or SGLang; preflight says so on a machine without them (configs still generate and dry-run anywhere).
+SFT runs verl's SFT trainer in our ranks (any launcher). The RL family runs verl's own sync PPO trainer, whose driver
+starts its own Ray workers on a Ray this process starts (`local`; tests/training/test_verl_rl.py runs each algorithm
+on the CPU). Its rollout is `hf` (transformers, anywhere) or vLLM / SGLang on GPUs (`verl.rollout`, auto picks).
+The `ray` launcher (a cluster of TP_RAY_ADDRESS) is not declared for RL: no test runs it (docs/engines.md).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import TypedDict
 
 from training_platform.training.engines import register_builder
 
-RL_NOTES = "needs GPUs with vLLM or SGLang (rollouts); dry-runs anywhere"
+RL_NOTES = "verl's sync trainer; rollout hf (transformers, CPU or GPU) or vLLM/SGLang (GPUs)"
 
 
 def _generate(cfg_and_paths):
@@ -32,7 +33,7 @@ class _RLOptions(TypedDict):
     own_workers: bool
 
 
-_RL: _RLOptions = {"launchers": ("local", "ray"), "own_workers": True}
+_RL: _RLOptions = {"launchers": ("local",), "own_workers": True}
 register_builder("verl", "grpo", notes=f"loss_type, GSPO (importance_sampling_level: sequence); {RL_NOTES}", **_RL)(
     _generate
 )

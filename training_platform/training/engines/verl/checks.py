@@ -34,7 +34,7 @@ GROUP_ESTIMATORS = frozenset(
         "reinforce_plus_plus_baseline",
     }
 )
-ROLLOUT_ENGINES = ("vllm", "sglang", "trtllm")
+ROLLOUT_ENGINES = ("hf", "vllm", "sglang", "trtllm")
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"
 # verl key -> our field that sets it (errors name what the user wrote).
@@ -170,21 +170,26 @@ def _verl_validate(cfg: JobConfig, config: DictConfig) -> list[FieldError]:
     return []
 
 
+def rollout_problems(cfg: JobConfig) -> list[FieldError]:
+    """A rollout engine asked for by name that cannot run here (any check, dry runs too)."""
+    from training_platform.training.engines.verl import mapping
+
+    name = cfg.verl.rollout
+    if cfg.algorithm.name == "sft" or name in ("auto", "hf"):
+        return []
+    if importlib.util.find_spec(name) is None:
+        return [FieldError("verl.rollout", f"{name} is not installed here; use hf (transformers) or auto")]
+    if mapping.device(cfg) != "cuda":
+        return [FieldError("verl.rollout", f"{name} runs on GPUs; this job runs on the CPU: use hf or auto")]
+    return []
+
+
 def runtime_problems(cfg: JobConfig, *, gpus: float | None) -> list[FieldError]:
-    """What stops verl's RL from running here (preflight; not the dry run): GPUs and a rollout engine."""
+    """What stops verl's RL from running here (preflight; not the dry run): GPUs for a GPU job."""
     if cfg.algorithm.name == "sft":
         return []
-    problems = []
-    if not gpus:
-        problems.append(
-            FieldError(
-                "resources.device", f"verl RL needs GPUs with vLLM or SGLang; this cluster has {gpus or 0:g} GPUs"
-            )
-        )
-    elif importlib.util.find_spec(cfg.verl.rollout) is None:
-        problems.append(
-            FieldError(
-                "verl.rollout", f"{cfg.verl.rollout} is not installed here (verl's RL rollouts need it on every node)"
-            )
-        )
-    return problems
+    from training_platform.training.engines.verl import mapping
+
+    if mapping.device(cfg) == "cuda" and not gpus:
+        return [FieldError("resources.device", f"this job asks for cuda; the cluster has {gpus or 0:g} GPUs")]
+    return []

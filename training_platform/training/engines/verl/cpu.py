@@ -1,7 +1,7 @@
 """verl on CPU: a `cpu` platform registered through verl's own PlatformRegistry (with a torch.cuda-like device
 module that does nothing where CUDA would manage memory or streams), the CPU device added to verl's EngineRegistry
 for its FSDP engines, and gloo for its process groups. verl's SFT trainer then runs with FSDP2 on CPU processes
-(sdpa attention and fp32 come from the mapping). verl's RL cannot use it: its rollouts exist only for GPUs.
+(sdpa attention and fp32 come from the mapping); its RL too, with the `hf` rollout and the patches plugin.py adds.
 
 `install()` must run before verl first asks for its platform (it caches it per process).
 """
@@ -132,7 +132,9 @@ def install() -> None:
             return None
 
         def ray_resource_name(self) -> str:
-            return "CPU"
+            # verl's pool manager counts GPUs only and asks each bundle for one: a CPU run starts its Ray with
+            # logical GPUs, one per worker process (rl.py). This platform is only installed without CUDA.
+            return "GPU"
 
         def ray_noset_envvars(self) -> list[str]:
             return []

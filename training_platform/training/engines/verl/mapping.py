@@ -27,7 +27,14 @@ RL_CONFIG = "ppo_trainer"
 RL_ALGORITHMS = ("grpo", "rloo", "ppo", "reinforce_pp")
 SKIP = object()
 # Keys verl's dataclasses accept but its YAML does not list (so composing does not create them): added, not set.
-ADDED_KEYS = frozenset({"engine.mixed_precision"})
+ADDED_KEYS = frozenset(
+    {
+        "engine.mixed_precision",
+        "actor_rollout_ref.actor.fsdp_config.mixed_precision",
+        "actor_rollout_ref.ref.fsdp_config.mixed_precision",
+        "critic.fsdp.mixed_precision",
+    }
+)
 
 # Our GRPO loss types -> verl's loss aggregation (verl's docs: DAPO = token-mean, Dr. GRPO = seq-mean-token-sum-norm,
 # GRPO's original = seq-mean-token-mean; BNPO normalises by the batch's tokens = token-mean).
@@ -88,6 +95,24 @@ def device(cfg: JobConfig) -> str:
 
         return "cuda" if torch.cuda.is_available() else "cpu"
     return "cuda" if cfg.resources.device == "cuda" else "cpu"
+
+
+def rollout(cfg: JobConfig) -> str:
+    """The rollout engine verl runs: `verl.rollout`, with auto = vllm where a GPU and vLLM are present, else hf."""
+    if cfg.verl.rollout != "auto":
+        return cfg.verl.rollout
+    import importlib.util
+
+    return "vllm" if device(cfg) == "cuda" and importlib.util.find_spec("vllm") is not None else "hf"
+
+
+def _cpu(value: Any) -> Callable[[JobConfig, VerlPaths], Any]:
+    """A row's value on CPU only (GPUs keep verl's default)."""
+    return lambda c, p: value if device(c) == "cpu" else SKIP
+
+
+def _fp32_precision(cfg: JobConfig) -> Any:
+    return {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"} if _dtype(cfg) == "fp32" else SKIP
 
 
 def _dtype(cfg: JobConfig) -> str:
@@ -343,7 +368,58 @@ ROWS: tuple[Row, ...] = (
         ("grpo", "rloo", "reinforce_pp"),
         "0 (off) -> -1",
     ),
-    Row("verl.rollout", f"{_ROLLOUT}.name", lambda c, p: c.verl.rollout, _RL),
+    Row("verl.rollout", f"{_ROLLOUT}.name", lambda c, p: rollout(c), _RL, "auto: vllm with a GPU and vLLM, else hf"),
+    Row("", f"{_ROLLOUT}.mode", lambda c, p: "async", _RL, "verl's agent loop calls the rollout servers"),
+    Row(
+        "",
+        f"{_ROLLOUT}.calculate_log_probs",
+        lambda c, p: True,
+        _RL,
+        "the rollout returns its log-probs: verl logs training/rollout_probs_diff_* (the rollout has the new weights)",
+    ),
+    Row("model.dtype", f"{_ROLLOUT}.dtype", lambda c, p: {"fp32": "float32"}.get(_dtype(c), _dtype(c)), _RL),
+    Row(
+        "verl.rollout",
+        f"{_ROLLOUT}.free_cache_engine",
+        lambda c, p: False if rollout(c) == "hf" else SKIP,
+        _RL,
+        "hf: the model stays loaded between steps (nothing to free)",
+    ),
+    Row(
+        "",
+        "trainer.v1.trainer_mode",
+        lambda c, p: "platform_sync",
+        _RL,
+        "verl's sync trainer with each reward function's metrics and rollout columns (engines/verl/trainer.py)",
+    ),
+    # ---- verl's RL on CPU (GPUs keep verl's defaults)
+    Row("resources.device", f"{_ACTOR}.strategy", _cpu("fsdp2"), _RL, "cpu: FSDP2 (gloo)"),
+    Row("resources.device", "critic.strategy", _cpu("fsdp2"), ("ppo",), "cpu: FSDP2 (gloo)"),
+    Row("resources.device", f"{_ACTOR}.use_torch_compile", _cpu(False), _RL, "cpu: no torch.compile"),
+    Row("resources.device", f"{_ACTOR}.fsdp_config.use_torch_compile", _cpu(False), _RL),
+    Row("resources.device", "critic.fsdp.use_torch_compile", _cpu(False), ("ppo",)),
+    Row(
+        "resources.device",
+        f"{_MODEL}.override_config",
+        _cpu({"attn_implementation": "sdpa"}),
+        _RL,
+        "cpu: sdpa attention (no flash-attention)",
+    ),
+    Row("resources.device", "critic.model.override_config", _cpu({"attn_implementation": "sdpa"}), ("ppo",)),
+    Row(
+        "model.dtype", f"{_ACTOR}.fsdp_config.mixed_precision", lambda c, p: _fp32_precision(c), _RL, "fp32 end to end"
+    ),
+    Row("model.dtype", "actor_rollout_ref.ref.fsdp_config.mixed_precision", lambda c, p: _fp32_precision(c), _RL),
+    Row("model.dtype", "critic.fsdp.mixed_precision", lambda c, p: _fp32_precision(c), ("ppo",)),
+    Row("resources.device", f"{_ROLLOUT}.agent.num_workers", _cpu(1), _RL, "cpu: one agent-loop worker"),
+    Row("resources.device", "reward.num_workers", _cpu(1), _RL, "cpu: one reward worker"),
+    Row(
+        "resources.device",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units",
+        _cpu(1),
+        _RL,
+        "cpu: one TransferQueue storage unit (each reserves a Ray CPU)",
+    ),
     Row(
         "resources.num_devices",
         f"{_ROLLOUT}.tensor_model_parallel_size",

@@ -20,6 +20,7 @@ NAMES = {
     "actor/grad_norm": "grad_norm",
     "actor/entropy": "entropy",
     "actor/kl_loss": "kl",
+    "actor/reward_kl_penalty": "kl",  # KL in the reward (RLOO, PPO)
     "actor/ppo_kl": "ppo_kl",
     "actor/pg_clipfrac": "clip_fraction",
     "critic/score/mean": "reward",

@@ -224,6 +224,22 @@ def _task_runner(config):
     return TaskRunner
 
 
+def ray_init_args(config, *, address: str | None) -> dict[str, Any]:
+    """Resources of a Ray this process starts itself (no address). verl's pool manager places one worker per GPU and
+    counts GPUs only: on a CPU run each worker process gets a logical GPU (the CPU platform's Ray resource), and
+    logical CPUs cover the workers verl adds (agent loop, reward, TransferQueue's controller and storage: one Ray CPU
+    each). With real GPUs, or when joining a cluster, Ray counts the hardware as usual."""
+    if address is not None or config.trainer.device != "cpu":
+        return {}
+    world = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
+    return {
+        "num_gpus": world,
+        "num_cpus": max(6, 2 * world + 4),
+        "object_store_memory": 512 << 20,
+        "include_dashboard": False,
+    }
+
+
 def run_driver(
     config,
     *,
@@ -240,6 +256,9 @@ def run_driver(
     from omegaconf import OmegaConf
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
+    from training_platform.training.engines.verl import plugin
+
+    env = {**env, "VERL_USE_EXTERNAL_MODULES": plugin.MODULE}  # every verl process registers our plugin
     runtime_env = OmegaConf.to_container(
         OmegaConf.merge(get_ppo_ray_runtime_env(config), {"env_vars": env}), resolve=True
     )
@@ -251,6 +270,7 @@ def run_driver(
         logging_level=logging.WARNING,
         log_to_driver=True,
         configure_logging=False,
+        **ray_init_args(config, address=address),
     )
     for sig, handler in handlers.items():  # ray.init exits on SIGTERM; ours turns it into a stop
         with contextlib.suppress(ValueError, TypeError):
@@ -304,7 +324,11 @@ def train_rl(cfg, run, paths: VerlPaths, config: DictConfig, *, resume_from: Pat
     # verl's actors import the reward module (which imports training_platform) on any node: the platform's image
     env = {"VERL_FILE_LOGGER_PATH": str(source), "TP_DATA_DIR": str(data_dir())}
     address = current_settings().ray_address if cfg.resources.resolved_launcher == "ray" else None
-    writer.update_run_info(device="cuda", verl_version=generate.verl_version())
+    writer.update_run_info(
+        device=str(config.trainer.device),
+        rollout=str(config.actor_rollout_ref.rollout.name),
+        verl_version=generate.verl_version(),
+    )
 
     def tick() -> None:
         follower.poll()
