@@ -1,5 +1,6 @@
-"""TRL against verl on the same SFT job: steps/s, loss curves side by side and peak memory, in fresh `tp train`
-processes alternated round by round (ABBA), so drift on a shared machine hits both sides alike.
+"""TRL against verl on the same job (SFT, or GRPO from one SFT checkpoint): steps/s, loss curves side by side and peak
+memory, in fresh `tp train` processes alternated round by round (ABBA), so drift on a shared machine hits both sides
+alike.
 
 Same demo model, data, fp32, batch, learning rate and steps; one process on CPU. Steps/s = 1 / the median
 `sec_per_step` of the logged steps after the first two (both engines log it per step through the RunWriter); wall
@@ -8,6 +9,12 @@ process tree (wait4's ru_maxrss). The engines shuffle with different generators,
 differ step by step: the curves show both learn at the same pace, not that they are equal.
 
     .venv/bin/python bench/engines.py                  # 3 rounds x 60 steps -> bench/results/engines.json
+    .venv/bin/python bench/engines.py --algorithm grpo --steps 20   # -> bench/results/engines_grpo.json
+
+GRPO (`grpo_tiny.yaml`: 2 prompts x 8 generations, 8 new tokens) starts from a 150-step SFT checkpoint made once.
+It adds tokens/s (completion tokens generated per second of step), the rollout's share of a step (verl logs its
+generation time, `timing_s/gen`; TRL logs none outside W&B/MLflow profiling, so it is not reported for TRL) and the
+peak RSS summed over the whole process tree, sampled every 0.5 s (verl's Ray workers are separate processes).
 """
 
 from __future__ import annotations
@@ -41,6 +48,130 @@ from _common import (  # noqa: E402 - the bench dir is not a package
 )
 
 ENGINES = ("trl", "verl")
+
+
+def tree_rss_mb(pid: int) -> float:
+    """RSS of a process and all its descendants, in MB (0 once it is gone)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_info().rss
+        except psutil.Error:
+            continue
+    return total / (1 << 20)
+
+
+def grpo_run(engine: str, base: Path, env: dict[str, str], steps: int, sft: Path, index: int) -> dict[str, Any]:
+    """One GRPO run from the SFT checkpoint; the process tree's summed RSS is sampled while it runs."""
+    run_dir = base / f"grpo-{index}-{engine}"
+    log_path = base / f"grpo-{index}-{engine}.log"
+    sets = {
+        "engine": engine,
+        "model.path": str(sft),
+        "model.dtype": "fp32",
+        "resources.device": "cpu",
+        "training.max_steps": steps,
+        "training.save_steps": steps,
+        "training.logging_steps": 1,
+        "training.seed": 0,
+    }
+    cmd = [*tp_command(), "train", str(CONFIGS / "grpo_tiny.yaml"), "--output", str(run_dir)]
+    for key, value in sets.items():
+        cmd += ["--set", f"{key}={value}"]
+    load = os.getloadavg()[0]
+    peak = 0.0
+    with log_path.open("w") as log:
+        started = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        while proc.poll() is None:
+            peak = max(peak, tree_rss_mb(proc.pid))
+            time.sleep(0.5)
+        wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"{engine}: tp train failed:\n{tail(log_path, 30)}")
+    rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "loss" in r]
+    late = [r for r in rows if r["step"] > 2 and r.get("sec_per_step")]
+    per_step = [r["sec_per_step"] for r in late]
+    tokens = [r["completions/mean_length"] * 16 / r["sec_per_step"] for r in late if "completions/mean_length" in r]
+    gen_share = [r["timing_s/gen"] / r["sec_per_step"] for r in late if "timing_s/gen" in r]
+    result = {
+        "engine": engine,
+        "steps_per_s": round(1 / statistics.median(per_step), 3),
+        "tokens_per_s": round(statistics.median(tokens), 1) if tokens else None,
+        "rollout_share": round(statistics.median(gen_share), 3) if gen_share else None,
+        "wall_seconds": round(wall, 2),
+        "peak_rss_mb": round(peak, 1),
+        "load_avg_1m_before": round(load, 2),
+        "rewards": [round(r.get("reward", float("nan")), 4) for r in rows],
+    }
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return result
+
+
+def grpo_main(args: argparse.Namespace) -> int:
+    output = args.output if args.output != RESULTS_DIR / "engines.json" else RESULTS_DIR / "engines_grpo.json"
+    base = Path(tempfile.mkdtemp(prefix="tp_engines_grpo_"))
+    try:
+        data_dir = base / "data"
+        prepare_demo(data_dir, base)
+        env = bench_env(data_dir)
+        sft_dir = base / "sft"
+        sft_cmd = [*tp_command(), "train", str(CONFIGS / "sft_tiny.yaml"), "--output", str(sft_dir)]
+        subprocess.run([*sft_cmd, "--set", "training.max_steps=150"], env=env, check=True, capture_output=True)
+        print(f"engines (grpo): {args.rounds} rounds x {args.steps} steps from {sft_dir / 'final'}", flush=True)
+        runs = []
+        for i in range(args.rounds):
+            for engine in ENGINES if i % 2 == 0 else reversed(ENGINES):
+                r = grpo_run(engine, base, env, args.steps, sft_dir / "final", i)
+                print(
+                    f"[round {i + 1}] {engine:5s} {r['steps_per_s']:6.2f} steps/s, {r['tokens_per_s']} tokens/s, "
+                    f"rollout share {r['rollout_share']}, wall {r['wall_seconds']} s, peak RSS {r['peak_rss_mb']} MB,"
+                    f" load {r['load_avg_1m_before']}",
+                    flush=True,
+                )
+                runs.append(r)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    keys = ("steps_per_s", "tokens_per_s", "rollout_share", "wall_seconds", "peak_rss_mb")
+    summary = {
+        e: {k: median([r[k] for r in runs if r["engine"] == e and r[k] is not None]) for k in keys} for e in ENGINES
+    }
+    print()
+    print_table(
+        ["engine", "steps/s (median)", "vs trl", "tokens/s", "rollout share", "wall s", "peak RSS MB (tree)"],
+        [
+            [
+                e,
+                fmt(s["steps_per_s"], ".2f"),
+                fmt(s["steps_per_s"] / summary["trl"]["steps_per_s"], ".3f"),
+                fmt(s["tokens_per_s"], ".1f"),
+                fmt(s["rollout_share"], ".2f"),
+                fmt(s["wall_seconds"], ".1f"),
+                fmt(s["peak_rss_mb"], ".0f"),
+            ]
+            for e, s in summary.items()
+        ],
+    )
+    write_json(
+        output,
+        {
+            "bench": "engines_grpo",
+            "machine": machine_info(),
+            "rounds": args.rounds,
+            "steps": args.steps,
+            "runs": runs,
+            "median": summary,
+        },
+    )
+    print(f"\nwrote {output}")
+    return 0
 
 
 def one_run(engine: str, base: Path, env: dict[str, str], steps: int, batch: int, index: int) -> dict[str, Any]:
@@ -104,7 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--output", type=Path, default=RESULTS_DIR / "engines.json")
+    parser.add_argument("--algorithm", choices=("sft", "grpo"), default="sft")
     args = parser.parse_args(argv)
+    if args.algorithm == "grpo":
+        return grpo_main(args)
 
     base = Path(tempfile.mkdtemp(prefix="tp_engines_"))
     try:

@@ -3,11 +3,14 @@
 Loss curves can go down while the model learns nothing useful (e.g. it memorises the training pairs, or the
 loss mask is wrong and it learns the prompt). So this bench measures the one thing that matters - exact-match
 accuracy on *held-out* operand pairs (`rl_eval.jsonl`; neither `a+b` nor `b+a` appears in any training file) -
-before training, after SFT and after GRPO from the SFT checkpoint. Every stage is the real thing: a fresh
-`tp demo prepare`, `tp train` subprocesses with the example configs, and greedy decoding of the saved models.
+before training, after SFT and after GRPO from the SFT checkpoint, with GRPO run under each engine (TRL and verl:
+the same reward, step budget, batch and sampling from the same SFT checkpoint), for one or more seeds. Every stage
+is the real thing: a fresh `tp demo prepare`, `tp train` subprocesses with the example configs, and greedy decoding
+of the saved models.
 
     .venv/bin/python bench/learning_arithmetic.py    # ~2 min on 2 idle CPU cores; 20+ min while other jobs run
     .venv/bin/python bench/learning_arithmetic.py --sft-steps 300 --grpo-steps 200 --keep
+    .venv/bin/python bench/learning_arithmetic.py --seeds 0 1 2 --grpo-steps 100   # TRL vs verl, 3 seeds
 
 Exit code 0 whenever every stage ran (whatever the accuracies: this is a measurement, not a test); 1 when a
 stage failed. Results: a table on stdout and a JSON report (`--report`).
@@ -175,7 +178,13 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
         "bench": "learning_arithmetic",
         "machine": machine_info(),
         "data_dir": str(data_dir),
-        "settings": {"sft_steps": args.sft_steps, "grpo_steps": args.grpo_steps, "max_new_tokens": args.max_new_tokens},
+        "settings": {
+            "sft_steps": args.sft_steps,
+            "grpo_steps": args.grpo_steps,
+            "max_new_tokens": args.max_new_tokens,
+            "engines": args.engines,
+            "seeds": args.seeds,
+        },
         "stages": [],
     }
     stages = report["stages"]
@@ -197,32 +206,42 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
     stages.append(base)
 
     runs = data_dir / "runs"
-    sft_sets = [
-        f"training.max_steps={args.sft_steps}",
-        "training.eval_steps=null",
-        "data.eval_file=null",
-        f"training.save_steps={args.save_steps}",
-        *args.sft_set,
-    ]
-    sft = train_stage("sft", CONFIGS / "sft_tiny.yaml", runs / "sft", sft_sets, env, log_dir)
-    stages.append(sft)
-    if "error" in sft:
-        return report, False
-    evaluate(sft, Path(sft["model"]), held_out, train_sample, args.max_new_tokens)
-
-    if args.grpo_steps > 0:
-        grpo_sets = [
-            f"model.path={sft['model']}",
-            f"training.max_steps={args.grpo_steps}",
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    for seed in args.seeds:
+        suffix = f"-s{seed}" if len(args.seeds) > 1 else ""
+        sft_sets = [
+            f"training.max_steps={args.sft_steps}",
+            "training.eval_steps=null",
+            "data.eval_file=null",
             f"training.save_steps={args.save_steps}",
-            *(DEFAULT_GRPO_SETS if not args.no_default_grpo_sets else []),
-            *args.grpo_set,
+            f"training.seed={seed}",
+            *args.sft_set,
         ]
-        grpo = train_stage("grpo", CONFIGS / "grpo_tiny.yaml", runs / "grpo", grpo_sets, env, log_dir)
-        stages.append(grpo)
-        if "error" in grpo:
+        sft = train_stage(f"sft{suffix}", CONFIGS / "sft_tiny.yaml", runs / f"sft{suffix}", sft_sets, env, log_dir)
+        stages.append(sft)
+        if "error" in sft:
             return report, False
-        evaluate(grpo, Path(grpo["model"]), held_out, train_sample, args.max_new_tokens)
+        evaluate(sft, Path(sft["model"]), held_out, train_sample, args.max_new_tokens)
+        if args.grpo_steps <= 0:
+            continue
+        # The same GRPO job (reward, step budget, batch, sampling) from the same SFT checkpoint under each engine.
+        for engine in engines:
+            grpo_sets = [
+                f"engine={engine}",
+                f"model.path={sft['model']}",
+                f"training.max_steps={args.grpo_steps}",
+                f"training.save_steps={args.save_steps if engine == 'trl' else args.grpo_steps}",
+                f"training.seed={seed}",
+                *(DEFAULT_GRPO_SETS if not args.no_default_grpo_sets else []),
+                *args.grpo_set,
+            ]
+            name = f"grpo-{engine}{suffix}" if len(engines) > 1 else f"grpo{suffix}"
+            grpo = train_stage(name, CONFIGS / "grpo_tiny.yaml", runs / name, grpo_sets, env, log_dir)
+            grpo["engine"], grpo["seed"], grpo["from"] = engine, seed, sft["stage"]
+            stages.append(grpo)
+            if "error" in grpo:
+                return report, False
+            evaluate(grpo, Path(grpo["model"]), held_out, train_sample, args.max_new_tokens)
     return report, True
 
 
@@ -282,6 +301,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="checkpoint interval (large: only the final step is checkpointed)",
     )
     p.add_argument("--max-new-tokens", type=int, default=6)
+    p.add_argument(
+        "--engines", default="trl,verl", help="GRPO under each of these engines, from the same SFT checkpoint"
+    )
+    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="one SFT + GRPO per engine for each seed")
     p.add_argument("--train-sample", type=int, default=100, help="training prompts scored for context")
     p.add_argument("--report", type=Path, default=RESULTS_DIR / "learning_arithmetic.json")
     p.add_argument("--keep", action="store_true", help="keep the temp data dir (runs, logs) afterwards")

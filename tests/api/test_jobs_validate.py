@@ -83,7 +83,10 @@ def test_verl_jobs_are_checked_against_the_generated_verl_config(sqlite_api):
     del grpo["verl"]
     out = validate(sqlite_api, grpo)
     assert out["valid"], out["errors"]
-    assert any("GPUs" in w for w in out["warnings"])
+    assert out["effective_config"]["verl"]["rollout"] == "auto" and not any("GPU" in w for w in out["warnings"])
+    out = validate(sqlite_api, {**grpo, "verl": {"rollout": "vllm"}})  # no vLLM on this machine
+    assert [e["loc"] for e in out["errors"]] == [["verl", "rollout"]], out["errors"]
+    assert "vllm is not installed here" in out["errors"][0]["msg"]
 
 
 def test_a_body_that_is_not_a_job_is_a_422(sqlite_api):

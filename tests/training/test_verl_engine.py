@@ -75,6 +75,11 @@ def test_each_example_dry_runs_under_verl_with_verls_own_validation(name):
 
     raw = yaml.safe_load((EXAMPLES / f"{name}_tiny.yaml").read_text())
     raw["engine"] = "verl"
+    if name == "ppo":  # the example's reward model needs verl's vLLM/SGLang reward server: reward functions here
+        refused = errors_of(copy.deepcopy(raw))["algorithm.reward_model_path"]
+        assert refused.startswith("verl serves a reward model with vLLM or SGLang"), refused
+        raw["algorithm"].pop("reward_model_path")
+        raw["rewards"] = [{"name": "math_answer"}]
     text = dry_run(raw)
     effective, _, verl_yaml = text.partition("# verl_config.yaml")
     assert "engine: verl" in effective and verl_yaml
@@ -192,7 +197,7 @@ def test_verl_rl_starts_on_the_cpu_with_the_hf_rollout_and_refuses_gpu_rollouts_
     validate_config(job(), dry_run=False)  # auto picks hf: nothing stops a CPU start
     get = generated(job())
     assert get("actor_rollout_ref.rollout.name") == "hf" and get("actor_rollout_ref.rollout.calculate_log_probs")
-    assert get("actor_rollout_ref.actor.strategy") == "fsdp2" and get("trainer.v1.trainer_mode") == "platform_sync"
+    assert get("actor_rollout_ref.actor.strategy") == "fsdp2" and get("trainer.v1.trainer_mode") == "sync"
     assert get("actor_rollout_ref.model.override_config") == {"attn_implementation": "sdpa"}
     for name in ("vllm", "sglang"):
         for dry in (True, False):

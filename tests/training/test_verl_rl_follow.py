@@ -106,3 +106,25 @@ def test_checkpoints_are_registered_once_verl_recorded_them(run):
     manifest = (run.path / "manifest.jsonl").read_text()
     assert "step_000006/global_step_6/actor/model_world_size_1_rank_0.pt" in manifest
     assert json.loads((run.path / "run.json").read_text())["last_checkpoint"] == "step_000006"
+
+
+def test_a_crash_inside_verls_actors_names_the_actor_and_its_error():
+    """Ray re-raises an actor's error in each caller: TaskRunner -> worker group -> our rollout server. The job's
+    error names the innermost call and its error, not the TaskRunner's wrapper."""
+    from ray.exceptions import RayTaskError
+
+    from training_platform.training.engines.verl.rl import VerlActorFailed, actor_failure
+
+    def raised(call: str, cause: BaseException) -> BaseException:
+        text = f'\x1b[36mray::{call}()\x1b[39m (pid=1, ip=10.0.0.1)\n  File "x.py", line 1\n{cause!r}'
+        return RayTaskError(call, text, cause).as_instanceof_cause()
+
+    server = raised("HFRolloutServer.finish_weights_update", KeyError("the actor sent weights it does not have"))
+    error = raised("TaskRunnerV1.run", raised("WorkerDict.actor_rollout_update_weights", server))
+    failure = actor_failure(error)
+    assert isinstance(failure, VerlActorFailed)
+    assert str(failure).startswith(
+        "verl actor HFRolloutServer.finish_weights_update failed: KeyError: 'the actor sent weights it does not have'"
+    ), str(failure)
+    assert "TaskRunnerV1.run -> WorkerDict.actor_rollout_update_weights ->" in str(failure)
+    assert actor_failure(ValueError("not from Ray")) is None

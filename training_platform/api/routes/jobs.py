@@ -166,9 +166,10 @@ def _config_warnings(cfg) -> list[str]:
         )
     if t.eval_steps and not cfg.has_eval():
         warnings.append("training.eval_steps is set but there is no eval data: nothing will be evaluated")
-    if cfg.engine == "verl" and cfg.algorithm.name != "sft":
+    if cfg.engine == "verl" and cfg.algorithm.name != "sft" and cfg.verl.rollout in ("vllm", "sglang"):
         warnings.append(
-            "verl RL needs GPUs with vLLM or SGLang: the worker's preflight checks the devices when the job starts"
+            f"verl.rollout {cfg.verl.rollout} needs a GPU: the worker's preflight checks its devices when the job "
+            "starts (auto or hf run anywhere)"
         )
     if cfg.rewards:
         from training_platform.training.rewards.weights import check_reward_weights
@@ -218,9 +219,13 @@ def validate_job(body: schemas.JobValidate, session: SessionDep, user: CurrentUs
 def _verl_problems(cfg) -> list:
     """The verl config generated from the job, with our checks and verl's validate_config (as in the dry run)."""
     from training_platform.core.errors import FieldError
-    from training_platform.training.engines.verl import engine
 
     try:
+        from training_platform.training.engines.verl import checks, engine
+
+        problems = checks.rollout_problems(cfg)  # vllm / sglang asked for where this host cannot run them
+        if problems:
+            return problems
         engine.verl_config(cfg, engine.planned_paths(cfg, None))
     except ConfigError as exc:
         return exc.errors

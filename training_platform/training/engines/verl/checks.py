@@ -175,7 +175,17 @@ def rollout_problems(cfg: JobConfig) -> list[FieldError]:
     from training_platform.training.engines.verl import mapping
 
     name = cfg.verl.rollout
-    if cfg.algorithm.name == "sft" or name in ("auto", "hf"):
+    if cfg.algorithm.name == "sft":
+        return []
+    if getattr(cfg.algorithm, "reward_model_path", None) and mapping.rollout(cfg) == "hf":
+        return [
+            FieldError(
+                "algorithm.reward_model_path",
+                "verl serves a reward model with vLLM or SGLang (GPUs); with the hf rollout score with reward "
+                "functions (rewards)",
+            )
+        ]
+    if name in ("auto", "hf"):
         return []
     if importlib.util.find_spec(name) is None:
         return [FieldError("verl.rollout", f"{name} is not installed here; use hf (transformers) or auto")]

@@ -388,9 +388,9 @@ ROWS: tuple[Row, ...] = (
     Row(
         "",
         "trainer.v1.trainer_mode",
-        lambda c, p: "platform_sync",
+        lambda c, p: "sync",
         _RL,
-        "verl's sync trainer with each reward function's metrics and rollout columns (engines/verl/trainer.py)",
+        "on-policy; our plugin's sync trainer adds each reward function's metrics (engines/verl/trainer.py)",
     ),
     # ---- verl's RL on CPU (GPUs keep verl's defaults)
     Row("resources.device", f"{_ACTOR}.strategy", _cpu("fsdp2"), _RL, "cpu: FSDP2 (gloo)"),

@@ -2,8 +2,8 @@
 the Ray runtime env by rl.py): the driver, the task runner, the actor / critic / reference workers, the agent-loop
 and reward workers and the rollout servers.
 
-- always: our trainer (trainer.py, `platform_sync`: verl's sync trainer plus per-function reward metrics) and the
-  `hf` rollout in verl's registries (`RolloutReplicaRegistry["hf"]` for the driver side,
+- always: our trainer as verl's `sync` trainer (trainer.py: verl's plus per-function reward metrics) and the `hf`
+  rollout in verl's registries (`RolloutReplicaRegistry["hf"]` for the driver side,
   `_ROLLOUT_REGISTRY[("hf", "async")]` for the worker side);
 - without CUDA: the CPU platform (cpu.py: gloo, verl's FSDP engines on the CPU, Ray's logical GPUs as the
   accelerator verl counts) and the patches of verl the CPU path needs (patches/).
@@ -39,7 +39,9 @@ def install() -> None:
         cpu.install()
         apply_all()
     register_hf_rollout()
-    from training_platform.training.engines.verl import trainer  # noqa: F401 - registers `platform_sync`
+    from training_platform.training.engines.verl import trainer
+
+    trainer.install()
 
 
 install()

@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import time
@@ -224,6 +225,35 @@ def _task_runner(config):
     return TaskRunner
 
 
+class VerlActorFailed(RuntimeError):
+    """A crash inside one of verl's Ray actors: the message names the actor method that raised and its error; the
+    whole chain of Ray tracebacks stays on the exception (`__cause__`), so error.json and the failure bundle keep it."""
+
+
+def actor_failure(exc: BaseException) -> VerlActorFailed | None:
+    """verl's nested RayTaskErrors (TaskRunner -> worker group -> ...) -> the innermost actor call and its error."""
+    from ray.exceptions import RayTaskError
+
+    calls, cause = [], exc
+    while isinstance(cause, RayTaskError):
+        # Ray's re-raised errors keep the call only in their text: "ray::WorkerDict.actor_update() (pid=...)".
+        named = re.search(r"ray::([\w.<>]+)\(", re.sub(r"\x1b\[[0-9;]*m", "", str(cause)))
+        calls.append(named.group(1) if named else str(cause.__dict__.get("function_name") or "?"))
+        inner = getattr(cause, "cause", None)
+        if inner is None or inner is cause:
+            break
+        cause = inner
+    if not calls:
+        return None
+    if isinstance(cause, RayTaskError):  # no cause object: the last line of Ray's traceback text is the error
+        lines = [line for line in str(cause).splitlines() if line.strip()]
+        error = lines[-1].strip() if lines else type(cause).__name__
+    else:
+        error = f"{type(cause).__name__}: {cause}"
+    path = " -> ".join(calls)
+    return VerlActorFailed(f"verl actor {calls[-1]} failed: {error[:2000]} (call chain: {path})")
+
+
 def ray_init_args(config, *, address: str | None) -> dict[str, Any]:
     """Resources of a Ray this process starts itself (no address). verl's pool manager places one worker per GPU and
     counts GPUs only: on a CPU run each worker process gets a logical GPU (the CPU platform's Ray resource), and
@@ -250,8 +280,8 @@ def run_driver(
 ) -> str | None:
     """verl's run_ppo, with a stop: returns None when training finished, or the stop reason after the driver and
     its actors were killed. `on_tick()` runs about every second while verl trains (and once at the end), then
-    `should_stop()` answers the stop reason or None. verl's failure is raised as is (its traceback names the
-    actor)."""
+    `should_stop()` answers the stop reason or None. A crash in one of verl's actors is raised as VerlActorFailed
+    naming that actor's call and its error (Ray's tracebacks chained under it)."""
     import ray
     from omegaconf import OmegaConf
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
@@ -282,7 +312,13 @@ def run_driver(
             ready, _ = ray.wait([done], timeout=POLL_S)
             on_tick()
             if ready:
-                ray.get(done)  # raises verl's error
+                try:
+                    ray.get(done)
+                except Exception as exc:
+                    failure = actor_failure(exc)
+                    if failure is None:
+                        raise
+                    raise failure from exc
                 return None
             reason = should_stop()
             if reason is not None:
