@@ -14,10 +14,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# 1. torch, pinned (keep in step with pyproject.toml and constraints.txt).
+# 1. torch, pinned (keep in step with constraints.txt, the CPU stack; pyproject.toml gives only a range).
 RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
 
-# 2. the project. constraints.txt pins torch==2.13.0 (satisfied by the 2.13.0+cpu installed above) and packaging<26.
+# 2. the project. constraints.txt pins torch==2.13.0 (satisfied by the 2.13.0+cpu installed above), transformers and
+#    packaging<26.
 COPY constraints.txt pyproject.toml README.md ./
 COPY training_platform ./training_platform
 COPY configs ./configs

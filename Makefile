@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 TYPED := training_platform
 export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 
-.PHONY: setup test lint demo up ui clean
+.PHONY: setup setup-gpu test lint demo up ui clean
 
 setup: $(BIN)/tp
 
@@ -15,6 +15,21 @@ $(BIN)/tp: pyproject.toml constraints.txt
 	$(BIN)/pip install -q -e '.[dev,tracking,verl]'
 	$(BIN)/pip install -q --no-deps verl==0.9.1  # its requirements are the [verl] extra (no wandb)
 	touch $(BIN)/tp
+
+# The GPU stack (an NVIDIA node): verl with its vLLM rollout, pinned by constraints-gpu.txt (torch 2.11.0 + CUDA,
+# vllm 0.24.0, transformers 5.9.0). Its own venv; never on a CPU machine (several GB of CUDA wheels).
+# scripts/check_gpu_stack.sh checks that it resolves, scripts/verl_gpu_smoke.sh runs GRPO on it.
+GPU_VENV ?= .venv-gpu
+GPU_BIN := $(GPU_VENV)/bin
+
+setup-gpu: $(GPU_BIN)/tp
+
+$(GPU_BIN)/tp: export PIP_CONSTRAINT := $(CURDIR)/constraints-gpu.txt
+$(GPU_BIN)/tp: pyproject.toml constraints-gpu.txt
+	test -x $(GPU_BIN)/python || $(PY) -m venv $(GPU_VENV)
+	$(GPU_BIN)/pip install -q -e '.[dev,tracking,verl]' 'verl[vllm]==0.9.1'
+	$(GPU_BIN)/python -c "import torch, vllm; print(torch.__version__, torch.version.cuda, vllm.__version__)"
+	touch $(GPU_BIN)/tp
 
 test: setup
 	$(BIN)/ruff check training_platform tests bench

@@ -18,6 +18,7 @@ import pytest
 import typer
 import typer.main
 import yaml
+from packaging.requirements import Requirement
 
 from training_platform.cli import app
 
@@ -109,10 +110,14 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
     return out
 
 
-def pyproject_torch_pin() -> str:
+def cpu_torch_pin() -> str:
+    """The CPU stack's torch pin (constraints.txt); pyproject.toml's range must accept it."""
+    pins = [line.split("#")[0].replace(" ", "") for line in (REPO / "constraints.txt").read_text().splitlines()]
+    pins = [p for p in pins if re.match(r"torch==", p)]
+    assert len(pins) == 1, pins
     deps = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
-    pins = [d.replace(" ", "") for d in deps if re.match(r"torch\s*==", d)]
-    assert len(pins) == 1, deps
+    ranges = [Requirement(d) for d in deps if Requirement(d).name == "torch"]
+    assert len(ranges) == 1 and pins[0].removeprefix("torch==") in ranges[0].specifier, (pins, deps)
     return pins[0]
 
 
@@ -277,7 +282,7 @@ def test_dockerignore_keeps_secrets_and_local_state_out_of_the_image():
 
 
 def test_dockerfile_pins_torch_and_installs_it_before_the_project():
-    pin = pyproject_torch_pin()
+    pin = cpu_torch_pin()
     assert pin == "torch==2.13.0"
     instructions = dockerfile_instructions()
     assert instructions[0] == ("FROM", "python:3.11-slim")

@@ -107,6 +107,15 @@ def test_checkpoints_are_registered_once_verl_recorded_them(run):
     assert "step_000006/global_step_6/actor/model_world_size_1_rank_0.pt" in manifest
     assert json.loads((run.path / "run.json").read_text())["last_checkpoint"] == "step_000006"
 
+    # A stop between verl's save of step 8 and its log line for step 8: step 8 is no resume point (a resume from it
+    # would never log step 8); it waits for its metrics row, and a stopped run drops it.
+    save(8)
+    assert watcher.poll(up_to=7) is None and (local / "global_step_8").is_dir()
+    watcher.drop_unregistered()
+    assert not (local / "global_step_8").exists() and run.latest_checkpoint().name == "step_000006"
+    save(10)
+    assert watcher.poll(up_to=10) == 10, "registered once its step is logged"
+
 
 def test_a_crash_inside_verls_actors_names_the_actor_and_its_error():
     """Ray re-raises an actor's error in each caller: TaskRunner -> worker group -> our rollout server. The job's

@@ -148,8 +148,10 @@ class CheckpointWatcher:
         self.writer = writer
         self.last_step = after_step
 
-    def poll(self) -> int | None:
-        """Register every checkpoint verl finished since the last poll; returns the newest step registered."""
+    def poll(self, up_to: int | None = None) -> int | None:
+        """Register every checkpoint verl finished since the last poll, up to step `up_to` (the last step whose
+        metrics row was merged: a checkpoint is only a resume point once its step is in metrics.jsonl, else a stop
+        between verl's save and its log line would lose that step's row); returns the newest step registered."""
         try:
             latest = int((self.local_dir / LATEST_FILE).read_text().strip())
         except (FileNotFoundError, ValueError):
@@ -161,13 +163,20 @@ class CheckpointWatcher:
         )
         newest = None
         for step in done:
-            if self.last_step < step <= latest:
+            if self.last_step < step <= latest and (up_to is None or step <= up_to):
                 staging = self.local_dir / f"step_{step}"
                 staging.mkdir(exist_ok=True)
                 (self.local_dir / f"global_step_{step}").rename(staging / f"global_step_{step}")
                 self.writer.checkpoint_saved(step, staging)
                 self.last_step = newest = step
         return newest
+
+    def drop_unregistered(self) -> None:
+        """Remove verl's checkpoints that were not registered (a stop came before their step was logged)."""
+        for path in self.local_dir.glob("global_step_*"):
+            step = path.name.rsplit("_", 1)[1]
+            if step.isdigit() and int(step) > self.last_step:
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def merge_final(actor_dir: Path, final: Path, *, dtype: str, trust_remote_code: bool = False) -> str:
@@ -368,7 +377,7 @@ def train_rl(cfg, run, paths: VerlPaths, config: DictConfig, *, resume_from: Pat
 
     def tick() -> None:
         follower.poll()
-        watcher.poll()
+        watcher.poll(up_to=follower.last_step)
         if dumps is not None:
             dumps.poll()
 
@@ -377,6 +386,8 @@ def train_rl(cfg, run, paths: VerlPaths, config: DictConfig, *, resume_from: Pat
     )  # stop_at_step: the last logged step
     if dumps is not None:
         dumps.poll(final=True)  # the driver ended: its last dump is complete (or cut short by the stop)
+    if stopped is not None:  # checkpoints verl saved past the last logged step are no resume point: drop them
+        watcher.drop_unregistered()
     step = max(follower.last_step, watcher.last_step)
     if stopped is None:
         latest = run.latest_checkpoint()
