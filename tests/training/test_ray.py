@@ -249,3 +249,21 @@ def test_stopping_verls_rl_driver_kills_it_and_its_actors(tp_env, tmp_path, ray_
     assert "TaskRunnerV1" in result["started"] and len(result["started"]) > 2, result
     assert result["stopped_in"] < 30
     assert result["left"] == [], "no actor of the driver survives it"
+
+
+def test_verl_rl_with_launcher_local_starts_its_own_ray_beside_a_running_cluster(tp, tmp_path, ray_cluster):
+    """`launcher: local` means a private Ray for the run: not whatever cluster runs on this host (ray.init() with no
+    address would join it, and refuse the logical GPUs verl's pool manager counts on the CPU)."""
+    run = tmp_path / "run"
+    sets = {
+        "engine": "verl",
+        "resources.device": "cpu",
+        "training.max_steps": 1,
+        "training.save_steps": 1,
+        "training.per_device_batch_size": 8,
+        "algorithm.num_generations": 4,
+    }
+    args = [x for key, value in sets.items() for x in ("--set", f"{key}={value}")]
+    tp("train", EXAMPLES / "grpo_tiny.yaml", "--output", run, *args, env_extra=LOOPBACK, check=0)
+    info = json.loads((run / "run.json").read_text())
+    assert info["status"] == "succeeded" and info["rollout"] == "hf"

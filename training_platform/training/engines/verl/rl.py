@@ -304,7 +304,7 @@ def run_driver(
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     log.info("verl driver: %s", f"joining the Ray cluster at {address}" if address else "starting a local Ray")
     ray.init(
-        address=address,
+        address=address or "local",  # "local": a new private Ray, never a cluster that happens to run on this host
         runtime_env=runtime_env,
         logging_level=logging.WARNING,
         log_to_driver=True,
