@@ -84,6 +84,7 @@ def test_verl_jobs_are_checked_against_the_generated_verl_config(sqlite_api):
     out = validate(sqlite_api, grpo)
     assert out["valid"], out["errors"]
     assert out["effective_config"]["verl"]["rollout"] == "auto" and not any("GPU" in w for w in out["warnings"])
+    assert any(w.startswith("training.lr_scheduler 'linear': verl has constant") for w in out["warnings"])
     out = validate(sqlite_api, {**grpo, "verl": {"rollout": "vllm"}})  # no vLLM on this machine
     assert [e["loc"] for e in out["errors"]] == [["verl", "rollout"]], out["errors"]
     assert "vllm is not installed here" in out["errors"][0]["msg"]

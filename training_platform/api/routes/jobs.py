@@ -155,6 +155,9 @@ def _loc(path: str) -> list[str | int]:
     return [int(part) if part.isdigit() else part for part in re.findall(r"[^.\[\]]+", path)]
 
 
+VERL_LR_SCHEDULERS = ("constant", "constant_with_warmup", "cosine")  # engines/verl/mapping.py LR_SCHEDULER
+
+
 def _config_warnings(cfg) -> list[str]:
     """What would run but probably not as meant, and what only a worker can check."""
     warnings = []
@@ -166,6 +169,11 @@ def _config_warnings(cfg) -> list[str]:
         )
     if t.eval_steps and not cfg.has_eval():
         warnings.append("training.eval_steps is set but there is no eval data: nothing will be evaluated")
+    if cfg.engine == "verl" and t.lr_scheduler not in VERL_LR_SCHEDULERS:
+        warnings.append(
+            f"training.lr_scheduler {t.lr_scheduler!r}: verl has constant (with warm-up) and cosine schedules only; "
+            "it runs constant"
+        )
     if cfg.engine == "verl" and cfg.algorithm.name != "sft" and cfg.verl.rollout in ("vllm", "sglang"):
         warnings.append(
             f"verl.rollout {cfg.verl.rollout} needs a GPU: the worker's preflight checks its devices when the job "
