@@ -8,11 +8,10 @@ import time
 
 import psutil
 import pytest
+import verl  # noqa: F401 - proves a feature: `make setup` installs verl; without it this fails, never skips
 from _e2e import get_job, running_tp_up, wait
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-pytest.importorskip("verl")
 
 
 def grpo(max_steps: int) -> dict:

@@ -7,18 +7,17 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import torch
+import verl  # noqa: F401 - proves a feature: `make setup` installs verl; without it this fails, never skips
 
-pytestmark = pytest.mark.unit
-
-torch = pytest.importorskip("torch")
-pytest.importorskip("verl")
-
-from training_platform.training.engines.verl.hf_rollout.generation import (  # noqa: E402
+from training_platform.training.engines.verl.hf_rollout.generation import (
     Sampling,
     eos_ids,
     generate_batch,
 )
-from training_platform.training.engines.verl.hf_rollout.server import HFRolloutServer  # noqa: E402
+from training_platform.training.engines.verl.hf_rollout.server import HFRolloutServer
+
+pytestmark = pytest.mark.unit
 
 
 @pytest.fixture(scope="module")

@@ -4,17 +4,16 @@ verl upgrade makes its patch wrong (the replaced line changed) or unneeded (what
 from __future__ import annotations
 
 import pytest
+import torch
+import verl  # noqa: F401 - proves a feature: `make setup` installs verl; without it this fails, never skips
 
-pytestmark = pytest.mark.unit
-
-torch = pytest.importorskip("torch")
-pytest.importorskip("verl")
-
-from training_platform.training.engines.verl.patches import (  # noqa: E402
+from training_platform.training.engines.verl.patches import (
     critic_attention,
     offload_pin_memory,
     process_group,
 )
+
+pytestmark = pytest.mark.unit
 
 
 def test_the_process_group_patch_is_needed_and_gives_gloo_on_the_cpu():

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import psutil
 import pytest
+import verl  # noqa: F401 - proves a feature: `make setup` installs verl; without it this fails, never skips
 import yaml
 from training_helpers import REPO, TP, read_metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-pytest.importorskip("verl")
 
 PROBS_DIFF = "training/rollout_probs_diff_max"
 
