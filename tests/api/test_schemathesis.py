@@ -7,6 +7,9 @@ code is documented for its route, every response body matches its documented sch
 
     pytest -m fuzz tests/api/test_schemathesis.py            # both databases (PostgreSQL skipped if unreachable)
     TP_FUZZ_EXAMPLES=200 TP_FUZZ_SEED=7 pytest -m fuzz ...  # a longer run over other requests
+
+Under CI (`CI=true`) the seed is the day (YYYYMMDD) unless TP_FUZZ_SEED is set: each day's run explores other
+requests, and the run ends with the seed that reproduces it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 import requests
@@ -23,6 +27,7 @@ schemathesis = pytest.importorskip("schemathesis")
 from api_helpers import Api, database, ingested, running_api  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from hypothesis.errors import Unsatisfiable  # noqa: E402
+from proof_audit import NOTES, in_ci, note  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
 from schemathesis.core.failures import FailureGroup  # noqa: E402
 from schemathesis.generation import GenerationMode  # noqa: E402
@@ -34,7 +39,8 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
 pytestmark = [pytest.mark.fuzz]
 
 EXAMPLES = int(os.environ.get("TP_FUZZ_EXAMPLES", "10"))  # per operation and generation mode
-SEED = os.environ.get("TP_FUZZ_SEED")  # another fixed seed explores other requests (default: derandomized)
+# Another fixed seed explores other requests (default: derandomized, except under CI: the day's seed).
+SEED = os.environ.get("TP_FUZZ_SEED") or (datetime.now(UTC).strftime("%Y%m%d") if in_ci() else None)
 TIMINGS: dict[str, float] = {}
 CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance]
 
@@ -144,11 +150,16 @@ def run_fuzz(api: Api, examples: int) -> dict[str, list[str]]:
 
 
 @pytest.mark.slow
-def test_openapi_fuzz(fuzz_api: Api):
+def test_openapi_fuzz(fuzz_api: Api, request):
+    seed_line = f"fuzz seed: {SEED} (TP_FUZZ_SEED={SEED} reproduces it)" if SEED else "fuzz seed: derandomized"
+    print(seed_line)
+    if seed_line not in request.config.stash[NOTES]:
+        note(request.config, seed_line)
     problems = run_fuzz(fuzz_api, EXAMPLES)
     if os.environ.get("TP_FUZZ_TIMING"):
         print("\n".join(f"{t:6.2f}s {k}" for k, t in sorted(TIMINGS.items(), key=lambda kv: -kv[1])[:25]))
     report = [f"{len(found)}x {key}\n      {found[0]}" for key, found in sorted(problems.items())]
-    assert not problems, f"{sum(map(len, problems.values()))} failing requests, {len(problems)} kinds:\n" + "\n".join(
-        report
+    assert not problems, (
+        f"{seed_line}: {sum(map(len, problems.values()))} failing requests, {len(problems)} kinds:\n"
+        + "\n".join(report)
     )

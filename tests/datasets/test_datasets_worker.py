@@ -187,10 +187,9 @@ def test_a_failing_operation_fails_the_job_and_stores_nothing(platform):
     assert rows_out[0]["row"] == {"instruction": "What is 1 plus 1?", "input": "", "output": "2"}
 
 
+@pytest.mark.parametrize("platform", ["sqlite"], indirect=True)  # one training run is enough
 def test_training_manifest_links_the_dataset_version_and_guards_delete(platform):
     api, worker, db = platform
-    if db != "sqlite":
-        pytest.skip("one training run is enough (SQLite)")
     from api_helpers import valid_config
 
     content = (api.data_dir / "demo" / "data" / "sft.jsonl").read_bytes()

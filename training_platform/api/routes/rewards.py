@@ -78,7 +78,10 @@ def _check_specs(body: ShadowCreate) -> list[tuple[str, str]]:
     status_code=status.HTTP_202_ACCEPTED,
     response_model=schemas.JobSubmitted,
     dependencies=[JsonBody],
-    responses={422: {"model": schemas.ErrorOut, "description": "Every problem with the scorers or data"}},
+    responses={
+        404: {"model": schemas.ErrorOut, "description": "No such dataset or version, or another user's"},
+        422: {"model": schemas.ErrorOut, "description": "Every problem with the scorers or data"},
+    },
 )
 def create_shadow(body: ShadowCreate, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """Queue a shadow test as a `data` job: both scorers score the same seeded sample (`limit` rows, `repeats`
