@@ -869,3 +869,29 @@ def test_config_schema_command(runner):
         assert definition["additionalProperties"] is False
     grpo = defs[mapping["grpo"].removeprefix("#/$defs/")]
     assert grpo["properties"]["num_generations"]["minimum"] == 2
+
+
+def test_engine_rules_from_builder_capabilities_keep_their_messages():
+    """data.sampling, devices and reward functions are builder capabilities now; the messages are unchanged."""
+
+    def errors_of(raw: dict[str, Any]) -> dict[str, str]:
+        with pytest.raises(ConfigError) as info:
+            validate_config(raw, check_disk=False)
+        return {e.path: e.reason for e in info.value.errors}
+
+    sampling = {"strategy": "uniform"}
+    errors = errors_of(make("ppo", {"data.sampling": sampling}))
+    assert errors["data.sampling"] == (
+        "ppo draws its rows with its own data loader: difficulty-aware sampling supports "
+        "sft, dpo, kto, orpo, simpo, reward, grpo, rloo"
+    )
+    verl_sft = make("sft", {"engine": "verl", "data.sampling": sampling, "resources.device": "mps"})
+    errors = errors_of(verl_sft)
+    assert errors["data.sampling"] == (
+        "difficulty-aware sampling runs on engine trl; engine verl does not support it yet"
+    )
+    assert errors["resources.device"] == "engine verl runs on cuda or cpu, not mps"
+    errors = errors_of(make("ppo", {"algorithm.reward_model_path": DELETE}))
+    assert errors == {"algorithm.reward_model_path": "engine trl's PPO needs a reward model"}
+    verl_ppo = make("ppo", {"engine": "verl", "algorithm.reward_model_path": DELETE})
+    assert errors_of(verl_ppo)["rewards"] == "ppo needs at least one reward function"

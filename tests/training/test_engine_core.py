@@ -55,6 +55,56 @@ def test_an_engine_without_a_builder_for_the_algorithm_is_refused_naming_engine(
     assert err.value.errors[0].path == "engine"
 
 
+def test_engine_specific_rules_are_builder_capabilities_not_names_in_shared_code():
+    trl_ppo, verl_ppo = get_builder("trl", "ppo"), get_builder("verl", "ppo")
+    assert trl_ppo is not None and verl_ppo is not None
+    assert trl_ppo.capabilities.requires_reward_model and not verl_ppo.capabilities.requires_reward_model
+    assert verl_ppo.capabilities.reward_functions_without_reward_model
+    assert "mps" not in verl_ppo.capabilities.devices and "mps" in trl_ppo.capabilities.devices
+    assert not trl_ppo.capabilities.sampling and get_builder("trl", "grpo").capabilities.sampling
+
+
+def test_an_algorithms_own_check_reads_a_narrow_context_not_the_job_config():
+    from dataclasses import replace
+
+    from training_platform.training.algorithms import ppo
+    from training_platform.training.algorithms.base import CheckContext
+
+    ctx = CheckContext(
+        engine="x",
+        requires_reward_model=True,
+        data_format="auto",
+        max_length=64,
+        has_eval=False,
+        per_device_batch_size=8,
+        per_device_eval_batch_size=8,
+        gradient_accumulation_steps=1,
+        world_size=1,
+        quantization="none",
+    )
+    params = ppo.Params(name="ppo")
+    assert params.check(ctx) == [("algorithm.reward_model_path", "engine x's PPO needs a reward model")]
+    assert params.check(replace(ctx, requires_reward_model=False)) == []
+    assert params.check(replace(ctx, requires_reward_model=False, quantization="4bit")) == [
+        ("model.lora.quantization", "QLoRA is not supported with PPO")
+    ]
+
+
+def test_the_trl_engine_asks_the_builders_hooks_never_the_algorithm_name():
+    from training_platform.training.engines.trl import engine
+    from training_platform.training.engines.trl.builders import PPOHooks
+
+    assert isinstance(get_builder("trl", "ppo").hooks, PPOHooks)
+    assert get_builder("trl", "sft").hooks is None
+    source = Path(engine.__file__).read_text(encoding="utf-8")
+    assert '"ppo"' not in source and "ppo." not in source
+
+
+def test_no_import_cycle_is_excused_for_type_checking():
+    root = Path(__file__).resolve().parents[2]
+    assert "exclude_type_checking_imports" not in (root / ".importlinter").read_text(encoding="utf-8")
+
+
 def test_algorithms_config_and_runner_import_no_engine():
     code = (
         "import sys, training_platform.training.runner, training_platform.training.config; "

@@ -21,9 +21,16 @@ from training_platform.core.errors import translate_pydantic_error as _translate
 from training_platform.core.files import yaml_load
 from training_platform.core.settings import current_settings
 from training_platform.core.userpath import ModelRef, UserFile
-from training_platform.training.algorithms import ALGORITHMS, ppo
-from training_platform.training.algorithms.base import AlgorithmParams, AlgorithmSpec, StrictModel
-from training_platform.training.engine_registry import ENGINES, engines_for, get_builder
+from training_platform.training.algorithms import ALGORITHMS
+from training_platform.training.algorithms.base import AlgorithmParams, AlgorithmSpec, CheckContext, StrictModel
+from training_platform.training.engine_registry import (
+    ENGINES,
+    Builder,
+    engines_for,
+    get_builder,
+    sampling_algorithms,
+    sampling_engines,
+)
 from training_platform.training.rewards import REWARDS, RewardSection
 
 
@@ -416,16 +423,21 @@ def check_rules(cfg: JobConfig) -> list[FieldError]:
 
     if cfg.engine != "verl" and cfg.verl != VerlSection():
         errors.append(FieldError("verl", f"options of engine: verl; this job's engine is {cfg.engine}"))
-    if cfg.engine == "verl" and cfg.resources.device == "mps":
-        errors.append(FieldError("resources.device", "engine verl runs on cuda or cpu, not mps"))
+    caps = builder.capabilities if builder is not None else None
+    device = cfg.resources.device
+    if caps is not None and device != "auto" and device not in caps.devices:
+        errors.append(
+            FieldError("resources.device", f"engine {cfg.engine} runs on {' or '.join(caps.devices)}, not {device}")
+        )
 
     # Reward functions: RL algorithms that score completions with python functions need them; others must not
-    # silently ignore them. verl's PPO scores with them when it has no reward model.
-    algorithm = cfg.algorithm
-    verl_ppo_functions = (
-        cfg.engine == "verl" and isinstance(algorithm, ppo.Params) and algorithm.reward_model_path is None
+    # silently ignore them. Some builders score with them when the job names no reward model (verl's PPO).
+    functions_instead_of_model = (
+        caps is not None
+        and caps.reward_functions_without_reward_model
+        and getattr(cfg.algorithm, "reward_model_path", None) is None
     )
-    if spec.uses_reward_functions or verl_ppo_functions:
+    if spec.uses_reward_functions or functions_instead_of_model:
         if not cfg.rewards:
             errors.append(FieldError("rewards", f"{spec.name} needs at least one reward function"))
         else:
@@ -465,13 +477,26 @@ def check_rules(cfg: JobConfig) -> list[FieldError]:
         errors.append(FieldError("tracking.report_to", "'none' cannot be combined with other trackers"))
 
     errors.extend(_sampling_rules(cfg))
-    errors.extend(FieldError(p, r) for p, r in cfg.algorithm.check(cfg))
+    errors.extend(FieldError(p, r) for p, r in cfg.algorithm.check(check_context(cfg, builder)))
     return errors
 
 
-# Algorithms whose TRL trainer draws its training rows through Trainer._get_train_sampler (training/sampling.py
-# replaces it); TRL's experimental PPO builds its own DataLoader.
-SAMPLING_ALGORITHMS = ("sft", "dpo", "kto", "orpo", "simpo", "reward", "grpo", "rloo")
+def check_context(cfg: JobConfig, builder: Builder | None) -> CheckContext:
+    """The facts of the job and its engine an algorithm's own rules read (`AlgorithmParams.check`)."""
+    t = cfg.training
+    lora = cfg.model.lora
+    return CheckContext(
+        engine=cfg.engine,
+        requires_reward_model=builder is not None and builder.capabilities.requires_reward_model,
+        data_format=cfg.data.format,
+        max_length=cfg.data.max_length,
+        has_eval=cfg.has_eval(),
+        per_device_batch_size=t.per_device_batch_size,
+        per_device_eval_batch_size=t.per_device_eval_batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        world_size=cfg.resources.processes,
+        quantization=lora.quantization if lora is not None else "none",
+    )
 
 
 def _sampling_rules(cfg: JobConfig) -> list[FieldError]:
@@ -479,20 +504,24 @@ def _sampling_rules(cfg: JobConfig) -> list[FieldError]:
     if s is None:
         return []
     errors: list[FieldError] = []
-    if cfg.engine != "trl":
+    # Which (engine, algorithm) pairs support it is their builders' `sampling` capability: a trainer that draws its
+    # rows through a sampler training/sampling.py can replace (TRL's experimental PPO builds its own DataLoader).
+    supported = sampling_algorithms(cfg.engine)
+    if not supported:
         errors.append(
             FieldError(
                 "data.sampling",
-                f"difficulty-aware sampling runs on engine trl; engine {cfg.engine} does not support it yet",
+                f"difficulty-aware sampling runs on engine {' or '.join(sampling_engines())}; engine {cfg.engine} "
+                "does not support it yet",
             )
         )
-    elif cfg.spec.name not in SAMPLING_ALGORITHMS:
+    elif cfg.spec.name not in supported:
         errors.append(
             FieldError(
                 "data.sampling",
                 f"{cfg.spec.name} draws its rows with its own data loader: "
                 f"difficulty-aware sampling supports "
-                f"{', '.join(SAMPLING_ALGORITHMS)}",
+                f"{', '.join(supported)}",
             )
         )
     if s.strategy != "uniform" and getattr(cfg.algorithm, "packing", False):

@@ -11,12 +11,10 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # pragma: no cover
-    from training_platform.training.engines.base import Engine
+from typing import Any
 
 LAUNCHERS = ("local", "torchrun", "ray")
+DEVICES = ("cuda", "cpu", "mps")
 
 
 @dataclass(frozen=True)
@@ -30,6 +28,14 @@ class Capabilities:
     # The engine's driver starts its own workers (verl RL on Ray): the runner calls it once, in its own process,
     # whatever the launcher, instead of starting ranks for it.
     own_workers: bool = False
+    # Devices it trains on (`resources.device`; `auto` picks among what is there).
+    devices: tuple[str, ...] = DEVICES
+    # data.sampling: its trainer draws the training rows through a sampler training/sampling.py can replace.
+    sampling: bool = False
+    # algorithm.reward_model_path must be set (TRL's PPO scores only with a reward model).
+    requires_reward_model: bool = False
+    # Without algorithm.reward_model_path it scores with the job's reward functions (verl's PPO), which it then needs.
+    reward_functions_without_reward_model: bool = False
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,9 @@ class Builder:
     algorithm: str
     build: Callable[[Any], Any]  # engine-specific context -> the engine's trainer
     capabilities: Capabilities
+    # Engine-specific extras the engine reads for this algorithm (TRL: a `TRLHooks`: how the shared steps differ,
+    # e.g. PPO's tokenized prompts and policy model); None: the engine's defaults.
+    hooks: Any = None
 
 
 # engine name -> "module:Class" of its Engine (imported only to train).
@@ -64,19 +73,36 @@ def register_builder(
     model_kinds: tuple[str, ...] = ("causal_lm",),
     notes: str = "",
     own_workers: bool = False,
+    devices: tuple[str, ...] = DEVICES,
+    sampling: bool = False,
+    requires_reward_model: bool = False,
+    reward_functions_without_reward_model: bool = False,
+    hooks: Any = None,
 ) -> Callable:
     """Decorator: `@register_builder("trl", "sft", launchers=("local", "torchrun"))` over `build(ctx) -> trainer`."""
     unknown = set(launchers) - set(LAUNCHERS)
     if unknown:
         raise ValueError(f"unknown launcher(s) {sorted(unknown)}; known: {LAUNCHERS}")
+    unknown = set(devices) - set(DEVICES)
+    if unknown:
+        raise ValueError(f"unknown device(s) {sorted(unknown)}; known: {DEVICES}")
+    capabilities = Capabilities(
+        resume=resume,
+        launchers=tuple(launchers),
+        model_kinds=tuple(model_kinds),
+        notes=notes,
+        own_workers=own_workers,
+        devices=tuple(devices),
+        sampling=sampling,
+        requires_reward_model=requires_reward_model,
+        reward_functions_without_reward_model=reward_functions_without_reward_model,
+    )
 
     def wrap(build: Callable[[Any], Any]) -> Callable[[Any], Any]:
         key = (engine, algorithm)
         if key in _BUILDERS:
             raise ValueError(f"a builder for {key} is already registered")
-        _BUILDERS[key] = Builder(
-            engine, algorithm, build, Capabilities(resume, tuple(launchers), tuple(model_kinds), notes, own_workers)
-        )
+        _BUILDERS[key] = Builder(engine, algorithm, build, capabilities, hooks)
         return build
 
     return wrap
@@ -107,11 +133,14 @@ def engines_for(algorithm: str) -> list[str]:
     return sorted(engine for engine, name in builders() if name == algorithm)
 
 
-def get_engine(name: str) -> Engine:
-    if name not in ENGINES:
-        raise ValueError(f"unknown engine {name!r}; known: {', '.join(ENGINES)}")
-    module, _, cls = ENGINES[name].partition(":")
-    return getattr(importlib.import_module(module), cls)()
+def sampling_engines() -> list[str]:
+    """Engines with at least one algorithm that supports data.sampling."""
+    return sorted({engine for (engine, _), b in builders().items() if b.capabilities.sampling})
+
+
+def sampling_algorithms(engine: str) -> list[str]:
+    """The algorithms `engine` runs with data.sampling, in registration order."""
+    return [name for (e, name), b in builders().items() if e == engine and b.capabilities.sampling]
 
 
 def capability_table() -> list[dict[str, Any]]:

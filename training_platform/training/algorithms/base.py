@@ -4,17 +4,16 @@ An algorithm module says what is trained and imports no engine (config validatio
 engines register how (`training/engines/<engine>/builders.py`). It defines:
 - a `Params` pydantic model with `name: Literal["<name>"]` and that algorithm's own hyper-parameters, range-checked;
 - `ALGORITHM = AlgorithmSpec(...)`, registered with one line in `algorithms/__init__.py`.
+Its cross-field rules (`Params.check`) read a `CheckContext`: the few facts of the job and its engine they need,
+not the job config (which imports this package).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
-
-if TYPE_CHECKING:  # pragma: no cover
-    from training_platform.training.config import JobConfig
 
 # The dataset shape an algorithm trains on; `training.datasets` turns every supported file format into it.
 DataKind = Literal["sft", "preference", "kto", "rl"]
@@ -26,10 +25,27 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, validate_default=True, allow_inf_nan=False)
 
 
+@dataclass(frozen=True)
+class CheckContext:
+    """What an algorithm's cross-field rules may read of the job (built by `config.check_rules`)."""
+
+    engine: str
+    # The engine's builder for this algorithm needs algorithm.reward_model_path (its Capabilities).
+    requires_reward_model: bool
+    data_format: str  # data.format
+    max_length: int  # data.max_length
+    has_eval: bool  # data.eval_file or data.eval_split > 0
+    per_device_batch_size: int  # training.*
+    per_device_eval_batch_size: int
+    gradient_accumulation_steps: int
+    world_size: int  # resources: num_nodes x num_devices
+    quantization: str  # model.lora.quantization ("none" without LoRA)
+
+
 class AlgorithmParams(StrictModel):
     name: str
 
-    def check(self, cfg: JobConfig) -> list[tuple[str, str]]:
+    def check(self, ctx: CheckContext) -> list[tuple[str, str]]:
         """Cross-field rules that involve other sections. Returns (field path, reason) pairs."""
         return []
 
@@ -62,23 +78,22 @@ class GenerationParams(AlgorithmParams):
     mask_truncated_completions: bool = False
     log_completions: bool = False
 
-    def check(self, cfg: JobConfig) -> list[tuple[str, str]]:
+    def check(self, ctx: CheckContext) -> list[tuple[str, str]]:
         errors: list[tuple[str, str]] = []
-        t = cfg.training
-        steps = self.steps_per_generation or t.gradient_accumulation_steps
-        world = cfg.resources.processes
-        generation_batch = t.per_device_batch_size * world * steps
+        steps = self.steps_per_generation or ctx.gradient_accumulation_steps
+        world = ctx.world_size
+        generation_batch = ctx.per_device_batch_size * world * steps
         if generation_batch % self.num_generations:
             errors.append(
                 (
                     "algorithm.num_generations",
-                    f"the generation batch (training.per_device_batch_size {t.per_device_batch_size} x world size "
+                    f"the generation batch (training.per_device_batch_size {ctx.per_device_batch_size} x world size "
                     f"{world} (num_nodes x num_devices) x steps per generation {steps} = "
                     f"{generation_batch}) must be divisible by num_generations ({self.num_generations})",
                 )
             )
-        if cfg.has_eval():
-            eval_batch = t.per_device_eval_batch_size * cfg.resources.processes
+        if ctx.has_eval:
+            eval_batch = ctx.per_device_eval_batch_size * world
             if eval_batch % self.num_generations:
                 errors.append(
                     (
@@ -89,11 +104,11 @@ class GenerationParams(AlgorithmParams):
                 )
         if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
             errors.append(("algorithm.epsilon_high", f"must be >= algorithm.epsilon ({self.epsilon})"))
-        if cfg.data.max_length < self.max_completion_length:
+        if ctx.max_length < self.max_completion_length:
             errors.append(
                 (
                     "algorithm.max_completion_length",
-                    f"must be <= data.max_length ({cfg.data.max_length}), got {self.max_completion_length}",
+                    f"must be <= data.max_length ({ctx.max_length}), got {self.max_completion_length}",
                 )
             )
         return errors

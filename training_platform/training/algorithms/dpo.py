@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from training_platform.training.algorithms.base import AlgorithmParams, AlgorithmSpec
+from training_platform.training.algorithms.base import AlgorithmParams, AlgorithmSpec, CheckContext
 
 DPOLoss = Literal[
     "sigmoid",
@@ -42,7 +42,7 @@ class Params(AlgorithmParams):
     loss_weights: list[float] | None = None
     label_smoothing: float = Field(0.0, ge=0, lt=0.5, description="Robust/cDPO label noise.")
 
-    def check(self, cfg):
+    def check(self, ctx: CheckContext) -> list[tuple[str, str]]:
         errors = []
         if self.loss_weights is not None and len(self.loss_weights) != len(self.loss_type):
             errors.append(

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field
 
 from training_platform.core.userpath import UserDir
-from training_platform.training.algorithms.base import AlgorithmParams, AlgorithmSpec
+from training_platform.training.algorithms.base import AlgorithmParams, AlgorithmSpec, CheckContext
 
 
 class Params(AlgorithmParams):
@@ -40,12 +40,11 @@ class Params(AlgorithmParams):
     whiten_rewards: bool = False
     missing_eos_penalty: float | None = Field(None, ge=0, description="Subtracted from the score without EOS.")
 
-    def check(self, cfg):
+    def check(self, ctx: CheckContext) -> list[tuple[str, str]]:
         errors = []
-        if cfg.engine == "trl" and self.reward_model_path is None:
-            errors.append(("algorithm.reward_model_path", "engine trl's PPO needs a reward model"))
-        t = cfg.training
-        local_batch = t.per_device_batch_size * t.gradient_accumulation_steps
+        if ctx.requires_reward_model and self.reward_model_path is None:
+            errors.append(("algorithm.reward_model_path", f"engine {ctx.engine}'s PPO needs a reward model"))
+        local_batch = ctx.per_device_batch_size * ctx.gradient_accumulation_steps
         if local_batch % self.num_mini_batches:
             errors.append(
                 (
@@ -55,7 +54,7 @@ class Params(AlgorithmParams):
             )
         elif self.whiten_rewards and local_batch // self.num_mini_batches < 8:
             errors.append(("algorithm.whiten_rewards", "needs a mini-batch of at least 8 samples"))
-        if cfg.model.lora is not None and cfg.model.lora.quantization != "none":
+        if ctx.quantization != "none":
             errors.append(("model.lora.quantization", "QLoRA is not supported with PPO"))
         return errors
 

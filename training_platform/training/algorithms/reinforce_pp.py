@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from training_platform.training.algorithms.base import AlgorithmSpec, GenerationParams
+from training_platform.training.algorithms.base import AlgorithmSpec, CheckContext, GenerationParams
 
 
 class Params(GenerationParams):
@@ -20,8 +20,8 @@ class Params(GenerationParams):
         "mse", description="KL estimator of the penalty (verl's kl_loss_type)."
     )
 
-    def check(self, cfg) -> list[tuple[str, str]]:
-        errors = super().check(cfg)
+    def check(self, ctx: CheckContext) -> list[tuple[str, str]]:
+        errors = super().check(ctx)
         if self.baseline and self.num_generations < 2:
             errors.append(
                 (

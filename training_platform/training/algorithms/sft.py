@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from training_platform.training.algorithms.base import AlgorithmParams, AlgorithmSpec
+from training_platform.training.algorithms.base import AlgorithmParams, AlgorithmSpec, CheckContext
 
 
 class Params(AlgorithmParams):
@@ -19,12 +19,12 @@ class Params(AlgorithmParams):
     )
     packing: bool = Field(False, description="Pack several examples into each max_length sequence.")
 
-    def check(self, cfg):
+    def check(self, ctx: CheckContext) -> list[tuple[str, str]]:
         errors = []
-        if self.assistant_only_loss and cfg.data.format in ("prompt_completion", "text"):
-            errors.append(("algorithm.assistant_only_loss", f"needs conversational data, not {cfg.data.format}"))
-        if self.completion_only_loss and cfg.data.format not in ("auto", "prompt_completion"):
-            errors.append(("algorithm.completion_only_loss", f"needs prompt_completion data, not {cfg.data.format}"))
+        if self.assistant_only_loss and ctx.data_format in ("prompt_completion", "text"):
+            errors.append(("algorithm.assistant_only_loss", f"needs conversational data, not {ctx.data_format}"))
+        if self.completion_only_loss and ctx.data_format not in ("auto", "prompt_completion"):
+            errors.append(("algorithm.completion_only_loss", f"needs prompt_completion data, not {ctx.data_format}"))
         return errors
 
 

@@ -5,23 +5,79 @@ into a TRL trainer configured from the algorithm's params. TRL is imported insid
 read by config validation. What every trainer takes the same way comes from `ctx.trainer_kwargs`; the config calls
 still look alike (the duplicates tool pairs them by shape): TRL has one config class per algorithm, and each builder
 passes its own fields to it; a shared helper would only hide which fields an algorithm sets.
+
+Where an algorithm needs the engine's shared steps done differently (PPO: prompts tokenized up front, its own
+rollout record and loss, the policy model saved), its builder registers `hooks=` a `TRLHooks` subclass; the engine
+asks the hooks and never the algorithm's name.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from training_platform.training.algorithms import dpo, grpo, kto, orpo, ppo, reward, rloo, sft, simpo
 from training_platform.training.algorithms.base import GenerationParams, params_as
 from training_platform.training.engines import register_builder
+from training_platform.training.engines.trl.hooks import TRLHooks
 
 # Launchers a builder declares are the ones its losses were checked under (tests/training/test_distributed.py:
 # world size 2 x batch B == one process x 2B); the others run as one process until they are.
 MULTI = ("local", "torchrun")
 RAY = ("local", "torchrun", "ray")  # also checked on a 2-node Ray cluster (tests/training/test_ray.py)
+# `sampling=True`: the trainer draws its rows through Trainer._get_train_sampler, which data.sampling replaces
+# (training/sampling.py); TRL's experimental PPO builds its own DataLoader. The registration order is the order
+# validation lists them in.
 
 if TYPE_CHECKING:  # pragma: no cover
+    from training_platform.training.config import JobConfig
     from training_platform.training.engines.trl.engine import TrainContext
+    from training_platform.training.rollouts import RolloutWriter
+
+
+class PPOHooks(TRLHooks):
+    """TRL's experimental PPO: prompts as input_ids, rewards from get_reward, loss = pg + vf_coef * vf, the policy
+    model (not the policy + value wrapper) saved."""
+
+    def prepare_dataset(self, dataset: Any, tokenizer: Any, cfg: JobConfig) -> Any:
+        return _tokenize_prompts(dataset, tokenizer, cfg.data.max_length)
+
+    def loss_from(self, cfg: JobConfig) -> Callable[[dict], float | None]:
+        vf_coef = params_as(cfg.algorithm, ppo.Params).vf_coef
+
+        def loss_from(logs: dict) -> float | None:
+            # TRL's PPO logs the two terms it optimises (pg_loss + vf_coef * vf_loss) but not their sum.
+            if "loss/policy_avg" in logs and "loss/value_avg" in logs:
+                return logs["loss/policy_avg"] + vf_coef * logs["loss/value_avg"]
+            return None
+
+        return loss_from
+
+    def rollout_callback(self, cfg: JobConfig, rollouts: RolloutWriter, tokenizer: Any) -> Any:
+        from training_platform.training.engines.trl.callbacks import PPORolloutCallback
+
+        penalty = params_as(cfg.algorithm, ppo.Params).missing_eos_penalty
+        return PPORolloutCallback(rollouts, tokenizer, missing_eos_penalty=penalty)
+
+    def final_model(self, trainer: Any) -> Any:
+        return trainer.policy_model
+
+
+def _tokenize_prompts(dataset: Any, tokenizer: Any, max_length: int) -> Any:
+    """PPO consumes prompts as `input_ids` (chat template + generation prompt for conversational prompts)."""
+
+    def encode(row):
+        prompt = row["prompt"]
+        if isinstance(prompt, list):
+            ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
+            if isinstance(ids, dict):
+                ids = ids["input_ids"]
+        else:
+            ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        return {"input_ids": list(ids)[-max_length:]}
+
+    return dataset.map(encode, remove_columns=dataset.column_names)
+
 
 # GenerationParams fields that TRL's GRPOConfig / RLOOConfig take under the same names.
 _GENERATION_FIELDS = {
@@ -44,7 +100,7 @@ def _generation_kwargs(params: GenerationParams) -> dict:
     return params.model_dump(include=_GENERATION_FIELDS)
 
 
-@register_builder("trl", "sft", launchers=RAY)
+@register_builder("trl", "sft", launchers=RAY, sampling=True)
 def build_sft(ctx: TrainContext):
     from trl import SFTConfig, SFTTrainer
 
@@ -59,7 +115,7 @@ def build_sft(ctx: TrainContext):
     return SFTTrainer(args=args, **ctx.trainer_kwargs)
 
 
-@register_builder("trl", "dpo", launchers=RAY)
+@register_builder("trl", "dpo", launchers=RAY, sampling=True)
 def build_dpo(ctx: TrainContext):
     from trl import DPOConfig, DPOTrainer
 
@@ -76,7 +132,7 @@ def build_dpo(ctx: TrainContext):
     return DPOTrainer(args=args, **ctx.trainer_kwargs)
 
 
-@register_builder("trl", "kto")
+@register_builder("trl", "kto", sampling=True)
 def build_kto(ctx: TrainContext):
     from trl import KTOConfig, KTOTrainer
 
@@ -92,7 +148,7 @@ def build_kto(ctx: TrainContext):
     return KTOTrainer(args=args, **ctx.trainer_kwargs)
 
 
-@register_builder("trl", "orpo")
+@register_builder("trl", "orpo", sampling=True)
 def build_orpo(ctx: TrainContext):
     from trl.experimental.orpo import ORPOConfig, ORPOTrainer
 
@@ -106,7 +162,7 @@ def build_orpo(ctx: TrainContext):
     return ORPOTrainer(args=args, **ctx.trainer_kwargs)
 
 
-@register_builder("trl", "simpo")
+@register_builder("trl", "simpo", sampling=True)
 def build_simpo(ctx: TrainContext):
     from trl.experimental.cpo import CPOConfig, CPOTrainer
 
@@ -124,7 +180,20 @@ def build_simpo(ctx: TrainContext):
     return CPOTrainer(args=args, **ctx.trainer_kwargs)
 
 
-@register_builder("trl", "grpo", launchers=MULTI)
+@register_builder("trl", "reward", model_kinds=("sequence_classification",), sampling=True)
+def build_reward(ctx: TrainContext):
+    from trl import RewardConfig, RewardTrainer
+
+    p = params_as(ctx.cfg.algorithm, reward.Params)
+    args = RewardConfig(
+        **ctx.common_args,
+        max_length=ctx.cfg.data.max_length,
+        center_rewards_coefficient=p.center_rewards_coefficient,
+    )
+    return RewardTrainer(args=args, **ctx.trainer_kwargs)
+
+
+@register_builder("trl", "grpo", launchers=MULTI, sampling=True)
 def build_grpo(ctx: TrainContext):
     from trl import GRPOConfig, GRPOTrainer
 
@@ -140,7 +209,7 @@ def build_grpo(ctx: TrainContext):
     return GRPOTrainer(args=args, reward_funcs=ctx.reward_funcs, **ctx.trainer_kwargs)
 
 
-@register_builder("trl", "rloo")
+@register_builder("trl", "rloo", sampling=True)
 def build_rloo(ctx: TrainContext):
     from trl import RLOOConfig, RLOOTrainer
 
@@ -160,6 +229,8 @@ def build_rloo(ctx: TrainContext):
     "ppo",
     resume=False,
     notes="TRL's experimental PPO has no checkpoint resume; reward and value models are sequence classifiers",
+    requires_reward_model=True,
+    hooks=PPOHooks(),
 )
 def build_ppo(ctx: TrainContext):
     from transformers import AutoModelForSequenceClassification
@@ -171,7 +242,7 @@ def build_ppo(ctx: TrainContext):
     if total_episodes is None and t.max_steps is not None:
         total_episodes = t.max_steps * t.per_device_batch_size * t.gradient_accumulation_steps * ctx.world_size
     reward_model_path = p.reward_model_path
-    assert reward_model_path is not None  # the PPO params' check: engine trl's PPO needs a reward model
+    assert reward_model_path is not None  # requires_reward_model: validation refuses PPO without one
     reward_path = ctx.resolve(reward_model_path)
     value_path = ctx.resolve(p.value_model_path or reward_model_path)
     args = PPOConfig(
@@ -205,16 +276,3 @@ def build_ppo(ctx: TrainContext):
     return PPOTrainer(
         args=args, ref_model=None, reward_model=reward_model, value_model=value_model, **ctx.trainer_kwargs
     )
-
-
-@register_builder("trl", "reward", model_kinds=("sequence_classification",))
-def build_reward(ctx: TrainContext):
-    from trl import RewardConfig, RewardTrainer
-
-    p = params_as(ctx.cfg.algorithm, reward.Params)
-    args = RewardConfig(
-        **ctx.common_args,
-        max_length=ctx.cfg.data.max_length,
-        center_rewards_coefficient=p.center_rewards_coefficient,
-    )
-    return RewardTrainer(args=args, **ctx.trainer_kwargs)

@@ -15,19 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from training_platform.core.paths import resolve_model_ref
-from training_platform.training.algorithms import ppo
-from training_platform.training.algorithms.base import params_as
 from training_platform.training.config import JobConfig
 from training_platform.training.distributed import DistContext
 from training_platform.training.engines import require_builder
 from training_platform.training.engines.base import EngineResult
-from training_platform.training.engines.trl.callbacks import (
-    CheckpointCallback,
-    MetricsCallback,
-    PPORolloutCallback,
-    RolloutCallback,
-    StopCallback,
-)
+from training_platform.training.engines.trl.callbacks import CheckpointCallback, MetricsCallback, StopCallback
+from training_platform.training.engines.trl.hooks import TRLHooks
 from training_platform.training.rollouts import RolloutWriter
 from training_platform.training.run_writer import RunWriter
 from training_platform.training.rundir import RunDir
@@ -178,22 +171,6 @@ def _to_dataset(rows: list[dict]):
     return Dataset.from_list(rows)
 
 
-def _tokenize_prompts(dataset, tokenizer, max_length: int):
-    """PPO consumes prompts as `input_ids` (chat template + generation prompt for conversational prompts)."""
-
-    def encode(row):
-        prompt = row["prompt"]
-        if isinstance(prompt, list):
-            ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
-            if isinstance(ids, dict):
-                ids = ids["input_ids"]
-        else:
-            ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        return {"input_ids": list(ids)[-max_length:]}
-
-    return dataset.map(encode, remove_columns=dataset.column_names)
-
-
 class TRLEngine:
     name = "trl"
 
@@ -214,6 +191,8 @@ class TRLEngine:
         from training_platform.training.rewards import build_reward_function
 
         spec = cfg.spec
+        builder = require_builder(self.name, spec.name)
+        hooks: TRLHooks = builder.hooks or TRLHooks()
         transformers.set_seed(cfg.training.seed)
         device = pick_device(cfg)
         cuda = device == "cuda"
@@ -262,10 +241,9 @@ class TRLEngine:
         elif cfg.data.eval_split > 0:
             split = train_dataset.train_test_split(test_size=cfg.data.eval_split, seed=cfg.data.shuffle_seed)
             train_dataset, eval_dataset = split["train"], split["test"]
-        if spec.name == "ppo":
-            train_dataset = _tokenize_prompts(train_dataset, tokenizer, cfg.data.max_length)
-            if eval_dataset is not None:
-                eval_dataset = _tokenize_prompts(eval_dataset, tokenizer, cfg.data.max_length)
+        train_dataset = hooks.prepare_dataset(train_dataset, tokenizer, cfg)
+        if eval_dataset is not None:
+            eval_dataset = hooks.prepare_dataset(eval_dataset, tokenizer, cfg)
         if not cfg.training.eval_steps:
             eval_dataset = None  # TRL preprocesses eval data even when it never evaluates
         buckets = None
@@ -283,12 +261,11 @@ class TRLEngine:
             for warning in weight_warnings if writer.is_main else ():
                 log.warning(warning)
 
-        builder = require_builder(self.name, spec.name)
         from training_platform.training.rewards.llm_judge import judge_metrics_source
 
         metrics = MetricsCallback(
             writer,
-            loss_from=_ppo_loss(cfg) if spec.name == "ppo" else None,
+            loss_from=hooks.loss_from(cfg),
             extra=judge_metrics_source(reward_funcs, writer),
         )
         callbacks = [
@@ -296,7 +273,7 @@ class TRLEngine:
             CheckpointCallback(writer, dist),
             StopCallback(stop, raise_on_stop=not builder.capabilities.resume),
         ]
-        rollouts = _rollout_callback(cfg, run, dist, tokenizer)
+        rollouts = _rollout_callback(cfg, run, dist, tokenizer, hooks)
         if rollouts is not None:
             callbacks.insert(1, rollouts)  # after the metric row of the same step
         ctx = TrainContext(
@@ -346,17 +323,14 @@ class TRLEngine:
         if stop.stopped is not None:  # the request came with (or after) the last step: nothing is left to train
             log.info("stop (%s) at step %d, the last one: the run is complete", stop.stopped, step)
         if writer.is_main:
-            self._save_final(cfg, run, writer, trainer, tokenizer)
+            self._save_final(cfg, run, writer, hooks.final_model(trainer), tokenizer)
         dist.barrier()  # no rank exits (tearing down the group) before the final model is written
         return EngineResult(step=step, stopped=None, summary=metrics.summary)
 
-    def _save_final(self, cfg: JobConfig, run: RunDir, writer: RunWriter, trainer, tokenizer) -> None:
+    def _save_final(self, cfg: JobConfig, run: RunDir, writer: RunWriter, model, tokenizer) -> None:
         final = run.final
         tmp = run.path / ".final.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        model = trainer.model
-        if cfg.spec.name == "ppo":
-            model = trainer.policy_model
         if cfg.model.lora is not None:
             adapter_dir = run.path / "final_adapter"
             shutil.rmtree(adapter_dir, ignore_errors=True)
@@ -374,15 +348,11 @@ class TRLEngine:
         log.info("final model saved: %s", final if model is not None else run.path / "final_adapter")
 
 
-def _rollout_callback(cfg: JobConfig, run: RunDir, dist: DistContext, tokenizer):
+def _rollout_callback(cfg: JobConfig, run: RunDir, dist: DistContext, tokenizer, hooks: TRLHooks):
     """RL: the callback that keeps a sample of each logging step's rollouts (rollouts.jsonl), or None."""
     if cfg.spec.data_kind != "rl" or cfg.training.rollout_samples_per_step == 0:
         return None
-    rollouts = RolloutWriter.for_job(cfg, run, rank=dist.rank)
-    if cfg.spec.name == "ppo":
-        penalty = params_as(cfg.algorithm, ppo.Params).missing_eos_penalty
-        return PPORolloutCallback(rollouts, tokenizer, missing_eos_penalty=penalty)
-    return RolloutCallback(rollouts)
+    return hooks.rollout_callback(cfg, RolloutWriter.for_job(cfg, run, rank=dist.rank), tokenizer)
 
 
 def _install_sampling(cfg: JobConfig, run: RunDir, writer: RunWriter, trainer, buckets, dist: DistContext) -> None:
@@ -416,15 +386,3 @@ def _install_sampling(cfg: JobConfig, run: RunDir, writer: RunWriter, trainer, b
                 for i, st in enumerate(record.get("stages", []))
             ),
         )
-
-
-def _ppo_loss(cfg: JobConfig):
-    vf_coef = params_as(cfg.algorithm, ppo.Params).vf_coef
-
-    def loss_from(logs: dict) -> float | None:
-        # TRL's PPO logs the two terms it optimises (pg_loss + vf_coef * vf_loss) but not their sum.
-        if "loss/policy_avg" in logs and "loss/value_avg" in logs:
-            return logs["loss/policy_avg"] + vf_coef * logs["loss/value_avg"]
-        return None
-
-    return loss_from
