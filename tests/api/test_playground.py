@@ -102,7 +102,7 @@ def _live_workers() -> int:
 def served(data_dir, tmp_path_factory) -> Iterator[Served]:
     import redis
 
-    from training_platform.workers.launcher import inference_worker_argv
+    from training_platform.cli.processes import inference_worker_argv
 
     client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
     try:

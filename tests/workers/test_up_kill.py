@@ -19,7 +19,7 @@ import psutil
 import pytest
 from _wk import REPO, wait_for
 
-from training_platform.workers.launcher import EmbeddedRedis, free_port
+from training_platform.cli.processes import EmbeddedRedis, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -13,20 +13,15 @@ import psutil
 import pytest
 from _wk import wait_for
 
-from training_platform.workers.launcher import (
-    EmbeddedRedis,
-    RestartPolicy,
-    Supervisor,
-    free_port,
-    stop_stale_redis,
-)
+from training_platform.cli.process_supervisor import ProcessSupervisor, RestartPolicy
+from training_platform.cli.processes import EmbeddedRedis, free_port, stop_stale_redis
 
 pytestmark = pytest.mark.integration
 
 PY = sys.executable
 
 
-def _run(supervisor: Supervisor, until, timeout: float = 20):
+def _run(supervisor: ProcessSupervisor, until, timeout: float = 20):
     """check() every 50 ms until `until()` is true; returns the give-up message if there was one."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -40,7 +35,7 @@ def _run(supervisor: Supervisor, until, timeout: float = 20):
 def test_a_child_that_exits_is_restarted_with_backoff_then_given_up_on():
     lines: list[str] = []
     policy = RestartPolicy(max_crashes=4, window_s=60, backoff_initial_s=0.1, backoff_max_s=0.4)
-    supervisor = Supervisor(dict(os.environ), policy, echo=lines.append)
+    supervisor = ProcessSupervisor(dict(os.environ), policy, echo=lines.append)
     supervisor.add("crasher", [PY, "-c", "import sys; sys.exit(3)"])
     supervisor.add("steady", [PY, "-c", "import time; time.sleep(60)"])
     steady = supervisor.start("steady")
@@ -66,7 +61,7 @@ def test_the_dead_childs_group_is_cleared_before_a_restart():
     the grace), and the child is restarted only once they are gone."""
     lines: list[str] = []
     policy = RestartPolicy(max_crashes=5, window_s=60, backoff_initial_s=0.05, backoff_max_s=0.05)
-    supervisor = Supervisor(dict(os.environ), policy, echo=lines.append, group_grace_s=1.0)
+    supervisor = ProcessSupervisor(dict(os.environ), policy, echo=lines.append, group_grace_s=1.0)
     # The grandchild ignores SIGTERM: only the SIGKILL after group_grace_s ends it.
     grandchild = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
     script = (

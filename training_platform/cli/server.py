@@ -10,8 +10,8 @@ import sys
 
 import typer
 
+from training_platform.cli import process_supervisor, processes
 from training_platform.cli.common import err as _err
-from training_platform.workers import launcher
 
 
 def _exec(argv: list[str]) -> None:
@@ -27,7 +27,7 @@ def db_upgrade():
     from training_platform.db.migrate import upgrade
 
     upgrade()
-    typer.echo(f"database at the latest revision: {launcher._redact_url(get_settings().db_url)}")
+    typer.echo(f"database at the latest revision: {process_supervisor.redact_url(get_settings().db_url)}")
 
 
 def users_create(
@@ -61,7 +61,7 @@ def worker_cmd(
     loglevel: str = typer.Option("INFO", "--loglevel", "-l"),
 ):
     """Run a Celery worker (prefork pool, fair scheduling) that trains queued jobs."""
-    _exec(launcher.worker_argv(queues=queues, concurrency=concurrency, name=name, loglevel=loglevel))
+    _exec(processes.worker_argv(queues=queues, concurrency=concurrency, name=name, loglevel=loglevel))
 
 
 def beat_cmd(loglevel: str = typer.Option("INFO", "--loglevel", "-l")):
@@ -73,7 +73,7 @@ def beat_cmd(loglevel: str = typer.Option("INFO", "--loglevel", "-l")):
 
     data_dir = get_settings().data_path
     data_dir.mkdir(parents=True, exist_ok=True)
-    _exec(launcher.beat_argv(data_dir / "celerybeat-schedule", loglevel=loglevel))
+    _exec(processes.beat_argv(data_dir / "celerybeat-schedule", loglevel=loglevel))
 
 
 WORKERS_HELP = "API processes serving one socket (default: the number of cores)."
@@ -83,13 +83,13 @@ def api_cmd(
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8000, "--port"),
     workers: int | None = typer.Option(None, "--workers", "-w", min=1, help=WORKERS_HELP),
-    app: str = typer.Option(launcher.DEFAULT_API_APP, "--app", hidden=True, help="ASGI application to serve."),
+    app: str = typer.Option(processes.DEFAULT_API_APP, "--app", hidden=True, help="ASGI application to serve."),
 ):
     """Serve the HTTP API (uvicorn; several processes with --workers, restarted by uvicorn if one dies)."""
-    if not launcher.api_app_exists(app):
+    if not processes.api_app_exists(app):
         _err(f"error: the API application {app!r} cannot be imported")
         raise typer.Exit(2)
-    _exec(launcher.api_argv(host=host, port=port, app=app, workers=workers or launcher.default_api_workers()))
+    _exec(processes.api_argv(host=host, port=port, app=app, workers=workers or processes.default_api_workers()))
 
 
 def up_cmd(
@@ -97,7 +97,7 @@ def up_cmd(
     port: int = typer.Option(8000, "--port"),
     grace: float = typer.Option(60.0, "--grace", min=0, help="Seconds to let a running job checkpoint on stop."),
     api_workers: int | None = typer.Option(None, "--api-workers", min=1, help=WORKERS_HELP),
-    app: str = typer.Option(launcher.DEFAULT_API_APP, "--app", hidden=True, help="ASGI application to serve."),
+    app: str = typer.Option(processes.DEFAULT_API_APP, "--app", hidden=True, help="ASGI application to serve."),
     ray: bool = typer.Option(
         False,
         "--ray",
@@ -112,12 +112,12 @@ def up_cmd(
     inference worker (the playground, /openai/v1) and beat as child processes. A child that dies is restarted (with
     backoff; after TP_UP_MAX_CRASHES exits within TP_UP_CRASH_WINDOW s `tp up` gives up and exits 1). Ctrl-C / SIGTERM
     stops them all (a running job checkpoints and is requeued). See docs/operations.md."""
-    code = launcher.run_platform(
+    code = process_supervisor.run_platform(
         host=host,
         port=port,
         app=app,
         grace_s=grace,
-        api_workers=api_workers or launcher.default_api_workers(),
+        api_workers=api_workers or processes.default_api_workers(),
         ray=ray,
         echo=lambda message: typer.echo(message),
     )
