@@ -10,7 +10,7 @@ pytestmark = pytest.mark.unit
 
 class Collect:
     def __init__(self, boundary: bytes):
-        from training_platform.api.routes.datasets import MultipartStream
+        from training_platform.api.multipart import MultipartStream
 
         class Parser(MultipartStream):
             def part_begin(inner, name, filename):  # noqa: N805
@@ -53,7 +53,7 @@ def test_multipart_stream_any_chunking(chunk):
 
 
 def test_multipart_stream_rejects_truncated_and_malformed_bodies():
-    from training_platform.api.routes.datasets import MultipartError, _content_disposition
+    from training_platform.api.multipart import MultipartError, content_disposition
 
     collect = Collect(b"XyZ")
     collect.parser.feed(_body("XyZ", b"data")[:-20])
@@ -62,7 +62,7 @@ def test_multipart_stream_rejects_truncated_and_malformed_bodies():
     collect = Collect(b"XyZ")
     with pytest.raises(MultipartError, match="Content-Disposition"):
         collect.parser.feed(b"--XyZ\r\nContent-Type: text/plain\r\n\r\nx\r\n--XyZ--")
-    assert _content_disposition("form-data; name=file; filename*=UTF-8''na%C3%AFve.jsonl") == {
+    assert content_disposition("form-data; name=file; filename*=UTF-8''na%C3%AFve.jsonl") == {
         "name": "file",
         "filename": "na\u00efve.jsonl",
     }

@@ -30,9 +30,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import Field
 
 from training_platform.data.text import normalize_for_exact, shingle_words
 
@@ -247,13 +248,17 @@ class UnionFind:
 
 @dataclass
 class DedupConfig:
-    threshold: float = 0.8
-    num_perm: int = 128
-    ngram: int = 5
-    bands: int | None = None
-    rows: int | None = None
-    margin: float | None = None  # None: 3 standard deviations of the estimator at the threshold
-    seed: int = 1
+    """Dedup parameters. The `Field` bounds are what the platform accepts (the dataset operation's params are built
+    from these fields: data/operations/dedup.py); `resolved()` checks what the algorithm itself needs."""
+
+    threshold: Annotated[float, Field(gt=0, le=1)] = 0.8
+    num_perm: Annotated[int, Field(ge=2, le=1024)] = 128
+    ngram: Annotated[int, Field(ge=1, le=64)] = 5
+    bands: Annotated[int | None, Field(ge=1, le=1024)] = None
+    rows: Annotated[int | None, Field(ge=1, le=1024)] = None
+    # None: 3 standard deviations of the estimator at the threshold
+    margin: Annotated[float | None, Field(ge=0, lt=1)] = None
+    seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = 1
     exact: bool = True
     near: bool = True
     keep: Literal["first", "best"] = "first"

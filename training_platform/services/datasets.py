@@ -1,6 +1,7 @@
-"""Datasets as content-hashed versions: the content store, ingest (upload/register), dataset operations, lineage,
-references and deletion. Shared by the API (`api/routes/datasets.py`) and the data worker (`workers/data_tasks.py`);
-the row-level work is the data factory's domain code (`training_platform.data`).
+"""Datasets as content-hashed versions: the content store, ingest (upload/register), versions, lineage, references
+and deletion (the operations on a version: services/dataset_operations.py). Shared by the API
+(`api/routes/datasets.py`) and the data worker (`workers/data_tasks.py`); the row-level work is the data factory's
+domain code (`training_platform.data`).
 
 Ingest (the `ingest` data job of an upload or registration): `prepare_ingest` validates a staged file under
 the caps of docs/limits.md (no database), `store_ingest` records it as a version.
@@ -20,47 +21,48 @@ A version's `path` is stored relative to TP_DATA_DIR, so a training config can u
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import re
 import shutil
 import stat
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import Text, cast, or_, update
 from sqlmodel import Session, col, select
 
-from training_platform.core.errors import InvalidInput, pydantic_errors
-from training_platform.core.path_policy import Reader, check_marked, check_path, is_hub_id, resolve_path, shown
+from training_platform.core.errors import InvalidInput
+from training_platform.core.path_policy import resolve_path
 from training_platform.core.settings import Settings
 from training_platform.core.timeutil import utcnow
-from training_platform.core.userpath import UserDir, UserFile, user_paths
+from training_platform.data.operations import jsonable
+from training_platform.data.operations.decontaminate import DecontaminateParams as DecontaminateParams
+from training_platform.data.operations.score import ScoreParams as ScoreParams
 from training_platform.db import crud
 from training_platform.db.models import TERMINAL, Dataset, DatasetVersionRecord, Job, User, row_id
+from training_platform.services.dataset_operations import PARAMS as PARAMS
+from training_platform.services.dataset_operations import OperationInvalid as OperationInvalid
+from training_platform.services.dataset_operations import OperationOutput as OperationOutput
+from training_platform.services.dataset_operations import operation_paths as operation_paths
+from training_platform.services.dataset_operations import run_operation as run_operation
+from training_platform.services.dataset_operations import validate_operation as validate_operation
 
 log = logging.getLogger("training_platform.datasets")
+# (`X as X` above: the operations' names, importable from here too; they live in services/dataset_operations.py.)
 
 STORE = "datasets"
 SUPPORTED = (".jsonl", ".json", ".parquet", ".csv")
 MAX_REPORTED_ERRORS = 50  # row problems listed in a refused upload's 422
 MAX_REPORT_ITEMS = 200  # list items kept per list in the report stored in the database
 MAX_LINEAGE = 1000
-OPERATIONS = ("clean", "dedup", "convert", "score", "decontaminate")
 # Data jobs that are not operations on a version: `ingest` (validate + store an uploaded/registered file) and
 # `audit` (compute a version's statistics).
 INGEST, AUDIT = "ingest", "audit"
 # The setting behind each cap of ReadLimits, named in refusals.
 CAP_SETTINGS = {"rows": "TP_MAX_DATASET_ROWS", "bytes": "TP_MAX_DATASET_EXPANDED_MB", "row_bytes": "TP_MAX_ROW_MB"}
-
-
-class OperationInvalid(InvalidInput):
-    """Bad operation parameters: [(loc, msg)] with locs like `params.recipe.operators[0].unit`."""
 
 
 class IngestRefused(InvalidInput):
@@ -143,19 +145,6 @@ def _put_content(file: Path, relpath: str, sha256: str, settings: Settings) -> N
     os.replace(file, target)
     with contextlib.suppress(OSError):
         target.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
-
-
-def jsonable(obj: Any) -> Any:
-    """Reports from the domain code may hold numpy scalars/arrays and Paths: make them plain JSON."""
-
-    def default(value: Any) -> Any:
-        if hasattr(value, "tolist"):  # numpy scalars and arrays
-            return value.tolist()
-        if isinstance(value, Path | set | tuple):
-            return str(value) if isinstance(value, Path) else list(value)
-        return str(value)
-
-    return json.loads(json.dumps(obj, default=default, ensure_ascii=False))
 
 
 def compact(obj: Any, max_items: int = MAX_REPORT_ITEMS) -> Any:
@@ -621,354 +610,3 @@ def remove_files(paths: list[Path], settings: Settings) -> None:
         else:
             with contextlib.suppress(OSError):
                 resolved.unlink(missing_ok=True)
-
-
-# ---------------------------------------------------------------------------------------------- operations
-
-
-class _Params(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-
-class CleanParams(_Params):
-    recipe: dict[str, Any] | list[Any] = Field(description="The cleaning recipe, inline (as the YAML, in JSON).")
-    format: str | None = Field(None, description="Row format (default: the recipe's, else detected).")
-    samples: int = Field(5, ge=0, le=50, description="Sample rows per operator in the report.")
-
-
-class DedupParams(_Params):
-    threshold: float = Field(0.8, gt=0, le=1)
-    num_perm: int = Field(128, ge=2, le=1024)
-    ngram: int = Field(5, ge=1, le=64)
-    bands: int | None = Field(None, ge=1, le=1024)
-    rows: int | None = Field(None, ge=1, le=1024)
-    margin: float | None = Field(None, ge=0, lt=1)
-    keep: Literal["first", "best"] = "first"
-    exact: bool = True
-    near: bool = True
-    seed: int = Field(1, ge=0, le=2**32 - 1)
-    fields: list[str] | None = None
-
-
-class ConvertParams(_Params):
-    to: str
-    data_source: str = "custom"
-    ability: str | None = None
-
-
-class JudgeParams(_Params):
-    """An LLM judge or reward model behind a named endpoint (see data/score.py JudgeConfig; no cache file here)."""
-
-    endpoint: str = Field(
-        min_length=1, max_length=64, description="The name of an endpoint the operator defined (GET /api/v1/endpoints)."
-    )
-    model: str = Field(min_length=1, max_length=256, description="A model the endpoint serves.")
-    mode: Literal["judge", "reward"] = "judge"
-    prompt_template: str | None = Field(
-        None, max_length=20_000, description="With {text}; default: a 0-10 quality grade."
-    )
-    max_score: float = Field(10.0, gt=0, le=1e6)
-    max_tokens: int = Field(8, ge=1, le=4096)
-    temperature: float = Field(0.0, ge=0, le=5)
-    reward_path: str = Field("/pooling", max_length=200, description="reward mode: the path under the endpoint.")
-    timeout_s: float = Field(30.0, gt=0, le=600)
-    max_retries: int = Field(2, ge=0, le=10)
-    max_text_chars: int = Field(8000, ge=100, le=1_000_000)
-
-
-class ScoreParams(_Params):
-    heuristics: bool = True
-    fields: list[str] | None = None
-    perplexity_model: UserDir | None = Field(None, description="Local causal LM directory (path policy applies).")
-    max_length: int = Field(512, ge=8, le=8192)
-    by: str | None = Field(None, description="Keep rows by this score (with min/max/top_k).")
-    min: float | None = None
-    max: float | None = None
-    top_k: int | None = Field(None, ge=1, le=100_000_000)
-    lowest: bool = False
-    judge: JudgeParams | None = Field(
-        None, description="Also score with an LLM judge / reward model (stored as `judge` / `reward`)."
-    )
-
-
-class DecontaminateParams(_Params):
-    eval_sets: list[UserFile] = Field(min_length=1, max_length=50, description="Eval set files (path policy applies).")
-    ngram: int = Field(13, ge=1, le=64)
-    min_tokens: int = Field(8, ge=1, le=1_000_000)
-    min_matches: int = Field(1, ge=1, le=1_000_000)
-
-
-PARAMS: dict[str, type[_Params]] = {
-    "clean": CleanParams,
-    "dedup": DedupParams,
-    "convert": ConvertParams,
-    "score": ScoreParams,
-    "decontaminate": DecontaminateParams,
-}
-
-
-def _pydantic_errors(exc: ValidationError, model: type[BaseModel]) -> list[tuple[str, str]]:
-    return [
-        (e.path, f"unknown parameter; use {', '.join(model.model_fields)}")
-        if e.reason.startswith("unknown field")
-        else e
-        for e in pydantic_errors(exc, prefix="params", known_fields=model.model_fields)
-    ]
-
-
-def _local_path(
-    loc: str, value: str, settings: Settings, reader: Reader, *, kind: str = "file"
-) -> tuple[str, str] | None:
-    error = check_path(loc, value, settings, reader)
-    if error is not None:
-        return loc, error.reason
-    path = resolve_path(value, settings)
-    if kind == "file" and not path.is_file():
-        return loc, f"no such file: {shown(value, settings)}"
-    if kind == "dir" and not path.is_dir():
-        return loc, f"no such directory: {shown(value, settings)}"
-    return None
-
-
-def _judge_config(params: dict[str, Any]):
-    from training_platform.data.score import JudgeConfig
-
-    return JudgeConfig.model_validate({k: v for k, v in params.items() if v is not None})
-
-
-def _judge_errors(judge: JudgeParams, settings: Settings) -> list[tuple[str, str]]:
-    """The judge's endpoint known (operator's or admin-defined) and serving its model; checked at submission and
-    again by the data worker (validate_operation runs in both)."""
-    from training_platform.core.endpoints import EndpointConfigError, EndpointError
-    from training_platform.db.endpoints_crud import worker_resolver
-
-    try:
-        config = _judge_config(judge.model_dump())
-    except ValidationError as exc:
-        return list(pydantic_errors(exc, prefix="params.judge"))
-    try:
-        worker_resolver(settings).resolve(config.endpoint, config.model, field="endpoint", model_field="model")
-    except EndpointConfigError as exc:
-        log.error("endpoint configuration: %s", exc)
-        return [("params.judge.endpoint", "the operator's endpoint configuration is invalid; ask them to fix it")]
-    except EndpointError as exc:
-        return [(f"params.judge.{exc.field or 'endpoint'}", str(exc))]
-    return []
-
-
-def operation_paths(operation: str, params: dict[str, Any]) -> list[tuple[str, str, Any]]:
-    """Every path field (marked in the params models, the clean recipe's operators included) of validated,
-    normalised operation params, as (loc, value, marker)."""
-    parsed = PARAMS[operation].model_validate(params)
-    found = [(f"params.{loc}", value, marker) for loc, value, marker in user_paths(parsed)]
-    if isinstance(parsed, CleanParams):
-        from training_platform.data.clean import parse_recipe
-
-        for i, step in enumerate(parse_recipe(parsed.recipe).steps):
-            found += [
-                (f"params.recipe.operators[{i}].{loc}", value, marker) for loc, value, marker in user_paths(step.params)
-            ]
-    return found
-
-
-def validate_operation(
-    operation: str, params: Any, settings: Settings, *, reader: Reader, input_format: str | None = None
-) -> dict[str, Any]:
-    """Check an operation's parameters before a job is queued (and again in the worker, for the job's owner).
-    Returns them normalised (defaults filled in; a clean recipe in its full form), which is what the job runs and
-    what the version's lineage records. Every path (see `operation_paths`) must be readable by `reader`. Raises
-    OperationInvalid listing every problem as (loc, msg)."""
-    if operation not in PARAMS:
-        raise OperationInvalid([("operation", f"unknown operation {operation!r}; use one of {', '.join(OPERATIONS)}")])
-    if not isinstance(params, dict):
-        raise OperationInvalid([("params", f"must be an object, got {type(params).__name__}")])
-    try:
-        parsed = PARAMS[operation].model_validate(params)
-    except ValidationError as exc:
-        raise OperationInvalid(_pydantic_errors(exc, PARAMS[operation])) from None
-    errors: list[tuple[str, str]] = []
-    out = parsed.model_dump(mode="json")
-
-    if isinstance(parsed, CleanParams):
-        from training_platform.data.clean import RecipeError, parse_recipe
-        from training_platform.data.formats import DATA_FORMATS
-
-        try:
-            recipe = parse_recipe(parsed.recipe)
-        except RecipeError as exc:
-            errors += [
-                (f"params.recipe.{where}" if not where.startswith("<") else "params.recipe", why)
-                for where, why in exc.errors
-            ]
-        else:
-            for i, step in enumerate(recipe.steps):
-                tokenizer = getattr(step.params, "tokenizer", None)
-                if isinstance(tokenizer, str) and tokenizer and not is_hub_id(tokenizer, settings):
-                    problem = _local_path(
-                        f"params.recipe.operators[{i}].tokenizer", tokenizer, settings, reader, kind="dir"
-                    )
-                    if problem:
-                        errors.append(problem)
-            out["recipe"] = recipe.to_dict()
-        if parsed.format is not None and parsed.format not in DATA_FORMATS:
-            errors.append(("params.format", f"unknown format {parsed.format!r}; use one of {', '.join(DATA_FORMATS)}"))
-    elif isinstance(parsed, DedupParams):
-        from training_platform.data.dedup import DedupConfig
-
-        try:
-            DedupConfig(**{k: v for k, v in out.items() if k != "fields"}).resolved()
-        except ValueError as exc:  # the CLI's wording ("--bands and --rows go together"): in API terms
-            text = str(exc)
-            match = re.match(r"--([a-z][a-z-]*)(: )?", text)
-            field = match.group(1).replace("-", "_") if match else ""
-            if match and match.group(2):
-                text = text[match.end() :]
-            text = re.sub(r"--([a-z][a-z-]*)", lambda m: m.group(1).replace("-", "_"), text)
-            errors.append((f"params.{field}" if field in DedupParams.model_fields else "params", text))
-    elif isinstance(parsed, ConvertParams):
-        from training_platform.data.convert import can_convert, target_format
-
-        try:
-            out["to"] = target_format(parsed.to)
-        except ValueError as exc:
-            errors.append(("params.to", str(exc).split(": ", 1)[-1]))
-        else:
-            if input_format is not None and not can_convert(input_format, out["to"]):
-                errors.append(("params.to", f"format {input_format!r} cannot be converted to {out['to']!r}"))
-    elif isinstance(parsed, ScoreParams):
-        if parsed.by is None and (parsed.min is not None or parsed.max is not None or parsed.top_k is not None):
-            errors.append(("params.by", "name the score to filter on (e.g. quality) when giving min, max or top_k"))
-        if parsed.by is not None and parsed.min is None and parsed.max is None and parsed.top_k is None:
-            errors.append(("params.by", "give min, max or top_k to filter by a score"))
-        if parsed.perplexity_model:
-            problem = _local_path("params.perplexity_model", parsed.perplexity_model, settings, reader, kind="dir")
-            if problem:
-                errors.append(problem)
-        if parsed.judge is not None:
-            errors += _judge_errors(parsed.judge, settings)
-    elif isinstance(parsed, DecontaminateParams):
-        from training_platform.data.formats import SUPPORTED_SUFFIXES
-
-        for i, value in enumerate(parsed.eval_sets):
-            loc = f"params.eval_sets[{i}]"
-            problem = _local_path(loc, value, settings, reader)
-            if problem:
-                errors.append(problem)
-            elif Path(value).suffix.lower() not in (*SUPPORTED_SUFFIXES, ".ndjson"):
-                errors.append((loc, f"unsupported file type; use one of {', '.join(SUPPORTED_SUFFIXES)}"))
-    if not errors:  # every marked field, whatever the checks above covered (a new field cannot slip past)
-        errors += [(e.path, e.reason) for e in check_marked(operation_paths(operation, out), settings, reader)]
-    if errors:
-        raise OperationInvalid(errors)
-    return out
-
-
-@dataclass
-class OperationOutput:
-    file: Path
-    suffix: str
-    report: dict[str, Any]
-    stats: dict[str, Any]
-    format: str | None = None  # None: detected from the output rows
-
-
-def run_operation(
-    operation: str, params: dict[str, Any], source: Path, workdir: Path, settings: Settings
-) -> OperationOutput:
-    """Run one operation on `source` into `workdir` (in this process). Domain errors (DatasetError, RecipeError,
-    ValueError) propagate; the output file appears only when the whole operation succeeded."""
-    suffix = source.suffix.lower()
-    suffix = suffix if suffix in (".jsonl", ".parquet") else ".jsonl"  # .json/.csv inputs come out as JSONL
-    output = workdir / f"output{suffix}"
-    fmt: str | None = None
-    if operation == "clean":
-        from training_platform.data.clean import clean_file
-
-        report = clean_file(source, output, params["recipe"], fmt=params.get("format"), samples=params["samples"])
-        stats = {k: report[k] for k in ("input_rows", "output_rows", "removed_rows")}
-        fmt = report.get("format")
-    elif operation == "dedup":
-        from training_platform.data.dedup import DedupConfig, dedup_file
-
-        config = DedupConfig(**{k: v for k, v in params.items() if k != "fields"})
-        report = dedup_file(source, output, config, fields=params.get("fields"), workdir=workdir)
-        stats = {
-            k: report[k] for k in ("input_rows", "output_rows", "exact_duplicates", "near_duplicates", "duplicate_rate")
-        }
-        stats["clusters"] = len(report["clusters"])
-    elif operation == "convert":
-        from training_platform.data.convert import convert_file
-
-        if params["to"] == "verl":
-            output = workdir / "output.parquet"
-        elif output.suffix != ".jsonl":
-            output = workdir / "output.jsonl"
-        result = convert_file(
-            source, output, params["to"], data_source=params["data_source"], ability=params.get("ability")
-        )
-        report = result.to_dict()
-        stats = {
-            "input_rows": result.rows,
-            "output_rows": result.converted,
-            "source_format": result.source_format,
-            "target_format": result.target_format,
-        }
-    elif operation == "score":
-        from training_platform.data.score import score_file, score_then_filter
-
-        kwargs = {
-            "heuristics": params["heuristics"],
-            "fields": params.get("fields"),
-            "perplexity_model": resolve_path(params["perplexity_model"], settings)
-            if params.get("perplexity_model")
-            else None,
-            "perplexity_max_length": params["max_length"],
-        }
-        if params.get("judge"):
-            from training_platform.db.endpoints_crud import worker_resolver
-
-            kwargs.update(judge=_judge_config(params["judge"]), endpoints=worker_resolver(settings))
-        if params.get("by"):
-            report = score_then_filter(
-                source,
-                output,
-                by=params["by"],
-                min_value=params.get("min"),
-                max_value=params.get("max"),
-                top_k=params.get("top_k"),
-                lowest=params["lowest"],
-                **kwargs,
-            )
-            stats = {"input_rows": report["rows"], "output_rows": report["filter"]["output_rows"]}
-        else:
-            report = score_file(source, output, **kwargs)
-            stats = {"input_rows": report["rows"], "output_rows": report["rows"]}
-        stats["scores"] = {k: v.get("mean") for k, v in report.get("scores", {}).items()}
-    elif operation == "decontaminate":
-        from training_platform.data.contamination import decontaminate_file
-
-        eval_sets: list[str | Path] = [resolve_path(p, settings) for p in params["eval_sets"]]
-        report = decontaminate_file(
-            source,
-            output,
-            eval_sets,
-            n=params["ngram"],
-            min_tokens=params["min_tokens"],
-            min_matches=params["min_matches"],
-        )
-        stats = {
-            "input_rows": report["output_rows"] + report["removed_rows"],
-            "output_rows": report["output_rows"],
-            "removed_rows": report["removed_rows"],
-        }
-    else:  # pragma: no cover - validate_operation refuses it first
-        raise ValueError(f"unknown operation {operation!r}")
-    if not output.is_file():
-        raise RuntimeError(f"{operation} produced no output file")
-    report = jsonable(report)
-    for key in ("input", "output", "version"):  # temp paths and the domain's own version record: ours replaces them
-        report.pop(key, None)
-    if isinstance(report.get("filter"), dict):
-        for key in ("input", "output"):
-            report["filter"].pop(key, None)
-    return OperationOutput(file=output, suffix=output.suffix, report=report, stats=jsonable(stats), format=fmt)

@@ -1,5 +1,5 @@
-"""Data jobs (queue `data`): ingest of an uploaded or registered file, dataset operations (clean, dedup, convert,
-score, decontaminate) on a stored version, and the audit (statistics) of a version.
+"""Data jobs (queue `data`): ingest of an uploaded or registered file, dataset operations (the registry of
+`training_platform.data.operations`: clean, dedup, ...) on a stored version, and the audit (statistics) of a version.
 
 `run_next_data_job` is a wake-up like `run_next_training_job`: it claims the most urgent queued `data` job from the
 database (the supervisor's atomic claim, by kind) and runs it here, in this process: the operations are streaming
@@ -32,6 +32,7 @@ from training_platform.core.errors import InvalidInput
 from training_platform.core.settings import Settings, get_settings
 from training_platform.db.models import Dataset, DatasetVersionRecord, JobStatus, row_id
 from training_platform.db.session import session_scope
+from training_platform.services import dataset_operations
 from training_platform.services import datasets as dataset_service
 from training_platform.services import jobs as job_service
 from training_platform.taskqueue.app import app
@@ -473,7 +474,7 @@ class DataJobSupervisor:
         from training_platform.core.files import sha256_file
         from training_platform.services.access import reader_for_owner
 
-        if not isinstance(config, dict) or config.get("operation") not in dataset_service.OPERATIONS:
+        if not isinstance(config, dict) or config.get("operation") not in dataset_operations.operation_names():
             raise DataJobFailed("operation", f"not a dataset operation job config: {config!r:.200}")
         if not isinstance(config.get("version_id"), int) or not isinstance(config.get("dataset_id"), int):
             raise DataJobFailed("version_id", "the job config names no dataset version")
@@ -502,14 +503,14 @@ class DataJobSupervisor:
             if reader is None:
                 raise DataJobFailed("owner", f"the job's owner (user {owner_id}) no longer exists")
             try:
-                params = dataset_service.validate_operation(
+                params = dataset_operations.validate_operation(
                     config["operation"],
                     config.get("params") or {},
                     self.settings,
                     reader=reader,
                     input_format=version.format,
                 )
-            except dataset_service.OperationInvalid as exc:
+            except dataset_operations.OperationInvalid as exc:
                 raise DataJobFailed("params", str(exc)) from None
         checks = {
             "ok": True,
@@ -533,14 +534,14 @@ class DataJobSupervisor:
 
     def _operate(self, job_id: int, operation: str, params: dict, dataset_id: int, source: DatasetVersionRecord) -> str:
         source_path = dataset_service.absolute(source.path, self.settings)
-        if _needs_transformers(operation, params):
+        if dataset_operations.needs_transformers(operation, params):
             from training_platform.workers.tasks import _wait_for_warm_up
 
             _wait_for_warm_up()
         progress = InputProgress(source_path, self._progress)
         progress.start()
         try:
-            output = dataset_service.run_operation(operation, params, source_path, self.workdir, self.settings)
+            output = dataset_operations.run_operation(operation, params, source_path, self.workdir, self.settings)
         except Exception as exc:  # noqa: BLE001 - the operation's own failure (bad rows, recipe, tokenizer, ...)
             log.warning("job %s: %s failed: %s", job_id, operation, _first_lines(exc, 3))
             self.lease.finish(
@@ -572,7 +573,7 @@ class DataJobSupervisor:
         params: dict,
         dataset_id: int,
         source: DatasetVersionRecord,
-        output: dataset_service.OperationOutput,
+        output: dataset_operations.OperationOutput,
         described=None,
         audit: dict | None = None,
     ) -> str:
@@ -617,18 +618,6 @@ class DataJobSupervisor:
             job_service.transition(session, job, JobStatus.succeeded, reason)
         log.info("job %s: %s", job_id, reason)
         return JobStatus.succeeded.value
-
-
-def _needs_transformers(operation: str, params: dict) -> bool:
-    """transformers' lazy imports are not thread-safe: wait for the worker's warm-up import before using it."""
-    if operation == "score":
-        return bool(params.get("perplexity_model"))
-    if operation == "clean":
-        return any(
-            step.get("unit") == "tokens" or step.get("tokenizer")
-            for step in (params.get("recipe") or {}).get("operators", [])
-        )
-    return False
 
 
 @app.task(name=DATA_TASK, bind=True, acks_late=True, reject_on_worker_lost=True)
