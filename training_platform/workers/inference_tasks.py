@@ -6,6 +6,11 @@ this process's LRU cache (`inference.serving.ModelCache`, TP_INFERENCE_CACHE mod
 piece of text to the request's event list, then `done` (finish reasons, usage, timings) or `error` (a status and
 a message the API answers with). The protocol is `inference.channel`.
 
+A payload with `"kind": "pool"` (the `/openai/v1/pooling` route) scores `inputs` with a sequence-classification
+model (a reward model) instead of generating: no token events, one `done` event with `data` (the head's outputs per
+input, `inference.serving.pool`) and `prompt_tokens` per input. The same cache holds both kinds of model
+(`serving.load_served` picks the loader from the model's config).
+
 A worker consuming `inference` announces itself every few seconds (`channel.heartbeat`) once torch and
 transformers are imported, so the API answers 503 at once when no inference worker runs. `tp up` starts one (solo
 pool: the task runs in the worker's own process, one request at a time, the cache lives as long as the process).
@@ -34,6 +39,7 @@ MAX_NEW_TOKENS = 4096  # the API's bounds are tighter; these only keep a forged 
 MAX_MESSAGES = 1024
 MAX_PROMPT_CHARS = 1_000_000
 MAX_CHOICES = 16
+MAX_POOL_INPUTS = 256
 
 _cache = None
 _client = None
@@ -55,11 +61,11 @@ def model_cache():
     global _cache
     if _cache is None:
         from training_platform.core.settings import get_settings
-        from training_platform.inference.serving import ModelCache, load_model
+        from training_platform.inference.serving import ModelCache, load_served
 
         settings = get_settings()
         device = settings.inference_device
-        _cache = ModelCache(settings.inference_cache_size, loader=lambda path: load_model(path, device=device))
+        _cache = ModelCache(settings.inference_cache_size, loader=lambda path: load_served(path, device=device))
     return _cache
 
 
@@ -161,6 +167,41 @@ def _parse(payload: Any):
     return path, messages, params, timeout_s
 
 
+def _model_dir(payload: dict) -> Path:
+    from training_platform.core.path_policy import inside_allowed_roots
+    from training_platform.core.settings import get_settings
+
+    path = Path(str(payload["path"])).resolve()
+    if not inside_allowed_roots(path, get_settings()) or not (path / "config.json").is_file():
+        raise RequestRefused(404, f"model {payload.get('label')!r}: no model directory there any more")
+    return path
+
+
+def _parse_pool(payload: dict):
+    """A pooling message, checked: (model dir, input texts, timeout)."""
+    from training_platform.inference.serving import is_classifier
+
+    try:
+        inputs = payload["inputs"]
+        if not isinstance(inputs, list) or not inputs or len(inputs) > MAX_POOL_INPUTS:
+            raise ValueError(f"inputs must be a list of 1..{MAX_POOL_INPUTS} texts")
+        texts = [str(text) for text in inputs]
+        timeout_s = max(0.1, float(payload["timeout_s"]))
+        path = _model_dir(payload)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RequestRefused(400, f"malformed pooling request: {type(exc).__name__}: {exc}") from None
+    if sum(len(t) for t in texts) > MAX_PROMPT_CHARS:
+        raise RequestRefused(422, "the inputs are too long", "input")
+    if not is_classifier(path):
+        raise RequestRefused(
+            422,
+            f"model {payload.get('label')!r} generates text: /pooling serves sequence-classification models "
+            f"(reward models); use /chat/completions",
+            "model",
+        )
+    return path, texts, timeout_s
+
+
 def generates_text(path: Path) -> bool:
     """False for a model whose config names only classification heads (reward models, classifiers)."""
     import json
@@ -197,6 +238,8 @@ def generate(self, request_id: str, payload: dict) -> str:
         return "abandoned"
     chan.push({"type": "started", "worker": worker})
     label = str(payload.get("label", "")) if isinstance(payload, dict) else ""
+    if isinstance(payload, dict) and payload.get("kind") == "pool":
+        return _run_pool(request_id, chan, payload, label)
     path = Path("/nonexistent")
     started = time.monotonic()
     try:
@@ -251,6 +294,56 @@ def generate(self, request_id: str, payload: dict) -> str:
         result.prompt_tokens,
         result.completion_tokens,
         result.generate_s,
+        "cached" if cached else f"loaded in {load_s:.2f}s",
+    )
+    return "done"
+
+
+def _run_pool(request_id: str, chan: channel.WorkerChannel, payload: dict, label: str) -> str:
+    """Score the payload's inputs with its classification model; one `done` event (or `error`)."""
+    from training_platform.inference.serving import PromptError, pool
+
+    path = Path("/nonexistent")
+    started = time.monotonic()
+    try:
+        path, texts, timeout_s = _parse_pool(payload)
+        deadline = started + timeout_s
+        if _warm_up is not None:  # transformers' lazy imports are not thread-safe: let the warm-up finish
+            _warmed.wait(timeout=max(0.0, deadline - time.monotonic()))
+        classifier, cached = model_cache().get(path)
+        load_s = time.monotonic() - started
+        result = pool(classifier, texts, should_stop=chan.cancelled, deadline=deadline)
+    except RequestRefused as exc:
+        chan.push({"type": "error", "status": exc.status, "message": exc.message, "loc": exc.loc})
+        return "refused"
+    except PromptError as exc:
+        chan.push({"type": "error", "status": 422, "message": _scrub(str(exc), path, label), "loc": "input"})
+        return "refused"
+    except Exception as exc:  # noqa: BLE001 - reported to the caller, with the traceback in the worker's log
+        log.exception("pooling request %s on %s failed", request_id, label)
+        message = _scrub(
+            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}", path, label
+        )
+        chan.push({"type": "error", "status": 500, "message": f"pooling failed on {label}: {message}"})
+        return "failed"
+    chan.push(
+        {
+            "type": "done",
+            "data": result.data,
+            "prompt_tokens": result.prompt_tokens,
+            "timed_out": result.timed_out,
+            "cancelled": result.cancelled,
+            "timings": {"load_s": round(load_s, 4), "pool_s": round(result.pool_s, 4), "cached": cached},
+            "device": str(classifier.device),
+        }
+    )
+    log.info(
+        "pooling request %s on %s: %d inputs, %d tokens in %.2fs (%s)",
+        request_id,
+        label,
+        len(result.data),
+        sum(result.prompt_tokens),
+        result.pool_s,
         "cached" if cached else f"loaded in {load_s:.2f}s",
     )
     return "done"

@@ -3,6 +3,8 @@
     POST /api/v1/openai/v1/chat/completions   {"model": "job-3/final", "messages": [...], "max_tokens": 64,
                                                "temperature": 0, "seed": 1, "stream": false}
     GET  /api/v1/openai/v1/models             the models you may use: job-N/final, job-N/step_NNNNNN, registered
+    POST /api/v1/openai/v1/pooling            {"model": "demo-reward", "input": "2+3=5" | ["2+3=5", "2+3=7"]}
+                                              -> vLLM's /pooling answer: data[i].data = [score] for a reward model
 
 Model names: `job-N/final`, `job-N/step_000100` (a recorded checkpoint still on disk) or a registered model's name.
 Authenticated like the rest of the API (`Authorization: Bearer <token>`: an OpenAI client's api_key), so an
@@ -16,6 +18,13 @@ Supported: model, messages (system/developer/user/assistant with string content)
 max_completion_tokens (<= 1024, default 256), temperature [0, 2], top_p (0, 1], n (<= 16), stop (<= 4 strings),
 seed, stream, stream_options, user (ignored); presence/frequency penalties only at 0, logprobs only false. Anything
 else is a 422 naming the field.
+
+Pooling follows vLLM's `/pooling` (its PoolingResponse): `{"id": "pool-...", "object": "list", "created", "model",
+"data": [{"index": i, "object": "pooling", "data": [float, ...]}], "usage": {"prompt_tokens", "total_tokens",
+"completion_tokens": 0}}`, served by the inference workers for sequence-classification models only (a reward model:
+`data` is its one score; a classifier: its logits). So a data job's reward scorer (`JudgeClient`, `mode: reward`,
+`reward_path: /pooling`) can name this URL as its endpoint. Bounds: `input` a string or 1..64 strings, each <= 32,000
+characters, 64,000 in all; `encoding_format` only "float"; `user` ignored.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import re
 import secrets
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, status
@@ -37,8 +47,10 @@ from training_platform.api import inference_client, schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep
 from training_platform.api.routes.playground import (
     GENERATION_RESPONSES,
+    MAX_CONTENT_CHARS,
     MAX_MESSAGES,
     MAX_NEW_TOKENS,
+    MAX_TOTAL_CHARS,
     STEP_NAME,
     Content,
     ResolvedModel,
@@ -59,6 +71,7 @@ router = APIRouter(prefix="/openai/v1", tags=["openai"])
 JOB_MODEL = re.compile(r"^job-(\d{1,10})/(final|step_\d{1,10})$")
 MAX_CHOICES = 16  # choices are generated one after another (bounded by TP_INFERENCE_TIMEOUT)
 DEFAULT_MAX_TOKENS = 256
+MAX_POOL_INPUTS = 64
 
 
 class OpenAIMessage(schemas.RequestBody):
@@ -299,6 +312,111 @@ async def chat_completions(body: ChatCompletionRequest, session: SessionDep, use
             }
             for c in done.get("choices", [])
         ],
+    }
+
+
+# ---------------------------------------------------------------------------------------------- pooling
+
+
+PoolInput = Annotated[str, StringConstraints(max_length=MAX_CONTENT_CHARS)]
+
+
+class PoolingRequest(schemas.RequestBody):
+    model: Annotated[str, StringConstraints(min_length=1, max_length=256)] = Field(
+        description='A sequence-classification model (a reward model): "job-N/final", "job-N/step_000100" or a '
+        "registered model's name."
+    )
+    input: PoolInput | list[PoolInput] = Field(description="One text, or 1..64 texts, each scored as a whole.")
+    encoding_format: Literal["float"] = "float"
+    user: Annotated[str, StringConstraints(max_length=256)] | None = None
+
+    @field_validator("input")
+    @classmethod
+    def _bounded(cls, value):
+        texts = [value] if isinstance(value, str) else value
+        if not texts or len(texts) > MAX_POOL_INPUTS:
+            raise ValueError(f"1..{MAX_POOL_INPUTS} texts, got {len(texts)}")
+        total = sum(len(t) for t in texts)
+        if total > MAX_TOTAL_CHARS:
+            raise ValueError(f"the inputs hold {total} characters in all; at most {MAX_TOTAL_CHARS}")
+        return value
+
+
+class PoolingData(BaseModel):
+    index: int
+    object: Literal["pooling"]
+    data: list[float]
+
+
+class PoolingUsage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+    completion_tokens: int = 0
+
+
+class PoolingResponse(BaseModel):
+    id: str
+    object: Literal["list"]
+    created: int
+    model: str
+    data: list[PoolingData]
+    usage: PoolingUsage
+
+
+@dataclass
+class _PoolMessage(inference_client.InferenceRequest):
+    """The inference message of a pooling request (`kind: pool`): the texts instead of messages and sampling."""
+
+    inputs: list[str] = field(default_factory=list)
+
+    def payload(self, timeout_s: float) -> dict[str, Any]:
+        return {"kind": "pool", "path": self.path, "label": self.label, "inputs": self.inputs, "timeout_s": timeout_s}
+
+
+@router.post(
+    "/pooling",
+    response_model=PoolingResponse,
+    dependencies=[JsonBody],
+    responses={404: {"model": schemas.ErrorOut, "description": "No such model, or not yours"}, **GENERATION_RESPONSES},
+)
+async def pooling(body: PoolingRequest, session: SessionDep, user: CurrentUser):
+    """vLLM's /pooling on the platform's sequence-classification models: a reward model's score per input text."""
+    resolved = await run_in_threadpool(resolve_name, session, user, body.model)
+    texts = [body.input] if isinstance(body.input, str) else list(body.input)
+    request = _PoolMessage(
+        path=resolved.path,
+        label=resolved.label,
+        messages=[],
+        max_new_tokens=1,
+        temperature=0.0,
+        top_p=1.0,
+        seed=0,
+        inputs=texts,
+    )
+    pending = await inference_client.start(request, row_id(user))
+    try:
+        done = await pending.result()
+    except inference_client.GenerationTimeout as exc:
+        raise HTTPException(status.HTTP_504_GATEWAY_TIMEOUT, detail=str(exc)) from None
+    finally:
+        await pending.close()
+    if done.get("timed_out"):
+        timeout_s = get_settings().inference_timeout_s
+        raise HTTPException(
+            status.HTTP_504_GATEWAY_TIMEOUT,
+            detail=f"the scoring did not finish within TP_INFERENCE_TIMEOUT={timeout_s:g}s; it was stopped",
+        )
+    prompt_tokens = sum(int(n) for n in done.get("prompt_tokens", []))
+    return {
+        "id": f"pool-{pending.request_id}",
+        "object": "list",
+        "created": int(time.time()),
+        "model": body.model,
+        "data": [
+            {"index": i, "object": "pooling", "data": [float(v) for v in values]}
+            for i, values in enumerate(done.get("data", []))
+        ],
+        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens, "completion_tokens": 0},
     }
 
 
