@@ -1,7 +1,7 @@
 // A small typed client for /api/v1: bearer token from localStorage, JSON in and out, FastAPI errors parsed into
 // a list of {loc, msg}. A 401 calls the handler set by the auth store (which shows the token prompt).
 import type {
-  BenchmarkInfo, Checkpoint, Dashboard, RayCluster, Dataset, IngestQueued, DatasetOperation, DatasetStats, DatasetVersion,
+  BenchmarkInfo, Checkpoint, Dashboard, RayCluster, Dataset, IngestQueued, DatasetOperation, DatasetOperationInfo, DatasetStats, DatasetVersion,
   DatasetVersionDetail, Evaluation, EvaluationDetail, Job, JobEvent, Leaderboard, MetricsOut, Page, RowsPage, Sample,
   Schedule, User,
 } from './types'
@@ -298,6 +298,8 @@ export const api = {
   /** The worker's audit report; a Job (202) when it is being computed (the `audit` data job). */
   versionStats: (id: number, versionId: number, refresh = false) =>
     request<DatasetStats | Job>('GET', `/datasets/${id}/versions/${versionId}/stats`, { query: { refresh: refresh || undefined } }),
+  /** The registered dataset operations with their params' JSON Schemas and example params. */
+  listDatasetOperations: () => request<Record<DatasetOperation, DatasetOperationInfo>>('GET', '/datasets/operations'),
   /** 202: the operation runs as a `data` job; its result is a new version whose parent is this one. */
   createOperation: (
     id: number,

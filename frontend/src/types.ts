@@ -258,10 +258,19 @@ export interface User {
 
 // ---- datasets (content-addressed immutable versions with lineage) ----
 
-export const DATASET_OPERATIONS = ['clean', 'dedup', 'convert', 'score', 'decontaminate'] as const
 /** Row formats the server knows (upload `format`, convert `to`); `verl` is rl_prompt for verl. */
 export const DATA_FORMATS = ['messages', 'sharegpt', 'alpaca', 'prompt_completion', 'text', 'preference', 'kto', 'rl_prompt', 'verl']
-export type DatasetOperation = (typeof DATASET_OPERATIONS)[number]
+/** A registered dataset operation's name (the server's registry: GET /datasets/operations lists them). */
+export type DatasetOperation = string
+/** One entry of GET /datasets/operations. */
+export interface DatasetOperationInfo {
+  description: string
+  /** JSON Schema of its `params` (defaults included) */
+  params_schema: Record<string, unknown>
+  /** the params the form starts from; `example_by_format[format]` when the input version has that format */
+  example: Record<string, unknown>
+  example_by_format: Record<string, Record<string, unknown>>
+}
 
 export interface Dataset {
   id: number

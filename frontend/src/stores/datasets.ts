@@ -1,41 +1,10 @@
 import { defineStore } from 'pinia'
 import { ref } from 'vue'
 import { api } from '../api'
-import type { Dataset, DatasetOperation, DatasetVersion, IngestQueued, IngestResult, Job } from '../types'
+import type {
+  Dataset, DatasetOperation, DatasetOperationInfo, DatasetVersion, IngestQueued, IngestResult, Job,
+} from '../types'
 import { ACTIVE_STATUSES } from '../types'
-
-/** A params example per operation, prefilled in the "Run operation" form. `format` is the input version's. */
-export function operationExample(op: DatasetOperation, format: string | null = null): Record<string, unknown> {
-  switch (op) {
-    case 'clean':
-      return {
-        recipe: {
-          operators: [
-            { op: 'fix_unicode' },
-            { op: 'normalize_whitespace' },
-            { op: 'turn_filter' },
-            { op: 'length_filter', unit: 'words', min: 1, max: 4000 },
-          ],
-        },
-      }
-    case 'dedup':
-      return { threshold: 0.8, num_perm: 128, ngram: 5, keep: 'first', exact: true, near: true }
-    case 'convert':
-      return { to: format === 'messages' ? 'alpaca' : 'messages' }
-    case 'score':
-      return { heuristics: true, by: 'quality', min: 0.3 }
-    case 'decontaminate':
-      return { eval_sets: ['demo/data/gsm8k_eval.jsonl'], ngram: 13 }
-  }
-}
-
-export const OPERATION_HELP: Record<DatasetOperation, string> = {
-  clean: 'A cleaning recipe: {"recipe": {"operators": [{"op": …}, …]}} (as the YAML recipes, in JSON); optional format, samples.',
-  dedup: 'Exact and MinHash near-duplicate removal: threshold, num_perm, ngram, bands/rows, margin, keep (first|best), exact, near, seed, fields.',
-  convert: 'Convert the rows to another format: {"to": FORMAT}; optional data_source, ability (verl).',
-  score: 'Score rows (heuristics, perplexity_model, fields, max_length); keep rows by a score with by + min/max/top_k (lowest).',
-  decontaminate: 'Drop rows sharing n-grams with eval sets: eval_sets (server paths), ngram, min_tokens, min_matches.',
-}
 
 export const useDatasetsStore = defineStore('datasets', () => {
   // The datasets table: its search and page survive leaving and coming back.
@@ -50,6 +19,31 @@ export const useDatasetsStore = defineStore('datasets', () => {
    * one request per current version. Versions are immutable: each is fetched once.
    */
   const versions = ref<Record<number, DatasetVersion>>({})
+
+  /** The server's registered operations (GET /datasets/operations: names, help, params schemas, examples). */
+  const operations = ref<Record<DatasetOperation, DatasetOperationInfo>>({})
+  let operationsLoad: Promise<void> | null = null
+
+  /** Load the operations once (a failure lets the next call try again). */
+  function fetchOperations(): Promise<void> {
+    operationsLoad ??= api.listDatasetOperations().then(
+      (ops) => {
+        operations.value = ops
+      },
+      (err: unknown) => {
+        operationsLoad = null
+        throw err
+      },
+    )
+    return operationsLoad
+  }
+
+  /** The params example of an operation, prefilled in the "Run operation" form; `format` is the input version's. */
+  function operationExample(op: DatasetOperation, format: string | null = null): Record<string, unknown> {
+    const info = operations.value[op]
+    if (!info) return {}
+    return (format != null ? info.example_by_format[format] : undefined) ?? info.example
+  }
 
   function remember(v: DatasetVersion): void {
     versions.value[v.id] = v
@@ -106,5 +100,8 @@ export const useDatasetsStore = defineStore('datasets', () => {
     return api.createOperation(datasetId, versionId, { operation, params, ...extra })
   }
 
-  return { items, total, limit, offset, q, loaded, versions, remember, fetchList, upload, waitJob, ingestResult, runOperation }
+  return {
+    items, total, limit, offset, q, loaded, versions, operations, remember, fetchList, fetchOperations, operationExample,
+    upload, waitJob, ingestResult, runOperation,
+  }
 })
