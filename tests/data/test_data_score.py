@@ -72,7 +72,18 @@ class FakeJudge:
                 200,
                 json={"choices": [{"message": {"role": "assistant", "content": f"Score: {len(text.split()) % 11}"}}]},
             )
-        return httpx.Response(200, json={"data": [{"index": 0, "data": [len(body["input"]) / 10]}]})
+        # vLLM's /pooling answer (the platform's own, proved in tests/api/test_pooling.py, has the same shape)
+        return httpx.Response(
+            200,
+            json={
+                "id": "pool-1",
+                "object": "list",
+                "created": 0,
+                "model": body["model"],
+                "data": [{"index": 0, "object": "pooling", "data": [len(body["input"]) / 10]}],
+                "usage": {"prompt_tokens": 1, "total_tokens": 1, "completion_tokens": 0},
+            },
+        )
 
 
 @pytest.mark.unit
@@ -122,6 +133,8 @@ def test_judge_retries_server_errors_then_gives_up():
 
 @pytest.mark.unit
 def test_reward_mode():
+    """Parsing of a /pooling answer only: the reward path against a real served reward model is proved by
+    tests/api/test_pooling.py::test_reward_scorer_through_the_named_endpoint."""
     client = JudgeClient(
         {"endpoint": "rm", "model": "rm", "mode": "reward"},
         endpoints=ENDPOINTS,
