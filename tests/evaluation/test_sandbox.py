@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import uuid
@@ -381,7 +382,7 @@ def test_battery_leaves_no_sandbox_processes_at_all():
 
 USERNS_SCRIPT = r"""
 import json, sys
-sys.path.insert(0, sys.argv[1])
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
 from training_platform.evaluation.sandbox import Sandbox, SandboxLimits, detect_isolation
 info = detect_isolation()
 box = Sandbox(limits=SandboxLimits(wall_timeout_s=2, max_processes=8, memory_bytes=256 << 20),
@@ -416,10 +417,11 @@ def test_unprivileged_user_gets_the_user_namespace_sandbox(isolation):
             "--regid",
             "65534",
             "--clear-groups",
-            "/usr/bin/python3",
+            "/usr/bin/python3",  # a runtime the unprivileged user can run (the venv's base may be in /root)
             "-c",
             USERNS_SCRIPT,
             str(REPO),
+            sysconfig.get_paths()["purelib"],  # the venv's packages: settings are read through pydantic-settings
         ],
         capture_output=True,
         text=True,

@@ -93,6 +93,15 @@ class Settings(BaseSettings):
     # the retry backoff base of a failed delivery (retries after 1x, 4x, 16x it).
     webhook_hosts: str = Field("", validation_alias="TP_WEBHOOK_HOSTS", max_length=10_000)
     webhook_backoff_s: float = Field(5.0, validation_alias="TP_WEBHOOK_BACKOFF", ge=0, le=3600)
+    # The evaluation sandbox (evaluation/sandbox.py): code runs unisolated only when the operator says so; the bwrap
+    # binary (default: found on PATH); as root, the first uid programs run as (each claims one above it).
+    sandbox_allow_unsafe: bool = Field(False, validation_alias="TP_SANDBOX_ALLOW_UNSAFE")
+    sandbox_bwrap: str | None = Field(None, validation_alias="TP_SANDBOX_BWRAP", max_length=4096)
+    sandbox_uid_base: int = Field(1_500_000_000, validation_alias="TP_SANDBOX_UID_BASE", ge=1000, le=4_000_000_000)
+    # Gate reports a worker computed before the training process starts (training/gate_check.py).
+    gate_reports_dir: str | None = Field(None, validation_alias="TP_GATE_REPORTS_DIR", max_length=4096)
+    # prometheus_client's multiprocess directory (core/telemetry.py; default $TP_DATA_DIR/prometheus).
+    prometheus_multiproc_dir: str | None = Field(None, validation_alias="PROMETHEUS_MULTIPROC_DIR", max_length=4096)
 
     @property
     def data_path(self) -> Path:

@@ -35,10 +35,11 @@ _LABEL_VALUE = re.compile(r"[a-z0-9_.-]{1,32}")
 
 
 def multiproc_dir() -> Path:
-    configured = os.environ.get(ENV)
+    from training_platform.core.settings import current_settings, get_settings
+
+    configured = current_settings().prometheus_multiproc_dir
     if configured:
         return Path(configured)
-    from training_platform.core.settings import get_settings
 
     return get_settings().data_path / "prometheus"
 

@@ -48,6 +48,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from training_platform.core.errors import Unavailable
+from training_platform.core.settings import current_settings
 
 __all__ = [
     "ENV_ALLOW_UNSAFE",
@@ -63,7 +64,7 @@ ENV_ALLOW_UNSAFE = "TP_SANDBOX_ALLOW_UNSAFE"
 ENV_BWRAP = "TP_SANDBOX_BWRAP"  # path of the bwrap binary (default: found on PATH)
 ENV_UID_BASE = "TP_SANDBOX_UID_BASE"  # root only: first uid the programs run as (default 1_500_000_000)
 
-_DEFAULT_UID_BASE = 1_500_000_000  # far above regular, system and systemd-dynamic uids
+_DEFAULT_UID_BASE = 1_500_000_000  # far above regular, system and systemd-dynamic uids (Settings' default)
 _UID_SLOTS = 256
 _MiB = 1 << 20
 
@@ -160,7 +161,7 @@ class IsolationInfo:
 
 
 def _allow_unsafe_env() -> bool:
-    return os.environ.get(ENV_ALLOW_UNSAFE, "").strip().lower() in {"1", "true", "yes", "on"}
+    return current_settings().sandbox_allow_unsafe
 
 
 def runtime_python() -> str:
@@ -265,7 +266,7 @@ def _get_uid_pool() -> _UidPool:
     global _uid_pool
     with _uid_pool_lock:
         if _uid_pool is None:
-            _uid_pool = _UidPool(int(os.environ.get(ENV_UID_BASE, _DEFAULT_UID_BASE)))
+            _uid_pool = _UidPool(current_settings().sandbox_uid_base)
         return _uid_pool
 
 
@@ -320,7 +321,7 @@ def _bwrap_argv(bwrap: str, python: str, root_mode: bool, limits: SandboxLimits,
 
 
 def _resolve_bwrap() -> str | None:
-    explicit = os.environ.get(ENV_BWRAP)
+    explicit = current_settings().sandbox_bwrap
     if explicit:
         return explicit if os.access(explicit, os.X_OK) else None
     return shutil.which("bwrap", path=os.environ.get("PATH", "") + ":/usr/bin:/bin")

@@ -16,11 +16,11 @@ The run dir keeps it as `gates/reward_shadow.json`.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from training_platform.core.errors import FieldError
+from training_platform.core.settings import current_settings
 from training_platform.training.config import ConfigError
 
 GATE_REPORTS_ENV = "TP_GATE_REPORTS_DIR"
@@ -47,7 +47,7 @@ def enforce(cfg, train_path: Path) -> list[tuple[str, dict[str, Any]]]:
     from training_platform.core.files import sha256_file
 
     name = gate.profile
-    handed = os.environ.get(GATE_REPORTS_ENV)
+    handed = current_settings().gate_reports_dir
     if handed and (Path(handed) / f"{name}.json").is_file():
         report = json.loads((Path(handed) / f"{name}.json").read_text())
         override_file = Path(handed) / OVERRIDE_FILE
