@@ -9,7 +9,12 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 
 setup: $(BIN)/tp
 
+# Python >= 3.11 (pyproject's requires-python): said plainly, before pip says it in its own words.
+PYCHECK = import sys; v = sys.version_info; sys.exit(0 if v >= (3, 11) else \
+	f"error: training_platform needs Python >= 3.11; {sys.executable} is {v.major}.{v.minor} (make setup PY=python3.11)")
+
 $(BIN)/tp: pyproject.toml constraints.txt
+	@$(PY) -c '$(PYCHECK)'
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev,tracking,verl]'
