@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from sqlmodel import Session
 
 from training_platform.core.errors import InvalidInput, pydantic_errors
 from training_platform.core.path_policy import Reader, check_marked, check_path, is_hub_id, resolve_path, shown
@@ -30,6 +31,7 @@ from training_platform.data.operations import (
     get_operation,
     jsonable,
 )
+from training_platform.db.models import Dataset, DatasetVersionRecord, Job, User
 
 log = logging.getLogger("training_platform.datasets")
 
@@ -159,6 +161,35 @@ def validate_operation(
     if errors:
         raise OperationInvalid(errors)
     return out
+
+
+def queue_operation(
+    session: Session,
+    user: User,
+    dataset: Dataset,
+    version: DatasetVersionRecord,
+    operation: str,
+    params: Any,
+    settings: Settings,
+    *,
+    reader: Reader,
+    name: str | None = None,
+    priority: int = 0,
+) -> Job:
+    """Validate the params for `reader` (OperationInvalid) and queue the operation on `version` as a `data` job
+    (committed; the caller sends the wake-up)."""
+    from training_platform.db import crud
+
+    checked = validate_operation(operation, params, settings, reader=reader, input_format=version.format)
+    config = {"dataset_id": dataset.id, "version_id": version.id, "operation": operation, "params": checked}
+    job_name = name or f"{operation} {dataset.name} v{version.id}"[:200]
+    job = crud.create_job(session, owner=user, name=job_name, config=config, priority=priority, kind="data")
+    job.algorithm = operation
+    job.max_steps = 100  # progress in percent
+    session.add(job)
+    session.commit()
+    log.info("data job %s: %s on dataset %s version %s by %s", job.id, operation, dataset.id, version.id, user.name)
+    return job
 
 
 def needs_transformers(operation: str, params: dict[str, Any]) -> bool:

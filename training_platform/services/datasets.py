@@ -1,4 +1,6 @@
-"""Datasets as content-hashed versions: the content store, ingest (upload/register), versions, lineage, references
+"""(Just over 600 lines: the content store, ingest and a dataset's life are one use case; operations are apart.)
+
+Datasets as content-hashed versions: the content store, ingest (upload/register), versions, lineage, references
 and deletion (the operations on a version: services/dataset_operations.py). Shared by the API
 (`api/routes/datasets.py`) and the data worker (`workers/data_tasks.py`); the row-level work is the data factory's
 domain code (`training_platform.data`).

@@ -1,4 +1,6 @@
-"""Data jobs (queue `data`): ingest of an uploaded or registered file, dataset operations (the registry of
+"""(Over 600 lines: the ingest, operation and audit jobs share one supervisor and its lease.)
+
+Data jobs (queue `data`): ingest of an uploaded or registered file, dataset operations (the registry of
 `training_platform.data.operations`: clean, dedup, ...) on a stored version, and the audit (statistics) of a version.
 
 `run_next_data_job` is a wake-up like `run_next_training_job`: it claims the most urgent queued `data` job from the
