@@ -8,7 +8,7 @@ import json
 import pytest
 from eval_helpers import write_jsonl
 
-from training_platform.evaluation.benchmarks import BENCHMARKS, EvalDataError, get_benchmark, load_rows
+from training_platform.evaluation.benchmarks import BENCHMARKS, EvalDataError, benchmark_spec, get_benchmark, load_rows
 from training_platform.evaluation.benchmarks.humaneval import extract_code, instruct_completion
 from training_platform.evaluation.config import BenchmarkSpec, EvalConfig
 
@@ -154,7 +154,7 @@ def test_custom_needs_a_scorer(tmp_path):
     path = write_jsonl(tmp_path / "c.jsonl", [{"prompt": "2+2=", "answer": "4"}])
     with pytest.raises(EvalDataError, match="no scorer"):
         get_benchmark(BenchmarkSpec(name="custom", data=str(path))).load_items()
-    bench = get_benchmark(BenchmarkSpec(name="custom", data=str(path), scorer="numeric"))
+    bench = get_benchmark(benchmark_spec({"name": "custom", "data": str(path), "scorer": "numeric"}))
     item = bench.load_items()[0]
     assert bench.score(item, "It is 4.") == {"extracted": "4", "correct": True, "scorer": "numeric"}
     per_row = write_jsonl(tmp_path / "c2.jsonl", [{"question": "Say hi", "answer": "hi", "scorer": "contains"}])

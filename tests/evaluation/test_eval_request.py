@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from training_platform.evaluation.benchmarks import BENCHMARKS, get_benchmark
+from training_platform.evaluation.benchmarks import BENCHMARKS, benchmark_spec, get_benchmark
 from training_platform.evaluation.config import BenchmarkSpec
 from training_platform.evaluation.metrics import Metric
 from training_platform.evaluation.request import (
@@ -113,7 +113,7 @@ def test_metric_keys_are_checked_against_what_the_benchmark_reports():
         BenchmarkSpec(name="gsm8k"),
         BenchmarkSpec(name="gsm8k", n_samples=3, temperature=0.5, k=[1, 3]),
         BenchmarkSpec(name="math"),
-        BenchmarkSpec(name="custom", scorer="exact"),
+        benchmark_spec({"name": "custom", "scorer": "exact"}),
         BenchmarkSpec(name="multiple_choice"),
         BenchmarkSpec(name="humaneval", n_samples=4, temperature=0.8, k=[1, 2]),
     ],

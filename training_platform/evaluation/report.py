@@ -79,7 +79,7 @@ def render_markdown(summary: dict[str, Any], records: dict[str, list[dict[str, A
         lines += ["| id | # | correct | extracted | reference | output |", "|---|---|---|---|---|---|"]
         for r in rows[:max_samples]:
             mark = "✅" if r.get("correct") else "❌"
-            reference = r.get("reference") if r.get("benchmark") != "humaneval" else r.get("result")
+            reference = r.get(_reference_field(r.get("benchmark")))
             cells = [
                 str(r.get("id")),
                 str(r.get("sample_index", 0)),
@@ -158,3 +158,11 @@ def write_reports(run_dir: str | Path) -> dict[str, Path]:
     paths["md"].write_text(render_markdown(summary, records), encoding="utf-8")
     paths["html"].write_text(render_html(summary, records), encoding="utf-8")
     return paths
+
+
+def _reference_field(benchmark: Any) -> str:
+    """The record field a benchmark's report shows as the reference (`Benchmark.report_reference`)."""
+    from training_platform.evaluation.benchmarks import BENCHMARKS
+
+    cls = BENCHMARKS.get(benchmark) if isinstance(benchmark, str) else None
+    return cls.report_reference if cls is not None else "reference"

@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from training_platform.core.files import read_jsonl, sha256_file, write_json, write_jsonl
 from training_platform.core.timeutil import now_iso
-from training_platform.evaluation.benchmarks import Benchmark, EvalDataError, Item, get_benchmark
-from training_platform.evaluation.benchmarks.humaneval import HumanEval
+from training_platform.evaluation.benchmarks import Benchmark, Item, get_benchmark
 from training_platform.evaluation.config import BenchmarkSpec, EvalConfig, SandboxSpec
 from training_platform.evaluation.generation import Backend, SamplingParams, load_backend
 from training_platform.evaluation.metrics import Metric
@@ -96,8 +95,7 @@ def prepare_benchmarks(config: EvalConfig) -> list[tuple[BenchmarkSpec, Benchmar
     prepared = []
     for spec in config.benchmarks:
         bench = get_benchmark(spec)
-        if hasattr(bench, "sandbox_spec"):
-            bench.sandbox_spec = config.sandbox
+        bench.use_sandbox(config.sandbox)
         items = bench.load_items()
         bench.prepare()
         prepared.append((spec, bench, items, bench.data_path()))
@@ -281,10 +279,7 @@ def _run_benchmark(
             "stop": list(params.stop),
             "seed": params.seed,
         }
-        if hasattr(bench, "mode"):
-            info["mode"] = bench.mode(chat)
-        if hasattr(bench, "isolation"):
-            info["isolation"] = bench.isolation
+        info.update(bench.run_info(chat))
     metrics = bench.aggregate(records)
     info["metrics"] = _metrics_dict(metrics)
     info["time_s"] = {k: round(v, 3) for k, v in timing.items()}
@@ -304,62 +299,21 @@ def score_predictions(
     GSM8K rows: question, answer, output. MATH: problem, answer or solution, output. HumanEval: task_id, completion
     (the task comes from the shipped HumanEval file). multiple_choice / custom: their data fields plus output.
     """
-    spec = benchmark if isinstance(benchmark, BenchmarkSpec) else BenchmarkSpec(name=benchmark)
-    bench = get_benchmark(spec)
-    field = bench.output_field()
-    if spec.name == "humaneval":
-        items, outputs = _humaneval_items(bench, rows, source)
-        if sandbox is not None and isinstance(bench, HumanEval):
-            bench.sandbox_spec = sandbox
-    else:
-        items = bench.parse_rows([dict(r) for r in rows], source)
-        errors = [
-            f"{source}:{r.get('__line__', i + 1)}: missing {field!r}"
-            for i, r in enumerate(rows)
-            if not isinstance(r.get(field), str)
-        ]
-        if errors:
-            raise EvalDataError(f"{source}: {len(errors)} row(s) without a string {field!r}", errors)
-        outputs = [r[field] for r in rows]
+    bench = get_benchmark(benchmark)
+    items, outputs = bench.items_from_predictions(rows, source)
+    if sandbox is not None:
+        bench.use_sandbox(sandbox)
     bench.prepare()
-    with _bar(len(items), f"{spec.name}: score", progress) as update:
-        if spec.name == "humaneval":
-            scored = bench.score_many(items, outputs, progress=update, completions=outputs)
-        else:
-            scored = bench.score_many(items, outputs, progress=update)
+    with _bar(len(items), f"{bench.name}: score", progress) as update:
+        scored = bench.score_predicted(items, outputs, progress=update)
     out_rows, records = [], []
     counters: dict[str, int] = {}
     for row, item, fields in zip(rows, items, scored, strict=True):
         clean = {k: v for k, v in row.items() if k != "__line__"}
-        if spec.name == "humaneval":
-            clean.update(passed=fields["passed"], result=fields["result"])
-        else:
-            clean.update({k: v for k, v in fields.items()})
+        clean.update(bench.scored_row(fields))
         out_rows.append(clean)
         index = counters.get(item.id, 0)
         counters[item.id] = index + 1
         records.append({"id": item.id, "sample_index": index, **fields})
     summary = bench.summary_line(bench.aggregate(records))
     return out_rows, summary
-
-
-def _humaneval_items(bench: Benchmark, rows: Sequence[dict[str, Any]], source: str) -> tuple[list[Item], list[str]]:
-    from training_platform.evaluation.benchmarks.humaneval import read_problems
-
-    problems = read_problems(bench.spec.data) if bench.spec.data else read_problems()
-    items, outputs, errors = [], [], []
-    for i, row in enumerate(rows):
-        where = f"{source}:{row.get('__line__', i + 1)}"
-        task_id, completion = row.get("task_id"), row.get("completion")
-        if task_id not in problems:
-            errors.append(f"{where}: unknown task_id {task_id!r}")
-            continue
-        if not isinstance(completion, str):
-            errors.append(f"{where}: missing string 'completion'")
-            continue
-        problem = problems[task_id]
-        items.append(Item(id=task_id, row=problem, reference=problem["test"], index=i))
-        outputs.append(completion)
-    if errors:
-        raise EvalDataError(f"{source}: {len(errors)} bad row(s)", errors)
-    return items, outputs

@@ -1,4 +1,7 @@
-"""Benchmark registry: `get_benchmark(spec)`, `BENCHMARKS` (name -> class), `@register_benchmark(name)`."""
+"""Benchmark registry: `get_benchmark(spec)`, `BENCHMARKS` (name -> class), `@register_benchmark(name)`.
+
+Adding a benchmark = one module here (its params model + its Benchmark class with `@register_benchmark`) and its
+import below; EvalConfig's union of benchmark params, the API's list and the CLI read the registry."""
 
 from __future__ import annotations
 
@@ -9,9 +12,21 @@ from training_platform.evaluation.benchmarks.base import (
     Benchmark,
     EvalDataError,
     Item,
+    benchmark_class,
+    benchmark_spec,
     get_benchmark,
     load_rows,
     register_benchmark,
 )
 
-__all__ = ["BENCHMARKS", "Benchmark", "EvalDataError", "Item", "get_benchmark", "load_rows", "register_benchmark"]
+__all__ = [
+    "BENCHMARKS",
+    "Benchmark",
+    "EvalDataError",
+    "Item",
+    "benchmark_class",
+    "benchmark_spec",
+    "get_benchmark",
+    "load_rows",
+    "register_benchmark",
+]

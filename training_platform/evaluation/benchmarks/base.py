@@ -3,14 +3,23 @@
 A benchmark turns data rows into `Item`s, items into generation (or log-likelihood) requests, and model outputs
 into scored per-sample fields; `aggregate` turns the per-sample records into metrics.
 
+    class Params(BenchmarkSpec):                      # the benchmark's own fields, range-checked
+        name: Literal["my_bench"]
+
     @register_benchmark("my_bench")
-    class MyBench(Benchmark):
+    class MyBench(Benchmark[Params]):
+        params = Params
         def parse_row(self, row, index): ...          # -> Item (raise ValueError for a bad row)
         def build_request(self, item, shots, chat): ... # -> GenerationRequest
         def score(self, item, output): ...              # -> {"extracted": ..., "correct": bool, ...}
 
 Records (one per item and sample) always hold: `id`, `sample_index`, `prompt`, `output`, `extracted`,
 `reference`, `correct`, `latency_s`, plus benchmark-specific fields.
+
+What differs between benchmarks is asked of the class, never decided on its name elsewhere: its params model (the
+EvalConfig union member), `run_options` / `score_options` (which `tp eval` options set which of its fields),
+`use_sandbox` (benchmarks that run programs), `run_info`, `items_from_predictions` / `score_predicted` /
+`scored_row` (`tp eval score`) and `report_reference` (the report's reference column).
 """
 
 from __future__ import annotations
@@ -22,18 +31,20 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar, get_args
 
 from training_platform.core.errors import InvalidInput
-from training_platform.evaluation.config import BenchmarkSpec
 from training_platform.evaluation.generation import GenerationRequest
 from training_platform.evaluation.metrics import Metric, accuracy_metric, pass_at_k_metrics
+from training_platform.evaluation.specs import BenchmarkSpec, SandboxSpec
 
 __all__ = [
     "BENCHMARKS",
     "Benchmark",
     "EvalDataError",
     "Item",
+    "benchmark_class",
+    "benchmark_spec",
     "get_benchmark",
     "load_rows",
     "register_benchmark",
@@ -60,11 +71,18 @@ class Item:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-BENCHMARKS: dict[str, type[Benchmark]] = {}
+BENCHMARKS: dict[str, type[Benchmark[Any]]] = {}
+
+B = TypeVar("B", bound="type[Benchmark[Any]]")
 
 
-def register_benchmark(*names: str) -> Callable[[type[Benchmark]], type[Benchmark]]:
-    def decorator(cls: type[Benchmark]) -> type[Benchmark]:
+def register_benchmark(*names: str) -> Callable[[B], B]:
+    """Class decorator: the benchmark under `names`; its `params` model must name exactly these in `name`."""
+
+    def decorator(cls: B) -> B:
+        declared = set(get_args(cls.params.model_fields["name"].annotation))
+        if cls.params is BenchmarkSpec or declared != set(names):
+            raise ValueError(f"{cls.__name__}.params needs its own model with name: Literal{sorted(names)}")
         for name in names:
             if name in BENCHMARKS:
                 raise ValueError(f"benchmark {name!r} is already registered")
@@ -74,15 +92,28 @@ def register_benchmark(*names: str) -> Callable[[type[Benchmark]], type[Benchmar
     return decorator
 
 
-def get_benchmark(spec: BenchmarkSpec | str) -> Benchmark:
-    """An instance of the benchmark named by `spec` (a BenchmarkSpec or a bare name)."""
-    if isinstance(spec, str):
-        spec = BenchmarkSpec(name=spec)
+def benchmark_class(name: str) -> type[Benchmark[Any]]:
     try:
-        cls = BENCHMARKS[spec.name]
+        return BENCHMARKS[name]
     except KeyError:
         known = ", ".join(sorted(BENCHMARKS))
-        raise ValueError(f"unknown benchmark {spec.name!r}; known: {known}") from None
+        raise ValueError(f"unknown benchmark {name!r}; known: {known}") from None
+
+
+def benchmark_spec(fields: dict[str, Any]) -> BenchmarkSpec:
+    """`fields` validated as the params of the benchmark its `name` names (ValueError for an unknown name,
+    pydantic's ValidationError for bad fields)."""
+    return benchmark_class(str(fields.get("name"))).params.model_validate(fields)
+
+
+def get_benchmark(spec: BenchmarkSpec | str) -> Benchmark[Any]:
+    """An instance of the benchmark named by `spec` (its params, a plain BenchmarkSpec, or a bare name)."""
+    name = spec if isinstance(spec, str) else spec.name
+    cls = benchmark_class(name)
+    if isinstance(spec, str):
+        spec = cls.params(name=name)
+    elif type(spec) is not cls.params:
+        spec = cls.params.model_validate(spec.model_dump(exclude_unset=True) | {"name": name})
     return cls(spec)
 
 
@@ -144,15 +175,25 @@ def format_template(template: str, row: dict[str, Any]) -> str:
     return template.format_map(_Row(row))
 
 
-class Benchmark(ABC):
+S = TypeVar("S", bound=BenchmarkSpec)
+
+
+class Benchmark(ABC, Generic[S]):
     name: str = ""  # the registry name on the class; an instance carries its spec's
+    params: ClassVar[type[BenchmarkSpec]] = BenchmarkSpec  # each benchmark's own model (`name: Literal[...]`)
     kind: ClassVar[str] = "generate"  # or "loglikelihood"
     default_max_new_tokens: ClassVar[int] = 256
     primary_metric: ClassVar[str] = "accuracy"
     data_help: ClassVar[str] = ""
+    # Fields of its params that the `tp eval run` / `tp eval score` options set (cli/evaluation.py maps each option
+    # to its field and passes only the ones listed here).
+    run_options: ClassVar[frozenset[str]] = frozenset({"n_shot"})
+    score_options: ClassVar[frozenset[str]] = frozenset()
+    # The record field the report's "reference" column shows.
+    report_reference: ClassVar[str] = "reference"
 
-    def __init__(self, spec: BenchmarkSpec):
-        self.spec = spec
+    def __init__(self, spec: S):
+        self.spec: S = spec
         self.name = spec.name
 
     # -- data ----------------------------------------------------------------------------------------------------
@@ -271,6 +312,36 @@ class Benchmark(ABC):
 
     def prepare(self) -> None:  # noqa: B027 - optional hook
         """Acquire what scoring needs before generation starts (e.g. the code sandbox): fail early."""
+
+    def use_sandbox(self, sandbox: SandboxSpec) -> None:  # noqa: B027 - optional hook
+        """The sandbox limits of the run, for benchmarks that run programs (before `prepare`)."""
+
+    def run_info(self, chat: bool) -> dict[str, Any]:
+        """Benchmark-specific facts for summary.json (e.g. HumanEval's prompting mode and isolation)."""
+        return {}
+
+    # -- `tp eval score`: outputs produced elsewhere
+    def items_from_predictions(self, rows: Sequence[dict[str, Any]], source: str) -> tuple[list[Item], list[str]]:
+        """The items and model outputs of prediction rows (the benchmark's data fields plus `output_field()`)."""
+        field = self.output_field()
+        items = self.parse_rows([dict(r) for r in rows], source)
+        errors = [
+            f"{source}:{r.get('__line__', i + 1)}: missing {field!r}"
+            for i, r in enumerate(rows)
+            if not isinstance(r.get(field), str)
+        ]
+        if errors:
+            raise EvalDataError(f"{source}: {len(errors)} row(s) without a string {field!r}", errors)
+        return items, [r[field] for r in rows]
+
+    def score_predicted(
+        self, items: Sequence[Item], outputs: Sequence[str], *, progress: Callable[[int], None] | None = None
+    ) -> list[dict[str, Any]]:
+        return self.score_many(items, outputs, progress=progress)
+
+    def scored_row(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """What a scored prediction row gains."""
+        return dict(fields)
 
     def output_field(self) -> str:
         """The field of a predictions row (`tp eval score`) that holds the model output."""

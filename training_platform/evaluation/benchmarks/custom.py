@@ -7,18 +7,35 @@ Scorers: exact, numeric, math, regex, contains (see `training_platform.evaluatio
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from training_platform.evaluation.benchmarks.base import Benchmark, Item, format_template, register_benchmark
 from training_platform.evaluation.generation import GenerationRequest
 from training_platform.evaluation.scorers import SCORERS, score_output
+from training_platform.evaluation.specs import BenchmarkSpec
 
 _REFERENCE_KEYS = ("answer", "reference", "target")
 
 
+class CustomParams(BenchmarkSpec):
+    name: Literal["custom"]
+    scorer: Literal["exact", "numeric", "math", "regex", "contains"] | None = Field(
+        None, description="How outputs are compared with the reference (a row's own `scorer` wins)."
+    )
+    extract_regex: str | None = Field(None, description="Regex extracting the answer (group 1 if any).")
+    case_sensitive: bool = False
+    tolerance: float = Field(1e-6, ge=0.0, le=1e6)
+    math_timeout_s: float = Field(5.0, gt=0, le=120, description="scorer math: math-verify timeout per comparison.")
+
+
 @register_benchmark("custom")
-class Custom(Benchmark):
+class Custom(Benchmark[CustomParams]):
+    params = CustomParams
     default_max_new_tokens = 256
+    run_options = frozenset({"n_shot", "scorer", "extract_regex"})
+    score_options = frozenset({"scorer", "extract_regex"})
     data_help = "JSONL with prompt (or messages / question) and answer; choose a scorer with --scorer"
 
     def parse_row(self, row: dict[str, Any], index: int) -> Item:

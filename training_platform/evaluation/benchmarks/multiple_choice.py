@@ -20,10 +20,11 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from training_platform.evaluation.benchmarks.base import Benchmark, Item, format_template, register_benchmark
 from training_platform.evaluation.generation import GenerationRequest
+from training_platform.evaluation.specs import BenchmarkSpec
 
 LETTERS = string.ascii_uppercase
 
@@ -61,8 +62,13 @@ def _gold_index(answer: Any, choices: list[str]) -> int:
     return index
 
 
+class MultipleChoiceParams(BenchmarkSpec):
+    name: Literal["multiple_choice"]
+
+
 @register_benchmark("multiple_choice")
-class MultipleChoice(Benchmark):
+class MultipleChoice(Benchmark[MultipleChoiceParams]):
+    params = MultipleChoiceParams
     kind = "loglikelihood"
     data_help = "JSONL with question, choices (list), answer (index or letter), optional subject"
 
