@@ -135,8 +135,8 @@ class _Server:
 def served(data_dir, tmp_path_factory) -> Iterator[Served]:
     import redis
 
-    from training_platform.core.settings import get_settings
     from training_platform.cli.processes import inference_worker_argv
+    from training_platform.core.settings import get_settings
 
     client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
     try:

@@ -116,7 +116,7 @@ def load_recipe(source: str | Path | dict | list) -> Recipe:
         raise RecipeError([("<recipe>", f"no such file: {path}")])
     try:
         data = read_json_or_yaml(path)
-    except Exception as exc:  # yaml/json syntax
+    except Exception as exc:  # noqa: BLE001 - any yaml/json parser error is the recipe file's, named
         raise RecipeError([("<recipe>", f"cannot parse {path.name}: {exc}")]) from None
     return parse_recipe(data)
 

@@ -239,14 +239,14 @@ class RowWriter:
                         pq.write_table(pa.table({}), self._temp)
                 elif self.suffix == ".json":
                     self._text.write("\n]\n" if self.rows else "]\n")
-        except BaseException as finish_error:
+        except BaseException as finish_error:  # noqa: BLE001 - kept, re-raised after the files are closed
             error = finish_error
         finally:
             for closer in (self._file, self._pq_writer):
                 if closer is not None:
                     try:
                         closer.close()
-                    except BaseException as close_error:
+                    except BaseException as close_error:  # noqa: BLE001 - the first error is re-raised
                         error = error or close_error
         assert self._ctx is not None  # set by __enter__
         if error is None:

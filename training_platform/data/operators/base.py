@@ -46,7 +46,7 @@ class OpContext:
 
             try:
                 self._tokenizers[name_or_path] = load_tokenizer(name_or_path)
-            except Exception as exc:  # missing directory, no tokenizer files, offline hub id
+            except Exception as exc:  # noqa: BLE001 - missing dir, no tokenizer files, offline hub id: all named
                 raise ValueError(f"tokenizer {name_or_path!r} cannot be loaded: {exc}") from None
         return self._tokenizers[name_or_path]
 

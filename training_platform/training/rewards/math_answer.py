@@ -58,7 +58,7 @@ def build_math_answer(params: MathAnswerParams) -> RewardFn:
         for completion, reference in zip(completions, references, strict=True):
             try:
                 rewards.append(score(completion, reference))
-            except Exception as exc:  # one bad sample must never crash training
+            except Exception as exc:  # noqa: BLE001 - one bad sample must never crash training (logged, reward 0)
                 logger.warning("math_answer: verification failed (%s: %s); reward 0.0", type(exc).__name__, exc)
                 rewards.append(0.0)
         return rewards
