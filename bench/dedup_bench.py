@@ -19,11 +19,13 @@ installs: `pip install datatrove orjson`).
 
     .venv/bin/python bench/dedup_bench.py                      # 100k rows
     .venv/bin/python bench/dedup_bench.py --rows 20000 --anchor-configs same
+    .venv/bin/python bench/dedup_bench.py --smoke      # 400 rows; datatrove (`same` only) when it is installed
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -35,7 +37,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _common import SMOKE_HELP, smoke_report  # noqa: E402 - the bench dir is not a package
 
 # ---------------------------------------------------------------------------------------------- children
 
@@ -279,6 +283,11 @@ def main() -> None:
     )
     parser.add_argument("--workdir", type=Path, default=None, help="Scratch dir (default: a temp dir, removed).")
     parser.add_argument("--json", type=Path, default=None, help="Also write the results here.")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=SMOKE_HELP + ": 400 rows; the datatrove anchor (`same`) only when datatrove is importable",
+    )
     # child mode
     parser.add_argument("--child", choices=["ours", "datatrove"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--input", type=Path, default=None, help=argparse.SUPPRESS)
@@ -286,6 +295,15 @@ def main() -> None:
     parser.add_argument("--bands", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--rows-per-band", dest="rows_per_band", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    keep_workdir = args.workdir is not None
+
+    if args.smoke and not args.child:
+        args.rows = 400
+        anchor_ok = all(importlib.util.find_spec(m) is not None for m in ("datatrove", "orjson"))
+        args.anchor_configs = "same" if anchor_ok else "none"
+        args.json = smoke_report("dedup_bench", args.json)
+        if not anchor_ok:
+            print("smoke: datatrove (or orjson) not importable: our side only (pip install -e '.[bench]')")
 
     if args.child:
         if args.child == "datatrove":
@@ -361,6 +379,7 @@ def main() -> None:
             "corpus_mib": size_mib,
             "true_groups": len(corpus.groups),
             "cpu_count": os.cpu_count(),
+            "anchors": anchors,
             "results": results,
         }
         if args.json:
@@ -368,7 +387,7 @@ def main() -> None:
             args.json.write_text(json.dumps(summary, indent=2) + "\n")
             print(f"results: {args.json}")
     finally:
-        if args.workdir is not None and not parser.parse_args().workdir:
+        if not keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
 
 

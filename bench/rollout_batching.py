@@ -24,7 +24,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import RESULTS_DIR, machine_info, print_table, write_json  # noqa: E402 - the bench dir is not a package
+from _common import (  # noqa: E402 - the bench dir is not a package
+    RESULTS_DIR,
+    SMOKE_HELP,
+    machine_info,
+    print_table,
+    smoke_report,
+    write_json,
+)
 
 
 async def send(server, prompts: list[list[int]], new_tokens: int, *, together: bool) -> tuple[float, int]:
@@ -42,8 +49,14 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=4, help="ABBA rounds (each runs both modes)")
-    parser.add_argument("--report", type=Path, default=RESULTS_DIR / "rollout_batching.json")
+    parser.add_argument("--report", type=Path, default=None, help="default bench/results/rollout_batching.json")
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP + ": 4 requests x 2 tokens, 1 round")
     args = parser.parse_args()
+    if args.smoke:
+        args.requests, args.new_tokens, args.rounds = 4, 2, 1
+        args.report = smoke_report("rollout_batching", args.report)
+    elif args.report is None:
+        args.report = RESULTS_DIR / "rollout_batching.json"
 
     import torch
     from transformers import AutoTokenizer
@@ -96,7 +109,7 @@ def main() -> int:
         ],
     )
     print(f"batched / one at a time: {batched / single:.2f}x; server batches per batched round: {batches_per_round}")
-    write_json(args.report, result)
+    print(f"report: {write_json(args.report, result)}")
     return 0
 
 
