@@ -1,3 +1,4 @@
+# Over 600 lines: exact hashing, MinHash-LSH and the cluster join are one streaming pass, kept together.
 """Exact and near-duplicate detection (MinHash LSH), streaming, with duplicate clusters.
 
 Text of a row: its format's text fields (see `training_platform.data.text`), or the `fields` given.

@@ -1,3 +1,4 @@
+# Over 600 lines: heuristics, perplexity and the judge/reward client share one row loop, cache and report.
 """Quality scores per row: heuristics, perplexity under a local causal LM, and an LLM judge or reward model behind an
 OpenAI-compatible endpoint. Scores are stored in each output row under `_scores` ({name: value}); `filter_scores`
 keeps rows by threshold or top-k.

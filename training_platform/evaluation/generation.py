@@ -1,3 +1,4 @@
+# Over 600 lines: three backends (transformers, vLLM, OpenAI endpoint) behind one interface, read side by side.
 """Generation backends: local transformers models, vLLM (when installed) and any OpenAI-compatible endpoint.
 
     backend = load_backend(ModelSpec(path="runs/abc/final"))

@@ -1,3 +1,4 @@
+# Over 600 lines: one security boundary (isolation, limits, uid claims, fail-closed checks), reviewed as a whole.
 """A sandbox for untrusted (model-generated) Python programs.
 
 Every program runs in its own bubblewrap (`bwrap`) sandbox:

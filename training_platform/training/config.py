@@ -1,3 +1,4 @@
+# Over 600 lines: every section of the job config's schema in one file, as the API, CLI and launch form read it.
 """The job config: one schema for YAML files, the API and the UI's launch form.
 
 Validation happens in three layers, and every layer reports ALL its errors as (field path, reason):

@@ -1,3 +1,4 @@
+# Over 600 lines: a training job's whole life in a worker (claim, preflight, child, ingest, end, recovery).
 """What a worker does with a training job: claim it from the database, gate it (preflight), run the training core
 as a child process, mirror its run directory into the database, and record how it ended. Plus the recovery sweep.
 The Celery tasks (`tasks.py`) only call into here.

@@ -1,3 +1,4 @@
+# Just over 600 lines: THE table from our fields to verl's keys is one table by design (docs/engines.md).
 """Job config -> verl config: the one table that maps our fields onto verl's (docs/engines.md prints it).
 
 verl's trainers read a Hydra config composed from `verl.trainer.config` (`sft_trainer_engine` for SFT,
