@@ -1,7 +1,8 @@
 """Engine registry: `(engine, algorithm)` -> a builder with its capabilities, and `engine` -> the Engine class.
 
 Adding an engine = a package under `engines/` whose builder module registers its builders with
-`@register_builder(...)`, plus one line in ENGINES (its Engine class) and one in BUILDER_MODULES. Builder modules
+`@register_builder(...)`, plus one line in ENGINES (its Engine class) and one in BUILDER_MODULES (and, when it
+checks more than the shared layers, one in ENGINE_CHECKS: its `EngineChecks`). Builder and checks modules
 must be light to import (no torch or engine at module level): config validation reads this table. It lives beside
 `engines/`, not in it, so the config can read it without importing the engines (which read the config).
 """
@@ -59,6 +60,43 @@ BUILDER_MODULES: dict[str, str] = {
     "trl": "training_platform.training.engines.trl.builders",
     "verl": "training_platform.training.engines.verl.builders",
 }
+
+# engine name -> "module:Class" of its EngineChecks (light: the API imports it); an engine without one checks nothing
+# beyond the shared layers.
+ENGINE_CHECKS: dict[str, str] = {
+    "verl": "training_platform.training.engines.verl.engine_checks:VerlChecks",
+}
+
+
+class EngineChecks:
+    """What an engine checks beyond the shared layers, so shared code never asks for an engine by name. Every hook
+    defaults to nothing. `cfg` is a parsed JobConfig; problems are core.errors.FieldError lists."""
+
+    def warnings(self, cfg: Any) -> list[str]:
+        """What would run, but probably not as meant (POST /jobs/validate)."""
+        return []
+
+    def config_problems(self, cfg: Any) -> list[Any]:
+        """Problems found without reading files: the engine's own config generated from the job (API validate)."""
+        return []
+
+    def preflight_problems(self, cfg: Any, rows: dict[str, Any], *, dry_run: bool) -> list[Any]:
+        """Layer 3, once the shared checks passed: `rows` maps a data field to its loaded rows (first item)."""
+        return []
+
+    def plan(self, cfg: Any, output: Any) -> str:
+        """What a dry run shows beyond the effective config (e.g. the engine's generated config)."""
+        return ""
+
+
+def engine_checks(name: str) -> EngineChecks:
+    target = ENGINE_CHECKS.get(name)
+    if target is None:
+        return EngineChecks()
+    module, _, cls = target.partition(":")
+    checks: EngineChecks = getattr(importlib.import_module(module), cls)()
+    return checks
+
 
 _BUILDERS: dict[tuple[str, str], Builder] = {}
 _loaded = False

@@ -16,6 +16,7 @@ from training_platform.core.paths import display_path, resolve_data_path, resolv
 from training_platform.core.settings import current_settings
 from training_platform.data.formats import DatasetError, load_examples
 from training_platform.training.config import ConfigError, JobConfig, check_rules, dedupe, parse_config
+from training_platform.training.engine_registry import engine_checks
 
 
 def _load_model_config(ref: str, trust_remote_code: bool):
@@ -170,8 +171,8 @@ def check_environment(cfg: JobConfig, cache: dict | None = None, *, dry_run: boo
     errors += _check_devices(cfg)
     if not dry_run and cfg.spec.uses_reward_functions:
         errors += _probe_judges(cfg, cache)
-    if cfg.engine == "verl" and not errors:
-        errors += _check_verl(cfg, cache, dry_run=dry_run)
+    if not errors:
+        errors += engine_checks(cfg.engine).preflight_problems(cfg, cache, dry_run=dry_run)
     for tracker, module in (("wandb", "wandb"), ("mlflow", "mlflow"), ("tensorboard", "tensorboard")):
         if tracker in cfg.tracking.report_to and importlib.util.find_spec(module) is None:
             errors.append(FieldError("tracking.report_to", f"{tracker} is not installed (pip install {module})"))
@@ -234,55 +235,6 @@ def _check_tokenizer(cfg: JobConfig, cache: dict) -> list[FieldError]:
             FieldError("algorithm.assistant_only_loss", "the tokenizer's chat template has no {% generation %} markers")
         )
     return errors
-
-
-def _check_verl(cfg: JobConfig, cache: dict, *, dry_run: bool) -> list[FieldError]:
-    """The rows suit verl's datasets; the generated verl config passes our checks and verl's; a real start also
-    needs what verl's RL runs on."""
-    from training_platform.training.engines.verl import checks, engine
-
-    for field in ("data.train_file", "data.eval_file"):
-        rows = cache.get(field, ([],))[0]
-        if not rows:
-            continue
-        row = rows[0]  # a file's rows share one canonical shape
-        if cfg.algorithm.name == "sft" and "messages" not in row and not {"prompt", "completion"} <= set(row):
-            return [
-                FieldError(
-                    field,
-                    "engine verl trains SFT on conversations (messages) or prompt/completion rows, not plain text",
-                )
-            ]
-        if cfg.algorithm.name != "sft" and "answer" not in row:
-            return [
-                FieldError(
-                    field,
-                    "verl's RL rows need a reference answer (an `answer` column: verl's reward_model.ground_truth)",
-                )
-            ]
-    problems = checks.rollout_problems(cfg)
-    if problems:
-        return problems
-    try:
-        engine.verl_config(cfg, engine.planned_paths(cfg, None))
-    except ConfigError as exc:
-        return exc.errors
-    if dry_run:
-        return []
-    return checks.runtime_problems(cfg, gpus=_gpus(cfg) if cfg.algorithm.name != "sft" else None)
-
-
-def _gpus(cfg: JobConfig) -> float:
-    """GPUs verl's RL would have: the Ray cluster's (launcher ray) or this machine's."""
-    address = current_settings().ray_address
-    if cfg.resources.resolved_launcher == "ray" and address and not address.startswith("ray://"):
-        from training_platform.training import ray_cluster
-
-        snap = ray_cluster.snapshot(address)
-        return float(snap.get("totals", {}).get("GPU", {}).get("total", 0.0))
-    import torch
-
-    return float(torch.cuda.device_count()) if torch.cuda.is_available() else 0.0
 
 
 def _check_devices(cfg: JobConfig) -> list[FieldError]:

@@ -30,7 +30,7 @@ from training_platform.training.config import (
     effective_config,
 )
 from training_platform.training.distributed import DistContext
-from training_platform.training.engines import get_engine, require_builder
+from training_platform.training.engines import engine_checks, get_engine, require_builder
 from training_platform.training.preflight import validate_config
 from training_platform.training.run_writer import RunWriter
 from training_platform.training.rundir import RunDir, environment_info, redact, redact_record
@@ -209,19 +209,14 @@ def _train_ranks(
 
 
 def dry_run(raw_config: dict, *, overrides: list[str] | None = None, output: str | Path | None = None) -> str:
-    """Validate every layer and return what would run, as YAML: the effective config and, for engine verl, the
-    verl config generated from it. Starts nothing and writes nothing. Raises ConfigError."""
+    """Validate every layer and return what would run, as YAML: the effective config and what the engine plans
+    from it (verl: its generated config). Starts nothing and writes nothing. Raises ConfigError."""
     import yaml
 
     submitted = apply_overrides(raw_config, list(overrides or []))
     cfg = validate_config(submitted, dry_run=True)
     text = "# config_effective.yaml\n" + yaml.safe_dump(effective_config(cfg), sort_keys=False)
-    if cfg.engine == "verl":
-        from training_platform.training.engines.verl import engine, generate
-
-        config = engine.verl_config(cfg, engine.planned_paths(cfg, Path(output) if output is not None else None))
-        text += "\n# verl_config.yaml (generated for verl " + generate.verl_version() + ")\n" + generate.to_yaml(config)
-    return text
+    return text + engine_checks(cfg.engine).plan(cfg, Path(output) if output is not None else None)
 
 
 def train(

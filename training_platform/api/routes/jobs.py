@@ -48,6 +48,7 @@ from training_platform.db.models import (
 from training_platform.services import jobs as job_service
 from training_platform.services.job_files import remove_job_files
 from training_platform.training.config import ConfigError
+from training_platform.training.engine_registry import engine_checks
 from training_platform.training.launchers.status import distributed_info
 from training_platform.training.rundir import RunDir
 
@@ -155,9 +156,6 @@ def _loc(path: str) -> list[str | int]:
     return [int(part) if part.isdigit() else part for part in re.findall(r"[^.\[\]]+", path)]
 
 
-VERL_LR_SCHEDULERS = ("constant", "constant_with_warmup", "cosine")  # engines/verl/mapping.py LR_SCHEDULER
-
-
 def _config_warnings(cfg) -> list[str]:
     """What would run but probably not as meant, and what only a worker can check."""
     warnings = []
@@ -169,16 +167,7 @@ def _config_warnings(cfg) -> list[str]:
         )
     if t.eval_steps and not cfg.has_eval():
         warnings.append("training.eval_steps is set but there is no eval data: nothing will be evaluated")
-    if cfg.engine == "verl" and t.lr_scheduler not in VERL_LR_SCHEDULERS:
-        warnings.append(
-            f"training.lr_scheduler {t.lr_scheduler!r}: verl has constant (with warm-up) and cosine schedules only; "
-            "it runs constant"
-        )
-    if cfg.engine == "verl" and cfg.algorithm.name != "sft" and cfg.verl.rollout in ("vllm", "sglang"):
-        warnings.append(
-            f"verl.rollout {cfg.verl.rollout} needs a GPU: the worker's preflight checks its devices when the job "
-            "starts (auto or hf run anywhere)"
-        )
+    warnings.extend(engine_checks(cfg.engine).warnings(cfg))
     if cfg.rewards:
         from training_platform.training.rewards.weights import check_reward_weights
 
@@ -194,7 +183,7 @@ def _config_warnings(cfg) -> list[str]:
 )
 def validate_job(body: schemas.JobValidate, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """What POST /jobs would say about this body, without creating anything: the schema, the cross-field rules,
-    the path policy and, for engine verl, the generated verl config with our checks and verl's. Always 200 for a
+    the path policy and the engine's own checks (verl: the generated verl config, our checks and verl's). 200 for a
     job body: `valid`, every problem at its field (`loc` as a list), warnings, and the effective config (every
     default filled in) whenever the config parses. Files, rows and the model are read by the worker's preflight
     when the job starts."""
@@ -214,32 +203,14 @@ def validate_job(body: schemas.JobValidate, session: SessionDep, user: CurrentUs
     if cfg is not None:
         effective = effective_config(cfg)
         warnings = _config_warnings(cfg)
-        if not problems and cfg.engine == "verl":
-            problems.extend(_verl_problems(cfg))
+        if not problems:
+            problems.extend(engine_checks(cfg.engine).config_problems(cfg))
     return {
         "valid": not problems,
         "effective_config": effective,
         "warnings": warnings,
         "errors": [{"loc": _loc(e.path), "msg": scrub(e.reason)} for e in problems],
     }
-
-
-def _verl_problems(cfg) -> list:
-    """The verl config generated from the job, with our checks and verl's validate_config (as in the dry run)."""
-    from training_platform.core.errors import FieldError
-
-    try:
-        from training_platform.training.engines.verl import checks, engine
-
-        problems = checks.rollout_problems(cfg)  # vllm / sglang asked for where this host cannot run them
-        if problems:
-            return problems
-        engine.verl_config(cfg, engine.planned_paths(cfg, None))
-    except ConfigError as exc:
-        return exc.errors
-    except ImportError as exc:  # verl not installed where the API runs
-        return [FieldError("engine", f"verl is not installed where the API runs ({exc}); install the [verl] extra")]
-    return []
 
 
 @router.get("", response_model=schemas.Page[schemas.JobRead])

@@ -8,12 +8,15 @@ from __future__ import annotations
 import importlib
 
 from training_platform.training.engine_registry import (
+    ENGINE_CHECKS,
     ENGINES,
     LAUNCHERS,
     Builder,
     Capabilities,
+    EngineChecks,
     builders,
     capability_table,
+    engine_checks,
     engines_for,
     get_builder,
     register_builder,
@@ -22,14 +25,17 @@ from training_platform.training.engine_registry import (
 from training_platform.training.engines.base import Engine, EngineResult
 
 __all__ = [
+    "ENGINE_CHECKS",
     "ENGINES",
     "LAUNCHERS",
     "Builder",
     "Capabilities",
     "Engine",
+    "EngineChecks",
     "EngineResult",
     "builders",
     "capability_table",
+    "engine_checks",
     "engines_for",
     "get_builder",
     "get_engine",
