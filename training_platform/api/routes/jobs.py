@@ -47,7 +47,7 @@ from training_platform.db.models import (
 )
 from training_platform.services import jobs as job_service
 from training_platform.services.job_files import remove_job_files
-from training_platform.training.config import ConfigError
+from training_platform.training.config import ConfigError, JobConfig
 from training_platform.training.engine_registry import engine_checks
 from training_platform.training.launchers.status import distributed_info
 from training_platform.training.rundir import RunDir
@@ -241,7 +241,8 @@ def list_jobs(
     if engine:
         stored = Job.config["engine"].as_string()
         # A config without `engine` trains with the default one.
-        conditions.append(or_(stored == engine, stored.is_(None)) if engine == "trl" else stored == engine)
+        default = JobConfig.model_fields["engine"].default
+        conditions.append(or_(stored == engine, stored.is_(None)) if engine == default else stored == engine)
         conditions.append(col(Job.kind) == "train")
     if q:
         conditions.append(func.lower(Job.name).contains(q.lower(), autoescape=True))
