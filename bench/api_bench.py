@@ -60,6 +60,7 @@ from _common import (  # noqa: E402 - the bench dir is not a package
     bench_env,
     fmt,
     print_table,
+    seed_demo,
     smoke_report,
     tail,
     tp_command,
@@ -278,6 +279,7 @@ def setup_topology(topo: Topology, api_workers: int = 1, plain_uvicorn: bool = F
     topo.tp("db", "upgrade")
     timings["db_upgrade_s"] = time.perf_counter() - t
     t = time.perf_counter()
+    seed_demo(topo.data_dir)
     topo.tp("demo", "prepare")
     timings["demo_prepare_s"] = time.perf_counter() - t
     topo.token = topo.tp("users", "create", "bench", "--admin").stdout.strip().splitlines()[-1]

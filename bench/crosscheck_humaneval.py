@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from _common import SMOKE_HELP, smoke_report  # noqa: E402 - the bench dir is not a package
+from _common import SMOKE_HELP, seed_demo, smoke_report  # noqa: E402 - the bench dir is not a package
 
 N_SAMPLES = 5
 KS = "1,5"
@@ -68,6 +68,7 @@ def model_completions(tasks: list[dict[str, Any]], count: int, work: Path) -> di
     from training_platform.evaluation.benchmarks.humaneval import CODEX_STOPS
     from training_platform.evaluation.generation import GenerationRequest, SamplingParams, TransformersBackend
 
+    seed_demo(work / "tp_data")
     demo = prepare_demo(work / "tp_data")
     backend = TransformersBackend(str(demo["model"]), batch_size=8, num_threads=1)
     chosen = tasks[:count]

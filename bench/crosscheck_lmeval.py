@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from _common import SMOKE_HELP, smoke_report  # noqa: E402 - the bench dir is not a package
+from _common import SMOKE_HELP, seed_demo, smoke_report  # noqa: E402 - the bench dir is not a package
 
 LMEVAL_IGNORE = [",", "\\$", "(?s).*#### ", "\\.$"]
 STRICT_REGEX = r"(?:#### |[Tt]he (?:final )?answer is:?\s*\**\s*\\?\$?\s*)(\-?[0-9\.\,]+)"
@@ -88,6 +88,7 @@ def build_data(work: Path) -> dict[str, Path]:
     """GSM8K-format eval + few-shot files and a styled SFT set from the demo generator's held-out split."""
     from training_platform.demo import prepare_demo
 
+    seed_demo(work / "tp_data")
     demo = prepare_demo(work / "tp_data")
     split = json.loads((demo["data"] / "split.json").read_text())
     eval_pairs = {tuple(p) for p in split["eval_pair_list"]}

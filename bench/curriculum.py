@@ -10,6 +10,7 @@ uniform (< 1: the curriculum did better on the same budget).
 
     .venv/bin/python bench/curriculum.py                 # ~2-4 min on 2 CPU cores
     .venv/bin/python bench/curriculum.py --steps 300 --seeds 0 1
+    .venv/bin/python bench/curriculum.py --smoke         # 4 steps each, 200 rows, the schedule scaled down
 
 Exit 0 when every run finished (a measurement, not a test); 1 when one failed.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -29,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # noqa: E402 - the bench dir is not a package
     RESULTS_DIR,
+    SMOKE_HELP,
     bench_env,
     fmt,
     machine_info,
@@ -36,6 +39,7 @@ from _common import (  # noqa: E402 - the bench dir is not a package
     print_table,
     read_jsonl,
     run_logged,
+    smoke_report,
     tail,
     tp_command,
     write_json,
@@ -46,6 +50,8 @@ SCHEDULE = [
     {"until_step": 120, "mix": {"easy": 0.4, "medium": 0.4, "hard": 0.2}},
     {"until_step": 1_000_000, "mix": {"easy": 0.2, "medium": 0.3, "hard": 0.5}},
 ]
+# --smoke: 4 steps, every stage of the schedule visited
+SMOKE_SCHEDULE = [{**stage, "until_step": until} for stage, until in zip(SCHEDULE, (2, 3, 1_000_000), strict=True)]
 
 
 def synth(path: Path, n: int, seed: int) -> None:
@@ -91,18 +97,33 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--report", type=Path, default=RESULTS_DIR / "curriculum.json")
+    parser.add_argument("--report", type=Path, default=None, help="default bench/results/curriculum.json")
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP + ": 4 steps, 1 seed, 200 + 40 rows")
     args = parser.parse_args()
+    if args.smoke:
+        args.steps, args.seeds = 4, args.seeds[:1]
+        args.report = smoke_report("curriculum", args.report)
+    elif args.report is None:
+        args.report = RESULTS_DIR / "curriculum.json"
+    work = Path(tempfile.mkdtemp(prefix="tp-curriculum-"))
+    try:
+        return run(args, work)
+    finally:
+        if args.smoke:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, work: Path) -> int:
     import yaml
 
-    work = Path(tempfile.mkdtemp(prefix="tp-curriculum-"))
     data_dir = work / "data"
     prepare_demo(data_dir, work / "logs")
     env = bench_env(data_dir)
     train, evaluation = work / "train.jsonl", work / "eval.jsonl"
-    synth(train, 2000, seed=1)
-    synth(evaluation, 200, seed=2)
-    strategies = {"uniform": {"strategy": "uniform"}, "curriculum": {"strategy": "curriculum", "schedule": SCHEDULE}}
+    synth(train, 200 if args.smoke else 2000, seed=1)
+    synth(evaluation, 40 if args.smoke else 200, seed=2)
+    schedule = SMOKE_SCHEDULE if args.smoke else SCHEDULE
+    strategies = {"uniform": {"strategy": "uniform"}, "curriculum": {"strategy": "curriculum", "schedule": schedule}}
     results: dict[str, list[dict]] = {name: [] for name in strategies}
     for seed in args.seeds:
         for name, sampling in strategies.items():
@@ -153,7 +174,7 @@ def main() -> int:
             "machine": machine_info(),
             "steps": args.steps,
             "seeds": args.seeds,
-            "schedule": SCHEDULE,
+            "schedule": schedule,
             "results": results,
             "mean_eval_loss": mean,
             "ratio_curriculum_vs_uniform": mean["curriculum"] / mean["uniform"],

@@ -18,6 +18,7 @@ whole-process CPU seconds are reported next to wall time because other jobs infl
 
     .venv/bin/python bench/engine_overhead.py                 # 3 pairs x 200 steps
     .venv/bin/python bench/engine_overhead.py --repeats 5 --steps 300
+    .venv/bin/python bench/engine_overhead.py --smoke         # 1 pair x 2 steps, no warm-up
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402 - the bench dir is not a package
     CONFIGS,
     RESULTS_DIR,
+    SMOKE_HELP,
     bench_env,
     fmt,
     machine_info,
@@ -45,6 +47,7 @@ from _common import (  # noqa: E402 - the bench dir is not a package
     print_table,
     read_run_info,
     run_measured,
+    smoke_report,
     tail,
     tp_command,
     write_json,
@@ -351,10 +354,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip the untimed warm-up runs")
     p.add_argument("--data-dir", help="TP_DATA_DIR to build the demo in (default: a fresh temp dir)")
-    p.add_argument("--report", type=Path, default=RESULTS_DIR / "engine_overhead.json")
+    p.add_argument("--report", type=Path, default=None, help="default: bench/results/engine_overhead.json")
     p.add_argument("--keep-checkpoints", action="store_true", help="keep each run's checkpoints (disk)")
     p.add_argument("--keep", action="store_true", help="keep the temp data dir afterwards")
-    return p.parse_args(argv)
+    p.add_argument("--smoke", action="store_true", help=SMOKE_HELP + ": 1 pair x 2 steps, no warm-up")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.steps, args.repeats, args.warmup, args.save_steps, args.logging_steps = 2, 1, False, 2, 1
+        args.report = smoke_report("engine_overhead", args.report)
+    elif args.report is None:
+        args.report = RESULTS_DIR / "engine_overhead.json"
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

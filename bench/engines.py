@@ -10,6 +10,7 @@ differ step by step: the curves show both learn at the same pace, not that they 
 
     .venv/bin/python bench/engines.py                  # 3 rounds x 60 steps -> bench/results/engines.json
     .venv/bin/python bench/engines.py --algorithm grpo --steps 20   # -> bench/results/engines_grpo.json
+    .venv/bin/python bench/engines.py --smoke [--algorithm grpo]    # 1 round x 3 steps (GRPO: from the demo model)
 
 GRPO (`grpo_tiny.yaml`: 2 prompts x 8 generations, 8 new tokens) starts from a 150-step SFT checkpoint made once.
 It adds tokens/s (completion tokens generated per second of step), the rollout's share of a step (verl logs its
@@ -35,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402 - the bench dir is not a package
     CONFIGS,
     RESULTS_DIR,
+    SMOKE_HELP,
     bench_env,
     fmt,
     machine_info,
@@ -42,6 +44,7 @@ from _common import (  # noqa: E402 - the bench dir is not a package
     prepare_demo,
     print_table,
     read_jsonl,
+    smoke_report,
     tail,
     tp_command,
     write_json,
@@ -116,20 +119,24 @@ def grpo_run(engine: str, base: Path, env: dict[str, str], steps: int, sft: Path
 
 
 def grpo_main(args: argparse.Namespace) -> int:
-    output = args.output if args.output != RESULTS_DIR / "engines.json" else RESULTS_DIR / "engines_grpo.json"
+    output = args.output or RESULTS_DIR / "engines_grpo.json"
     base = Path(tempfile.mkdtemp(prefix="tp_engines_grpo_"))
     try:
         data_dir = base / "data"
         prepare_demo(data_dir, base)
         env = bench_env(data_dir)
-        sft_dir = base / "sft"
-        sft_cmd = [*tp_command(), "train", str(CONFIGS / "sft_tiny.yaml"), "--output", str(sft_dir)]
-        subprocess.run([*sft_cmd, "--set", "training.max_steps=150"], env=env, check=True, capture_output=True)
-        print(f"engines (grpo): {args.rounds} rounds x {args.steps} steps from {sft_dir / 'final'}", flush=True)
+        if args.smoke:  # no SFT run: GRPO starts from the demo model itself (its rewards are then mostly 0)
+            start_model = data_dir / "demo" / "model"
+        else:
+            sft_dir = base / "sft"
+            sft_cmd = [*tp_command(), "train", str(CONFIGS / "sft_tiny.yaml"), "--output", str(sft_dir)]
+            subprocess.run([*sft_cmd, "--set", "training.max_steps=150"], env=env, check=True, capture_output=True)
+            start_model = sft_dir / "final"
+        print(f"engines (grpo): {args.rounds} rounds x {args.steps} steps from {start_model}", flush=True)
         runs = []
         for i in range(args.rounds):
             for engine in ENGINES if i % 2 == 0 else reversed(ENGINES):
-                r = grpo_run(engine, base, env, args.steps, sft_dir / "final", i)
+                r = grpo_run(engine, base, env, args.steps, start_model, i)
                 print(
                     f"[round {i + 1}] {engine:5s} {r['steps_per_s']:6.2f} steps/s, {r['tokens_per_s']} tokens/s, "
                     f"rollout share {r['rollout_share']}, wall {r['wall_seconds']} s, peak RSS {r['peak_rss_mb']} MB,"
@@ -234,11 +241,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--output", type=Path, default=RESULTS_DIR / "engines.json")
+    parser.add_argument(
+        "--output", type=Path, default=None, help="default: bench/results/engines.json (GRPO: engines_grpo.json)"
+    )
     parser.add_argument("--algorithm", choices=("sft", "grpo"), default="sft")
+    parser.add_argument(
+        "--smoke", action="store_true", help=SMOKE_HELP + ": 1 round x 3 steps, batch 4; GRPO from the demo model"
+    )
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.rounds, args.steps, args.batch = 1, 3, 4  # 3: steps/s is taken over the steps after the first two
+        args.output = smoke_report(f"engines_{args.algorithm}", args.output)
     if args.algorithm == "grpo":
         return grpo_main(args)
+    args.output = args.output or RESULTS_DIR / "engines.json"
 
     base = Path(tempfile.mkdtemp(prefix="tp_engines_"))
     try:

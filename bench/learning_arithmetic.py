@@ -11,6 +11,7 @@ of the saved models.
     .venv/bin/python bench/learning_arithmetic.py    # ~2 min on 2 idle CPU cores; 20+ min while other jobs run
     .venv/bin/python bench/learning_arithmetic.py --sft-steps 300 --grpo-steps 200 --keep
     .venv/bin/python bench/learning_arithmetic.py --seeds 0 1 2 --grpo-steps 100   # TRL vs verl, 3 seeds
+    .venv/bin/python bench/learning_arithmetic.py --smoke   # SFT 2 steps + GRPO (TRL) 1 step, 16 held-out rows
 
 Exit code 0 whenever every stage ran (whatever the accuracies: this is a measurement, not a test); 1 when a
 stage failed. Results: a table on stdout and a JSON report (`--report`).
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402 - the bench dir is not a package
     CONFIGS,
     RESULTS_DIR,
+    SMOKE_HELP,
     bench_env,
     fmt,
     machine_info,
@@ -40,6 +42,7 @@ from _common import (  # noqa: E402 - the bench dir is not a package
     read_jsonl,
     read_run_info,
     run_logged,
+    smoke_report,
     tail,
     tp_command,
     write_json,
@@ -192,7 +195,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
     print(f"data dir: {data_dir}", flush=True)
     report["demo_prepare_seconds"] = round(prepare_demo(data_dir, log_dir), 2)
     data = data_dir / "demo" / "data"
-    held_out = read_jsonl(data / "rl_eval.jsonl")
+    held_out = read_jsonl(data / "rl_eval.jsonl")[: 16 if args.smoke else None]
     train_rows = read_jsonl(data / "rl.jsonl")
     train_sample = random.Random(0).sample(train_rows, min(args.train_sample, len(train_rows)))
     report["data"] = {
@@ -306,9 +309,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="one SFT + GRPO per engine for each seed")
     p.add_argument("--train-sample", type=int, default=100, help="training prompts scored for context")
-    p.add_argument("--report", type=Path, default=RESULTS_DIR / "learning_arithmetic.json")
+    p.add_argument("--report", type=Path, default=None, help="default: bench/results/learning_arithmetic.json")
     p.add_argument("--keep", action="store_true", help="keep the temp data dir (runs, logs) afterwards")
-    return p.parse_args(argv)
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help=SMOKE_HELP + ": SFT 2 steps, GRPO 1 step of 2 prompts under TRL only (verl's GRPO start-up alone "
+        "takes over a minute; `engines.py --smoke --algorithm grpo` runs it), 16 held-out + 8 training prompts",
+    )
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.sft_steps, args.grpo_steps, args.engines, args.seeds, args.train_sample = 2, 1, "trl", [0], 8
+        args.grpo_set = [*args.grpo_set, "training.per_device_batch_size=16"]
+        args.report = smoke_report("learning_arithmetic", args.report)
+    elif args.report is None:
+        args.report = RESULTS_DIR / "learning_arithmetic.json"
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

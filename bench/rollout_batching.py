@@ -29,6 +29,7 @@ from _common import (  # noqa: E402 - the bench dir is not a package
     SMOKE_HELP,
     machine_info,
     print_table,
+    seed_demo,
     smoke_report,
     write_json,
 )
@@ -66,6 +67,7 @@ def main() -> int:
 
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory(prefix="tp_rollout_bench_") as tmp:
+        seed_demo(tmp)
         prepare_demo(Path(tmp))
         model_dir = Path(tmp) / "demo" / "model"
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
