@@ -19,6 +19,7 @@ node, loopback only): both "nodes" share this machine, so it measures Ray's over
 
     .venv/bin/python bench/scaling.py                  # 3 rounds x 60 steps -> bench/results/scaling.json
     .venv/bin/python bench/scaling.py --rounds 5 --steps 100 --per-rank-batch 16 --platform-rounds 3
+    .venv/bin/python bench/scaling.py --smoke          # 1 round x 2 steps of each setup; the platform with world 1
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))  
 from _common import (  # noqa: E402 - the bench dir is not a package
     CONFIGS,
     RESULTS_DIR,
+    SMOKE_HELP,
     bench_env,
     fmt,
     fresh_dir,
@@ -50,6 +52,7 @@ from _common import (  # noqa: E402 - the bench dir is not a package
     read_jsonl,
     read_run_info,
     run_measured,
+    smoke_report,
     tail,
     tp_command,
     write_json,
@@ -130,12 +133,15 @@ def _job_config(name: str, per_rank: int) -> dict[str, Any]:
     return config
 
 
-def post_to_first_step(base: Path, address: str, rounds: int, per_rank: int) -> list[dict[str, Any]]:
-    """Seconds from POST /jobs to the API showing step 1, per setup, through `tp up`."""
+def post_to_first_step(
+    base: Path, address: str, rounds: int, per_rank: int, setups: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """Seconds from POST /jobs to the API showing step 1, per setup (default: all), through `tp up`."""
     runs = []
+    setups = setups or list(SETUPS)
     with running_tp_up(fresh_dir(base / "platform"), TP_RAY_ADDRESS=address, **LOOPBACK) as (client, _):
         for i in range(rounds):
-            for name in SETUPS if i % 2 == 0 else reversed(SETUPS):
+            for name in setups if i % 2 == 0 else reversed(setups):
                 started = time.monotonic()
                 response = client.post("/jobs", json={"name": f"scaling {name}", "config": _job_config(name, per_rank)})
                 if response.status_code != 201:
@@ -167,8 +173,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--per-rank-batch", type=int, default=16, help="B: world 2 runs B per rank, world 1 runs 2B")
     parser.add_argument("--platform-rounds", type=int, default=2, help="rounds of POST -> first step (0: skip)")
-    parser.add_argument("--output", type=Path, default=RESULTS_DIR / "scaling.json")
+    parser.add_argument("--output", type=Path, default=None, help="default: bench/results/scaling.json")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=SMOKE_HELP + ": 1 round x 2 steps (per-rank batch 2) of each setup; the platform part with world 1 only",
+    )
     args = parser.parse_args(argv)
+    platform_setups = None
+    if args.smoke:
+        args.rounds, args.steps, args.per_rank_batch, args.platform_rounds = 1, 2, 2, 1
+        platform_setups = [next(iter(SETUPS))]
+        args.output = smoke_report("scaling", args.output)
+    elif args.output is None:
+        args.output = RESULTS_DIR / "scaling.json"
 
     base = Path(tempfile.mkdtemp(prefix="tp_scaling_"))
     os.environ.update(LOOPBACK)
@@ -195,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 runs.append(r)
         platform_runs = (
-            post_to_first_step(base, cluster.address, args.platform_rounds, args.per_rank_batch)
+            post_to_first_step(base, cluster.address, args.platform_rounds, args.per_rank_batch, platform_setups)
             if args.platform_rounds
             else []
         )
