@@ -251,6 +251,7 @@ def crosscheck(args: argparse.Namespace, work: Path) -> int:
                 indent=2,
             )
         )
+        print(f"report: {args.json}")
     return 0 if match else 1
 
 
