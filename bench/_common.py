@@ -30,7 +30,7 @@ RESULTS_DIR = REPO_ROOT / "bench" / "results"
 SMOKE_DIR_ENV = "TP_BENCH_SMOKE_DIR"
 # A TP_DATA_DIR where `tp demo prepare` already ran (tests/test_benches.py prepares one for all the smoke runs).
 DEMO_CACHE_ENV = "TP_BENCH_DEMO_CACHE"
-SMOKE_HELP = "tiny sizes, seconds not minutes: checks that the bench still runs (report to a temp dir; see README)"
+SMOKE_HELP = "tiny sizes, to check that the bench still runs (report to a temp dir, never bench/results/)"
 
 
 def smoke_report(name: str, explicit: Path | None = None) -> Path:

@@ -172,21 +172,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternated rounds (each runs every setup once)")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--per-rank-batch", type=int, default=16, help="B: world 2 runs B per rank, world 1 runs 2B")
-    parser.add_argument("--platform-rounds", type=int, default=2, help="rounds of POST -> first step (0: skip)")
+    parser.add_argument(
+        "--platform-rounds", type=int, default=None, help="rounds of POST -> first step (0: skip; default 2, smoke 1)"
+    )
     parser.add_argument("--output", type=Path, default=None, help="default: bench/results/scaling.json")
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help=SMOKE_HELP + ": 1 round x 2 steps (per-rank batch 2) of each setup; the platform part with world 1 only",
+        help=SMOKE_HELP + ": 1 round x 2 steps (per-rank batch 2) of each setup; the platform part with world 1 only "
+        "(`--platform-rounds 0` skips it: ~1 min of `tp up`)",
     )
     args = parser.parse_args(argv)
     platform_setups = None
     if args.smoke:
-        args.rounds, args.steps, args.per_rank_batch, args.platform_rounds = 1, 2, 2, 1
+        args.rounds, args.steps, args.per_rank_batch = 1, 2, 2
+        args.platform_rounds = 1 if args.platform_rounds is None else args.platform_rounds
         platform_setups = [next(iter(SETUPS))]
         args.output = smoke_report("scaling", args.output)
     elif args.output is None:
         args.output = RESULTS_DIR / "scaling.json"
+    if args.platform_rounds is None:
+        args.platform_rounds = 2
 
     base = Path(tempfile.mkdtemp(prefix="tp_scaling_"))
     os.environ.update(LOOPBACK)
