@@ -17,7 +17,7 @@ $(BIN)/tp: pyproject.toml constraints.txt
 	@$(PY) -c '$(PYCHECK)'
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,tracking,verl]'
+	$(BIN)/pip install -q -e '.[dev,tracking,verl,bench]'  # bench: the anchors bench/ compares with (smoke-run by make test)
 	$(BIN)/pip install -q --no-deps verl==0.9.1  # its requirements are the [verl] extra (no wandb)
 	touch $(BIN)/tp
 
