@@ -640,6 +640,10 @@ ROUTES: dict[str, Case] = {
             json={"model": f"job-{_served(o)}/final", "messages": HI, "max_tokens": 2},
         ),
     ),
+    "POST /api/v1/openai/v1/pooling": Case(
+        "serving",
+        lambda o: Req("POST", f"{API}/openai/v1/pooling", json={"model": f"job-{_served(o)}/final", "input": "hi"}),
+    ),
     "GET /api/v1/openai/v1/models": Case(
         "user", lambda o: (_served(o), Req("GET", f"{API}/openai/v1/models?limit=1000"))[1], hidden="served"
     ),
