@@ -22,8 +22,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 PROBS_DIFF = "training/rollout_probs_diff_max"
 
 
-def rl_config(tmp: Path, model: Path, algorithm: dict, *, steps: int, save_steps: int) -> Path:
-    """A tiny RL job: 4 prompts x 4 rollouts a step; a length penalty beside the answer reward makes rewards vary."""
+def rl_config(tmp: Path, model: Path, algorithm: dict, *, steps: int, save_steps: int, batch: int = 16) -> Path:
+    """A tiny RL job: `batch` rollouts a step (16: 4 prompts x 4); a length penalty beside the answer reward makes
+    rewards vary."""
     raw = {
         "engine": "verl",
         "model": {"path": str(model), "dtype": "fp32"},
@@ -36,7 +37,7 @@ def rl_config(tmp: Path, model: Path, algorithm: dict, *, steps: int, save_steps
         "training": {
             "learning_rate": 5.0e-5,
             "max_steps": steps,
-            "per_device_batch_size": 16,
+            "per_device_batch_size": batch,
             "logging_steps": 1,
             "save_steps": save_steps,
             "seed": 0,
@@ -106,8 +107,9 @@ def test_grpo_trains_through_verls_trainer_with_the_hf_rollout(tp, tmp_path, sft
 )
 def test_each_rl_algorithm_trains_under_verl(tp, tmp_path, sft_start, algorithm):
     run = tmp_path / "run"
-    # 3 steps: a step costs ~1 s beside verl's ~60 s start, and 3 make "some step had varied rewards" near certain.
-    config = rl_config(tmp_path, sft_start, algorithm, steps=3, save_steps=3)
+    # 3 steps of 8 prompts: a step costs ~1-2 s beside verl's ~60 s start. The SFT start often answers a prompt the
+    # same way 4 times (no advantage in that group): 4 prompts x 2 steps once gave no gradient at all (GSPO).
+    config = rl_config(tmp_path, sft_start, algorithm, steps=3, save_steps=3, batch=32)
     tp("train", config, "--output", run, check=0, timeout=900)
     records = assert_trained(run, 3, critic=algorithm["name"] == "ppo")
     if algorithm.get("beta"):
