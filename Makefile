@@ -7,6 +7,10 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 
 .PHONY: setup setup-gpu test lint demo up ui clean
 
+# make test runs the suite on two pytest-xdist workers (tests/conftest.py: which tests share a worker, and why);
+# `make test XDIST=` runs it in one process.
+XDIST ?= -n 2 --dist loadgroup --no-loadscope-reorder
+
 setup: $(BIN)/tp
 
 # Python >= 3.11 (pyproject's requires-python): said plainly, before pip says it in its own words.
@@ -41,7 +45,7 @@ test: setup
 	$(BIN)/ruff format --check training_platform tests bench
 	$(BIN)/lint-imports  # the layers of DESIGN.md (.importlinter)
 	$(BIN)/mypy $(TYPED)  # settings in pyproject's [tool.mypy]
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/pytest -q --durations=30 tests
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/pytest -q --durations=30 $(XDIST) tests
 
 lint: setup
 	$(BIN)/ruff check training_platform tests bench

@@ -4,7 +4,10 @@
   worker and dataset tests run on a fresh machine instead of skipping; stopped when the session ends.
 - Ends the run with one line per cause for what it still skipped, with what to install.
 - Under CI (`CI=true`), a skipped test that feature_list.json names fails: a feature's proof must run.
-- Records each test's outcome, so tests/test_feature_list.py can fail when every proof of a feature was skipped.
+- Records each test's outcome and fails the run at its end when every proof of a feature that ran was skipped.
+
+Under pytest-xdist (`make test` runs two workers) the skip rule runs where the test runs (the worker) and the
+outcomes, notes and end-of-run checks on the controller, which receives every worker's reports.
 
 Functions are plain so tests/test_feature_list.py checks them, and a nested pytest run loads this module as a
 plugin (`-p proof_audit`) to check the CI rule end to end.
@@ -32,6 +35,8 @@ PG_AT = "127.0.0.1:5432"
 OUTCOMES = pytest.StashKey[dict[str, str]]()  # base node id -> "passed" | "failed" | "skipped"
 NOTES = pytest.StashKey[list[str]]()  # lines printed at the end (e.g. the fuzz seed of this run)
 PARAMS = re.compile(r"\[.*\]$")
+XDIST_GROUP = re.compile(r"@[^\]]*$")  # `--dist loadgroup` appends `@<group>` to a grouped test's node id
+NOTE_PROPERTY = "tp_note"  # a user property carrying a note from an xdist worker to the controller
 
 # (pattern in a skip reason, the cause printed once for all of them)
 CAUSES = [
@@ -62,8 +67,9 @@ def in_ci() -> bool:
 
 
 def base_nodeid(nodeid: str) -> str:
-    """`tests/a.py::test_x[sqlite]` -> `tests/a.py::test_x` (feature_list.json names tests without parameters)."""
-    return PARAMS.sub("", nodeid)
+    """`tests/a.py::test_x[sqlite]@group` -> `tests/a.py::test_x` (feature_list.json names tests without
+    parameters; xdist's loadgroup adds the group)."""
+    return PARAMS.sub("", XDIST_GROUP.sub("", nodeid))
 
 
 def feature_list_path() -> Path:
@@ -150,15 +156,22 @@ def start_embedded_redis(port: int = REDIS_PORT) -> subprocess.Popen | None:
 # ------------------------------------------------------------------------------------------------------ hooks
 
 _redis: subprocess.Popen | None = None
+_CONFIG: pytest.Config | None = None  # pytest_runtest_logreport gets no config
 VIOLATIONS: list[str] = []  # modules of named proofs skipped as a whole under CI
+ONLY_SKIPPED = pytest.StashKey[list[str]]()  # features some of whose proofs ran, and all of those were skipped
+
+
+def is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    global _redis
+    global _redis, _CONFIG
+    _CONFIG = config
     config.stash[OUTCOMES] = {}
     config.stash[NOTES] = []
-    config.addinivalue_line("markers", "after_all: runs after every other collected test (it reads their outcomes)")
-    if config.option.collectonly or os.environ.get("TP_TEST_NO_EMBEDDED_REDIS") == "1":
+    config.stash[ONLY_SKIPPED] = []
+    if config.option.collectonly or is_xdist_worker(config) or os.environ.get("TP_TEST_NO_EMBEDDED_REDIS") == "1":
         return
     if not listening(REDIS_HOST, REDIS_PORT):
         _redis = start_embedded_redis()
@@ -178,10 +191,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         _redis = None
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.get_closest_marker("after_all") is not None)  # stable: others keep order
-
-
 def _named_by_features(config: pytest.Config) -> dict[str, list[str]]:
     cache = getattr(config, "_tp_feature_nodes", None)
     if cache is None:
@@ -197,19 +206,29 @@ def _named_by_features(config: pytest.Config) -> dict[str, list[str]]:
 def pytest_runtest_makereport(item: pytest.Item, call):
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
+    if not report.skipped or hasattr(report, "wasxfail") or not in_ci():
+        return
+    features = _named_by_features(item.config).get(base_nodeid(item.nodeid))
+    if features:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"a proof of {', '.join(features)} (feature_list.json) was skipped under CI=true: {skip_reason(report)}\n"
+            "Under CI every feature's proof must run: install what it needs (.ci/run does) or fix the skip."
+        )
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Outcomes and notes, from this process's tests or (on the xdist controller) from every worker's."""
+    config = _CONFIG
+    if config is None:
+        return
+    for name, value in report.user_properties:
+        if name == NOTE_PROPERTY and value not in config.stash[NOTES]:
+            config.stash[NOTES].append(value)
     if report.skipped and hasattr(report, "wasxfail"):
         return
-    node = base_nodeid(item.nodeid)
-    if report.skipped and in_ci():
-        features = _named_by_features(item.config).get(node)
-        if features:
-            reason = skip_reason(report)
-            report.outcome = "failed"
-            report.longrepr = (
-                f"a proof of {', '.join(features)} (feature_list.json) was skipped under CI=true: {reason}\n"
-                "Under CI every feature's proof must run: install what it needs (.ci/run does) or fix the skip."
-            )
-    outcomes = item.config.stash[OUTCOMES]
+    node = base_nodeid(report.nodeid)
+    outcomes = config.stash[OUTCOMES]
     previous = outcomes.get(node)
     if report.failed:
         outcomes[node] = "failed"
@@ -234,7 +253,15 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if VIOLATIONS and exitstatus == pytest.ExitCode.OK:
+    config = session.config
+    if is_xdist_worker(config):
+        return  # the controller saw every worker's outcomes and decides
+    try:
+        doc = json.loads(feature_list_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        doc = {"features": []}
+    config.stash[ONLY_SKIPPED] = only_skipped(doc, config.stash[OUTCOMES])
+    if (VIOLATIONS or config.stash[ONLY_SKIPPED]) and exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -250,8 +277,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         terminalreporter.section("feature proofs skipped under CI (the run fails)", red=True)
         for line in VIOLATIONS:
             terminalreporter.write_line(line, red=True)
+    bad = config.stash.get(ONLY_SKIPPED, [])
+    if bad:
+        terminalreporter.section("features proved only by skipped tests (the run fails)", red=True)
+        terminalreporter.write_line(
+            f"every proof of these features that ran in this session was skipped: {', '.join(bad)}", red=True
+        )
 
 
-def note(config: pytest.Config, line: str) -> None:
-    """A line for the end of the run (e.g. the seed a fuzz test used, to reproduce it)."""
-    config.stash[NOTES].append(line)
+def note(item: pytest.Item, line: str) -> None:
+    """A line for the end of the run (e.g. the seed a fuzz test used, to reproduce it), carried in the test's report
+    so that it reaches the xdist controller too."""
+    item.user_properties.append((NOTE_PROPERTY, line))

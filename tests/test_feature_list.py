@@ -265,14 +265,51 @@ def test_under_ci_a_skipped_feature_proof_fails_the_run(tmp_path):
     assert "1 failed, 1 passed, 2 skipped" in out  # the unnamed skip stays a skip
 
 
-@pytest.mark.after_all
-def test_no_feature_is_proved_only_by_skipped_tests(request):
-    """Runs after every other test of the session (the `after_all` marker) and reads their outcomes."""
-    from proof_audit import OUTCOMES, only_skipped
+ONLY_SKIPPED = """
+import pytest
 
-    outcomes = request.config.stash[OUTCOMES]
-    doc = json.loads(FEATURES.read_text(encoding="utf-8"))
-    if not any(node in outcomes for node in _nodes(doc)):
-        pytest.skip("no test that feature_list.json names ran in this session")
-    bad = only_skipped(doc, outcomes)
-    assert not bad, f"features whose proofs ran in this session were all skipped: {bad}"
+def test_a():
+    pytest.skip("needs a GPU")
+
+def test_b():
+    pytest.skip("needs a GPU")
+
+def test_c():
+    assert True
+
+def test_note(request):
+    from proof_audit import note
+    note(request.node, "seed 7")
+"""
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_feature_proved_only_by_skipped_tests_fails_the_run(tmp_path, workers):
+    """Not only under CI: when every proof of a feature that ran was skipped, the run fails at its end; under
+    pytest-xdist too (the controller gathers the workers' outcomes), and the fuzz seed's kind of note gets through."""
+    (tmp_path / "test_only.py").write_text(ONLY_SKIPPED, encoding="utf-8")
+    features = {
+        "version": 1,
+        "features": [
+            {"id": "gpu-thing", "tests": ["test_only.py::test_a", "test_only.py::test_b"]},
+            {"id": "fine", "tests": ["test_only.py::test_a", "test_only.py::test_c"]},
+        ],
+    }
+    (tmp_path / "features.json").write_text(json.dumps(features), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "CI", "PYTEST_XDIST_WORKER")}
+    env |= {"PYTHONPATH": str(REPO / "tests"), "TP_FEATURE_LIST": str(tmp_path / "features.json")}
+    env["TP_TEST_NO_EMBEDDED_REDIS"] = "1"
+    xdist = ["-n", str(workers), "--dist", "loadgroup"] if workers else []
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "proof_audit", "-p", "no:cacheprovider", "-q", *xdist, "."],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 1, out
+    assert "2 passed, 2 skipped" in out
+    assert "every proof of these features that ran in this session was skipped: gpu-thing" in out
+    assert "seed 7" in out

@@ -27,7 +27,7 @@ schemathesis = pytest.importorskip("schemathesis")
 from api_helpers import Api, database, ingested, running_api  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from hypothesis.errors import Unsatisfiable  # noqa: E402
-from proof_audit import NOTES, in_ci, note  # noqa: E402
+from proof_audit import in_ci, note  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
 from schemathesis.core.failures import FailureGroup  # noqa: E402
 from schemathesis.generation import GenerationMode  # noqa: E402
@@ -153,8 +153,7 @@ def run_fuzz(api: Api, examples: int) -> dict[str, list[str]]:
 def test_openapi_fuzz(fuzz_api: Api, request):
     seed_line = f"fuzz seed: {SEED} (TP_FUZZ_SEED={SEED} reproduces it)" if SEED else "fuzz seed: derandomized"
     print(seed_line)
-    if seed_line not in request.config.stash[NOTES]:
-        note(request.config, seed_line)
+    note(request.node, seed_line)
     problems = run_fuzz(fuzz_api, EXAMPLES)
     if os.environ.get("TP_FUZZ_TIMING"):
         print("\n".join(f"{t:6.2f}s {k}" for k, t in sorted(TIMINGS.items(), key=lambda kv: -kv[1])[:25]))
