@@ -9,7 +9,7 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 
 # make test runs the suite on two pytest-xdist workers (tests/conftest.py: which tests share a worker, and why);
 # `make test XDIST=` runs it in one process.
-XDIST ?= -n 2 --dist loadgroup --no-loadscope-reorder
+XDIST ?= -n 2 --no-loadscope-reorder
 
 setup: $(BIN)/tp
 

@@ -1,11 +1,14 @@
 """Loaded for every test: the proof audit (an embedded Redis when none listens, the skip summary by cause, CI's
 rule that a feature's proof may not be skipped; see tests/proof_audit.py), and how `make test` splits the suite
-between its pytest-xdist workers (`-n 2 --dist loadgroup --no-loadscope-reorder`):
+between its pytest-xdist workers (`-n 2 --no-loadscope-reorder`):
 
-- a test file is one unit of work (its module fixtures are built once), except that every file using one of the
-  costly session fixtures below joins that fixture's group, so the fixture is built once in the whole run;
+- a test file is one unit of work, so its module fixtures are built once; tests/e2e is one unit, so the `tp up`
+  they share (its session fixture `platform`) starts once. Every other costly fixture is used by one file only
+  (the trained SFT start of verl RL: tests/training/test_verl_rl.py), or is module-scoped;
 - units start longest first (LONGEST_FIRST: measured with --durations), so the last to finish is a short one;
 - each worker gets its own Redis databases (the suites' fixed db numbers, shifted per worker).
+
+xdist's own `--dist loadgroup` marks cannot group here: it renames node ids, which pytest 9 no longer allows.
 """
 
 from __future__ import annotations
@@ -18,22 +21,15 @@ import pytest
 pytest_plugins = ["proof_audit"]
 
 TESTS = Path(__file__).resolve().parent
-
-# session fixture -> (the directory whose conftest defines it, the group of every file that uses it)
-SHARED_SESSION_FIXTURES = {
-    "sft_start": ("training", "sft_start"),  # 150 steps of TRL SFT: the start of every verl RL run
-    "platform": ("e2e", "tp_up"),  # one `tp up` the end-to-end and browser tests share
-}
+SHARED_UNITS = ("tests/e2e",)  # directories run as one unit (a session fixture all their files share)
 
 # Units that take minutes, longest first (the rest keep collection order after them).
 LONGEST_FIRST = [
-    "sft_start",
-    "tp_up",
+    "tests/e2e",
+    "tests/training/test_verl_rl.py",
     "tests/test_benches.py",
-    "tests/e2e/test_ray_http.py",
     "tests/training/test_ray.py",
     "tests/training/test_verl_engine.py",
-    "tests/e2e/test_evaluation_http.py",
     "tests/workers/test_kill9.py",
 ]
 
@@ -49,6 +45,12 @@ REDIS_URL_ENV = {
 REDIS_DBS_PER_WORKER = len(REDIS_URL_ENV)
 
 
+def work_unit(nodeid: str) -> str:
+    """`tests/api/test_jobs_api.py::test_x[sqlite]` -> `tests/api/test_jobs_api.py`; every e2e test -> `tests/e2e`."""
+    path = nodeid.split("::", 1)[0]
+    return next((unit for unit in SHARED_UNITS if path.startswith(unit + "/")), path)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if not worker.startswith("gw") or not worker[2:].isdigit():
@@ -60,23 +62,20 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault(name, f"redis://127.0.0.1:6379/{db - shift}")
 
 
-def _unit(item: pytest.Item, file_groups: dict[Path, str]) -> str:
-    return file_groups.get(item.path) or item.path.relative_to(TESTS.parent).as_posix()
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist appends the group to each node id
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    file_groups: dict[Path, str] = {}
-    for item in items:
-        for fixture, (directory, group) in SHARED_SESSION_FIXTURES.items():
-            if fixture in getattr(item, "fixturenames", ()) and item.path.is_relative_to(TESTS / directory):
-                file_groups[item.path] = group
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(_unit(item, file_groups)))
-
     def rank(item: pytest.Item) -> int:
-        unit = _unit(item, file_groups)
+        unit = work_unit(item.nodeid)
         return LONGEST_FIRST.index(unit) if unit in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=rank)  # stable: each file's tests keep their order
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """Whole units to a worker, one at a time as workers free up, in collection order (longest first)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return UnitScheduling(config, log)

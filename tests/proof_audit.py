@@ -35,7 +35,6 @@ PG_AT = "127.0.0.1:5432"
 OUTCOMES = pytest.StashKey[dict[str, str]]()  # base node id -> "passed" | "failed" | "skipped"
 NOTES = pytest.StashKey[list[str]]()  # lines printed at the end (e.g. the fuzz seed of this run)
 PARAMS = re.compile(r"\[.*\]$")
-XDIST_GROUP = re.compile(r"@[^\]]*$")  # `--dist loadgroup` appends `@<group>` to a grouped test's node id
 NOTE_PROPERTY = "tp_note"  # a user property carrying a note from an xdist worker to the controller
 
 # (pattern in a skip reason, the cause printed once for all of them)
@@ -67,9 +66,8 @@ def in_ci() -> bool:
 
 
 def base_nodeid(nodeid: str) -> str:
-    """`tests/a.py::test_x[sqlite]@group` -> `tests/a.py::test_x` (feature_list.json names tests without
-    parameters; xdist's loadgroup adds the group)."""
-    return PARAMS.sub("", XDIST_GROUP.sub("", nodeid))
+    """`tests/a.py::test_x[sqlite]` -> `tests/a.py::test_x` (feature_list.json names tests without parameters)."""
+    return PARAMS.sub("", nodeid)
 
 
 def feature_list_path() -> Path:

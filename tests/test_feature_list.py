@@ -299,7 +299,7 @@ def test_a_feature_proved_only_by_skipped_tests_fails_the_run(tmp_path, workers)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "CI", "PYTEST_XDIST_WORKER")}
     env |= {"PYTHONPATH": str(REPO / "tests"), "TP_FEATURE_LIST": str(tmp_path / "features.json")}
     env["TP_TEST_NO_EMBEDDED_REDIS"] = "1"
-    xdist = ["-n", str(workers), "--dist", "loadgroup"] if workers else []
+    xdist = ["-n", str(workers)] if workers else []
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "proof_audit", "-p", "no:cacheprovider", "-q", *xdist, "."],
         cwd=tmp_path,

@@ -8,6 +8,9 @@ sets the variables, clears the caches and points the Celery app at the test brok
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +27,7 @@ from training_platform.db.session import session_scope
 from training_platform.services import jobs as job_service
 
 API = "/api/v1"
+REPO = Path(__file__).resolve().parents[2]
 REDIS_TEST_URL = os.environ.get("TP_TEST_API_REDIS_URL", "redis://127.0.0.1:6379/15")
 # Overridable to run the PostgreSQL half elsewhere: the admin DSN creates/drops tp_test_* databases.
 PG_ADMIN_DSN = os.environ.get(
@@ -271,3 +275,66 @@ def ingested(api, accepted, user: str = "alice") -> dict:
         "created": result["created"],
         "job": job,
     }
+
+
+@contextmanager
+def inference_worker(redis_url: str, log_dir: Path, name: str) -> Iterator[tuple[subprocess.Popen, Path]]:
+    """A real inference worker process (`tp worker --inference`'s argv) on the Redis db of `redis_url`, flushed
+    before and after: yields once it heartbeats (torch and transformers imported), with its log file."""
+    import redis
+
+    from training_platform.cli.processes import inference_worker_argv
+    from training_platform.inference import channel
+
+    client = redis.Redis.from_url(redis_url, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except (redis.RedisError, OSError) as exc:
+        pytest.skip(f"the local Redis at {redis_url} is unreachable: {exc}")
+    client.flushdb()
+    log_file = log_dir / "worker.log"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    with log_file.open("wb") as log:
+        worker = subprocess.Popen(
+            inference_worker_argv(name=f"{name}-{uuid.uuid4().hex[:8]}@%h"),
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 90
+        while not client.zcount(channel.WORKERS_KEY, channel.live_worker_floor(), "+inf"):
+            assert worker.poll() is None, f"the inference worker exited:\n{log_file.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"no heartbeat from the inference worker:\n{log_file.read_text()}"
+            time.sleep(0.2)
+        yield worker, log_file
+    finally:
+        stop_process_group(worker)
+        client.flushdb()
+        client.close()
+
+
+def stop_process_group(proc: subprocess.Popen) -> None:
+    """SIGCONT (a test may have stopped it) and SIGTERM to its process group; SIGKILL after 30 s."""
+    for sig in (signal.SIGCONT, signal.SIGTERM):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def live_inference_workers(redis_url: str) -> int:
+    """Inference workers whose heartbeat is fresh (a stopping worker takes itself off the list)."""
+    import redis
+
+    from training_platform.inference import channel
+
+    with redis.Redis.from_url(redis_url) as client:
+        return client.zcount(channel.WORKERS_KEY, channel.live_worker_floor(), "+inf")

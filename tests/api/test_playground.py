@@ -20,7 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from api_helpers import Api, database, running_api, set_status
+from api_helpers import (
+    Api,
+    database,
+    inference_worker,
+    live_inference_workers,
+    running_api,
+    set_status,
+    stop_process_group,
+)
 
 from training_platform.db import crud
 from training_platform.db.models import Checkpoint, User
@@ -29,7 +37,6 @@ from training_platform.db.session import session_scope
 pytestmark = pytest.mark.integration
 
 REDIS_URL = os.environ.get("TP_TEST_INFERENCE_REDIS_URL", "redis://127.0.0.1:6379/10")
-REPO = Path(__file__).resolve().parents[2]
 PICKUP_S = 3.0
 HELLO = [{"role": "user", "content": "What is 2+3?"}]
 
@@ -89,75 +96,26 @@ def _job(api: Api, *, final: bool) -> int:
     return job_id
 
 
-def _live_workers() -> int:
-    import redis
-
-    from training_platform.inference import channel
-
-    with redis.Redis.from_url(REDIS_URL) as client:
-        return client.zcount(channel.WORKERS_KEY, channel.live_worker_floor(), "+inf")
-
-
 @pytest.fixture(scope="module")
 def served(data_dir, tmp_path_factory) -> Iterator[Served]:
-    import redis
-
-    from training_platform.cli.processes import inference_worker_argv
-
-    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
-    try:
-        client.ping()
-    except (redis.RedisError, OSError) as exc:
-        pytest.skip(f"the local Redis at {REDIS_URL} is unreachable: {exc}")
-    client.flushdb()
     settings = {
         "REDIS_URL": REDIS_URL,
         "TP_INFERENCE_PICKUP_TIMEOUT": str(PICKUP_S),
         "TP_INFERENCE_TIMEOUT": "60",
         "TP_INFERENCE_CACHE": "2",
     }
-    with database("sqlite", tmp_path_factory.mktemp("db_play")) as url, running_api(data_dir, url, **settings) as api:
-        log_file = tmp_path_factory.mktemp("inference") / "worker.log"
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-        with log_file.open("wb") as log:
-            worker = subprocess.Popen(
-                inference_worker_argv(name=f"inference-test-{_uid()}@%h"),
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=REPO,
-                start_new_session=True,
-            )
+    with (
+        inference_worker(REDIS_URL, tmp_path_factory.mktemp("inference"), "inference-test") as (worker, log_file),
+        database("sqlite", tmp_path_factory.mktemp("db_play")) as url,
+        running_api(data_dir, url, **settings) as api,
+    ):
         srv = Served(api=api, worker=worker, log_file=log_file)
-        try:
-            deadline = time.monotonic() + 90
-            while not _live_workers():  # announced once torch and transformers are imported
-                assert worker.poll() is None, f"the inference worker exited:\n{srv.log()[-3000:]}"
-                assert time.monotonic() < deadline, f"no heartbeat from the inference worker:\n{srv.log()[-3000:]}"
-                time.sleep(0.2)
-            srv.job, srv.bare_job = _job(api, final=True), _job(api, final=False)
-            srv.model_name = f"play-model-{_uid()}"
-            r = api.post("/models", json={"name": srv.model_name, "path": "demo/model"})
-            assert r.status_code == 201, r.text
-            srv.model_id = r.json()["id"]
-            yield srv
-        finally:
-            _stop(worker)
-            client.flushdb()
-            client.close()
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    for sig in (signal.SIGCONT, signal.SIGTERM):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+        srv.job, srv.bare_job = _job(api, final=True), _job(api, final=False)
+        srv.model_name = f"play-model-{_uid()}"
+        r = api.post("/models", json={"name": srv.model_name, "path": "demo/model"})
+        assert r.status_code == 201, r.text
+        srv.model_id = r.json()["id"]
+        yield srv
 
 
 def _generate(srv: Served, user: str = "alice", **body):
@@ -454,8 +412,8 @@ def test_stuck_worker_503(served: Served):
 
 
 def test_no_worker_503(served: Served):
-    _stop(served.worker)  # a stopping worker takes itself off the list
-    assert _live_workers() == 0
+    stop_process_group(served.worker)  # a stopping worker takes itself off the list
+    assert live_inference_workers(REDIS_URL) == 0
     t0 = time.monotonic()
     r = _generate(served)
     assert r.status_code == 503 and "no inference worker is running" in r.json()["detail"], r.text

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import threading
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from api_helpers import Api, database, run_data_job, running_api, set_status
+from api_helpers import Api, database, inference_worker, run_data_job, running_api, set_status
 
 from training_platform.db import crud
 from training_platform.db.models import User
@@ -33,7 +32,6 @@ from training_platform.db.session import session_scope
 pytestmark = pytest.mark.integration
 
 REDIS_URL = os.environ.get("TP_TEST_POOLING_REDIS_URL", "redis://127.0.0.1:6379/11")
-REPO = Path(__file__).resolve().parents[2]
 KEY_VAR = "TP_TEST_POOLING_KEY"
 TEXTS = [
     "What is 2+3?\n5",
@@ -80,15 +78,6 @@ def _uid() -> str:
     return uuid.uuid4().hex[:8]
 
 
-def _live_workers() -> int:
-    import redis
-
-    from training_platform.inference import channel
-
-    with redis.Redis.from_url(REDIS_URL) as client:
-        return client.zcount(channel.WORKERS_KEY, channel.live_worker_floor(), "+inf")
-
-
 def _reward_job(api: Api) -> int:
     """A succeeded reward job of alice's whose final/ is the demo reward model."""
     with session_scope() as s:
@@ -133,17 +122,8 @@ class _Server:
 
 @pytest.fixture(scope="module")
 def served(data_dir, tmp_path_factory) -> Iterator[Served]:
-    import redis
-
-    from training_platform.cli.processes import inference_worker_argv
     from training_platform.core.settings import get_settings
 
-    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
-    try:
-        client.ping()
-    except (redis.RedisError, OSError) as exc:
-        pytest.skip(f"the local Redis at {REDIS_URL} is unreachable: {exc}")
-    client.flushdb()
     settings = {
         "REDIS_URL": REDIS_URL,
         "TP_INFERENCE_PICKUP_TIMEOUT": "10",
@@ -152,28 +132,13 @@ def served(data_dir, tmp_path_factory) -> Iterator[Served]:
         "TP_MIN_FREE_DISK_MB": "1",
     }
     with (
+        inference_worker(REDIS_URL, tmp_path_factory.mktemp("inference_pool"), "inference-pool") as (worker, log_file),
         database("sqlite", tmp_path_factory.mktemp("db_pool")) as url,
         running_api(data_dir, url, **settings) as api,
         _Server() as http,
     ):
-        log_file = tmp_path_factory.mktemp("inference_pool") / "worker.log"
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-        with log_file.open("wb") as log:
-            worker = subprocess.Popen(
-                inference_worker_argv(name=f"inference-pool-{_uid()}@%h"),
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=REPO,
-                start_new_session=True,
-            )
         mp = pytest.MonkeyPatch()
         try:
-            deadline = time.monotonic() + 90
-            while not _live_workers():  # announced once torch and transformers are imported
-                assert worker.poll() is None, f"the inference worker exited:\n{log_file.read_text()[-3000:]}"
-                assert time.monotonic() < deadline, f"no heartbeat from the inference worker:\n{log_file.read_text()}"
-                time.sleep(0.2)
             names = {}
             for kind, path in (("reward", "demo/reward_model"), ("lm", "demo/model")):
                 names[kind] = f"pool-{kind}-{_uid()}"
@@ -198,21 +163,6 @@ def served(data_dir, tmp_path_factory) -> Iterator[Served]:
         finally:
             mp.undo()
             get_settings.cache_clear()
-            _stop(worker)
-            client.flushdb()
-            client.close()
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
 
 
 # ---------------------------------------------------------------------------------------------- the route

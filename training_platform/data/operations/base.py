@@ -194,20 +194,3 @@ def jsonable(obj: Any) -> Any:
 
     return json.loads(json.dumps(obj, default=default, ensure_ascii=False))
 
-
-__all__ = [
-    "OPERATIONS",
-    "CheckContext",
-    "FieldErrors",
-    "Operation",
-    "OperationParams",
-    "OperationResult",
-    "PathKind",
-    "RunContext",
-    "get_operation",
-    "jsonable",
-    "operation_names",
-    "params_model",
-    "register_operation",
-    "unregister_operation",
-]
