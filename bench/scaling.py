@@ -19,7 +19,7 @@ node, loopback only): both "nodes" share this machine, so it measures Ray's over
 
     .venv/bin/python bench/scaling.py                  # 3 rounds x 60 steps -> bench/results/scaling.json
     .venv/bin/python bench/scaling.py --rounds 5 --steps 100 --per-rank-batch 16 --platform-rounds 3
-    .venv/bin/python bench/scaling.py --smoke          # 1 round x 2 steps of each setup; the platform with world 1
+    .venv/bin/python bench/scaling.py --smoke          # 1 round x 2 steps, local and torchrun (no Ray, no `tp up`)
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ SETUPS = {  # name -> (processes, batch per process as a multiple of the per-ran
     "world 2 (torchrun)": (2, 1, []),
     "world 2 (ray, 2 nodes)": (2, 1, ["--set", "resources.num_nodes=2", "--set", "resources.num_devices=1"]),
 }
+SETUP_KEYS = dict(zip(("local", "torchrun", "ray"), SETUPS, strict=True))  # --setups local,torchrun,ray
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # keep Ray on 127.0.0.1 (see tests/training/test_ray.py)
 
 
@@ -175,41 +176,50 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--platform-rounds", type=int, default=None, help="rounds of POST -> first step (0: skip; default 2, smoke 1)"
     )
+    parser.add_argument(
+        "--setups", default=None, help=f"comma-separated, of {', '.join(SETUP_KEYS)} (default: all; smoke: local,torchrun)"
+    )
     parser.add_argument("--output", type=Path, default=None, help="default: bench/results/scaling.json")
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help=SMOKE_HELP + ": 1 round x 2 steps (per-rank batch 2) of each setup; the platform part with world 1 only "
-        "(`--platform-rounds 0` skips it: ~1 min of `tp up`)",
+        help=SMOKE_HELP + ": 1 round x 2 steps (per-rank batch 2) of world 1 and torchrun world 2, no platform part "
+        "(Ray's 2-node cluster and `tp up` cost a minute each: `--setups ... --platform-rounds 1` adds them)",
     )
     args = parser.parse_args(argv)
-    platform_setups = None
     if args.smoke:
         args.rounds, args.steps, args.per_rank_batch = 1, 2, 2
-        args.platform_rounds = 1 if args.platform_rounds is None else args.platform_rounds
-        platform_setups = [next(iter(SETUPS))]
+        args.platform_rounds = 0 if args.platform_rounds is None else args.platform_rounds
+        args.setups = args.setups or "local,torchrun"
         args.output = smoke_report("scaling", args.output)
     elif args.output is None:
         args.output = RESULTS_DIR / "scaling.json"
     if args.platform_rounds is None:
         args.platform_rounds = 2
+    keys = (args.setups or ",".join(SETUP_KEYS)).split(",")
+    if unknown := [k for k in keys if k not in SETUP_KEYS]:
+        parser.error(f"--setups: unknown {unknown}; choose from {list(SETUP_KEYS)}")
+    setups = [SETUP_KEYS[k] for k in keys]
 
     base = Path(tempfile.mkdtemp(prefix="tp_scaling_"))
     os.environ.update(LOOPBACK)
     from ray.cluster_utils import Cluster
 
-    node = {"num_cpus": 1, "object_store_memory": 80 * 2**20, "node_ip_address": "127.0.0.1"}
-    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+    cluster = None
     try:
-        cluster.add_node(**node)
-        cluster.wait_for_nodes()
+        if "ray" in keys or args.platform_rounds:  # the platform part names the cluster (TP_RAY_ADDRESS)
+            node = {"num_cpus": 1, "object_store_memory": 80 * 2**20, "node_ip_address": "127.0.0.1"}
+            cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+            cluster.add_node(**node)
+            cluster.wait_for_nodes()
+        ray_env = {"TP_RAY_ADDRESS": cluster.address} if cluster else {}
         data_dir = base / "data"
         prepare_demo(data_dir, base)
-        env = bench_env(data_dir, TP_RAY_ADDRESS=cluster.address, **LOOPBACK)
+        env = bench_env(data_dir, **ray_env, **LOOPBACK)
         print(f"scaling: {args.rounds} rounds x {args.steps} steps, global batch {2 * args.per_rank_batch}", flush=True)
         runs = []
         for i in range(args.rounds):
-            for name in SETUPS if i % 2 == 0 else reversed(SETUPS):
+            for name in setups if i % 2 == 0 else reversed(setups):
                 r = one_run(name, base, env, args.steps, args.per_rank_batch, i)
                 print(
                     f"[round {i + 1}] {name:19s} {r['samples_per_s']:8.1f} samples/s, first step after "
@@ -219,16 +229,17 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 runs.append(r)
         platform_runs = (
-            post_to_first_step(base, cluster.address, args.platform_rounds, args.per_rank_batch, platform_setups)
-            if args.platform_rounds
+            post_to_first_step(base, cluster.address, args.platform_rounds, args.per_rank_batch, setups)
+            if cluster and args.platform_rounds
             else []
         )
     finally:
-        cluster.shutdown()
+        if cluster:
+            cluster.shutdown()
         shutil.rmtree(base, ignore_errors=True)
 
     summary = {}
-    for name in SETUPS:
+    for name in setups:
         mine = [r for r in runs if r["setup"] == name]
         summary[name] = {
             k: median([r[k] for r in mine])
@@ -237,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         summary[name]["post_to_first_step_s"] = median(
             [r["post_to_first_step_s"] for r in platform_runs if r["setup"] == name]
         )
-    base_name = next(iter(SETUPS))
+    base_name = setups[0]
     rows = [
         [
             name,

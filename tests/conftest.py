@@ -6,7 +6,8 @@ between its pytest-xdist workers (`-n 2 --no-loadscope-reorder`):
   they share (its session fixture `platform`) starts once. Every other costly fixture is used by one file only
   (the trained SFT start of verl RL: tests/training/test_verl_rl.py), or is module-scoped;
 - units start longest first (LONGEST_FIRST: measured with --durations), so the last to finish is a short one;
-- each worker gets its own Redis databases (the suites' fixed db numbers, shifted per worker).
+- each worker gets its own Redis databases (the suites' fixed db numbers, shifted per worker) and its own range of
+  sandbox uids (the sandbox tests look for leftover processes by uid).
 
 xdist's own `--dist loadgroup` marks cannot group here: it renames node ids, which pytest 9 no longer allows.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["proof_audit"]
+pytest_plugins = ["proof_audit", "ray_fixtures"]  # ray_fixtures: the session's 2-node Ray cluster
 
 TESTS = Path(__file__).resolve().parent
 SHARED_UNITS = ("tests/e2e",)  # directories run as one unit (a session fixture all their files share)
@@ -60,6 +61,10 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"Redis has 16 databases: at most {16 // REDIS_DBS_PER_WORKER} xdist workers")
     for name, db in REDIS_URL_ENV.items():
         os.environ.setdefault(name, f"redis://127.0.0.1:6379/{db - shift}")
+    from training_platform.evaluation import sandbox
+
+    base = int(os.environ.get(sandbox.ENV_UID_BASE, sandbox._DEFAULT_UID_BASE))
+    os.environ[sandbox.ENV_UID_BASE] = str(base + sandbox._UID_SLOTS * int(worker[2:]))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -119,9 +119,9 @@ def check_rollout_batching(r: dict[str, Any]) -> None:
 
 def check_scaling(r: dict[str, Any]) -> None:
     assert r["bench"] == "scaling" and r["steps"] == 2
-    assert [x["world_size"] for x in r["runs"]] == [1, 2, 2]
+    assert [(x["world_size"], x["launcher"]) for x in r["runs"]] == [(1, "local"), (2, "torchrun")]
     assert all(x["exit_code"] == 0 and _finite(x["samples_per_s"]) for x in r["runs"])
-    assert [p["setup"] for p in r["platform_runs"]] == ["world 1 (local)"] and r["platform_runs"][0]["ok"]
+    assert r["platform_runs"] == []  # Ray's cluster and `tp up`: proved by tests/training/test_ray.py and tests/e2e
 
 
 # ---------------------------------------------------------------------------------------------- the smoke runs

@@ -4,7 +4,6 @@ Ray Train workers."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -15,30 +14,16 @@ from _e2e import wait as _wait
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
+pytest.importorskip("ray.cluster_utils")
 REPO = Path(__file__).resolve().parents[2]
-LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # keep Ray on 127.0.0.1 (tests/training/test_ray.py)
+from ray_fixtures import LOOPBACK  # noqa: E402 - Ray's processes and clients stay on 127.0.0.1
 
 
 @pytest.fixture(scope="module")
-def ray_platform(tmp_path_factory):
-    old = os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
-    os.environ.update(LOOPBACK)
-    node = {"num_cpus": 1, "object_store_memory": 80 * 2**20, "node_ip_address": "127.0.0.1"}
-    cluster = ray_cluster_utils.Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
-    try:
-        cluster.add_node(**node)
-        cluster.wait_for_nodes()
-        with running_tp_up(
-            tmp_path_factory.mktemp("tp_up_ray"), TP_RAY_ADDRESS=cluster.address, **LOOPBACK
-        ) as platform:
-            yield platform
-    finally:
-        cluster.shutdown()
-        if old is None:
-            os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
-        else:
-            os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = old
+def ray_platform(tmp_path_factory, ray_cluster):
+    """`tp up` naming the session's 2-node cluster (tests/ray_fixtures.py) in TP_RAY_ADDRESS."""
+    with running_tp_up(tmp_path_factory.mktemp("tp_up_ray"), TP_RAY_ADDRESS=ray_cluster.address, **LOOPBACK) as up:
+        yield up
 
 
 def _config(max_steps: int) -> dict:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import time
 
-import psutil
 import pytest
 import verl  # noqa: F401 - proves a feature: `make setup` installs verl; without it this fails, never skips
 from _e2e import get_job, running_tp_up, wait
+from process_marks import marked_processes, new_mark
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -26,20 +26,9 @@ def grpo(max_steps: int) -> dict:
     }
 
 
-def ray_processes_since(started: float) -> list[psutil.Process]:
-    out = []
-    for proc in psutil.process_iter(["cmdline", "create_time"]):
-        try:
-            ours = proc.info["create_time"] >= started and any("ray" in p for p in proc.info["cmdline"] or [])
-            if ours and proc.status() != psutil.STATUS_ZOMBIE:
-                out.append(proc)
-        except psutil.Error:
-            continue
-    return out
-
-
 def test_a_verl_grpo_job_trains_over_http_and_another_is_cancelled(tmp_path_factory):
-    with running_tp_up(tmp_path_factory.mktemp("tp_up_verl")) as (client, _):
+    mark = new_mark()  # in every process `tp up` starts, the jobs' Ray included
+    with running_tp_up(tmp_path_factory.mktemp("tp_up_verl"), **mark) as (client, _):
         response = client.post("/jobs", json={"name": "verl grpo", "config": grpo(2)})
         assert response.status_code == 201, response.text
         job_id = response.json()["id"]
@@ -57,7 +46,6 @@ def test_a_verl_grpo_job_trains_over_http_and_another_is_cancelled(tmp_path_fact
         assert rollouts["steps"] == [1, 2] and rollouts["items"], rollouts
         assert "math_answer" in rollouts["items"][0]["rewards"], rollouts["items"][0]
 
-        started = time.time()
         job_id = client.post("/jobs", json={"name": "verl cancel", "config": grpo(10_000)}).json()["id"]
         wait(lambda: get_job(client, job_id)["current_step"] >= 1, 600, "the verl job to train a step", interval=1)
         cancelled_at = time.monotonic()
@@ -69,5 +57,6 @@ def test_a_verl_grpo_job_trains_over_http_and_another_is_cancelled(tmp_path_fact
             interval=0.5,
         )
         assert final["status"] == "cancelled", final
-        wait(lambda: not ray_processes_since(started), 30, "every process of the job's Ray to exit", interval=0.5)
+        ray = lambda: marked_processes(mark, containing="ray")  # noqa: E731 - the job's Ray, not tp up's own
+        wait(lambda: not ray(), 30, "every process of the job's Ray to exit", interval=0.5)
         assert time.monotonic() - cancelled_at < 30, "cancel stops the driver and every actor within 30 s"

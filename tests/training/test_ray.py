@@ -11,7 +11,7 @@ from training_helpers import EXAMPLES, train_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
+pytest.importorskip("ray.cluster_utils")
 
 QUIET = [
     "--set",
@@ -25,28 +25,7 @@ QUIET = [
     "--set",
     "resources.device=cpu",
 ]
-# Ray resolves 127.0.0.1 to the machine's routable address unless told it is not a multi-machine setup; the test
-# cluster and its clients stay on loopback.
-LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    old = {k: os.environ.get(k) for k in LOOPBACK}
-    os.environ.update(LOOPBACK)
-    node = {"num_cpus": 1, "object_store_memory": 80 * 2**20, "node_ip_address": "127.0.0.1"}
-    cluster = ray_cluster_utils.Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
-    try:
-        cluster.add_node(**node)
-        cluster.wait_for_nodes()
-        yield cluster
-    finally:
-        cluster.shutdown()
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+from ray_fixtures import LOOPBACK  # noqa: E402 - Ray's processes and clients stay on 127.0.0.1
 
 
 # One launcher, any algorithm: DPO's cross-rank equivalence is tested under torchrun (test_distributed.py), whose

@@ -10,10 +10,10 @@ import subprocess
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 import verl  # noqa: F401 - proves a feature: `make setup` installs verl; without it this fails, never skips
 import yaml
+from process_marks import marked_processes, new_mark
 from training_helpers import REPO, TP, read_metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -117,25 +117,13 @@ def test_each_rl_algorithm_trains_under_verl(tp, tmp_path, sft_start, algorithm)
     assert (run / "final" / "config.json").is_file()
 
 
-def ray_processes_since(started: float) -> list[psutil.Process]:
-    out = []
-    for proc in psutil.process_iter(["cmdline", "create_time"]):
-        try:
-            ours = proc.info["create_time"] >= started and any("ray" in part for part in proc.info["cmdline"] or [])
-            if ours and proc.status() != psutil.STATUS_ZOMBIE:
-                out.append(proc)
-        except psutil.Error:
-            continue
-    return out
-
-
 def test_sigterm_mid_run_stops_everything_and_resume_logs_each_step_once(tp, tp_env, tmp_path, sft_start):
     run = tmp_path / "run"
     config = rl_config(tmp_path, sft_start, {"name": "grpo", "num_generations": 4}, steps=5, save_steps=1)
-    started = time.time()
+    mark = new_mark()  # in every process of this run, Ray's included
     proc = subprocess.Popen(
         [*TP, "train", str(config), "--output", str(run)],
-        env=tp_env,
+        env={**tp_env, **mark},
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -159,7 +147,7 @@ def test_sigterm_mid_run_stops_everything_and_resume_logs_each_step_once(tp, tp_
     info = json.loads((run / "run.json").read_text())
     assert info["status"] == "stopped", info
     time.sleep(2)
-    left = ray_processes_since(started)
+    left = marked_processes(mark)
     assert not left, [p.cmdline()[:3] for p in left]
 
     tp("train", config, "--resume", run, check=0, timeout=900)

@@ -101,7 +101,7 @@ def test_a_two_rank_job_runs_and_is_cancelled_through_the_worker(platform, worke
         for p in psutil.process_iter(["cmdline"])  # the ranks, not torchrun's agent (same arguments)
         if "training_platform.training.rank_main" in (p.info["cmdline"] or [])
         and "torch.distributed.run" not in p.info["cmdline"]
-        and f"job-{job_id}" in " ".join(p.info["cmdline"])
+        and str(platform.data_dir / "runs" / f"job-{job_id}") in p.info["cmdline"]  # this platform's job
     ]
     assert len(ranks) == 2
     t_cancel = time.monotonic()

@@ -1,0 +1,35 @@
+"""One local 2-node Ray cluster per test process (`ray.cluster_utils.Cluster`: 1 CPU and 80 MB of object store per
+node, loopback only, no dashboard), shared by every test that asks for `ray_cluster` (the Ray Train launcher's tests,
+the Ray e2e tests). A plugin the root conftest loads; Ray is imported only when a test asks for it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+# Ray resolves 127.0.0.1 to the machine's routable address unless told it is not a multi-machine setup; the test
+# cluster and its clients stay on loopback.
+LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[Any]:
+    cluster_utils = pytest.importorskip("ray.cluster_utils")
+    old = {k: os.environ.get(k) for k in LOOPBACK}
+    os.environ.update(LOOPBACK)
+    node = {"num_cpus": 1, "object_store_memory": 80 * 2**20, "node_ip_address": "127.0.0.1"}
+    cluster = cluster_utils.Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+    try:
+        cluster.add_node(**node)
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        cluster.shutdown()
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
