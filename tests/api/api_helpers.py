@@ -280,7 +280,8 @@ def ingested(api, accepted, user: str = "alice") -> dict:
 @contextmanager
 def inference_worker(redis_url: str, log_dir: Path, name: str) -> Iterator[tuple[subprocess.Popen, Path]]:
     """A real inference worker process (`tp worker --inference`'s argv) on the Redis db of `redis_url`, flushed
-    before and after: yields once it heartbeats (torch and transformers imported), with its log file."""
+    before and after: yields once it heartbeats (torch and transformers imported), with its log file. Start it inside
+    `running_api(...)`: it inherits the settings that sets (data dir, database)."""
     import redis
 
     from training_platform.cli.processes import inference_worker_argv
@@ -293,7 +294,8 @@ def inference_worker(redis_url: str, log_dir: Path, name: str) -> Iterator[tuple
         pytest.skip(f"the local Redis at {redis_url} is unreachable: {exc}")
     client.flushdb()
     log_file = log_dir / "worker.log"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "REDIS_URL": redis_url, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env["OMP_NUM_THREADS"] = "1"
     with log_file.open("wb") as log:
         worker = subprocess.Popen(
             inference_worker_argv(name=f"{name}-{uuid.uuid4().hex[:8]}@%h"),

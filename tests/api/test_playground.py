@@ -105,9 +105,9 @@ def served(data_dir, tmp_path_factory) -> Iterator[Served]:
         "TP_INFERENCE_CACHE": "2",
     }
     with (
-        inference_worker(REDIS_URL, tmp_path_factory.mktemp("inference"), "inference-test") as (worker, log_file),
         database("sqlite", tmp_path_factory.mktemp("db_play")) as url,
-        running_api(data_dir, url, **settings) as api,
+        running_api(data_dir, url, **settings) as api,  # the worker inherits its settings (data dir, broker)
+        inference_worker(REDIS_URL, tmp_path_factory.mktemp("inference"), "inference-test") as (worker, log_file),
     ):
         srv = Served(api=api, worker=worker, log_file=log_file)
         srv.job, srv.bare_job = _job(api, final=True), _job(api, final=False)

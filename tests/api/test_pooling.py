@@ -132,9 +132,9 @@ def served(data_dir, tmp_path_factory) -> Iterator[Served]:
         "TP_MIN_FREE_DISK_MB": "1",
     }
     with (
-        inference_worker(REDIS_URL, tmp_path_factory.mktemp("inference_pool"), "inference-pool") as (worker, log_file),
         database("sqlite", tmp_path_factory.mktemp("db_pool")) as url,
-        running_api(data_dir, url, **settings) as api,
+        running_api(data_dir, url, **settings) as api,  # the worker inherits its settings (data dir, broker)
+        inference_worker(REDIS_URL, tmp_path_factory.mktemp("inference_pool"), "inference-pool") as (worker, log_file),
         _Server() as http,
     ):
         mp = pytest.MonkeyPatch()

@@ -77,3 +77,16 @@ def test_demo_builders_make_a_loadable_model_and_data_in_every_format(tmp_path):
     for path in written.values():
         if path.endswith(".jsonl"):
             assert Path(path).read_text().strip()
+
+
+def test_rays_worker_ports_never_hold_the_heads_own_ports(monkeypatch):
+    """`tp up --ray` picks its ports at random: a worker range drawn around the GCS port made `ray start` refuse."""
+    from training_platform.cli import processes
+
+    draws = iter([58563, 65500, 40000])  # around the GCS port; too close to 65535 for a range; clear
+    monkeypatch.setattr(processes, "free_port", lambda host="127.0.0.1": next(draws))
+    assert processes.worker_port_range(taken={58633, 1234}) == (40000, 40200)
+
+    monkeypatch.setattr(processes, "free_port", lambda host="127.0.0.1": 58600)
+    with pytest.raises(RuntimeError, match="clear of"):
+        processes.worker_port_range(taken={58633})

