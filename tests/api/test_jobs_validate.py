@@ -104,3 +104,36 @@ def test_the_examples_are_served_and_each_is_valid_or_says_why(sqlite_api):
     assert examples["grpo_tiny"]["algorithm"] == "grpo" and "GRPO" in examples["grpo_tiny"]["description"]
     out = validate(sqlite_api, examples["sft_tiny"]["config"])
     assert out["valid"], out["errors"]
+
+
+def test_validate_reads_the_files_like_the_preflight(sqlite_api):
+    """The files as the worker's preflight reads them: what would fail a second after submit is `valid: false`."""
+    missing_model = valid_config()
+    missing_model["model"]["path"] = "demo/no_such_model"
+    out = validate(sqlite_api, missing_model)
+    assert not out["valid"]
+    errors = {tuple(e["loc"]): e["msg"] for e in out["errors"]}
+    assert "no such model directory" in errors[("model", "path")], out["errors"]
+
+    dpo_on_sft_rows = valid_config(algorithm={"name": "dpo"})  # sft.jsonl holds chats, DPO needs preference pairs
+    out = validate(sqlite_api, dpo_on_sft_rows)
+    assert not out["valid"]
+    assert [e["loc"] for e in out["errors"]] and all(e["loc"] == ["data", "train_file"] for e in out["errors"])
+    assert "sft.jsonl" in out["errors"][0]["msg"], out["errors"]
+
+    missing_data = valid_config(data={"train_file": "demo/data/nothing.jsonl", "max_length": 64})
+    out = validate(sqlite_api, missing_data)
+    assert [(e["loc"], e["msg"].split(":")[0]) for e in out["errors"]] == [(["data", "train_file"], "no such file")]
+
+    too_long = valid_config(data={"train_file": "demo/data/sft.jsonl", "max_length": 100_000})
+    out = validate(sqlite_api, too_long)
+    assert any(e["loc"] == ["data", "max_length"] and "context length" in e["msg"] for e in out["errors"]), out
+
+
+def test_validate_never_runs_a_models_own_code(sqlite_api):
+    config = valid_config()
+    config["model"]["trust_remote_code"] = True
+    config["model"]["path"] = "demo/no_such_model"  # not read: checked when the job starts
+    out = validate(sqlite_api, config)
+    assert out["valid"], out["errors"]
+    assert any("trust_remote_code" in w and "when the job starts" in w for w in out["warnings"]), out["warnings"]

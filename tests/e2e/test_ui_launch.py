@@ -88,6 +88,34 @@ def test_launch_from_the_schema_form_with_live_checks_yaml_sync_clone_and_templa
     client.post(f"/sweeps/{sweep['id']}/cancel")  # the worker has better things to do in the other tests
 
 
+def test_a_job_its_preflight_refused_is_edited_not_retried_and_the_form_says_why(page, platform):
+    """POST /jobs checks the config; the worker's preflight reads the disk and refuses a model that is not there.
+    The job then offers the form, filled, where /jobs/validate (the same checks) shows the problem at its field."""
+    client, _ = platform
+    import yaml
+    from _e2e import wait
+
+    config = yaml.safe_load((REPO / "configs/examples/sft_tiny.yaml").read_text())
+    config["model"]["path"] = "demo/no_such_model"
+    job = client.post("/jobs", json={"name": "no such model", "config": config, "priority": 100}).json()
+    refused = wait(
+        lambda: (j := client.get(f"/jobs/{job['id']}").json())["status"] in ("failed", "succeeded") and j,
+        180,
+        "the preflight to refuse the job",
+    )
+    assert refused["status"] == "failed" and refused["preflight"]["ok"] is False, refused
+    page.goto(f"{page.root}/ui/#/jobs/{job['id']}")
+    page.get_by_test_id("job-edit-relaunch").wait_for()
+    assert page.get_by_test_id("job-retry").count() == 0, "a retry would fail the same way"
+    page.get_by_test_id("job-edit-relaunch").click()
+    wait_text(page, "launch-source", f"job #{job['id']}")
+    error = page.get_by_test_id("field-model.path-error")
+    error.wait_for()
+    assert "no such model directory" in error.inner_text()
+    page.get_by_test_id("field-model.path").fill("demo/model")
+    wait_text(page, "validation-state", "valid")
+
+
 def test_jobs_list_search_filters_and_bulk_actions_survive_a_refresh(page, platform):
     client, _ = platform
     import yaml

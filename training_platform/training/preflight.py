@@ -70,17 +70,18 @@ def _linear_module_names(model_config) -> set[str]:
     return {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
 
 
-def _check_dataset(cfg: JobConfig, field: str, file: str, cache: dict | None) -> list[FieldError]:
+def _check_dataset(
+    cfg: JobConfig, field: str, file: str, cache: dict | None, max_rows: int | None = None
+) -> list[FieldError]:
     path = resolve_data_path(file)
     if not path.is_file():
         return [FieldError(field, f"no such file: {display_path(path)}")]
+    limit = cfg.data.max_train_samples if field == "data.train_file" else None
+    if max_rows is not None:
+        limit = min(limit or max_rows, max_rows)
     try:
         rows, fmt = load_examples(
-            path,
-            kind=cfg.spec.data_kind,
-            fmt=cfg.data.format,
-            field_map=cfg.data.field_map,
-            limit=cfg.data.max_train_samples if field == "data.train_file" else None,
+            path, kind=cfg.spec.data_kind, fmt=cfg.data.format, field_map=cfg.data.field_map, limit=limit
         )
     except DatasetError as exc:
         errors = [FieldError(field, f"{path.name}: {e}") for e in exc.rows]
@@ -124,15 +125,29 @@ def validate_config(
     return cfg
 
 
-def check_environment(cfg: JobConfig, cache: dict | None = None, *, dry_run: bool = False) -> list[FieldError]:
-    """Disk/device rules. `cache`, when given, receives the loaded datasets so the run does not read them twice."""
+def check_environment(
+    cfg: JobConfig,
+    cache: dict | None = None,
+    *,
+    dry_run: bool = False,
+    devices: bool = True,
+    max_rows: int | None = None,
+    run_model_code: bool = True,
+) -> list[FieldError]:
+    """Disk/device rules. `cache`, when given, receives the loaded datasets so the run does not read them twice.
+
+    The API's validation (`POST /jobs/validate`) runs them with `devices=False` (the API's host is not the
+    worker's), `max_rows` (a bounded read of each dataset) and `run_model_code=False` (a `trust_remote_code` model's
+    own code runs in its job, never in the API)."""
     errors: list[FieldError] = []
     cache = cache if cache is not None else {}
 
-    errors += _check_dataset(cfg, "data.train_file", cfg.data.train_file, cache)
+    errors += _check_dataset(cfg, "data.train_file", cfg.data.train_file, cache, max_rows)
     if cfg.data.eval_file is not None:
-        errors += _check_dataset(cfg, "data.eval_file", cfg.data.eval_file, cache)
+        errors += _check_dataset(cfg, "data.eval_file", cfg.data.eval_file, cache, max_rows)
 
+    if cfg.model.trust_remote_code and not run_model_code:
+        return errors
     model_config, model_errors = _check_model("model.path", cfg.model.path, cfg.model.trust_remote_code)
     errors += model_errors
     if model_config is not None:
@@ -168,7 +183,8 @@ def check_environment(cfg: JobConfig, cache: dict | None = None, *, dry_run: boo
             if ref is not None:
                 errors += _check_model(f"algorithm.{field}", ref, cfg.model.trust_remote_code)[1]
 
-    errors += _check_devices(cfg)
+    if devices:
+        errors += _check_devices(cfg)
     if not dry_run and cfg.spec.uses_reward_functions:
         errors += _probe_judges(cfg, cache)
     if not errors:

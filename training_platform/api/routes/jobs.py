@@ -147,6 +147,9 @@ def create_job(body: schemas.JobCreate, session: SessionDep, user: CurrentUser, 
     return _submit(session, user, name=body.name, config=config, priority=body.priority)
 
 
+VALIDATE_MAX_ROWS = 1000  # rows of each dataset POST /jobs/validate reads (the worker's preflight reads them all)
+
+
 def _loc(path: str) -> list[str | int]:
     """ "rewards[0].weight" -> ["rewards", 0, "weight"]; "<root>" -> []."""
     if path in ("", "<root>"):
@@ -182,12 +185,16 @@ def _config_warnings(cfg) -> list[str]:
     responses={422: {"model": schemas.ErrorOut, "description": "The body is not a job (e.g. no config)"}},
 )
 def validate_job(body: schemas.JobValidate, session: SessionDep, user: CurrentUser, settings: SettingsDep):
-    """What POST /jobs would say about this body, without creating anything: the schema, the cross-field rules,
-    the path policy and the engine's own checks (verl: the generated verl config, our checks and verl's). 200 for a
-    job body: `valid`, every problem at its field (`loc` as a list), warnings, and the effective config (every
-    default filled in) whenever the config parses. Files, rows and the model are read by the worker's preflight
-    when the job starts."""
+    """What the job's preflight would say about this body, without creating anything: the schema, the cross-field
+    rules, the path policy, the engine's own checks (verl: the generated verl config, our checks and verl's) and,
+    once those pass, the files as the submitting user sees them: the datasets (their first 1,000
+    rows each: the format the algorithm needs, bad rows, reward columns), the model and its
+    tokenizer (context length, LoRA targets). 200 for a job body: `valid`, every problem at its field (`loc` as a
+    list), warnings, and the effective config (every default filled in) whenever the config parses. Left to the
+    worker's preflight: its devices, the rest of each dataset, the quality gate, judge probes, and a
+    `trust_remote_code` model (its own code never runs in the API)."""
     from training_platform.training.config import effective_config, parse_config
+    from training_platform.training.preflight import check_environment
 
     problems: list = []
     try:
@@ -205,6 +212,17 @@ def validate_job(body: schemas.JobValidate, session: SessionDep, user: CurrentUs
         warnings = _config_warnings(cfg)
         if not problems:
             problems.extend(engine_checks(cfg.engine).config_problems(cfg))
+        if not problems:
+            problems.extend(
+                check_environment(
+                    cfg, {}, dry_run=True, devices=False, max_rows=VALIDATE_MAX_ROWS, run_model_code=False
+                )
+            )
+            if cfg.model.trust_remote_code:
+                warnings.append(
+                    "model.trust_remote_code: the model and its tokenizer are checked when the job starts (their own "
+                    "code never runs in the API)"
+                )
     return {
         "valid": not problems,
         "effective_config": effective,
