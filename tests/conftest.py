@@ -9,8 +9,9 @@ between its pytest-xdist workers (`-n 2 --no-loadscope-reorder`):
 - each worker runs on its own share of the CPU cores (its processes inherit the affinity): torch sizes its thread
   pool from the cores it may use, and two workers' training processes each running 2 threads on 2 cores made
   every step ~3x slower (80 SFT steps of the demo model: 12 s each side by side, 3.8 s pinned, 2.9 s alone);
-- each worker gets its own Redis databases (the suites' fixed db numbers, shifted per worker) and its own range of
-  sandbox uids (the sandbox tests look for leftover processes by uid).
+- each worker gets its own Redis databases (the suites' fixed db numbers, shifted per worker), its own range of
+  sandbox uids and its own temp dir (TMPDIR: the sandbox tests look for leftover processes by uid and leftover
+  `tp-sandbox-*` dirs; Ray keeps its sessions and its "current cluster" there).
 
 xdist's own `--dist loadgroup` marks cannot group here: it renames node ids, which pytest 9 no longer allows.
 """
@@ -18,6 +19,7 @@ xdist's own `--dist loadgroup` marks cannot group here: it renames node ids, whi
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -27,14 +29,24 @@ pytest_plugins = ["proof_audit", "ray_fixtures"]  # ray_fixtures: the session's 
 TESTS = Path(__file__).resolve().parent
 SHARED_UNITS = ("tests/e2e",)  # directories run as one unit (a session fixture all their files share)
 
-# Units that take minutes, longest first (the rest keep collection order after them).
+# Units that take minutes, longest first (the rest keep collection order after them): from `--durations` of a
+# full run, so that the run does not end on one worker with a long unit while the other idles.
 LONGEST_FIRST = [
     "tests/e2e",
     "tests/training/test_verl_rl.py",
     "tests/test_benches.py",
     "tests/training/test_ray.py",
+    "tests/training/test_distributed.py",
+    "tests/workers/test_worker_recovery.py",
+    "tests/workers/test_up_kill.py",
+    "tests/workers/test_platform_cli.py",
+    "tests/workers/test_worker_jobs.py",
+    "tests/workers/test_worker_scheduling.py",
+    "tests/api/test_schemathesis.py",
+    "tests/training/test_training.py",
+    "tests/training/test_verl.py",
+    "tests/workers/test_eval_recovery.py",
     "tests/training/test_verl_engine.py",
-    "tests/workers/test_kill9.py",
 ]
 
 # The Redis databases the suites use (their *_REDIS_URL defaults); worker N uses db - 6 * N.
@@ -72,6 +84,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
     base = int(os.environ.get(sandbox.ENV_UID_BASE, sandbox._DEFAULT_UID_BASE))
     os.environ[sandbox.ENV_UID_BASE] = str(base + sandbox._UID_SLOTS * index)
+    tmp = Path(tempfile.gettempdir()) / f"tp-{worker}"  # short: Ray's socket paths live under it
+    tmp.mkdir(exist_ok=True)
+    tmp.chmod(0o1777)  # like /tmp: the sandbox's unprivileged uid traverses it
+    os.environ["TMPDIR"] = str(tmp)
+    tempfile.tempdir = None  # tempfile caches the directory it found first
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -4,7 +4,7 @@ bench/results/ stay untouched. A new bench script without an entry in SMOKES fai
 
 The smoke runs share one prepared demo (TP_BENCH_DEMO_CACHE: each bench copies its demo/ instead of building it) and
 write their reports into the test's tmp_path (TP_BENCH_SMOKE_DIR). Those over ~30 s are marked `slow`; the seconds
-next to SMOKES are one run of this module on the 2-core dev machine while other suites ran (load 4-6): ~10 min in all,
+next to SMOKES are one run of this module on the 2-core dev machine while other suites ran (load 4-6): ~8 min in all,
 ~40 s without the slow ones. Most of it is process start-up (each `tp train` imports torch/transformers/TRL: ~10 s),
 verl's Ray workers (~85 s before GRPO's first step) and `tp up`.
 """
@@ -152,7 +152,7 @@ SMOKES = [  # seconds: one run on 2 busy cores, see the module's docstring
     Smoke("engines", "engines_grpo.json", check_engines("engines_grpo"), args=("--algorithm", "grpo")),  # 121
     Smoke("learning_arithmetic", "learning_arithmetic.json", check_learning_arithmetic),  # 36
     Smoke("rollout_batching", "rollout_batching.json", check_rollout_batching, slow=False),  # 11
-    Smoke("scaling", "scaling.json", check_scaling),  # 179: ray 2 nodes ~45, `tp up` + 1 job ~55
+    Smoke("scaling", "scaling.json", check_scaling),  # ~50: world 1 and torchrun world 2 (no Ray, no `tp up`)
 ]
 
 

@@ -23,3 +23,12 @@ def test_long_modules_say_why_at_the_top():
         if len(lines) > LIMIT and not any(REASON.search(line) for line in lines[:3]):
             unexplained.append(f"{path.relative_to(PACKAGE.parent)}: {len(lines)} lines")
     assert not unexplained, "split these, or write the reason in their first lines:\n" + "\n".join(unexplained)
+
+
+def test_the_suite_split_names_units_that_exist():
+    """tests/conftest.py orders the xdist units longest first by name: a renamed test file must not drop out."""
+    from conftest import LONGEST_FIRST, SHARED_UNITS
+
+    root = Path(__file__).resolve().parents[1]
+    missing = [unit for unit in (*LONGEST_FIRST, *SHARED_UNITS) if not (root / unit).exists()]
+    assert not missing, f"tests/conftest.py names units that do not exist: {missing}"

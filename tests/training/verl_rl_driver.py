@@ -39,19 +39,19 @@ def main(config_path: str, run_dir: str, address: str) -> None:
 
         return {i: a["ActorClassName"] for i, a in actor_table().items() if a["State"] in states}
 
-    def actors(*states: str) -> list[str]:
-        return sorted(actor_rows(*states).values())
-
     live = ("ALIVE", "PENDING_CREATION", "DEPENDENCIES_UNREADY", "RESTARTING")
 
-    def tick() -> None:  # stop 10 s after verl's TaskRunner started: it has created (or is waiting on) its actors
+    def tick() -> None:
+        """Stop once verl's TaskRunner runs and has asked for its TransferQueue actors (placed or pending): the
+        moment a user's stop finds actors of the driver on the cluster. Not later: on this cluster (no logical
+        GPUs) verl's resource check can fail the run soon after."""
         now = time.monotonic()
         if "stop" in seen:
             return
-        if "TaskRunnerV1" in actors("ALIVE"):
-            seen.setdefault("runner", now)
-        if now - seen.get("runner", now) > 10 or now - seen.setdefault("start", now) > 240:
-            seen.update(actors=actors(*live), stop=now)
+        mine = {i: c for i, c in actor_rows(*live).items() if i not in before}
+        running = "TaskRunnerV1" in actor_rows("ALIVE").values()
+        if (running and len(mine) > 2) or now - seen.setdefault("start", now) > 240:
+            seen.update(actors=sorted(mine.values()), stop=now)
             stop_file.touch()
 
     # Actors other tests left on the shared cluster (Ray Train's detached coordinator) are not the driver's.
