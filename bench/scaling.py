@@ -177,7 +177,9 @@ def main(argv: list[str] | None = None) -> int:
         "--platform-rounds", type=int, default=None, help="rounds of POST -> first step (0: skip; default 2, smoke 1)"
     )
     parser.add_argument(
-        "--setups", default=None, help=f"comma-separated, of {', '.join(SETUP_KEYS)} (default: all; smoke: local,torchrun)"
+        "--setups",
+        default=None,
+        help=f"comma-separated, of {', '.join(SETUP_KEYS)} (default: all; smoke: local,torchrun)",
     )
     parser.add_argument("--output", type=Path, default=None, help="default: bench/results/scaling.json")
     parser.add_argument(

@@ -193,4 +193,3 @@ def jsonable(obj: Any) -> Any:
         return str(value)
 
     return json.loads(json.dumps(obj, default=default, ensure_ascii=False))
-
