@@ -27,8 +27,13 @@ def test_long_modules_say_why_at_the_top():
 
 def test_the_suite_split_names_units_that_exist():
     """tests/conftest.py orders the xdist units longest first by name: a renamed test file must not drop out."""
-    from conftest import LONGEST_FIRST, SHARED_UNITS
+    import importlib.util
 
+    # By path: the module name `conftest` may already be another directory's conftest.py in this process.
+    spec = importlib.util.spec_from_file_location("tests_root_conftest", Path(__file__).with_name("conftest.py"))
+    assert spec and spec.loader
+    split = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(split)
     root = Path(__file__).resolve().parents[1]
-    missing = [unit for unit in (*LONGEST_FIRST, *SHARED_UNITS) if not (root / unit).exists()]
+    missing = [unit for unit in (*split.LONGEST_FIRST, *split.SHARED_UNITS) if not (root / unit).exists()]
     assert not missing, f"tests/conftest.py names units that do not exist: {missing}"
