@@ -10,12 +10,14 @@ when the app has a route the table does not know, so nothing can slip past. The 
 | owned    | 401      | 404          | 2xx                  | 2xx   |
 | admin    | 401      | 403          | 403                  | 2xx   |
 | serving  | 401      | 404          | 503                  | 503   |
+| private  | 401      | 404          | 2xx                  | 404   |
 
 `owned` routes act on one object of alice (the owner); bob is "another user"; root is the admin. For listings
 (`user` routes with `hidden`), alice's object must be in alice's and root's answer and absent from bob's.
 Destructive requests (cancel, retry, delete) get a fresh object per call. Runs on SQLite and PostgreSQL.
 `serving` routes generate with alice's model in an inference worker, which the matrix does not run: past the
 authorization, the owner and the admin get the 503 "no inference worker" (tests/api/test_playground.py runs one).
+`private` objects (saved views) are their owner's alone: an admin gets the 404 another user gets.
 """
 
 from __future__ import annotations
@@ -315,7 +317,7 @@ class Req:
 
 @dataclass
 class Case:
-    cls: str  # public | user | owned | admin
+    cls: str  # public | user | owned | admin | serving | private
     request: Callable[[Objects], Req]
     hidden: str | None = None  # listings: the key in Objects.names of alice's object that bob must not see
 
@@ -345,6 +347,18 @@ def _upload(o: Objects) -> Req:
 def _fresh_dataset(o: Objects) -> Req:
     dataset_id, _ = o.uploaded_dataset()
     return Req("DELETE", f"{API}/datasets/{dataset_id}")
+
+
+def _fresh_view(o: Objects) -> Req:
+    """A saved view of alice (fresh per call: the owner's DELETE removes it)."""
+    from training_platform.db.models import SavedView
+
+    with session_scope() as s:
+        view = SavedView(owner_id=o.api.user_ids[OWNER], name=f"matrix-view-{_uid()}", page="jobs", query={})
+        s.add(view)
+        s.flush()
+        view_id = view.id
+    return Req("DELETE", f"{API}/views/{view_id}")
 
 
 def _served(o: Objects) -> int:
@@ -428,6 +442,7 @@ ROUTES: dict[str, Case] = {
     "POST /api/v1/jobs/validate": Case("user", lambda o: Req("POST", f"{J}/validate", json={"config": valid_config()})),
     "GET /api/v1/jobs": Case("user", lambda o: Req("GET", f"{J}?q={o.names['job']}"), hidden="job"),
     "GET /api/v1/jobs/{job_id}": Case("owned", lambda o: Req("GET", f"{J}/{o.job}")),
+    "PATCH /api/v1/jobs/{job_id}": Case("owned", lambda o: Req("PATCH", f"{J}/{o.job}", json={"note": "matrix"})),
     "GET /api/v1/jobs/{job_id}/events": Case("owned", lambda o: Req("GET", f"{J}/{o.job}/events")),
     "POST /api/v1/jobs/{job_id}/cancel": Case("owned", lambda o: Req("POST", f"{J}/{o.train_job('queued')}/cancel")),
     "POST /api/v1/jobs/{job_id}/retry": Case("owned", lambda o: Req("POST", f"{J}/{o.train_job('failed')}/retry")),
@@ -498,6 +513,7 @@ ROUTES: dict[str, Case] = {
     "POST /api/v1/evaluations": Case("user", lambda o: Req("POST", E, json={"model": "demo/model", **SMALL})),
     "GET /api/v1/evaluations": Case("user", lambda o: Req("GET", f"{E}?limit=200"), hidden="evaluation"),
     "GET /api/v1/evaluations/benchmarks": Case("user", lambda o: Req("GET", f"{E}/benchmarks")),
+    "GET /api/v1/evaluations/schema": Case("user", lambda o: Req("GET", f"{E}/schema")),
     "GET /api/v1/evaluations/leaderboard": Case(
         "user", lambda o: Req("GET", f"{E}/leaderboard?benchmark=gsm8k&limit=500"), hidden="evaluation"
     ),
@@ -519,6 +535,7 @@ ROUTES: dict[str, Case] = {
         ),
     ),
     "GET /api/v1/schedules": Case("user", lambda o: Req("GET", f"{API}/schedules?limit=200"), hidden="schedule"),
+    "GET /api/v1/schedules/schema": Case("user", lambda o: Req("GET", f"{API}/schedules/schema")),
     "GET /api/v1/schedules/{schedule_id}": Case("owned", lambda o: Req("GET", f"{API}/schedules/{o.schedule}")),
     "PATCH /api/v1/schedules/{schedule_id}": Case(
         "owned", lambda o: Req("PATCH", f"{API}/schedules/{o.schedule}", json={"enabled": True})
@@ -579,6 +596,12 @@ ROUTES: dict[str, Case] = {
     "DELETE /api/v1/templates/{template_id}": Case(
         "owned", lambda o: Req("DELETE", f"{API}/templates/{o.job_template(first=False)}")
     ),
+    # -- saved views of the UI's pages (private to their owner)
+    "GET /api/v1/views": Case("user", lambda o: Req("GET", f"{API}/views?page=jobs")),
+    "POST /api/v1/views": Case(
+        "user", lambda o: Req("POST", f"{API}/views", json={"name": f"m-{_uid()}", "page": "jobs", "query": {}})
+    ),
+    "DELETE /api/v1/views/{view_id}": Case("private", _fresh_view),
     # -- checkpoint archives, job-end webhooks
     "GET /api/v1/jobs/{job_id}/checkpoints/{name}/archive": Case(
         "owned", lambda o: Req("GET", f"{J}/{o.job_with_checkpoint()}/checkpoints/step_000010/archive")
@@ -655,6 +678,7 @@ EXPECTED = {  # class -> caller -> "2xx" | "<400" | status
     "owned": {None: 401, OTHER: 404, OWNER: "2xx", ADMIN: "2xx"},
     "admin": {None: 401, OTHER: 403, OWNER: 403, ADMIN: "2xx"},
     "serving": {None: 401, OTHER: 404, OWNER: 503, ADMIN: 503},
+    "private": {None: 401, OTHER: 404, OWNER: "2xx", ADMIN: 404},
 }
 
 

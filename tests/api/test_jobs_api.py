@@ -550,6 +550,18 @@ def test_clone_with_overrides(api, jobs):
     assert row_counts() == before
 
 
+def test_current_step_is_never_behind_the_last_metric_row(api):
+    """Progress and charts read different tables: the batch that stores metrics raises current_step with it."""
+    job = submitted(api, name="progress")
+    set_status(job["id"], "running")
+    with session_scope() as s:
+        crud.add_metric_points(s, job["id"], [(step, "loss", 1.0 / step) for step in (1, 2, 3)])
+    assert api.get(f"/jobs/{job['id']}").json()["current_step"] == 3
+    with session_scope() as s:  # a late batch of earlier steps never moves it back
+        crud.add_metric_points(s, job["id"], [(2, "lr", 0.1)])
+    assert api.get(f"/jobs/{job['id']}").json()["current_step"] == 3
+
+
 def test_delete_removes_rows_and_files(api):
     job = submitted(api, name="to delete")
     job_id = job["id"]

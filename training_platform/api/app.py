@@ -39,6 +39,7 @@ from training_platform.api.routes import (
     sweeps,
     templates,
     users,
+    views,
     webhooks,
 )
 
@@ -119,7 +120,7 @@ def create_app() -> FastAPI:
         config,
     ):
         api.include_router(module.router)
-    for module in (sweeps, templates):
+    for module in (sweeps, templates, views):
         api.include_router(module.router)
     for module in (exports, webhooks):
         api.include_router(module.router)

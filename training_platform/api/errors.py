@@ -39,6 +39,7 @@ _BODY_MODELS: tuple[type[BaseModel], ...] = (
     schemas.ModelCreate,
 )
 _BODY_MODELS += (schemas.SweepCreate, schemas.TemplateCreate)  # sweeps, templates
+_BODY_MODELS += (schemas.JobUpdate, schemas.SavedViewCreate)  # the runs table: job tags and note, saved views
 _BODY_FIELDS = {name for model in _BODY_MODELS for name in model.model_fields} | {
     # POST /evaluations and /schedules (their models live with their routers)
     "benchmarks",

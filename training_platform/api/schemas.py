@@ -6,11 +6,12 @@ instead of a silently ignored or coerced value.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar, overload
 
 from fastapi import Path, Query
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
 
 T = TypeVar("T")
 
@@ -98,11 +99,72 @@ class UserCreated(BaseModel):
 
 # ---------------------------------------------------------------------------------------------- jobs
 
+# Tags and the note of a job (the runs table): labels the owner sets, `GET /jobs?tag=` filters by one.
+TAG_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
+MAX_TAGS = 16
+MAX_TAG_LENGTH = 32
+MAX_NOTE_LENGTH = 4000
+_TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
+
+
+def tag_problem(value: str) -> str | None:
+    """Why `value` is not a valid tag (None: it is one)."""
+    if not 1 <= len(value) <= MAX_TAG_LENGTH:
+        return f"a tag has 1 to {MAX_TAG_LENGTH} characters, got {len(value)}"
+    if not _TAG.fullmatch(value):
+        return (
+            f"a tag may only contain letters, digits, '.', '_', ':', '-' and must start with a letter or digit, "
+            f"got {value[:40]!r}"
+        )
+    return None
+
+
+def _check_tag(value: str) -> str:
+    problem = tag_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def _tag_list(values: list[str]) -> list[str]:
+    """At most MAX_TAGS; duplicates dropped, the first occurrence's order kept."""
+    if len(values) > MAX_TAGS:
+        raise ValueError(f"at most {MAX_TAGS} tags, got {len(values)}")
+    return list(dict.fromkeys(values))
+
+
+Tag = Annotated[
+    str,
+    AfterValidator(_check_tag),
+    WithJsonSchema({"type": "string", "minLength": 1, "maxLength": MAX_TAG_LENGTH, "pattern": TAG_PATTERN}),
+]
+Tags = Annotated[
+    list[Tag],
+    AfterValidator(_tag_list),
+    Field(
+        json_schema_extra={"maxItems": MAX_TAGS},
+        description=f"At most {MAX_TAGS} tags of 1-{MAX_TAG_LENGTH} characters (letters, digits, '.', '_', ':', "
+        "'-'; starting with a letter or digit); duplicates are dropped, the first order kept.",
+    ),
+]
+Note = Annotated[
+    str, StringConstraints(max_length=MAX_NOTE_LENGTH), Field(description="Free text, e.g. what this run tries.")
+]
+
 
 class JobCreate(RequestBody):
     name: JobName
     config: dict[str, Any] = Field(description="The training config, same schema as the YAML (see /config/schema).")
     priority: Priority = 0
+    tags: Tags = []
+    note: Note = ""
+
+
+class JobUpdate(RequestBody):
+    """PATCH /jobs/{id}: only the fields sent change (the owner or an admin)."""
+
+    tags: Tags | None = None
+    note: Note | None = None
 
 
 class JobClone(RequestBody):
@@ -114,6 +176,29 @@ class JobClone(RequestBody):
         "16 parts.",
     )
     priority: Priority | None = None
+
+
+class BestEval(BaseModel):
+    metric: str = Field(description='A checkpoint evaluation\'s metric, e.g. "gsm8k/accuracy".')
+    value: float
+    step: int = Field(description="The evaluated checkpoint's step.")
+
+
+class JobSummary(BaseModel):
+    """What the runs table shows of a job's results (read from its metric points and checkpoint evaluations)."""
+
+    last_loss: float | None = Field(None, description="The `loss` metric at the highest step it was logged at.")
+    best_eval: BestEval | None = Field(
+        None,
+        description="The job's best checkpoint (keep_best_by) when it has one; else the best value (higher is "
+        "better, the earliest step on a tie) of the alphabetically first metric among its evaluated checkpoints.",
+    )
+    last_reward: float | None = Field(
+        None,
+        description="RL jobs: the `reward` metric (GRPO, RLOO, REINFORCE++; PPO: `objective/rlhf_reward`) at the "
+        "highest step it was logged at.",
+    )
+    last_step: int | None = Field(None, description="The step of the later of last_loss and last_reward.")
 
 
 class JobRead(BaseModel):
@@ -144,6 +229,11 @@ class JobRead(BaseModel):
         None,
         description='Training jobs evaluated with keep_best_by: {"metric", "step", "value", "evaluation_id", '
         '"path"}. That checkpoint is kept beyond keep_last_checkpoints.',
+    )
+    tags: list[str] = Field(default_factory=list, description="The owner's labels (PATCH /jobs/{id}; GET /jobs?tag=).")
+    note: str = Field("", description="The owner's free-text note (PATCH /jobs/{id}).")
+    summary: JobSummary = Field(
+        default_factory=lambda: JobSummary(), description="Its last loss and reward and its best evaluation."
     )
 
 
@@ -176,6 +266,8 @@ class JobValidate(RequestBody):
     name: JobName | None = None
     config: dict[str, Any] = Field(description="The training config, same schema as the YAML (see /config/schema).")
     priority: Priority = 0
+    tags: Tags = []
+    note: Note = ""
 
 
 class ConfigProblem(BaseModel):
@@ -389,3 +481,43 @@ class TemplateRead(BaseModel):
     shared: bool
     created_at: UtcDatetime
     updated_at: UtcDatetime
+
+
+# ---------------------------------------------------------------------------------------------- saved views
+
+MAX_VIEW_KEYS = 20
+MAX_VIEW_TEXT = 200
+ViewPage = Literal["jobs"]
+ViewName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=64)]
+ViewText = Annotated[str, StringConstraints(max_length=MAX_VIEW_TEXT)]
+
+
+def _view_query(query: dict[str, str]) -> dict[str, str]:
+    if len(query) > MAX_VIEW_KEYS:
+        raise ValueError(f"at most {MAX_VIEW_KEYS} keys, got {len(query)}")
+    return query
+
+
+ViewQuery = Annotated[
+    dict[Annotated[str, StringConstraints(min_length=1, max_length=MAX_VIEW_TEXT)], ViewText],
+    AfterValidator(_view_query),
+    Field(
+        json_schema_extra={"maxProperties": MAX_VIEW_KEYS},
+        description=f"The page's query as string keys to string values (at most {MAX_VIEW_KEYS} keys; keys and "
+        f'values of at most {MAX_VIEW_TEXT} characters), e.g. {{"status": "running", "tag": "baseline"}}.',
+    ),
+]
+
+
+class SavedViewCreate(RequestBody):
+    name: ViewName = Field(description="Saving a name you already use on this page replaces that view's query.")
+    page: ViewPage = Field(description='The UI page the view belongs to (only "jobs" for now).')
+    query: ViewQuery = {}
+
+
+class SavedViewRead(BaseModel):
+    id: int
+    name: str
+    page: str
+    query: dict[str, str]
+    created_at: UtcDatetime

@@ -79,6 +79,8 @@ def create_job(
     kind: str = "train",
     cloned_from: int | None = None,
     sweep_id: int | None = None,
+    tags: list[str] | None = None,
+    note: str = "",
 ) -> Job:
     algorithm = (config.get("algorithm") or {}).get("name", "?")
     max_steps = (config.get("training") or {}).get("max_steps")
@@ -92,6 +94,8 @@ def create_job(
         max_steps=max_steps,
         cloned_from=cloned_from,
         sweep_id=sweep_id,
+        tags=list(tags or []),
+        note=note,
     )
     session.add(job)
     session.flush()
@@ -128,6 +132,7 @@ def add_metric_points(
     logged_at: dict[int, datetime] | None = None,
 ) -> int:
     """Insert (step, name, value) points; a point already stored for (job, name, step) is kept, not duplicated.
+    The job's `current_step` is raised to the batch's last step.
     `logged_at`: step -> when the run logged it (its metrics row's `ts`), else the time of this insert."""
     now = utcnow()
     when = logged_at or {}
@@ -158,6 +163,14 @@ def add_metric_points(
     for start in range(0, len(rows), METRIC_INSERT_CHUNK):
         session.execute(stmt, rows[start : start + METRIC_INSERT_CHUNK])
     rollups.refresh(session, job_id, names, min(steps), max(steps), grown=True)
+    # In the same transaction: a reader never sees a metric row at a step the job's progress has not reached (the
+    # heartbeat alone would lag it by up to its interval).
+    session.execute(
+        update(Job)
+        .where(col(Job.id) == job_id, col(Job.current_step) < max(steps))
+        .values(current_step=max(steps))
+        .execution_options(synchronize_session=False)
+    )
     return session.execute(_COUNT_RANGE, counted).scalar_one() - before
 
 

@@ -112,6 +112,9 @@ class Job(SQLModel, table=True):
     # Training jobs: the checkpoint with the best evaluation result by a chosen metric ({"metric", "step",
     # "value", "evaluation_id", "path"}), kept (protected from rotation) and shown.
     best_checkpoint: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    # The owner's labels for the runs table (`GET /jobs?tag=`) and a free-text note; neither changes how it runs.
+    tags: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]"))
+    note: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
     created_at: datetime = Field(default_factory=utcnow, index=True)
     updated_at: datetime = Field(default_factory=utcnow)
     started_at: datetime | None = None
@@ -359,6 +362,20 @@ class JobTemplate(SQLModel, table=True):
     shared: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+
+
+class SavedView(SQLModel, table=True):
+    """A user's named view of a UI page (`page`: only "jobs" for now): the page's query string as a flat
+    string -> string map (filters, sort, columns), applied by the UI. Private to its owner."""
+
+    __tablename__ = "saved_views"
+    __table_args__ = (UniqueConstraint("owner_id", "page", "name", name="uq_saved_view_owner_page_name"),)
+    id: int | None = Field(default=None, primary_key=True)
+    owner_id: int = Field(foreign_key="users.id", index=True)
+    name: str = Field(max_length=64)
+    page: str = Field(max_length=32)
+    query: dict[str, str] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow)
 
 
 # ---------------------------------------------------------------------------------------------- webhooks

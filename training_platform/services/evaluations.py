@@ -7,7 +7,7 @@
 - `store_results`: a finished run's summary metrics and per-sample records into the database.
 - `update_best_checkpoint`: the best checkpoint of a training job by a metric such as "gsm8k/accuracy", recorded on
   the job and pinned (kept beyond `keep_last_checkpoints`).
-- `leaderboard`, `checkpoint_results`, `delete_evaluation_rows`.
+- `leaderboard`, `checkpoint_results` (`checkpoint_results_of`: several jobs at once), `delete_evaluation_rows`.
 """
 
 from __future__ import annotations
@@ -438,23 +438,37 @@ def metrics_of(session: Session, job_ids: list[int]) -> dict[int, dict[str, dict
 
 def checkpoint_results(session: Session, source_job_id: int) -> dict[int, dict[str, Any]]:
     """Per checkpoint step of a training job: the latest succeeded evaluation's metrics and its id."""
+    return checkpoint_results_of(session, [source_job_id])[source_job_id]
+
+
+def checkpoint_results_of(session: Session, source_job_ids: list[int]) -> dict[int, dict[int, dict[str, Any]]]:
+    """`checkpoint_results` of several training jobs in two queries: {job id: {step: {"evaluation_id",
+    "metrics"}}}."""
+    out: dict[int, dict[int, dict[str, Any]]] = {job_id: {} for job_id in source_job_ids}
+    if not source_job_ids:
+        return out
     rows = session.exec(
-        select(Evaluation.job_id, Evaluation.checkpoint_step)
+        select(Evaluation.source_job_id, Evaluation.job_id, Evaluation.checkpoint_step)
         .join(Job, col(Job.id) == Evaluation.job_id)
         .where(
-            Evaluation.source_job_id == source_job_id,
+            col(Evaluation.source_job_id).in_(source_job_ids),
             col(Evaluation.checkpoint_step).is_not(None),
             Job.status == JobStatus.succeeded.value,
         )
         .order_by(col(Evaluation.job_id))
     ).all()
     # later evaluations overwrite earlier ones (a step is never None: the query excludes those)
-    latest = {step: eval_id for eval_id, step in rows if step is not None}
-    metrics = metrics_of(session, list(latest.values()))
-    return {
-        step: {"evaluation_id": eval_id, "metrics": {k: v["value"] for k, v in metrics[eval_id].items()}}
-        for step, eval_id in latest.items()
-    }
+    latest: dict[int, dict[int, int]] = {}
+    for source, eval_id, step in rows:
+        if source is not None and step is not None:
+            latest.setdefault(source, {})[step] = eval_id
+    metrics = metrics_of(session, [eval_id for steps in latest.values() for eval_id in steps.values()])
+    for source, steps in latest.items():
+        out[source] = {
+            step: {"evaluation_id": eval_id, "metrics": {k: v["value"] for k, v in metrics[eval_id].items()}}
+            for step, eval_id in steps.items()
+        }
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- best checkpoint

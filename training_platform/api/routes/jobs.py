@@ -1,4 +1,4 @@
-"""Jobs: submit, list, read, cancel, retry, clone, delete, events.
+"""Jobs: submit, list, read, label (tags and note), cancel, retry, clone, delete, events.
 
 The database is the queue of record: a submitted job is a `queued` row; the Celery message sent afterwards only
 wakes a worker. If the broker is down the job still exists (201 with a `warning`) and the recovery sweep re-sends
@@ -33,7 +33,7 @@ from training_platform.api.errors import ValidationFailed, config_error, conflic
 from training_platform.api.jobspec import apply_overrides, check_job_config
 from training_platform.core.overrides import OverrideError
 from training_platform.core.settings import Settings
-from training_platform.db import crud
+from training_platform.db import crud, runs_table
 from training_platform.db.models import (
     TERMINAL,
     Checkpoint,
@@ -45,6 +45,7 @@ from training_platform.db.models import (
     User,
     row_id,
 )
+from training_platform.services import job_summaries
 from training_platform.services import jobs as job_service
 from training_platform.services.job_files import remove_job_files
 from training_platform.training.config import ConfigError, JobConfig
@@ -63,12 +64,17 @@ _wake_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tp-wake")
 # ---------------------------------------------------------------------------------------------- helpers
 
 
-def job_read(session: Session, job: Job, owner_name: str | None = None, **extra) -> dict:
+def job_read(session: Session, job: Job, owner_name: str | None = None, summary: dict | None = None, **extra) -> dict:
+    """JobRead's fields (and `extra`). `summary`: the job's summary when the caller knows it (a new job's is
+    empty), else read (job_summaries: a few queries)."""
     if owner_name is None:
         owner = session.get(User, job.owner_id)
         owner_name = owner.name if owner is not None else f"#{job.owner_id}"
     data = job.model_dump()
     data["owner"] = owner_name
+    if summary is None:
+        summary = job_summaries.summaries(session, [(row_id(job), job.best_checkpoint)])[row_id(job)]
+    data["summary"] = summary
     data.update(extra)
     return data
 
@@ -100,11 +106,25 @@ def _validated_config(session: Session, raw, settings: Settings, user: User) -> 
 
 
 def _submit(
-    session: Session, user: User, *, name: str, config: dict, priority: int, cloned_from: int | None = None
+    session: Session,
+    user: User,
+    *,
+    name: str,
+    config: dict,
+    priority: int,
+    cloned_from: int | None = None,
+    tags: list[str] | None = None,
+    note: str = "",
 ) -> dict:
-    return _submit_all(
-        session, user, [{"name": name, "config": config, "priority": priority, "cloned_from": cloned_from}]
-    )[0]
+    spec = {
+        "name": name,
+        "config": config,
+        "priority": priority,
+        "cloned_from": cloned_from,
+        "tags": tags,
+        "note": note,
+    }
+    return _submit_all(session, user, [spec])[0]
 
 
 def _submit_all(session: Session, user: User, specs: list[dict]) -> list[dict]:
@@ -126,7 +146,7 @@ def _submit_all(session: Session, user: User, specs: list[dict]) -> list[dict]:
         )
         if warning is None:
             warning = wake(job.kind, job.priority, row_id(job))
-        out.append(job_read(session, job, user.name, warning=warning))
+        out.append(job_read(session, job, user.name, summary=job_summaries.empty_summary(), warning=warning))
     return out
 
 
@@ -142,9 +162,10 @@ def _submit_all(session: Session, user: User, specs: list[dict]) -> list[dict]:
 )
 def create_job(body: schemas.JobCreate, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """Submit a training job. The config is validated (schema, cross-field rules, path policy) before anything
-    is stored; disk checks (files, rows, the model) run in the worker's preflight."""
+    is stored; disk checks (files, rows, the model) run in the worker's preflight. `tags` and `note` label it in
+    the runs table (PATCH /jobs/{id} changes them)."""
     config = _validated_config(session, body.config, settings, user)
-    return _submit(session, user, name=body.name, config=config, priority=body.priority)
+    return _submit(session, user, name=body.name, config=config, priority=body.priority, tags=body.tags, note=body.note)
 
 
 VALIDATE_MAX_ROWS = 1000  # rows of each dataset POST /jobs/validate reads (the worker's preflight reads them all)
@@ -240,6 +261,10 @@ def list_jobs(
     engine: Annotated[str | None, Query(max_length=32, description="Training engine (trl, verl).")] = None,
     kind: Annotated[str | None, Query(max_length=16, description="train, data or eval.")] = None,
     q: Annotated[str | None, Query(max_length=200, description="Name contains (case-insensitive).")] = None,
+    tag: Annotated[
+        str | None,
+        Query(max_length=schemas.MAX_TAG_LENGTH, description="Jobs with this tag (exact, case-sensitive)."),
+    ] = None,
     owner: Annotated[
         str | None, Query(max_length=64, description="Owner name (admins; others see only theirs).")
     ] = None,
@@ -264,6 +289,11 @@ def list_jobs(
         conditions.append(col(Job.kind) == "train")
     if q:
         conditions.append(func.lower(Job.name).contains(q.lower(), autoescape=True))
+    if tag is not None:
+        problem = schemas.tag_problem(tag)
+        if problem:
+            raise ValidationFailed([("query.tag", problem)])
+        conditions.append(runs_table.has_tag(session.get_bind().dialect.name, tag))
     if owner:
         conditions.append(col(User.name) == owner)
 
@@ -278,7 +308,9 @@ def list_jobs(
     # The hottest read of the UI: one statement (the page and, by a window, the total), plain columns instead of
     # ORM objects, the JSON columns passed through as the stored text, and the page encoded once (orjson) without
     # re-validating it through JobRead: ~4x less CPU per request (docs/observability.md, bench/README.md).
-    # tests/api/test_jobs_api.py checks every item against GET /jobs/{id}, which goes through JobRead.
+    # tests/api/test_jobs_api.py checks every item against GET /jobs/{id}, which goes through JobRead. The summaries
+    # of the page: one more statement for the metric points of all its jobs (+ two for the evaluations of those
+    # without a best checkpoint), never one per job.
     # sqlmodel's select() is typed for at most four entities; for more it builds this same Select.
     query: Select[*tuple[Any, ...]] = (
         Select(*_LIST_COLUMNS, col(User.name).label("owner"), func.count().over().label("total"))
@@ -288,6 +320,7 @@ def list_jobs(
     rows = session.execute(query.order_by(*order).limit(limit).offset(offset)).mappings().all()
     # Past the end (or nothing matches) the window has no row to report the total on.
     total = rows[0]["total"] if rows else session.exec(select(func.count()).select_from(query.subquery())).one()
+    summaries = job_summaries.summaries(session, [(row["id"], _best_checkpoint(row)) for row in rows])
     items = []
     for row in rows:
         item = {name: row[name] for name in _LIST_PLAIN}
@@ -295,14 +328,26 @@ def list_jobs(
         for name in _LIST_JSON:
             text = row[name]
             item[name] = None if text is None or text == "null" else orjson.Fragment(text)
+        item["summary"] = summaries[row["id"]]
         items.append(item)
     body = {"items": items, "total": total, "limit": limit, "offset": offset}
     return Response(orjson.dumps(body, option=orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC), media_type="application/json")
 
 
-# JobRead's fields, read as columns by the listing: plain values, and JSON columns kept as their stored text.
-_LIST_JSON = ("config", "preflight", "best_checkpoint")
-_LIST_PLAIN = tuple(name for name in schemas.JobRead.model_fields if name not in _LIST_JSON and name != "owner")
+def _best_checkpoint(row) -> dict | None:
+    text = row["best_checkpoint"]
+    if text is None or text == "null":
+        return None
+    value = orjson.loads(text)
+    return value if isinstance(value, dict) else None
+
+
+# JobRead's fields, read as columns by the listing: plain values, and JSON columns kept as their stored text
+# (`owner` is the joined user's name, `summary` is computed).
+_LIST_JSON = ("config", "preflight", "best_checkpoint", "tags")
+_LIST_PLAIN = tuple(
+    name for name in schemas.JobRead.model_fields if name not in _LIST_JSON and name not in ("owner", "summary")
+)
 _LIST_COLUMNS = [getattr(Job, name).label(name) for name in _LIST_PLAIN] + [
     cast(getattr(Job, name), Text).label(name) for name in _LIST_JSON
 ]
@@ -313,6 +358,18 @@ def get_job(job: VisibleJob, session: SessionDep):
     """The job, and for training jobs its processes: launcher, nodes, world size, each rank's state."""
     distributed = distributed_info(job.config, job.run_dir, job.status) if job.kind == "train" else None
     return job_read(session, job, distributed=distributed)
+
+
+@router.patch("/{job_id}", response_model=schemas.JobRead, dependencies=[JsonBody])
+def update_job(job: VisibleJob, body: schemas.JobUpdate, session: SessionDep, user: CurrentUser):
+    """The job's tags and note (its owner or an admin; another user's job is 404). Only the fields sent change;
+    nothing about how the job runs does, whatever its status."""
+    changes = body.model_dump(exclude_unset=True, exclude_none=True)
+    changed = runs_table.set_labels(session, job, tags=changes.get("tags"), note=changes.get("note"))
+    if changed:
+        session.commit()
+        log.info("job %s: %s changed by %s", job.id, " and ".join(changed), user.name)
+    return job_read(session, job)
 
 
 @router.get("/{job_id}/events", response_model=list[schemas.JobEventRead])
