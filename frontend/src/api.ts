@@ -3,9 +3,10 @@
 import type {
   BenchmarkInfo, Checkpoint, Dashboard, RayCluster, Dataset, IngestQueued, DatasetOperation, DatasetOperationInfo, DatasetStats, DatasetVersion,
   DatasetVersionDetail, Evaluation, EvaluationDetail, Job, JobEvent, Leaderboard, MetricsOut, Page, RowsPage, Sample,
-  Schedule, User,
+  SavedView, Schedule, User,
 } from './types'
 import type { EvaluationComparison, SweepDetail, SweepSummary } from './compare'
+import { humanizeError } from './errorText'
 
 export const API_BASE = '/api/v1'
 export const TOKEN_KEY = 'tp_token'
@@ -70,11 +71,12 @@ export function parseErrorBody(status: number, statusText: string, body: unknown
     const detail = (body as { detail: unknown }).detail
     if (typeof detail === 'string') return [{ loc: '', msg: detail }]
     if (Array.isArray(detail)) {
-      return detail.map((d) =>
-        d && typeof d === 'object'
-          ? { loc: locText((d as { loc?: unknown }).loc), msg: String((d as { msg?: unknown }).msg ?? JSON.stringify(d)) }
-          : { loc: '', msg: String(d) },
-      )
+      // Each message as a sentence a person understands (errorText.ts), whatever page shows it.
+      return detail.map((d) => {
+        if (!d || typeof d !== 'object') return { loc: '', msg: String(d) }
+        const loc = locText((d as { loc?: unknown }).loc)
+        return { loc, msg: humanizeError(loc, String((d as { msg?: unknown }).msg ?? JSON.stringify(d))) }
+      })
     }
     if (detail != null) return [{ loc: '', msg: JSON.stringify(detail) }]
   }
@@ -159,6 +161,7 @@ export interface JobListQuery {
   engine?: string
   kind?: string
   owner?: string
+  tag?: string
 }
 
 export interface ConfigProblem {
@@ -252,6 +255,11 @@ export const api = {
   createJob: (body: { name: string; config: Record<string, unknown>; priority?: number }) =>
     request<Job>('POST', '/jobs', { body }),
   cancelJob: (id: number) => request<Job>('POST', `/jobs/${id}/cancel`),
+  updateJob: (id: number, body: { tags?: string[]; note?: string }) => request<Job>('PATCH', `/jobs/${id}`, { body }),
+  listViews: (page: string) => request<SavedView[]>('GET', '/views', { query: { page } }),
+  saveView: (body: { name: string; page: string; query: Record<string, string> }) =>
+    request<SavedView>('POST', '/views', { body }),
+  deleteView: (id: number) => request<null>('DELETE', `/views/${id}`),
   deleteJob: (id: number) => request<null>('DELETE', `/jobs/${id}`),
   retryJob: (id: number) => request<Job>('POST', `/jobs/${id}/retry`),
   jobEvents: (id: number) => request<JobEvent[]>('GET', `/jobs/${id}/events`),
@@ -275,6 +283,9 @@ export const api = {
     q: { benchmark?: string; correct?: boolean; limit?: number; offset?: number } = {},
   ) => request<Page<Sample>>('GET', `/evaluations/${id}/samples`, { query: q }),
   listBenchmarks: () => request<BenchmarkInfo[]>('GET', '/evaluations/benchmarks'),
+  /** The JSON Schema of POST /evaluations' body: each benchmark's own options, the generation defaults' bounds. */
+  evaluationSchema: () => request<Record<string, unknown>>('GET', '/evaluations/schema'),
+  scheduleSchema: () => request<Record<string, unknown>>('GET', '/schedules/schema'),
   leaderboard: (benchmark: string, q: { metric?: string; limit?: number } = {}) =>
     request<Leaderboard>('GET', '/evaluations/leaderboard', { query: { benchmark, ...q } }),
 

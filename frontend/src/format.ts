@@ -97,3 +97,11 @@ export function fmtCount(n: number | null | undefined): string {
   if (n === null || n === undefined || Number.isNaN(n)) return '—'
   return n.toLocaleString('en-US')
 }
+
+/** What "±" means on every page: one standard error (of a mean over items, or over seeds for a sweep point). */
+export const PM_MEANING = '± one standard error of the mean'
+
+/** "0.420 ± 0.031" (± = standard error), or the value alone when there is none. */
+export function fmtPm(value: number | null | undefined, stderr: number | null | undefined): string {
+  return stderr == null || !Number.isFinite(stderr) ? fmtMetric(value) : `${fmtMetric(value)} ± ${fmtMetric(stderr)}`
+}

@@ -14,7 +14,9 @@ export const FAMILIES: Family[] = [
   { key: 'entropy', title: 'Entropy', match: (n) => /entropy/.test(n) },
   { key: 'lr', title: 'Learning rate', match: (n) => n === 'lr' || /learning_rate/.test(n) },
   { key: 'grad_norm', title: 'Grad norm', match: (n) => /grad_norm/.test(n) },
-  { key: 'throughput', title: 'Throughput', match: (n) => /per_sec|sec_per_step|throughput|samples_per|tokens_per/.test(n) },
+  // Seconds and rates have different units: separate panels, so neither is flattened by the other's axis.
+  { key: 'step_time', title: 'Seconds per step', match: (n) => /sec_per_step|_runtime$|(^|[/_])time(_s)?$/.test(n) },
+  { key: 'throughput', title: 'Throughput', match: (n) => /per_sec|per_second|throughput|samples_per|tokens_per/.test(n) },
   { key: 'memory', title: 'Memory', match: (n) => /mem|memory/.test(n) },
   { key: 'length', title: 'Completion length', match: (n) => /length|clipped_ratio/.test(n) },
   { key: 'accuracy', title: 'Accuracies and margins', match: (n) => /accurac|margin|chosen|rejected/.test(n) },

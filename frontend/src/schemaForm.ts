@@ -20,6 +20,8 @@ export interface FieldSpec {
   min?: number
   max?: number
   children?: FieldSpec[]
+  /** Shown when the field is empty instead of "default <value>" (e.g. "from generation: 16"). */
+  placeholder?: string
 }
 
 export function resolveRef(root: Schema, schema: Schema | undefined): Schema {
@@ -137,4 +139,37 @@ export function errorsByPath(errors: { loc: (string | number)[] | string; msg: s
     out[key] = out[key] ? `${out[key]}; ${e.msg}` : e.msg
   }
   return out
+}
+
+/** The placeholder of an empty field: its default, worded so that it does not look like a value. */
+export function defaultText(spec: FieldSpec): string {
+  if (spec.placeholder !== undefined) return spec.placeholder
+  if (spec.default === undefined || spec.default === null) return ''
+  return `default ${typeof spec.default === 'object' ? JSON.stringify(spec.default) : String(spec.default)}`
+}
+
+/** Each registered benchmark's options schema (GET /evaluations/schema: `benchmarks` items discriminated by name). */
+export function benchmarkSchemas(root: Schema): Record<string, Schema> {
+  const items = resolveRef(root, root.properties?.benchmarks?.items)
+  const union = (items.anyOf ?? [items]).find((o: Schema) => o.discriminator?.mapping) ?? {}
+  const mapping: Record<string, string> = union.discriminator?.mapping ?? {}
+  return Object.fromEntries(Object.entries(mapping).map(([name, ref]) => [name, resolveRef(root, { $ref: ref })]))
+}
+
+/** The errors left once the field at `path` changed: its own, those under it and those of its parents (a rule
+ * over several fields is reported at their parent) are dropped. */
+export function clearErrorsAt(errors: Record<string, string>, path: (string | number)[]): Record<string, string> {
+  const key = path.join('.')
+  const parents = path.slice(0, -1).map((_, i) => path.slice(0, i + 1).join('.'))
+  return Object.fromEntries(
+    Object.entries(errors).filter(([loc]) => loc !== key && !loc.startsWith(`${key}.`) && !parents.includes(loc)),
+  )
+}
+
+/** The messages of the errors under `path` (a free-form field shows its inner fields' errors), `sub.key: msg`. */
+export function errorsUnder(errors: Record<string, string>, path: string): string {
+  return Object.entries(errors)
+    .filter(([loc]) => loc.startsWith(`${path}.`))
+    .map(([loc, msg]) => `${loc.slice(path.length + 1)}: ${msg}`)
+    .join('; ')
 }

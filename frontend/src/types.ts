@@ -44,6 +44,25 @@ export interface Job {
   best_checkpoint: Record<string, unknown> | null
   warning?: string | null
   distributed?: Distributed | null
+  tags: string[]
+  note: string
+  summary: JobSummary | null
+}
+
+/** The runs table's columns: a job's last logged values and its best checkpoint evaluation. */
+export interface JobSummary {
+  last_loss: number | null
+  best_eval: { metric: string; value: number; step: number } | null
+  last_reward: number | null
+  last_step: number | null
+}
+
+export interface SavedView {
+  id: number
+  name: string
+  page: string
+  query: Record<string, string>
+  created_at: string
 }
 
 export interface RankState {

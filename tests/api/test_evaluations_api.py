@@ -353,3 +353,35 @@ def test_the_benchmark_list_is_the_registry(api):
     assert by_name["gsm8k"]["bundled_data"] is False and "####" in by_name["gsm8k"]["data_help"]
     assert by_name["multiple_choice"]["kind"] == "loglikelihood"
     assert api.get("/evaluations/benchmarks", headers={"Authorization": ""}).status_code == 401
+
+
+def test_the_request_schemas_type_every_benchmarks_options_and_the_generation_defaults(api):
+    """GET /evaluations/schema and /schedules/schema: the forms are generated from them, so a benchmark's own options
+    (from its params model) and the generation defaults' bounds and help come from the server."""
+    from training_platform.evaluation.benchmarks import BENCHMARKS
+
+    evaluation = api.get("/evaluations/schema")
+    schedule = api.get("/schedules/schema")
+    assert evaluation.status_code == 200 and schedule.status_code == 200, (evaluation.text, schedule.text)
+    for schema in (evaluation.json(), schedule.json()):
+        names, objects = schema["properties"]["benchmarks"]["items"]["anyOf"]
+        assert names["enum"] == sorted(BENCHMARKS)
+        mapping = objects["discriminator"]["mapping"]
+        assert sorted(mapping) == sorted(BENCHMARKS) and mapping["math"] == mapping["math500"]
+        defs = schema["$defs"]
+        for name, ref in mapping.items():
+            params = defs[ref.rsplit("/", 1)[-1]]["properties"]
+            assert name in str(params["name"]) and {"data", "limit", "n_samples", "k"} <= set(params)
+            assert params["limit"]["anyOf"][0]["minimum"] == 1
+            assert params["max_new_tokens"]["default"] == BENCHMARKS[name].default_max_new_tokens
+        humaneval = defs[mapping["humaneval"].rsplit("/", 1)[-1]]["properties"]
+        assert {"mode", "timeout_s"} <= set(humaneval)
+        generation = defs["GenerationDefaults"]["properties"]
+        assert generation["temperature"]["default"] == 0.0
+        assert generation["temperature"]["anyOf"][0]["maximum"] == 5.0
+        assert "gsm8k 256" in generation["max_new_tokens"]["description"]
+        assert generation["limit"]["description"] == "Evaluate the first N items."
+    assert {"model", "job_id", "checkpoint", "keep_best_by", "generation"} <= set(evaluation.json()["properties"])
+    assert schedule.json()["properties"]["trigger"]["enum"] == ["cron", "on_new_checkpoint"]
+    assert api.get("/evaluations/schema", headers={"Authorization": ""}).status_code == 401
+    assert api.get("/schedules/schema", headers={"Authorization": ""}).status_code == 401

@@ -177,7 +177,7 @@ EXPECTED_KEYS = {
     "kto_eval": {"prompt", "completion", "label"},
     "rl": {"prompt", "answer"},
     "rl_eval": {"prompt", "answer"},
-    "gsm8k_eval": {"question", "answer"},
+    "gsm8k_eval": {"question", "prompt", "answer"},
 }
 
 
@@ -268,3 +268,15 @@ def test_synth_arithmetic_deterministic(tmp_path):
         assert a[key].read_bytes() == b[key].read_bytes(), key
     assert a["sft_eval"].read_bytes() != c["sft_eval"].read_bytes()
     assert not list(tmp_path.glob("*/.*.tmp")), "temp files left behind"
+
+
+def test_the_ui_default_evaluation_is_the_demo_example():
+    """The evaluation form starts from the demo's example evaluation (the demo model's own prompt format)."""
+    from training_platform.demo.arithmetic import DEMO_EVAL_BENCHMARK, DEMO_EVAL_GENERATION
+
+    def ts(obj: dict) -> str:
+        return "{ " + ", ".join(f"{k}: {v!r}" for k, v in obj.items()) + " }"
+
+    text = (Path(__file__).resolve().parents[2] / "frontend/src/evalDefaults.ts").read_text()
+    assert f"benchmarks: [{ts(DEMO_EVAL_BENCHMARK)}]" in text
+    assert f"generation: {ts(DEMO_EVAL_GENERATION)}" in text

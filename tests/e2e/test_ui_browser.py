@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from _e2e import wait_text
+from _e2e import wait, wait_text
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -103,15 +103,18 @@ def test_submit_watch_and_evaluate_a_job_in_the_browser(page, platform, tmp_path
     page.get_by_test_id("evaluations-table").wait_for()
     page.get_by_test_id("new-evaluation").click()
     registry = [b["name"] for b in client.get("/evaluations/benchmarks").json()]
-    wait_text(page, "eval-benchmark-names", ", ".join(registry))  # the form names the server's benchmarks
-    page.get_by_test_id("eval-model").fill(f"runs/job-{job_id}/final")
+    page.wait_for_function(  # the form offers the server's benchmarks, one checkbox each
+        f"document.querySelectorAll('[data-testid=eval-benchmarks] input[type=checkbox]').length === {len(registry)}"
+    )
+    boxes = page.get_by_test_id("eval-benchmarks").locator("input[type=checkbox]")
+    assert [b.get_attribute("data-benchmark") for b in boxes.all()] == registry
+    assert page.get_by_test_id("eval-benchmarks-pick-gsm8k").is_checked()  # the default (evalDefaults.ts)
+    page.get_by_test_id("eval-model").fill(f"runs/job-{job_id}/final")  # a path: free text in the model picker
     page.get_by_test_id("evaluation-submit").click()
 
     def evaluation_of_job():
         items = client.get("/evaluations", params={"limit": 200}).json()["items"]
         return next((e for e in items if e["model"].endswith(f"job-{job_id}/final")), None)
-
-    from _e2e import wait
 
     evaluation = wait(evaluation_of_job, 30, "the evaluation submitted from the UI")
     wait(
@@ -188,3 +191,24 @@ def test_upload_a_dataset_and_run_an_operation_in_the_browser(page, platform, tm
     page.get_by_test_id("operation-job-link").click()
     page.wait_for_url("**/#/jobs/*")
     page.wait_for_function("document.querySelector('[data-testid=job-status]')?.innerText.includes('succeeded')")
+
+    # One click from the deduplicated version to training on it: the launch form has data.train_file set.
+    dedup = versions[1]
+    page.goto(f"{page.root}/ui/#/datasets/{dataset['id']}?v={dedup['id']}")
+    page.get_by_test_id("version-train").click()
+    page.get_by_test_id("launch-form").wait_for()
+    wait_text(page, "handoff-train-file", dedup["path"])
+    wait_text(page, "launch-source", "sft_tiny")
+    assert page.get_by_test_id("field-data.train_file").input_value() == dedup["path"]
+    page.get_by_test_id("field-training.max_steps").fill("2")
+    wait_text(page, "validation-state", "valid")
+    page.get_by_test_id("job-submit").click()
+    page.wait_for_url("**/#/jobs/*")
+    job_id = int(page.url.rsplit("/", 1)[-1])
+    job = wait(
+        lambda: (j := client.get(f"/jobs/{job_id}").json())["status"] in ("succeeded", "failed") and j,
+        180,
+        "the job on the deduplicated version",
+    )
+    assert job["status"] == "succeeded", job.get("error")
+    assert job["config"]["data"]["train_file"] == dedup["path"] and "eval_file" not in job["config"]["data"]

@@ -1,7 +1,7 @@
 """The Compare page in Chromium against `tp up`: two short SFT runs that differ in learning rate, each evaluated on
 GSM8K; the page overlays their loss curves, diffs only the config keys that differ, shows the evaluations side by
 side with confidence intervals and the paired McNemar significance; reached from the jobs list's bulk bar too; and a
-sweep's grid points with mean ± std across seeds.
+sweep's grid points with mean ± standard error across seeds.
 
 TP_SCREENSHOTS=1 also saves docs/screenshots/compare.png (off by default, so a test run does not rewrite the docs).
 """
@@ -106,7 +106,9 @@ def test_compare_jobs_metrics_config_diff_evaluations_and_a_sweep(page, platform
     # Evaluations side by side, with the CI and n, and the paired significance of the two.
     wait_text(page, "compare-evals", "gsm8k/accuracy")
     row = page.get_by_test_id("eval-row-gsm8k/accuracy").inner_text()
-    assert row.count("±") == 2 and row.count("n=6") == 2, row
+    assert row.count("±") == 2 and row.count("n=6") == 2, row  # ± is the standard error everywhere
+    cell_title = page.get_by_test_id("eval-row-gsm8k/accuracy").locator("td").nth(1).get_attribute("title")
+    assert "standard error" in (cell_title or ""), cell_title
     evals = page.get_by_test_id("compare-evals").inner_text()
     assert f"evaluation #{eval_a['id']}" in evals and f"evaluation #{eval_b['id']}" in evals
     paired = page.get_by_test_id("paired-gsm8k")
@@ -123,7 +125,7 @@ def test_compare_jobs_metrics_config_diff_evaluations_and_a_sweep(page, platform
         shots.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(shots / "compare.png"), full_page=True)
 
-    # A sweep: its grid points (mean ± std across seeds), picked by URL; cancelled after.
+    # A sweep: its grid points (mean ± standard error across seeds), picked by URL; cancelled after.
     response = client.post(
         "/sweeps",
         json={

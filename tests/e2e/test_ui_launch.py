@@ -4,6 +4,7 @@ before submitting, launch, clone, and a template saved and started from."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -116,7 +117,7 @@ def test_a_job_its_preflight_refused_is_edited_not_retried_and_the_form_says_why
     wait_text(page, "validation-state", "valid")
 
 
-def test_jobs_list_search_filters_and_bulk_actions_survive_a_refresh(page, platform):
+def test_jobs_list_search_filters_tags_columns_saved_views_and_bulk_actions(page, platform):
     client, _ = platform
     import yaml
     from _e2e import wait
@@ -142,6 +143,44 @@ def test_jobs_list_search_filters_and_bulk_actions_survive_a_refresh(page, platf
     page.get_by_test_id("status-filter").select_option("")
     page.get_by_test_id(f"job-row-{ids[0]}").wait_for()
 
+    # The runs table: a tag and a note from the job page, the tag as a filter, metric columns, a saved view.
+    page.goto(f"{page.root}/ui/#/jobs/{ids[1]}")
+    page.get_by_test_id("tag-input").fill("baseline")
+    page.get_by_test_id("tag-input").press("Enter")
+    page.get_by_test_id("tag-baseline").wait_for()
+    page.get_by_test_id("note-edit").click()
+    page.get_by_test_id("note-input").fill("lr from the sweep's best point")
+    page.get_by_test_id("note-save").click()
+    wait_text(page, "job-note", "lr from the sweep's best point")
+    stored = client.get(f"/jobs/{ids[1]}").json()
+    assert stored["tags"] == ["baseline"] and stored["note"] == "lr from the sweep's best point"
+    page.goto(f"{page.root}/ui/#/jobs?q=bulkjob")
+    page.get_by_test_id(f"job-tag-{ids[1]}-baseline").locator("a").click()
+    page.wait_for_url("**tag=baseline**")
+    page.wait_for_function("document.querySelectorAll('[data-testid=jobs-table] tbody tr').length === 1")
+    page.get_by_test_id(f"job-row-{ids[1]}").wait_for()
+    page.get_by_test_id("column-loss").check()
+    page.get_by_test_id("column-eval").check()
+    page.wait_for_url("**cols=loss%2Ceval**")
+    assert page.get_by_test_id("column-head-loss").inner_text() == "Last loss"
+    assert page.get_by_test_id(f"cell-loss-{ids[1]}").inner_text().strip() == "—", "no metrics logged yet"
+    page.once("dialog", lambda dialog: dialog.accept("baseline runs"))
+    page.get_by_test_id("save-view").click()
+    page.wait_for_function(
+        "[...document.querySelectorAll('[data-testid=saved-views] option')].some(o => o.text === 'baseline runs')"
+    )
+    view = next(v for v in client.get("/views", params={"page": "jobs"}).json() if v["name"] == "baseline runs")
+    assert view["query"] == {"q": "bulkjob", "tag": "baseline", "cols": "loss,eval"}, view
+    page.goto(f"{page.root}/ui/#/jobs?q=bulkjob")
+    page.get_by_test_id(f"job-row-{ids[0]}").wait_for()
+    page.get_by_test_id("saved-views").select_option(str(view["id"]))
+    page.wait_for_url("**tag=baseline**")
+    page.get_by_test_id("column-head-eval").wait_for()
+    page.get_by_test_id("delete-view").click()
+    wait(lambda: not client.get("/views", params={"page": "jobs"}).json(), 30, "the view to be deleted")
+    page.goto(f"{page.root}/ui/#/jobs?q=bulkjob")
+    page.get_by_test_id(f"job-row-{ids[0]}").wait_for()
+
     page.get_by_test_id("select-all").check()
     page.get_by_test_id("bulk-cancel").click()
     page.get_by_test_id("bulk-notice").wait_for()
@@ -157,34 +196,54 @@ def test_jobs_list_search_filters_and_bulk_actions_survive_a_refresh(page, platf
     page.get_by_test_id("jobs-table").get_by_text("No jobs match these filters.").wait_for()
 
 
-def test_a_grpo_jobs_rollouts_are_browsed_by_step_and_reward(page, platform):
+def test_a_running_grpo_job_is_followed_live_then_its_rollouts_browsed_by_step_and_reward(page, platform):
+    """The page never shows less than the API: its step catches up with the API's latest metric step within one
+    poll, and after the run ends the rollouts panel moves to the last kept step without a reload."""
     client, _ = platform
     import yaml
     from _e2e import wait
 
     config = yaml.safe_load((REPO / "configs/examples/grpo_tiny.yaml").read_text())
-    config["training"].update(max_steps=3, logging_steps=1, save_steps=3, rollout_samples_per_step=6)
+    config["training"].update(max_steps=300, logging_steps=10, save_steps=300, rollout_samples_per_step=6)
     job = client.post("/jobs", json={"name": "grpo-rollouts", "config": config, "priority": 100}).json()
-    wait(lambda: client.get(f"/jobs/{job['id']}").json()["status"] in ("succeeded", "failed"), 240, "the GRPO job")
-    assert client.get(f"/jobs/{job['id']}").json()["status"] == "succeeded"
     page.goto(f"{page.root}/ui/#/jobs/{job['id']}")
-    panel = page.get_by_test_id("rollouts-panel")
-    panel.wait_for()
-    page.get_by_test_id("rollout-row-0").wait_for()
-    assert page.get_by_test_id("rollout-step").input_value() == "3", "the latest step first"
+    page.get_by_test_id("rollouts-panel").wait_for()
+
+    def latest_metric_step() -> int:
+        series = client.get(f"/jobs/{job['id']}/metrics", params={"names": "loss"}).json()["series"]
+        return max((point[0] for point in series.get("loss", [])), default=0)
+
+    label = "document.querySelector('[data-testid=job-progress] .progress-label').innerText"
+    page_step = f"Number({label}.split(' / ')[0])"
+    seen_running = 0
+    deadline = time.monotonic() + 300
+    while client.get(f"/jobs/{job['id']}").json()["status"] in ("queued", "preflight", "running"):
+        assert time.monotonic() < deadline, "the GRPO job did not end within 300 s"
+        step = latest_metric_step()
+        current = client.get(f"/jobs/{job['id']}").json()
+        assert current["current_step"] >= step, "current_step is never behind the last metric row"
+        if current["status"] == "running" and 0 < step < 300:
+            page.wait_for_function(f"{page_step} >= {step}", timeout=6_000)  # a 2 s poll, with slack for load
+            seen_running += 1
+        page.wait_for_timeout(500)
+    job = client.get(f"/jobs/{job['id']}").json()
+    assert job["status"] == "succeeded", job.get("error")
+    assert seen_running >= 2, "the page was checked while the job ran"
+    # After the end, without a reload: the last step, and the rollouts of the last kept step.
+    page.wait_for_function(f"{page_step} === 300", timeout=6_000)
+    wait(lambda: page.get_by_test_id("rollout-step").input_value() == "300", 10, "the last kept step")
     assert [o.get_attribute("value") for o in page.get_by_test_id("rollout-step").locator("option").all()] == [
-        "1",
-        "2",
-        "3",
+        str(step) for step in range(10, 301, 10)
     ]
+    page.get_by_test_id("rollout-row-0").wait_for()
     wait_text(page, "rollout-total", "6 rollouts")
     page.get_by_test_id("rollout-row-0").click()
     detail = page.get_by_test_id("rollout-detail-0")
     detail.wait_for()
-    api_row = client.get(f"/jobs/{job['id']}/rollouts", params={"step": 3, "limit": 1}).json()["items"][0]
+    api_row = client.get(f"/jobs/{job['id']}/rollouts", params={"step": 300, "limit": 1}).json()["items"][0]
     assert api_row["completion"] in detail.inner_text() and "math_answer" in detail.inner_text()
     page.get_by_test_id("reward-histogram").locator("canvas").first.wait_for()
-    page.get_by_test_id("rollout-step").select_option("1")
+    page.get_by_test_id("rollout-step").select_option("10")
     page.get_by_test_id("rollout-min").fill("1000")
     wait_text(page, "rollout-total", "0 rollouts")
 

@@ -18,6 +18,16 @@ from training_platform.core.files import atomic_write_text
 
 ALPACA_INSTRUCTION = "Add the two numbers."
 
+# The example evaluation of the demo model (the UI's default, the README's curl): GSM8K-format rows asked in the
+# format the demo model was trained on, so its score moves after training.
+DEMO_EVAL_BENCHMARK: dict[str, Any] = {
+    "name": "gsm8k",
+    "data": "demo/data/gsm8k_eval.jsonl",
+    "prompt_template": "{prompt}",
+    "limit": 40,
+}
+DEMO_EVAL_GENERATION: dict[str, Any] = {"max_new_tokens": 8}
+
 # File stem -> file name. The names are a contract: job configs reference them.
 DATA_FILES: dict[str, str] = {
     "sft": "sft.jsonl",
@@ -103,7 +113,11 @@ def _rows(pairs: list[Pair], rng: random.Random) -> dict[str, list[dict[str, Any
         rows["kto"].append({"prompt": prompt, "completion": [assistant_msg(ans)], "label": True})
         rows["kto"].append({"prompt": [user_msg(a, b)], "completion": [assistant_msg(wrong)], "label": False})
         rows["rl"].append({"prompt": prompt, "answer": ans})
-        rows["gsm8k"].append({"question": f"What is {a}+{b}?", "answer": f"{a}+{b}={ans}\n#### {ans}"})
+        # `prompt`: the question as the demo model was trained to read it (the example evaluation's prompt_template
+        # is "{prompt}"); a model this small cannot read "What is a+b?" and would score ~0 before and after training.
+        rows["gsm8k"].append(
+            {"question": f"What is {a}+{b}?", "prompt": prompt_text(a, b), "answer": f"{a}+{b}={ans}\n#### {ans}"}
+        )
     return rows
 
 

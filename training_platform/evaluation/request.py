@@ -14,6 +14,7 @@ Also here: cron expressions (`next_fire_time`) and metric keys such as "gsm8k/ac
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +31,7 @@ __all__ = [
     "next_fire_time",
     "parse_cron",
     "parse_metric_key",
+    "request_json_schema",
 ]
 
 # What a request may no longer say: where a keyed call goes, and which variable's value it carries.
@@ -174,6 +176,69 @@ class EvalRequest(BaseModel):
             raise RequestError(
                 [(_join("", e["loc"]) or "benchmarks", translate_pydantic_error(e).reason) for e in exc.errors()]
             ) from None
+
+
+def request_json_schema(model: type[EvalRequest] = EvalRequest) -> dict[str, Any]:
+    """The JSON Schema of `model` (EvalRequest or a route's subclass) for a form generated from it: a `benchmarks`
+    item is a registered benchmark's name or its own params object (a union discriminated by `name`, one $def per
+    params model, as the training config's `algorithm`), with `max_new_tokens` defaulting to the benchmark's own;
+    `generation`'s fields carry BenchmarkSpec's descriptions and bounds (every benchmark checks the value it is
+    merged into) and the default all registered benchmarks share, else the defaults per benchmark in the text."""
+    from training_platform.evaluation.benchmarks import BENCHMARKS
+
+    schema = model.model_json_schema(ref_template="#/$defs/{model}")
+    defs: dict[str, Any] = schema.setdefault("$defs", {})
+    mapping: dict[str, str] = {}
+    for name, cls in sorted(BENCHMARKS.items()):
+        title = cls.params.__name__
+        if title not in defs:
+            sub = cls.params.model_json_schema(ref_template="#/$defs/{model}")
+            defs.update(sub.pop("$defs", {}))
+            tokens = sub.get("properties", {}).get("max_new_tokens")
+            if tokens is not None and tokens.get("default") is None:
+                tokens["default"] = cls.default_max_new_tokens
+            defs[title] = sub
+        mapping[name] = f"#/$defs/{title}"
+    benchmarks = schema["properties"]["benchmarks"]
+    benchmarks["items"] = {
+        "anyOf": [
+            {"type": "string", "enum": sorted(BENCHMARKS), "description": "A benchmark with its defaults."},
+            {
+                "oneOf": [{"$ref": ref} for ref in dict.fromkeys(mapping.values())],
+                "discriminator": {"propertyName": "name", "mapping": mapping},
+            },
+        ]
+    }
+    generation = defs.get(GenerationDefaults.__name__, {}).get("properties", {})
+    base = BenchmarkSpec.model_json_schema()["properties"]
+    for key, prop in generation.items():
+        source = base.get(key, {})
+        if "description" in source:
+            prop["description"] = source["description"]
+        inner: dict[str, Any] = next((o for o in source.get("anyOf", [source]) if o.get("type") != "null"), {})
+        target = next((o for o in prop.get("anyOf", [prop]) if o.get("type") != "null"), prop)
+        for bound in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "items"):
+            if bound in inner:
+                target[bound] = copy.deepcopy(inner[bound])
+        defaults = {name: _benchmark_default(cls, key) for name, cls in BENCHMARKS.items()}
+        values = {repr(v) for v in defaults.values()}
+        if len(values) == 1 and next(iter(defaults.values())) is not None:
+            prop["default"] = next(iter(defaults.values()))
+        elif len(values) > 1:
+            each = ", ".join(f"{name} {v}" for name, v in sorted(defaults.items()) if v is not None)
+            prop["description"] = f"{prop.get('description', '').rstrip('.')}. Default per benchmark: {each}.".lstrip(
+                ". "
+            )
+    return schema
+
+
+def _benchmark_default(cls: Any, key: str) -> Any:
+    """What a benchmark uses for `key` when the request does not set it."""
+    field = cls.params.model_fields.get(key)
+    value = field.get_default(call_default_factory=True) if field is not None else None
+    if key == "max_new_tokens" and value is None:
+        return cls.default_max_new_tokens
+    return value
 
 
 def _join(prefix: str, loc: tuple) -> str:

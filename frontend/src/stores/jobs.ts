@@ -13,12 +13,15 @@ export interface JobFilters {
   engine: string
   kind: string
   owner: string
+  tag: string
+  /** metric columns shown, comma-separated: loss, eval, reward */
+  cols: string
   sort: string
   offset: number
 }
 
 export const EMPTY_FILTERS: JobFilters = {
-  status: '', q: '', algorithm: '', engine: '', kind: '', owner: '', sort: '-created_at', offset: 0,
+  status: '', q: '', algorithm: '', engine: '', kind: '', owner: '', tag: '', cols: '', sort: '-created_at', offset: 0,
 }
 
 export const useJobsStore = defineStore('jobs', () => {
@@ -37,6 +40,7 @@ export const useJobsStore = defineStore('jobs', () => {
       engine: f.engine || undefined,
       kind: f.kind || undefined,
       owner: f.owner || undefined,
+      tag: f.tag || undefined,
       sort: f.sort,
       limit: limit.value,
       offset: f.offset,

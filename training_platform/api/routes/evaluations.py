@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -24,7 +25,7 @@ from training_platform.api.deps import CurrentUser, JsonBody, SessionDep, Settin
 from training_platform.api.errors import ValidationFailed, not_found
 from training_platform.core.settings import Settings
 from training_platform.db.models import EvalSample, Evaluation, Job, JobStatus, User, row_id
-from training_platform.evaluation.request import EvalRequest, RequestError
+from training_platform.evaluation.request import EvalRequest, RequestError, request_json_schema
 from training_platform.services import evaluations as eval_service
 from training_platform.services.access import reader_for
 
@@ -334,6 +335,18 @@ def list_benchmarks(user: CurrentUser):
         )
         for name, cls in sorted(BENCHMARKS.items())
     ]
+
+
+@lru_cache
+def _schema() -> dict[str, Any]:
+    return request_json_schema(EvaluationCreate)
+
+
+@router.get("/schema")
+def evaluation_schema(user: CurrentUser) -> dict[str, Any]:
+    """The JSON Schema of POST /evaluations' body (the UI generates its form from it): each registered benchmark's
+    own options under `benchmarks` (discriminated by `name`), the generation defaults with their bounds."""
+    return _schema()
 
 
 @router.get("/leaderboard", response_model=Leaderboard)

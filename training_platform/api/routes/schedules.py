@@ -5,6 +5,7 @@ training job. Firing creates an evaluation (GET /evaluations?schedule_id=N lists
 from __future__ import annotations
 
 import logging
+from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response, status
@@ -24,6 +25,7 @@ from training_platform.evaluation.request import (
     next_fire_time,
     parse_cron,
     parse_metric_key,
+    request_json_schema,
 )
 from training_platform.services import evaluations as eval_service
 from training_platform.services.access import reader_for
@@ -220,6 +222,18 @@ def list_schedules(
         select(EvalSchedule).where(*conditions).order_by(col(EvalSchedule.id).desc()).limit(limit).offset(offset)
     ).all()
     return {"items": [_read(session, s) for s in rows], "total": total, "limit": limit, "offset": offset}
+
+
+@lru_cache
+def _schema() -> dict[str, Any]:
+    return request_json_schema(ScheduleCreate)
+
+
+@router.get("/schema")
+def schedule_schema(user: CurrentUser) -> dict[str, Any]:
+    """The JSON Schema of POST /schedules' body (the UI generates its form from it), benchmarks and generation
+    defaults as in GET /evaluations/schema."""
+    return _schema()
 
 
 @router.get("/{schedule_id}", response_model=ScheduleRead)
