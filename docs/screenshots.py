@@ -56,9 +56,10 @@ def main() -> int:
         config = yaml.safe_load((REPO / "configs/examples/sft_tiny.yaml").read_text())
         config["training"].update(max_steps=600, save_steps=100, logging_steps=5, eval_steps=100)
         job = api.post("/jobs", json={"name": "sft arithmetic", "config": config}).json()
-        bench = {"name": "gsm8k", "data": "demo/data/gsm8k_eval.jsonl", "prompt_template": "{question}", "limit": 40}
-        _write_eval_set(data_dir)
-        bench["data"] = "evalsets/arithmetic_gsm8k.jsonl"
+        # The demo's example evaluation: held-out sums in the demo model's own prompt format (the UI's default).
+        from training_platform.demo.arithmetic import DEMO_EVAL_BENCHMARK, DEMO_EVAL_GENERATION
+
+        bench = dict(DEMO_EVAL_BENCHMARK)
         api.post(
             "/schedules",
             json={
@@ -68,7 +69,7 @@ def main() -> int:
                 "every_n": 2,
                 "keep_best_by": "gsm8k/accuracy",
                 "benchmarks": [bench],
-                "generation": {"max_new_tokens": 8},
+                "generation": DEMO_EVAL_GENERATION,
             },
         )
         wait(lambda: api.get(f"/jobs/{job['id']}").json()["status"] == "succeeded", 600, "the job")
@@ -92,7 +93,7 @@ def main() -> int:
                     "job_id": j["id"],
                     "checkpoint": "final",
                     "benchmarks": [bench],
-                    "generation": {"max_new_tokens": 8},
+                    "generation": DEMO_EVAL_GENERATION,
                 },
             )
         wait(
@@ -103,6 +104,8 @@ def main() -> int:
             300,
             "the final evaluations",
         )
+        api.patch(f"/jobs/{job['id']}", json={"tags": ["baseline", "arithmetic"], "note": "the demo's SFT, lr 2e-3"})
+        api.patch(f"/jobs/{job2['id']}", json={"tags": ["arithmetic"], "note": "a lower learning rate"})
         grpo = yaml.safe_load((REPO / "configs/examples/grpo_tiny.yaml").read_text())
         grpo["model"]["path"] = f"runs/job-{job['id']}/final"
         grpo["training"].update(max_steps=30, logging_steps=2, save_steps=30)
@@ -149,9 +152,28 @@ def _cockpit(page, base: str, job: dict, job2: dict, rl: dict) -> None:
     page.get_by_test_id("field-training.learning_rate").fill("-1")  # a field error, shown as the user types
     page.get_by_test_id("field-training.learning_rate-error").wait_for()
     shot("launch")
-    page.goto(f"{base}/ui/#/jobs")
+    page.goto(f"{base}/ui/#/jobs?cols=loss,eval,reward")
     page.get_by_test_id("jobs-table").wait_for()
     shot("jobs")
+    page.goto(f"{base}/ui/#/evaluations?new=1&job_id={job2['id']}&checkpoint=final")
+    page.get_by_test_id("new-evaluation-form").wait_for()
+    shot("evaluation-form")
+    finals = [
+        e
+        for e in page.request.get(f"{base}/api/v1/evaluations?limit=50").json()["items"]
+        if e["source_job_id"] in (job["id"], job2["id"]) and e["checkpoint_step"] is not None
+    ]
+    tuned = max(finals, key=lambda e: e["id"])
+    other = next(e for e in finals if e["source_job_id"] != tuned["source_job_id"])
+    page.goto(f"{base}/ui/#/evaluations/{tuned['id']}")
+    page.get_by_test_id("eval-compare").wait_for()
+    page.wait_for_function(
+        "[...document.querySelectorAll('[data-testid=eval-compare-with] option')]"
+        f".some(o => o.value == '{other['id']}')"
+    )
+    page.get_by_test_id("eval-compare-with").select_option(str(other["id"]))
+    page.get_by_test_id("eval-compare-table").wait_for()
+    shot("evaluation-compare")
     page.goto(f"{base}/ui/#/jobs/{job['id']}")
     page.get_by_test_id("metrics-chart").locator("canvas").first.wait_for()
     shot("job-charts")
@@ -172,18 +194,6 @@ def _cockpit(page, base: str, job: dict, job2: dict, rl: dict) -> None:
     page.get_by_test_id("pg-usage-0").wait_for(timeout=120_000)
     page.get_by_test_id("pg-usage-1").wait_for(timeout=120_000)
     shot("playground")
-
-
-def _write_eval_set(data_dir: Path) -> None:
-    import json
-
-    rows = []
-    for line in (data_dir / "demo/data/sft_eval.jsonl").read_text().splitlines():
-        messages = json.loads(line)["messages"]
-        q, a = messages[0]["content"], messages[1]["content"]
-        rows.append({"question": q, "answer": f"{q}{a}\n#### {a}"})
-    (data_dir / "evalsets").mkdir(exist_ok=True)
-    (data_dir / "evalsets/arithmetic_gsm8k.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
 def _ok(url: str) -> bool:

@@ -218,6 +218,9 @@ def test_training_refused_by_the_gate_then_started_after_an_admin_override(sqlit
     version = body["version"]
     config = valid_config(training={"max_steps": 1, "per_device_batch_size": 2, "save_steps": 1, "logging_steps": 1})
     config["data"] = {"train_file": version["path"], "max_length": 512, "gate": {"profile": "strict"}}
+    # /jobs/validate never runs the gate: with no stored report for this content it says the preflight will
+    checked = api.post("/jobs/validate", json={"config": config}).json()
+    assert checked["valid"] is True and any("no stored 'strict' report" in w for w in checked["warnings"]), checked
     r = api.post("/jobs", json={"name": "gated", "config": config})
     assert r.status_code == 201, r.text
     job_id = r.json()["id"]
@@ -231,6 +234,11 @@ def test_training_refused_by_the_gate_then_started_after_an_admin_override(sqlit
     assert "difficulty_mix" not in errors[0]["msg"]  # only the failing checks are named
     reports = api.get(f"/datasets/{body['dataset']['id']}/versions/{version['id']}/gate-reports").json()["items"]
     assert reports[0]["job_id"] == job_id and reports[0]["failed"] == ["duplicates"]
+    # ... and once a failing report is stored for this content, the form's check refuses it at data.gate
+    checked = api.post("/jobs/validate", json={"config": config}).json()
+    assert checked["valid"] is False, checked
+    [problem] = checked["errors"]
+    assert problem["loc"] == ["data", "gate"] and "duplicates" in problem["msg"], problem
 
     # the override: admins only, a reason required
     assert api.post(f"/jobs/{job_id}/gate-override", json={"reason": "known dups"}).status_code == 403

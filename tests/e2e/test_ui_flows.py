@@ -105,3 +105,11 @@ def test_sft_then_grpo_from_its_checkpoint_then_evaluate_and_compare_with_the_ba
 
     grpo = _finished(client, grpo_id, 300, "the GRPO job from the SFT checkpoint")
     assert grpo["status"] == "succeeded", grpo.get("error")
+
+    # Chat with the GRPO job: its A/B base is what it started from, the SFT job's final checkpoint.
+    page.goto(f"{page.root}/ui/#/jobs/{grpo_id}")
+    page.get_by_test_id("job-chat").click()
+    page.get_by_test_id("pg-side-1").wait_for()
+    assert page.get_by_test_id("pg-model-0").input_value() == f"job-{grpo_id}/final"
+    assert page.get_by_test_id("pg-model-1").input_value() == f"job-{sft['id']}/final"
+    assert page.get_by_test_id("pg-no-base").count() == 0

@@ -151,3 +151,37 @@ def version_for_file(session: Session, path: Path, settings: Settings) -> Datase
         .order_by(col(DatasetVersionRecord.id))
         .limit(1)
     ).first()
+
+
+def stored_verdict(session: Session, settings: Settings, gate: Any, train: Path) -> tuple[str, str]:
+    """What the stored reports say of `data.gate` for this train file, without running the gate (the API's
+    /jobs/validate; the worker's preflight runs it when no report matches): ("pass" | "fail" | "unknown", why).
+    The newest report for exactly this content, profile (name + hash) and inputs decides. Raises GateError for a
+    profile that does not exist."""
+    from training_platform.core.files import sha256_file
+    from training_platform.core.paths import resolve_data_path
+    from training_platform.data.gate import inputs_match
+    from training_platform.training.gate_check import failing_summary
+
+    profile = resolve_profile(session, settings, gate.profile, loc="data.gate.profile")
+    eval_shas = [sha256_file(resolve_data_path(p)) for p in gate.eval_sets]
+    reference_sha = sha256_file(resolve_data_path(gate.reference)) if gate.reference else None
+    rows = session.exec(
+        select(GateReportRecord)
+        .where(
+            GateReportRecord.sha256 == sha256_file(train),
+            GateReportRecord.profile_name == profile.name,
+            GateReportRecord.profile_hash == profile.hash,
+        )
+        .order_by(col(GateReportRecord.id).desc())
+        .limit(50)
+    ).all()
+    newest = next((r for r in rows if inputs_match(r.report, eval_shas, reference_sha)), None)
+    if newest is None:
+        return "unknown", f"no stored {profile.name!r} report for this content: the job's preflight will run the gate"
+    if newest.passed:
+        return "pass", f"quality gate {profile.name!r} passed on this content (stored report {newest.id})"
+    return "fail", (
+        f"quality gate {profile.name!r} failed on this content (stored report {newest.id}): "
+        f"{failing_summary(newest.report)}; the job's preflight would refuse it unless an admin overrides the gate"
+    )

@@ -31,6 +31,7 @@ from training_platform.api.deps import (
 )
 from training_platform.api.errors import ValidationFailed, config_error, conflict, scrub
 from training_platform.api.jobspec import apply_overrides, check_job_config
+from training_platform.core.errors import FieldError
 from training_platform.core.overrides import OverrideError
 from training_platform.core.settings import Settings
 from training_platform.db import crud, runs_table
@@ -199,6 +200,26 @@ def _config_warnings(cfg) -> list[str]:
     return warnings
 
 
+def _gate_problems(session, settings, cfg, warnings: list[str]) -> list[FieldError]:
+    """`data.gate`: a stored failing report for this content refuses the config now (the preflight would); with
+    no stored report the gate runs in the job's preflight (a warning: the API never runs it)."""
+    from training_platform.core.paths import resolve_data_path
+    from training_platform.data.gate import GateError
+    from training_platform.services import gates as gate_service
+
+    try:
+        verdict, why = gate_service.stored_verdict(
+            session, settings, cfg.data.gate, resolve_data_path(cfg.data.train_file)
+        )
+    except GateError as exc:
+        return [FieldError(loc, msg) for loc, msg in exc.errors]
+    if verdict == "fail":
+        return [FieldError("data.gate", why)]
+    if verdict == "unknown":
+        warnings.append(f"data.gate: {why}")
+    return []
+
+
 @router.post(
     "/validate",
     response_model=schemas.JobValidation,
@@ -212,8 +233,9 @@ def validate_job(body: schemas.JobValidate, session: SessionDep, user: CurrentUs
     rows each: the format the algorithm needs, bad rows, reward columns), the model and its
     tokenizer (context length, LoRA targets). 200 for a job body: `valid`, every problem at its field (`loc` as a
     list), warnings, and the effective config (every default filled in) whenever the config parses. Left to the
-    worker's preflight: its devices, the rest of each dataset, the quality gate, judge probes, and a
-    `trust_remote_code` model (its own code never runs in the API)."""
+    worker's preflight: its devices, the rest of each dataset, running the quality gate (a stored failing report
+    for the content refuses here: `data.gate`), judge probes, and a `trust_remote_code` model (its own code never
+    runs in the API)."""
     from training_platform.training.config import effective_config, parse_config
     from training_platform.training.preflight import check_environment
 
@@ -239,6 +261,8 @@ def validate_job(body: schemas.JobValidate, session: SessionDep, user: CurrentUs
                     cfg, {}, dry_run=True, devices=False, max_rows=VALIDATE_MAX_ROWS, run_model_code=False
                 )
             )
+            if not problems and getattr(cfg.data, "gate", None) is not None:
+                problems.extend(_gate_problems(session, settings, cfg, warnings))
             if cfg.model.trust_remote_code:
                 warnings.append(
                     "model.trust_remote_code: the model and its tokenizer are checked when the job starts (their own "
