@@ -126,7 +126,7 @@ def main() -> int:
             page.get_by_test_id("leaderboard-benchmark").select_option("gsm8k")
             time.sleep(2)
             page.screenshot(path=str(DOCS / "screenshot-evaluations.png"))
-            _cockpit(page, base, job, job2, rl)
+            _cockpit(page, base, job, job2, rl, api)
             browser.close()
         print(f"wrote {DOCS / 'screenshot-job.png'}, {DOCS / 'screenshot-evaluations.png'} and {SHOTS}/*.png")
         return 0
@@ -138,7 +138,7 @@ def main() -> int:
 SHOTS = DOCS / "screenshots"
 
 
-def _cockpit(page, base: str, job: dict, job2: dict, rl: dict) -> None:
+def _cockpit(page, base: str, job: dict, job2: dict, rl: dict, api: httpx.Client) -> None:
     """One screenshot per cockpit page (docs/screenshots/)."""
     SHOTS.mkdir(exist_ok=True)
 
@@ -158,13 +158,9 @@ def _cockpit(page, base: str, job: dict, job2: dict, rl: dict) -> None:
     page.goto(f"{base}/ui/#/evaluations?new=1&job_id={job2['id']}&checkpoint=final")
     page.get_by_test_id("new-evaluation-form").wait_for()
     shot("evaluation-form")
-    finals = [
-        e
-        for e in page.request.get(f"{base}/api/v1/evaluations?limit=50").json()["items"]
-        if e["source_job_id"] in (job["id"], job2["id"]) and e["checkpoint_step"] is not None
-    ]
-    tuned = max(finals, key=lambda e: e["id"])
-    other = next(e for e in finals if e["source_job_id"] != tuned["source_job_id"])
+    evaluations = api.get("/evaluations", params={"limit": 50}).json()["items"]  # newest first
+    tuned = next(e for e in evaluations if e["source_job_id"] == job["id"])
+    other = next(e for e in evaluations if e["source_job_id"] == job2["id"])
     page.goto(f"{base}/ui/#/evaluations/{tuned['id']}")
     page.get_by_test_id("eval-compare").wait_for()
     page.wait_for_function(
