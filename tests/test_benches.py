@@ -111,6 +111,14 @@ def check_learning_arithmetic(r: dict[str, Any]) -> None:
         assert s["held_out"]["n"] == 16 and s["train_sample"]["n"] == 8
 
 
+def check_memory(r: dict[str, Any]) -> None:
+    assert r["steps"] == 2 and [(x["model"], x["algorithm"], x["processes"]) for x in r["rows"]] == [
+        ("demo (0.66M)", "sft", 1)
+    ]
+    row = r["rows"][0]
+    assert row["estimate_gib"] > 0 and row["measured_gib"] > 0 and _finite(row["ratio"])
+
+
 def check_rollout_batching(r: dict[str, Any]) -> None:
     assert r["requests"] == 4 and r["rounds"] == 1
     assert all(len(v) == 1 and v[0] > 0 for v in r["tokens_per_s"].values()) and len(r["tokens_per_s"]) == 2
@@ -151,6 +159,7 @@ SMOKES = [  # seconds: one run on 2 busy cores, see the module's docstring
     Smoke("engines", "engines_sft.json", check_engines("engines"), args=("--algorithm", "sft")),  # 35
     Smoke("engines", "engines_grpo.json", check_engines("engines_grpo"), args=("--algorithm", "grpo")),  # 121
     Smoke("learning_arithmetic", "learning_arithmetic.json", check_learning_arithmetic),  # 36
+    Smoke("memory", "memory.json", check_memory),  # ~35: one dry run and one 2-step SFT
     Smoke("rollout_batching", "rollout_batching.json", check_rollout_batching, slow=False),  # 11
     Smoke("scaling", "scaling.json", check_scaling),  # ~50: world 1 and torchrun world 2 (no Ray, no `tp up`)
 ]

@@ -174,6 +174,8 @@ export interface JobValidation {
   effective_config: Record<string, unknown> | null
   errors: ConfigProblem[]
   warnings: string[]
+  /** peak memory per device, estimated from the model's config.json (the worker's preflight judges it) */
+  memory?: { device: string; total_gib: number; parts_gib: Record<string, number>; summary: string } | null
 }
 
 export interface ExampleConfig {

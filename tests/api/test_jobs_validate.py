@@ -24,6 +24,9 @@ def test_a_valid_config_gets_its_effective_config_and_creates_nothing(sqlite_api
     assert effective["training"]["learning_rate"] > 0, "defaults filled in"
     assert effective["resources"]["launcher"] == "local" and effective["resources"]["world_size"] == 1
     assert row_counts() == before, "no job, no event"
+    memory = out["memory"]  # estimated from the model's config.json (training/memory.py)
+    assert memory["device"] == "cpu" and memory["parameters"] > 0 and memory["total_gib"] > 0
+    assert {"weights", "gradients", "optimizer", "activations"} <= set(memory["parts_gib"]), memory
 
 
 def test_every_problem_is_listed_at_its_field_as_a_list_path(sqlite_api):

@@ -288,7 +288,7 @@ def run_sft_happy_path(plat: Platform, max_steps: int = 30) -> dict[str, float]:
         ("running", "succeeded"),
     ]
     report = job.preflight
-    assert report["ok"] is True and [c["name"] for c in report["checks"]] == ["config", "tokenizer", "disk"]
+    assert report["ok"] is True and [c["name"] for c in report["checks"]] == ["config", "memory", "tokenizer", "disk"]
 
     run_dir = Path(job.run_dir)
     assert run_dir == plat.data_dir / "runs" / f"job-{job_id}"

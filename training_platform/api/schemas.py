@@ -278,6 +278,15 @@ class ConfigProblem(BaseModel):
     msg: str
 
 
+class MemoryEstimateOut(BaseModel):
+    device: str
+    parameters: int
+    trainable_parameters: int
+    total_gib: float
+    parts_gib: dict[str, float] = Field(description="weights, gradients, optimizer, activations, logits, ...")
+    summary: str = Field(description='e.g. "~212 GiB per device: weights 131, optimizer 65, ..."')
+
+
 class JobValidation(BaseModel):
     """What POST /jobs would do with this body, without creating anything."""
 
@@ -287,6 +296,12 @@ class JobValidation(BaseModel):
     )
     errors: list[ConfigProblem]
     warnings: list[str]
+    memory: MemoryEstimateOut | None = Field(
+        None,
+        description="Peak memory per device estimated from the model's config.json for the job's device "
+        "(`auto`: the API host's); the worker's preflight refuses a job that cannot fit its device. Null when the "
+        "files were not checked (an earlier problem) or the architecture is not one the estimate knows (a warning).",
+    )
 
 
 class JobSubmitted(JobRead):

@@ -176,6 +176,7 @@ def check_environment(
                         )
         if not model_errors:
             errors += _check_tokenizer(cfg, cache)
+        errors += _check_memory(cfg, model_config, cache, devices=devices)
 
     if cfg.algorithm.name == "ppo":
         for field in ("reward_model_path", "value_model_path"):
@@ -251,6 +252,65 @@ def _check_tokenizer(cfg: JobConfig, cache: dict) -> list[FieldError]:
             FieldError("algorithm.assistant_only_loss", "the tokenizer's chat template has no {% generation %} markers")
         )
     return errors
+
+
+def _check_memory(cfg: JobConfig, model_config: Any, cache: dict, *, devices: bool) -> list[FieldError]:
+    """The peak memory per device, estimated from the model's config before any weight is read
+    (training/memory.py): `cache["memory"]` (its as_dict) for the API and `tp train --dry-run`; refused at
+    `resources` when it cannot fit this node's device (`devices=False`, the API: only estimated, the worker's
+    preflight judges). An architecture the estimate does not know is `cache["memory_warning"]`, never a refusal."""
+    from training_platform.training import memory
+
+    device = _target_device(cfg)  # the API's host stands in for the worker's when the config says `auto`
+    try:
+        found = memory.estimate(cfg, model_config.to_dict(), device)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        cache["memory_warning"] = f"cannot estimate the memory this job needs: the model's config has no {exc}"
+        return []
+    cache["memory"] = found.as_dict()
+    if not devices:
+        return []
+    capacity, what = _device_capacity(cfg, device)
+    if capacity is None or found.total <= capacity:
+        return []
+    return [
+        FieldError(
+            "resources",
+            f"needs {found.describe()}; {what} has {capacity / memory.GIB:.0f} GiB "
+            "(smaller per_device_batch_size, gradient_checkpointing, LoRA or more memory)",
+        )
+    ]
+
+
+def _target_device(cfg: JobConfig) -> str:
+    """The device this node would train on (the engine's `pick_device` rule, without importing it)."""
+    if cfg.resources.device != "auto":
+        return cfg.resources.device
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    mps = getattr(torch.backends, "mps", None)
+    return "mps" if mps is not None and mps.is_available() else "cpu"
+
+
+def _device_capacity(cfg: JobConfig, device: str) -> tuple[int | None, str]:
+    """Bytes one process may use on this node: the smallest visible GPU, or the RAM shared by the node's
+    processes. (None: not known here, e.g. a Ray run's remote nodes, which Ray places.)"""
+    if cfg.resources.resolved_launcher == "ray":
+        return None, ""
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            return None, ""
+        smallest = min(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
+        return smallest, "this node's smallest GPU"
+    import psutil
+
+    per_process = psutil.virtual_memory().total // cfg.resources.num_devices
+    share = f" / {cfg.resources.num_devices} processes" if cfg.resources.num_devices > 1 else ""
+    return per_process, f"this node's RAM{share}"
 
 
 def _check_devices(cfg: JobConfig) -> list[FieldError]:

@@ -214,8 +214,13 @@ def dry_run(raw_config: dict, *, overrides: list[str] | None = None, output: str
     import yaml
 
     submitted = apply_overrides(raw_config, list(overrides or []))
-    cfg = validate_config(submitted, dry_run=True)
+    loaded: dict = {}
+    cfg = validate_config(submitted, dry_run=True, loaded=loaded)
     text = "# config_effective.yaml\n" + yaml.safe_dump(effective_config(cfg), sort_keys=False)
+    if "memory" in loaded:  # the preflight's estimate (training/memory.py), checked against this node's device
+        text += "# memory estimate (peak per device)\n" + yaml.safe_dump({"memory": loaded["memory"]}, sort_keys=False)
+    elif "memory_warning" in loaded:
+        text += f"# memory estimate: {loaded['memory_warning']}\n"
     return text + engine_checks(cfg.engine).plan(cfg, Path(output) if output is not None else None)
 
 

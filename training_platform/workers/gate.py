@@ -267,6 +267,8 @@ def run_preflight(
         errors.append({"loc": "<config>", "msg": f"validation crashed: {type(exc).__name__}: {_first_line(exc)}"})
         checks.append(_check("config", False, "validation crashed"))
 
+    if "memory" in loaded:  # the estimate the config check judged (a refusal is an error at `resources`)
+        checks.append(_check("memory", True, f"estimated peak {loaded['memory']['summary']}"))
     for probe in loaded.get("judge_probe", []):  # llm_judge rewards: one real call each (training/preflight.py)
         checks.append(
             _check(

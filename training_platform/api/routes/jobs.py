@@ -245,7 +245,7 @@ def validate_job(body: schemas.JobValidate, session: SessionDep, user: CurrentUs
     except ConfigError as exc:
         problems.extend(exc.errors)
         config = body.config
-    effective, warnings = None, []
+    effective, warnings, memory = None, [], None
     try:
         cfg = parse_config(copy.deepcopy(config))
     except ConfigError:
@@ -256,11 +256,15 @@ def validate_job(body: schemas.JobValidate, session: SessionDep, user: CurrentUs
         if not problems:
             problems.extend(engine_checks(cfg.engine).config_problems(cfg))
         if not problems:
+            checked: dict = {}
             problems.extend(
                 check_environment(
-                    cfg, {}, dry_run=True, devices=False, max_rows=VALIDATE_MAX_ROWS, run_model_code=False
+                    cfg, checked, dry_run=True, devices=False, max_rows=VALIDATE_MAX_ROWS, run_model_code=False
                 )
             )
+            memory = checked.get("memory")
+            if "memory_warning" in checked:
+                warnings.append(f"resources: {checked['memory_warning']}")
             if not problems and getattr(cfg.data, "gate", None) is not None:
                 problems.extend(_gate_problems(session, settings, cfg, warnings))
             if cfg.model.trust_remote_code:
@@ -271,6 +275,7 @@ def validate_job(body: schemas.JobValidate, session: SessionDep, user: CurrentUs
     return {
         "valid": not problems,
         "effective_config": effective,
+        "memory": memory,
         "warnings": warnings,
         "errors": [{"loc": _loc(e.path), "msg": scrub(e.reason)} for e in problems],
     }
