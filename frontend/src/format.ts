@@ -105,3 +105,8 @@ export const PM_MEANING = '± one standard error of the mean'
 export function fmtPm(value: number | null | undefined, stderr: number | null | undefined): string {
   return stderr == null || !Number.isFinite(stderr) ? fmtMetric(value) : `${fmtMetric(value)} ± ${fmtMetric(stderr)}`
 }
+
+/** A difference with its sign: +0.12, −0.05 (a true minus sign), 0. */
+export function fmtSigned(v: number): string {
+  return `${v > 0 ? '+' : v < 0 ? '−' : ''}${fmtMetric(Math.abs(v))}`
+}

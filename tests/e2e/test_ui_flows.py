@@ -89,8 +89,10 @@ def test_sft_then_grpo_from_its_checkpoint_then_evaluate_and_compare_with_the_ba
     # "Compare with…" on the tuned model's evaluation: paired, item by item; the score moved with training.
     page.goto(f"{page.root}/ui/#/evaluations/{tuned_id}")
     page.get_by_test_id("eval-compare").wait_for()
+    # The page is the one the form opened, from before the base evaluation existed: its candidates follow anyway.
     page.wait_for_function(
-        f"[...document.querySelectorAll('[data-testid=eval-compare-with] option')].some(o => o.value === '{base_id}')"
+        f"[...document.querySelectorAll('[data-testid=eval-compare-with] option')].some(o => o.value === '{base_id}')",
+        timeout=20_000,
     )
     page.get_by_test_id("eval-compare-with").select_option(str(base_id))
     row = page.get_by_test_id("eval-compare-gsm8k")

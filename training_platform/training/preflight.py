@@ -264,8 +264,11 @@ def _check_memory(cfg: JobConfig, model_config: Any, cache: dict, *, devices: bo
     device = _target_device(cfg)  # the API's host stands in for the worker's when the config says `auto`
     try:
         found = memory.estimate(cfg, model_config.to_dict(), device)
-    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+    except KeyError as exc:
         cache["memory_warning"] = f"cannot estimate the memory this job needs: the model's config has no {exc}"
+        return []
+    except (TypeError, ValueError, ZeroDivisionError) as exc:
+        cache["memory_warning"] = f"cannot estimate the memory this job needs: an unexpected model config ({exc})"
         return []
     cache["memory"] = found.as_dict()
     if not devices:
