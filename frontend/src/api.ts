@@ -3,7 +3,7 @@
 import type {
   BenchmarkInfo, Checkpoint, Dashboard, RayCluster, Dataset, IngestQueued, DatasetOperation, DatasetOperationInfo, DatasetStats, DatasetVersion,
   DatasetVersionDetail, Evaluation, EvaluationDetail, Job, JobEvent, Leaderboard, MetricsOut, Page, RowsPage, Sample,
-  SavedView, Schedule, User,
+  Quota, QuotaLimits, SavedView, Schedule, UsageGroupBy, UsageReport, User,
 } from './types'
 import type { EvaluationComparison, SweepDetail, SweepSummary } from './compare'
 import { humanizeError } from './errorText'
@@ -225,6 +225,15 @@ export const api = {
   jobRollouts: (id: number, q: { step?: number; min_reward?: number; max_reward?: number; limit?: number; offset?: number } = {}) =>
     request<RolloutPage>('GET', `/jobs/${id}/rollouts`, { query: q }),
   me: () => request<User>('GET', '/users/me'),
+  /** Admins only. */
+  listUsers: (q: { limit?: number; offset?: number } = {}) => request<Page<User>>('GET', '/users', { query: q }),
+  /** Device-hours, CPU time, peak memory and cost in [since, until) (ISO times), per user, job or device type. */
+  usage: (q: { since?: string; until?: string; group_by?: UsageGroupBy } = {}) =>
+    request<UsageReport>('GET', '/usage', { query: q }),
+  /** The user themself or an admin. */
+  getQuota: (userId: number) => request<Quota>('GET', `/users/${userId}/quota`),
+  /** Admins only; null = no limit. */
+  setQuota: (userId: number, body: QuotaLimits) => request<Quota>('PUT', `/users/${userId}/quota`, { body }),
   configSchema: () => request<Record<string, unknown>>('GET', '/config/schema'),
   configExamples: () => request<ExampleConfig[]>('GET', '/config/examples'),
   validateJob: (body: { name?: string; config: Record<string, unknown>; priority?: number }, signal?: AbortSignal) =>

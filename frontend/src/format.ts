@@ -110,3 +110,24 @@ export function fmtPm(value: number | null | undefined, stderr: number | null | 
 export function fmtSigned(v: number): string {
   return `${v > 0 ? '+' : v < 0 ? '−' : ''}${fmtMetric(Math.abs(v))}`
 }
+
+/** Hours of device or CPU time: 0, 0.0031, 2.50, 812.4 (two significant digits under 0.1 h, so a short run is not "0.00"). */
+export function fmtHours(h: number | null | undefined): string {
+  if (h === null || h === undefined || Number.isNaN(h)) return '—'
+  const a = Math.abs(h)
+  if (a === 0) return '0'
+  if (a < 0.1) return String(Number(h.toPrecision(2)))
+  return a < 100 ? h.toFixed(2) : h.toFixed(1)
+}
+
+/** A cost (device-hours x price, no currency): 0, 0.0042, 12.50. */
+export function fmtCost(v: number | null | undefined): string {
+  if (v === null || v === undefined || Number.isNaN(v)) return '—'
+  if (v !== 0 && Math.abs(v) < 0.01) return String(Number(v.toPrecision(2)))
+  return v.toFixed(2)
+}
+
+/** A quota limit: the number as set, or "no limit" for null. */
+export function fmtLimit(v: number | null | undefined): string {
+  return v === null || v === undefined ? 'no limit' : String(v)
+}

@@ -33,6 +33,7 @@ export const router = createRouter({
       meta: { title: 'Dataset' },
     },
     { path: '/schedules', name: 'schedules', component: () => import('./views/SchedulesView.vue'), meta: { title: 'Schedules' } },
+    { path: '/usage', name: 'usage', component: () => import('./views/UsageView.vue'), meta: { title: 'Usage' } },
     { path: '/:pathMatch(.*)*', name: 'not-found', component: () => import('./views/NotFoundView.vue'), meta: { title: 'Not found' } },
   ],
 })

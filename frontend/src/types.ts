@@ -47,6 +47,36 @@ export interface Job {
   tags: string[]
   note: string
   summary: JobSummary | null
+  /** where its current or last attempt was admitted ("node:<host>" or "ray"), the device type and how many */
+  pool?: string | null
+  device?: string | null
+  devices?: number | null
+  /** non-null only while queued: its place in the training queue and why it waits */
+  queue?: JobQueue | null
+  /** GET /jobs/{id} only: the devices and time its attempts used (null before it first ran) */
+  usage?: JobUsage | null
+}
+
+/** A queued job's place in the training queue (1-based) and why it waits ("quota: bob runs 1 of 1 devices"). */
+export interface JobQueue {
+  position: number
+  reason: string
+}
+
+/** What a job's attempts used: devices x wall time, CPU time and peak memory of its processes, priced. */
+export interface JobUsage {
+  /** device type: cuda, cpu, ... */
+  device: string
+  devices: number
+  device_seconds: number
+  device_hours: number
+  cpu_seconds: number
+  peak_memory_bytes: number
+  /** device-hours x the device type's price (TP_DEVICE_HOUR_COST); 0 when none is set */
+  cost: number
+  attempts: number
+  /** an attempt is still running: the figures grow */
+  running: boolean
 }
 
 /** The runs table's columns: a job's last logged values and its best checkpoint evaluation. */
@@ -273,6 +303,70 @@ export interface User {
   name: string
   is_admin: boolean
   created_at: string
+}
+
+// ---- sharing the devices: usage and quotas ----
+
+export type UsageGroupBy = 'user' | 'job' | 'device'
+export const USAGE_GROUPS: UsageGroupBy[] = ['user', 'job', 'device']
+
+/** The figures of one row of GET /usage (and of its total). */
+export interface UsageFigures {
+  device_hours: number
+  device_seconds: number
+  jobs: number
+  cost: number
+  cpu_hours: number
+  peak_memory_bytes: number
+}
+
+export interface UsageRow extends UsageFigures {
+  key: string
+  /** group_by=user; the user's name also for group_by=job */
+  user_id?: number
+  user?: string
+  /** group_by=job */
+  job_id?: number
+  job_name?: string
+  /** group_by=device */
+  device?: string
+}
+
+/** Device-hours of one user on one (UTC) day. */
+export interface UsageDaily {
+  date: string
+  user: string
+  user_id: number
+  device_hours: number
+}
+
+/** GET /usage: non-admins see their own usage only, admins everyone's. */
+export interface UsageReport {
+  since: string
+  until: string
+  group_by: UsageGroupBy
+  /** price of a device-hour per device type (empty: no prices configured) */
+  prices: Record<string, number>
+  rows: UsageRow[]
+  total: UsageFigures
+  daily: UsageDaily[]
+}
+
+/** The limits one user may use at once and per week; null = no limit. */
+export interface QuotaLimits {
+  max_devices: number | null
+  max_running_jobs: number | null
+  device_hours_per_week: number | null
+}
+
+/** GET /users/{id}/quota: the limits (an admin's, or the platform's defaults) and what is in use now. */
+export interface Quota extends QuotaLimits {
+  user_id: number
+  user: string
+  source: 'user' | 'default' | string
+  used: { devices: number; running_jobs: number; device_hours_week: number }
+  /** when device-hours of the last 7 days start to drop out of the weekly budget (null: none used) */
+  week_frees_up_at: string | null
 }
 
 // ---- datasets (content-addressed immutable versions with lineage) ----

@@ -187,6 +187,9 @@ class Api:
     def patch(self, path: str, user: str = "alice", **kw):
         return self.client.patch(API + path, headers={**self.h(user), **kw.pop("headers", {})}, **kw)
 
+    def put(self, path: str, user: str = "alice", **kw):
+        return self.client.put(API + path, headers={**self.h(user), **kw.pop("headers", {})}, **kw)
+
 
 @contextmanager
 def running_api(data_dir: Path, db_url: str, **env: str) -> Iterator[Api]:

@@ -419,6 +419,7 @@ def _gated_job(o: Objects) -> int:
 
 
 HI = [{"role": "user", "content": "hi"}]
+QUOTA_FIELDS = ("max_devices", "max_running_jobs", "device_hours_per_week")
 J = f"{API}/jobs"
 E = f"{API}/evaluations"
 D = f"{API}/datasets"
@@ -550,6 +551,13 @@ ROUTES: dict[str, Case] = {
     "GET /api/v1/users/me": Case("user", lambda o: Req("GET", f"{API}/users/me")),
     "POST /api/v1/users": Case("admin", lambda o: Req("POST", f"{API}/users", json={"name": f"u-{_uid()}"})),
     "GET /api/v1/users": Case("admin", lambda o: Req("GET", f"{API}/users")),
+    "GET /api/v1/users/{user_id}/quota": Case(
+        "owned", lambda o: Req("GET", f"{API}/users/{o.api.user_ids[OWNER]}/quota")
+    ),
+    "PUT /api/v1/users/{user_id}/quota": Case(
+        "admin",
+        lambda o: Req("PUT", f"{API}/users/{o.api.user_ids[OWNER]}/quota", json=dict.fromkeys(QUOTA_FIELDS)),
+    ),
     "GET /api/v1/monitoring/dashboard": Case(
         "user", lambda o: Req("GET", f"{API}/monitoring/dashboard"), hidden="worker"
     ),
@@ -602,6 +610,8 @@ ROUTES: dict[str, Case] = {
         "user", lambda o: Req("POST", f"{API}/views", json={"name": f"m-{_uid()}", "page": "jobs", "query": {}})
     ),
     "DELETE /api/v1/views/{view_id}": Case("private", _fresh_view),
+    # -- usage (device-hours, jobs, cost): everyone their own, admins everyone's (tests/api/test_usage_api.py)
+    "GET /api/v1/usage": Case("user", lambda o: Req("GET", f"{API}/usage?group_by=job")),
     # -- checkpoint archives, job-end webhooks
     "GET /api/v1/jobs/{job_id}/checkpoints/{name}/archive": Case(
         "owned", lambda o: Req("GET", f"{J}/{o.job_with_checkpoint()}/checkpoints/step_000010/archive")

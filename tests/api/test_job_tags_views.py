@@ -1,7 +1,7 @@
 """The runs table's backend on a real database (SQLite and PostgreSQL): job tags and note (POST, PATCH, bounds,
 owners), `GET /jobs?tag=` with the other filters, each job's summary (last loss and reward from its metric points,
 best evaluation from its checkpoints) in a bounded number of queries per page, saved views (CRUD, the per-user
-limit, privacy), and migration 0009 (up, down, the models match the migrations)."""
+limit, privacy), and migration 0009 (up, down; test_sharing_api.py checks the models match the head)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,16 @@ import json
 import uuid
 
 import pytest
-from alembic.autogenerate import compare_metadata
-from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from api_helpers import database, set_status, update_job, valid_config
 from sqlalchemy import event, inspect, text
-from sqlmodel import SQLModel
 
 from training_platform.db import crud
 from training_platform.db.migrate import alembic_config, upgrade
 from training_platform.db.models import EvalMetric, Evaluation, SavedView, User
 from training_platform.db.session import get_engine, make_engine, session_scope
 from training_platform.services.saved_views import MAX_VIEWS_PER_USER
+from training_platform.services.scheduler import LOAD_STATEMENTS
 
 pytestmark = pytest.mark.integration
 
@@ -267,16 +265,17 @@ def test_summaries_of_metric_points_and_checkpoint_evaluations(api):
     for job_id, summary in expected.items():
         assert items[job_id]["summary"] == summary, job_id
         detail = api.get(f"/jobs/{job_id}").json()
-        detail.pop("distributed")
+        detail.pop("distributed"), detail.pop("usage")  # the detail's own: its processes and its usage
         assert detail == items[job_id], job_id  # the list and the detail agree, field for field
 
     # A bounded number of statements per page, whatever its size: the token, the page, the metric points of all its
-    # jobs, the evaluations of those without a best checkpoint and their metrics (none when nothing was evaluated).
+    # jobs, the evaluations of those without a best checkpoint and their metrics (none when nothing was evaluated);
+    # a page with a queued training job (`fresh`, the newest, on both) adds the scheduler's fixed read of the queue.
     with _count_statements() as one:
         assert len(api.get("/jobs", params={"q": base, "limit": 1}).json()["items"]) == 1
     with _count_statements() as five:
         assert len(api.get("/jobs", params={"q": base, "limit": 5}).json()["items"]) == 5
-    assert len(one) <= len(five) <= 5, five
+    assert len(one) <= len(five) <= 5 + LOAD_STATEMENTS, five
     assert sum("metric_points" in statement for statement in five) == 1, five
 
 
@@ -369,16 +368,9 @@ def test_saved_views_are_limited_per_user(api):
 # ---------------------------------------------------------------------------------------------- migration 0009
 
 
-def test_single_head_after_0009():
+def test_0009_follows_0008():
     script = ScriptDirectory.from_config(alembic_config("sqlite://"))
     assert script.get_revision("0009").down_revision == "0008"
-    assert script.get_heads() == ["0009"]
-
-
-def _model_diffs(conn) -> list:
-    """Every difference between the database and the models (Alembic's autogenerate comparison)."""
-    diffs = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": False}), SQLModel.metadata)
-    return [d for item in diffs for d in (item if isinstance(item, list) else [item])]
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
@@ -404,7 +396,6 @@ def test_0009_up_down_and_the_models_match_the_migrations(kind, tmp_path):
                 )
             upgrade(url, "0009")
             with engine.connect() as conn:
-                assert _model_diffs(conn) == []  # the whole schema, not only 0009's part
                 ((name, tags, note),) = conn.execute(text("SELECT name, tags, note FROM jobs")).all()
                 assert (name, tags if isinstance(tags, list) else json.loads(tags), note) == ("old", [], "")
                 assert {c["name"] for c in inspect(conn).get_columns("saved_views")} == set(SavedView.model_fields)

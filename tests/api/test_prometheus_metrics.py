@@ -120,3 +120,23 @@ def test_metric_point_count_is_exact_and_uses_the_estimate_on_large_postgresql_t
             s.exec(text("ANALYZE metric_points"))
             monkeypatch.setattr(health, "ESTIMATE_ABOVE_ROWS", 10)
             assert health._metric_point_count(s) == exact
+
+
+def test_device_seconds_are_counted_per_device_type(api):
+    """tp_device_seconds_total{device}: what the workers add, summed in /metrics; nothing for seconds <= 0 or
+    values that are not numbers, and never an exception."""
+    from training_platform.core import telemetry
+
+    def device_seconds() -> dict[str, float]:
+        text = api.client.get("/metrics").text
+        family = _families(text).get("tp_device_seconds")
+        return {s.labels["device"]: s.value for s in family.samples if s.name.endswith("_total")} if family else {}
+
+    before = device_seconds()
+    telemetry.add_device_seconds("cpu", 3.0)
+    for ignored in (0.0, -5.0, float("nan"), float("inf"), "many"):
+        telemetry.add_device_seconds("cuda", ignored)  # type: ignore[arg-type]
+    after = device_seconds()
+    assert after["cpu"] - before.get("cpu", 0.0) == 3.0
+    assert after.get("cuda", 0.0) == before.get("cuda", 0.0)
+    assert 'tp_device_seconds_total{device="cpu"}' in api.client.get("/metrics").text

@@ -38,6 +38,7 @@ from training_platform.api.routes import (
     schedules,
     sweeps,
     templates,
+    usage,
     users,
     views,
     webhooks,
@@ -125,6 +126,7 @@ def create_app() -> FastAPI:
     for module in (exports, webhooks):
         api.include_router(module.router)
     api.include_router(gates.router)
+    api.include_router(usage.router)
     api.include_router(rewards.router)
     api.include_router(rollouts.router)
     api.include_router(playground.router)

@@ -92,6 +92,39 @@ class UserRead(BaseModel):
     created_at: UtcDatetime
 
 
+class QuotaUpdate(RequestBody):
+    """An admin's limits for a user; null = no limit."""
+
+    max_devices: int | None = Field(..., ge=0, le=100_000, description="Devices its jobs may hold at once.")
+    max_running_jobs: int | None = Field(..., ge=0, le=100_000, description="Its jobs in preflight or running.")
+    device_hours_per_week: float | None = Field(
+        ...,
+        ge=0,
+        le=10_000_000,
+        allow_inf_nan=False,
+        description="Device-hours in any 7 days; when spent, new jobs get 403 until the window frees some.",
+    )
+
+
+class QuotaUsed(BaseModel):
+    devices: int
+    running_jobs: int
+    device_hours_week: float
+
+
+class QuotaRead(BaseModel):
+    user_id: int
+    user: str
+    max_devices: int | None
+    max_running_jobs: int | None
+    device_hours_per_week: float | None
+    source: Literal["user", "default"] = Field(description="user: an admin set it; default: the TP_QUOTA_* settings.")
+    used: QuotaUsed
+    week_frees_up_at: UtcDatetime | None = Field(
+        None, description="When the weekly budget, if spent, frees up again (running jobs stopped now)."
+    )
+
+
 class UserCreated(BaseModel):
     user: UserRead
     token: str = Field(description="The API token. Shown once; only its hash is stored.")
@@ -201,6 +234,13 @@ class JobSummary(BaseModel):
     last_step: int | None = Field(None, description="The step of the later of last_loss and last_reward.")
 
 
+class QueueInfo(BaseModel):
+    position: int = Field(description="1-based place in the training queue (priority, fair share, then age).")
+    reason: str = Field(
+        description='Why it waits, e.g. "waiting for 2 cuda devices: 1 free", "quota: bob runs 1 of 1 devices".'
+    )
+
+
 class JobRead(BaseModel):
     id: int
     name: str
@@ -235,6 +275,14 @@ class JobRead(BaseModel):
     summary: JobSummary = Field(
         default_factory=lambda: JobSummary(), description="Its last loss and reward and its best evaluation."
     )
+    queue: QueueInfo | None = Field(
+        None, description="Queued training jobs (GET /jobs and /jobs/{id}): its place in the queue and why it waits."
+    )
+    pool: str | None = Field(
+        None, description='Where its current or last attempt was admitted: "node:<host>" or "ray" (the scheduler).'
+    )
+    device: str | None = Field(None, description="The device type it was admitted to (cuda, mps, cpu).")
+    devices: int | None = Field(None, description="Devices it holds: resources.num_nodes x resources.num_devices.")
 
 
 class RankRead(BaseModel):
@@ -257,6 +305,11 @@ class DistributedRead(BaseModel):
 class JobDetail(JobRead):
     distributed: DistributedRead | None = Field(
         None, description="Training jobs: launcher, nodes, world size and the state of each rank."
+    )
+    usage: dict[str, Any] | None = Field(
+        None,
+        description="Training jobs that ran: devices x seconds, CPU seconds and peak memory over its attempts, "
+        "and its cost (TP_DEVICE_HOUR_COST).",
     )
 
 
@@ -536,3 +589,59 @@ class SavedViewRead(BaseModel):
     page: str
     query: dict[str, str]
     created_at: UtcDatetime
+
+
+# usage
+
+UsageGroupBy = Literal["user", "job", "device"]
+
+
+class UsageFigures(BaseModel):
+    device_hours: float = Field(description="Devices x wall hours inside the window.")
+    device_seconds: float
+    jobs: int = Field(description="Distinct jobs.")
+    cost: float = Field(description="Device-hours x the price of their device type (TP_DEVICE_HOUR_COST).")
+    cpu_hours: float = Field(description="CPU time of the attempts counted (whole attempts, not clipped).")
+    peak_memory_bytes: int = Field(description="The largest peak memory of the attempts counted.")
+
+
+class UsageRow(UsageFigures):
+    key: str = Field(description="The user's name, the job's id or the device type.")
+    user_id: int | None = Field(None, description="group_by user.")
+    user: str | None = Field(None, description="group_by user or job: the (job's) owner.")
+    job_id: int | None = Field(None, description="group_by job.")
+    job_name: str | None = Field(None, description="group_by job.")
+    device: str | None = Field(None, description="group_by device: cuda, cpu or mps.")
+
+
+class UsageTotal(UsageFigures):
+    pass
+
+
+class UsageDay(BaseModel):
+    date: str = Field(description="The UTC day, YYYY-MM-DD.")
+    user: str
+    user_id: int
+    device_hours: float
+
+
+class UsageReport(BaseModel):
+    since: UtcDatetime
+    until: UtcDatetime
+    group_by: UsageGroupBy
+    prices: dict[str, float] = Field(description="Price of a device-hour per device type (TP_DEVICE_HOUR_COST).")
+    rows: list[UsageRow] = Field(description="Most device-hours first.")
+    total: UsageTotal
+    daily: list[UsageDay] = Field(description="Device-hours per UTC day and user, oldest first.")
+
+
+class JobUsage(BaseModel):
+    device: str = Field(description="The device type of the latest attempt.")
+    devices: int = Field(description="Devices of the latest attempt.")
+    device_seconds: float
+    device_hours: float
+    cpu_seconds: float
+    peak_memory_bytes: int
+    cost: float
+    attempts: int
+    running: bool = Field(description="An attempt is running now (its figures count up to now).")

@@ -38,6 +38,7 @@ from training_platform.cli.processes import (
     inference_worker_argv,
     lock_data_dir,
     stop_stale_redis,
+    training_worker_concurrency,
     worker_argv,
 )
 from training_platform.core.procutil import die_with_parent
@@ -333,7 +334,11 @@ def run_platform(
         get_engine().dispose()  # the children open their own connections
         supervisor.add("api", api_argv(host=host, port=port, app=app, workers=api_workers))
         supervisor.add(
-            "worker", worker_argv(queues="train,data", name=f"worker-{os.getpid()}@%h"), wait_for_group=False
+            "worker",
+            worker_argv(
+                queues="train,data", concurrency=training_worker_concurrency(), name=f"worker-{os.getpid()}@%h"
+            ),
+            wait_for_group=False,
         )
         # Evaluations get their own worker: a checkpoint is evaluated while its training job still runs.
         supervisor.add("eval-worker", worker_argv(queues="eval", name=f"eval-{os.getpid()}@%h"), wait_for_group=False)

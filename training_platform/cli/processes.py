@@ -27,6 +27,18 @@ def default_api_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def training_worker_concurrency() -> int:
+    """Processes of the training worker: TP_WORKER_CONCURRENCY, else one per device of this node (2..16), so jobs
+    that fit side by side run side by side (the scheduler admits them; a process idles otherwise)."""
+    from training_platform.core.node_devices import node_devices
+    from training_platform.core.settings import current_settings
+
+    settings = current_settings()
+    if settings.worker_concurrency:
+        return settings.worker_concurrency
+    return max(2, min(16, sum(node_devices(settings.node_devices).values())))
+
+
 def worker_argv(
     *, queues: str = "train", concurrency: int = 1, name: str | None = None, loglevel: str = "INFO"
 ) -> list[str]:

@@ -56,11 +56,18 @@ def users_create(
 
 def worker_cmd(
     queues: str = typer.Option("train", "--queues", "-Q", help="Comma-separated queues to consume."),
-    concurrency: int = typer.Option(1, "--concurrency", "-c", min=1, help="Jobs run at the same time."),
+    concurrency: int | None = typer.Option(
+        None,
+        "--concurrency",
+        "-c",
+        min=1,
+        help="Jobs run at the same time (default: TP_WORKER_CONCURRENCY, else this node's devices, 2..16).",
+    ),
     name: str | None = typer.Option(None, "--name", "-n", help="Celery node name (default <queues>-<pid>@host)."),
     loglevel: str = typer.Option("INFO", "--loglevel", "-l"),
 ):
     """Run a Celery worker (prefork pool, fair scheduling) that trains queued jobs."""
+    concurrency = concurrency or processes.training_worker_concurrency()
     _exec(processes.worker_argv(queues=queues, concurrency=concurrency, name=name, loglevel=loglevel))
 
 

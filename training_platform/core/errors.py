@@ -71,6 +71,12 @@ class InvalidInput(PlatformError, ValueError):
     code = "invalid"
 
 
+class Forbidden(PlatformError):
+    http_status = 403
+    exit_code = 1
+    code = "forbidden"
+
+
 class NotFound(PlatformError):
     http_status = 404
     exit_code = 2

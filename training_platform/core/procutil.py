@@ -38,3 +38,56 @@ def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
             os.kill(os.getpid(), sig)
 
     return preexec
+
+
+class ProcessTreeMeter:
+    """CPU seconds and peak memory of a process and its descendants, measured (psutil), not estimated.
+
+    `sample()` reads every live process of the tree: the sum of their RSS (the peak of that sum is kept) and their
+    CPU time. A process that exited and was waited for moves its time into its parent's `children_*` times, so
+    while the tree runs the CPU figure is the largest seen; `finish()` takes the exact figure from the kernel's
+    account of this process's waited-for children (getrusage), from a baseline taken before the root started."""
+
+    def __init__(self) -> None:
+        import resource
+
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self._baseline = usage.ru_utime + usage.ru_stime
+        self._root: Any = None
+        self.cpu_seconds = 0.0
+        self.peak_memory_bytes = 0
+
+    def attach(self, pid: int) -> None:
+        import psutil
+
+        try:
+            self._root = psutil.Process(pid)
+        except psutil.Error:
+            self._root = None
+
+    def sample(self) -> None:
+        import psutil
+
+        if self._root is None:
+            return
+        try:
+            procs = [self._root, *self._root.children(recursive=True)]
+        except psutil.Error:
+            return
+        rss, cpu = 0, 0.0
+        for proc in procs:
+            try:
+                rss += proc.memory_info().rss
+                t = proc.cpu_times()
+                cpu += t.user + t.system + t.children_user + t.children_system
+            except psutil.Error:
+                continue
+        self.peak_memory_bytes = max(self.peak_memory_bytes, rss)
+        self.cpu_seconds = max(self.cpu_seconds, cpu)
+
+    def finish(self) -> None:
+        """After the root was waited for: the kernel's CPU account of the whole tree."""
+        import resource
+
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.cpu_seconds = max(self.cpu_seconds, usage.ru_utime + usage.ru_stime - self._baseline)

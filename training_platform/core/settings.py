@@ -21,6 +21,13 @@
 | TP_INFERENCE_PICKUP_TIMEOUT | 30 s: playground / OpenAI requests no inference worker took by then -> 503 |
 | TP_INFERENCE_TIMEOUT | 120 s: a generation (model load included) still running after this -> 504 (stopped) |
 | TP_INFERENCE_MAX_INFLIGHT | 4: generation requests of one user in progress at once (more -> 429) |
+| TP_NODE_DEVICES  | unset: detected. This node's devices for training jobs, e.g. `cuda=8,cpu=16` (cpu: processes |
+|                  | of CPU jobs; detected: the GPUs the driver lists, the cores this process may use, at least 2) |
+| TP_WORKER_CONCURRENCY | unset: the node's devices (2..16). `tp up`'s training worker processes |
+| TP_SCHED_RESERVE_AFTER_S | 600 s: a job waiting longer for its devices has them held for it |
+| TP_QUOTA_MAX_DEVICES / TP_QUOTA_MAX_RUNNING_JOBS / TP_QUOTA_DEVICE_HOURS_PER_WEEK | unset: no limit. |
+|                  | The quota of a user an admin set none for (`PUT /users/{id}/quota`) |
+| TP_DEVICE_HOUR_COST | unset: no cost. A device-hour's price per device type, e.g. `cuda=2.5,cpu=0.05` |
 
 Input caps (docs/limits.md):
 
@@ -77,6 +84,16 @@ class Settings(BaseSettings):
     max_dataset_rows: int = Field(2_000_000, validation_alias="TP_MAX_DATASET_ROWS", ge=1)
     max_dataset_expanded_mb: float = Field(2048.0, validation_alias="TP_MAX_DATASET_EXPANDED_MB", gt=0)
     max_row_mb: float = Field(8.0, validation_alias="TP_MAX_ROW_MB", gt=0)
+    # Sharing the devices (services/scheduler.py, services/quotas.py, services/usage.py).
+    node_devices: str = Field("", validation_alias="TP_NODE_DEVICES", max_length=200)
+    worker_concurrency: int | None = Field(None, validation_alias="TP_WORKER_CONCURRENCY", ge=1, le=256)
+    sched_reserve_after_s: float = Field(600.0, validation_alias="TP_SCHED_RESERVE_AFTER_S", ge=0, le=30 * 86400)
+    quota_max_devices: int | None = Field(None, validation_alias="TP_QUOTA_MAX_DEVICES", ge=0, le=100_000)
+    quota_max_running_jobs: int | None = Field(None, validation_alias="TP_QUOTA_MAX_RUNNING_JOBS", ge=0, le=100_000)
+    quota_device_hours_per_week: float | None = Field(
+        None, validation_alias="TP_QUOTA_DEVICE_HOURS_PER_WEEK", ge=0, le=10_000_000
+    )
+    device_hour_cost: str = Field("", validation_alias="TP_DEVICE_HOUR_COST", max_length=500)
     # /metrics requires `Authorization: Bearer <this>` when set (open when unset).
     metrics_token: str | None = Field(None, validation_alias="TP_METRICS_TOKEN")
     # Reads (GET/HEAD) handled at once per API process; more wait their turn (0: no limit). api/observability.py

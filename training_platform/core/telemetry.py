@@ -16,6 +16,7 @@ algorithms and outcomes. No user name, job name or per-user figure is ever a lab
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import shutil
@@ -89,6 +90,11 @@ class _Metrics:
             ["kind", "algorithm", "outcome"],
             buckets=JOB_BUCKETS,
         )
+        self.device_seconds = Counter(
+            "tp_device_seconds",
+            "Device-seconds used by training jobs (devices x wall seconds), by device type (cuda, cpu, mps).",
+            ["device"],
+        )
 
 
 _lock = threading.Lock()
@@ -134,6 +140,18 @@ def observe_job_finished(kind: str, algorithm: str, outcome: str, seconds: float
     m.jobs_finished.labels(*labels).inc()
     if seconds is not None:
         m.job_duration.labels(*labels).observe(max(0.0, seconds))
+
+
+def add_device_seconds(device: str, seconds: float) -> None:
+    """Count `seconds` device-seconds of `device` (tp_device_seconds_total{device}); seconds <= 0 (or not a finite
+    number) are ignored. Never raises: metrics must not break a worker's bookkeeping."""
+    try:
+        value = float(seconds)
+        if not (value > 0 and math.isfinite(value)):
+            return
+        _metrics().device_seconds.labels(label(device)).inc(value)
+    except Exception:  # noqa: BLE001 - see the docstring
+        log.exception("could not count device-seconds in the metrics")
 
 
 # -- job outcomes are counted when their transaction commits (a rolled-back transition never happened)

@@ -96,6 +96,7 @@ def create_job(
         sweep_id=sweep_id,
         tags=list(tags or []),
         note=note,
+        queued_at=utcnow(),
     )
     session.add(job)
     session.flush()

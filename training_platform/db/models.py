@@ -115,6 +115,13 @@ class Job(SQLModel, table=True):
     # The owner's labels for the runs table (`GET /jobs?tag=`) and a free-text note; neither changes how it runs.
     tags: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]"))
     note: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
+    # Scheduling (services/scheduler.py): when the job last entered the queue (its wait is counted from here), and
+    # the devices its current (or last) attempt was admitted to: a pool ("node:<host>" or "ray"), a device type and
+    # how many (resources.num_nodes x resources.num_devices).
+    queued_at: datetime | None = None
+    pool: str | None = Field(default=None, max_length=200)
+    device: str | None = Field(default=None, max_length=16)
+    devices: int | None = None
     created_at: datetime = Field(default_factory=utcnow, index=True)
     updated_at: datetime = Field(default_factory=utcnow)
     started_at: datetime | None = None
@@ -434,3 +441,51 @@ class GateReportRecord(SQLModel, table=True):
     report: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     job_id: int | None = Field(default=None, index=True)  # the data (or training) job that ran it
     created_at: datetime = Field(default_factory=utcnow, index=True)
+
+
+# ---------------------------------------------------------------------------------------------- sharing the devices
+
+
+class UserQuota(SQLModel, table=True):
+    """An admin's limits for one user (`PUT /users/{id}/quota`); None = no limit. A user with no row gets the
+    settings' defaults (TP_QUOTA_*). Concurrency limits make jobs wait; a spent weekly budget refuses new jobs."""
+
+    __tablename__ = "user_quotas"
+    user_id: int = Field(foreign_key="users.id", primary_key=True)
+    max_devices: int | None = None
+    max_running_jobs: int | None = None
+    device_hours_per_week: float | None = None
+    updated_by: int | None = Field(default=None, foreign_key="users.id")
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class UsageRecord(SQLModel, table=True):
+    """One attempt of a training job on its devices, from `running` to its end (services/jobs.transition opens and
+    closes it): devices x wall seconds, plus the CPU seconds and peak memory measured from the training process
+    tree by its worker (sampled while it runs; the end adds what the waited-for processes used)."""
+
+    __tablename__ = "usage_records"
+    id: int | None = Field(default=None, primary_key=True)
+    # No foreign key to the job: deleting a job keeps what it used (the bill does not change).
+    job_id: int = Field(index=True)
+    owner_id: int = Field(foreign_key="users.id", index=True)
+    attempt: int = 1
+    pool: str = Field(default="", max_length=200)
+    device: str = Field(default="cpu", max_length=16)
+    devices: int = 1
+    started_at: datetime = Field(default_factory=utcnow, index=True)
+    ended_at: datetime | None = Field(default=None, index=True)
+    cpu_seconds: float = 0.0
+    peak_memory_bytes: int = Field(default=0, sa_column=Column(BigInteger, nullable=False, default=0))
+    sampled_at: datetime | None = None
+
+
+class ComputePool(SQLModel, table=True):
+    """What a pool of devices holds, as its workers last saw it: `node:<host>` (a training worker's machine:
+    TP_NODE_DEVICES or what it detects) or `ray` (the Ray cluster's CPUs and GPUs). Workers write it when they
+    claim; the API reads it to say why a job waits."""
+
+    __tablename__ = "compute_pools"
+    name: str = Field(primary_key=True, max_length=200)
+    devices: dict[str, int] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow)

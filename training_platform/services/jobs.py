@@ -9,7 +9,7 @@ from sqlmodel import Session
 from training_platform.core import telemetry
 from training_platform.core.timeutil import utcnow
 from training_platform.db.models import TERMINAL, TRANSITIONS, IllegalTransition, Job, JobEvent, JobStatus, row_id
-from training_platform.services import webhooks
+from training_platform.services import metering, webhooks
 
 
 def transition(session: Session, job: Job, to: JobStatus | str, reason: str = "") -> JobEvent:
@@ -18,6 +18,8 @@ def transition(session: Session, job: Job, to: JobStatus | str, reason: str = ""
     if target not in TRANSITIONS[current]:
         raise IllegalTransition(f"job {job.id}: {current.value} -> {target.value} is not allowed")
     now = utcnow()
+    if current == JobStatus.running:
+        metering.close_attempt(session, job, target, now)
     job.status = target.value
     job.updated_at = now
     if target == JobStatus.running and job.started_at is None:
@@ -34,7 +36,10 @@ def transition(session: Session, job: Job, to: JobStatus | str, reason: str = ""
             target.value,
             (now - started).total_seconds() if started is not None else None,
         )
+    if target == JobStatus.running:
+        metering.open_attempt(session, job, now)
     if target == JobStatus.queued:
+        job.queued_at = now
         job.finished_at = None
         job.worker = None
         job.heartbeat_at = None

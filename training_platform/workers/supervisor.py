@@ -46,7 +46,7 @@ from sqlalchemy import func, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import col, select
 
-from training_platform.core.procutil import die_with_parent
+from training_platform.core.procutil import ProcessTreeMeter, die_with_parent
 from training_platform.core.settings import Settings, get_settings
 from training_platform.core.timeutil import utcnow
 from training_platform.db import crud
@@ -67,6 +67,8 @@ CANCEL_KILL_AFTER_S = 120.0
 RUN_LOCK_TERM_AFTER_S = 60.0
 RUN_LOCK_KILL_AFTER_S = 120.0
 RUN_LOCK_GIVE_UP_S = 150.0
+# How often a running job's measured CPU seconds and peak memory are written to its usage record.
+USAGE_SAMPLE_EVERY_S = 5.0
 # Queued jobs older than this with no wake-up message waiting get one re-sent by the recovery sweep.
 LOST_MESSAGE_AFTER_S = 60.0
 
@@ -85,6 +87,8 @@ def claim_next_job(kind: str, worker: str, task_id: str | None = None) -> int | 
     and on PostgreSQL the subquery takes the row with FOR UPDATE SKIP LOCKED (a concurrent claimer skips it
     instead of waiting); the outer `status = 'queued'` re-check makes a lost race return no row, then we retry.
     """
+    if kind == "train":
+        return claim_training_job(worker, task_id)
     for _ in range(CLAIM_RETRIES):
         with session_scope() as session:
             pick = (
@@ -132,6 +136,77 @@ def claim_next_job(kind: str, worker: str, task_id: str | None = None) -> int | 
             return None
         time.sleep(0.05)
     return None
+
+
+def _ray_devices(settings: Settings) -> dict[str, int] | None:
+    """The Ray cluster's CPUs and GPUs when a queued job wants it (None: no cluster, or nobody asks)."""
+    address = settings.ray_address
+    if not address:
+        return None
+    from training_platform.core.node_devices import MAX_DEVICES_PER_TYPE
+
+    with session_scope() as session:
+        rows = session.exec(select(Job.config).where(Job.status == JobStatus.queued.value, Job.kind == "train")).all()
+    from training_platform.services.scheduler import ask_of
+
+    if not any(ask_of(0, 0, "", 0, utcnow(), cfg or {}).ray for cfg in rows):
+        return None
+    if address.startswith("ray://"):  # Ray Client: not readable from here; the launcher checks once joined
+        return {"cpu": MAX_DEVICES_PER_TYPE, "cuda": MAX_DEVICES_PER_TYPE}
+    from training_platform.training import ray_cluster
+
+    snap = ray_cluster.cached_snapshot(address, settings.data_path / "ray")
+    if "error" in snap:
+        log.warning("the Ray cluster cannot be read (%s): its jobs wait", snap["error"])
+        return {}
+    totals = snap.get("totals", {})
+    return {"cpu": int(totals.get("CPU", {}).get("total", 0)), "cuda": int(totals.get("GPU", {}).get("total", 0))}
+
+
+def claim_training_job(worker: str, task_id: str | None = None) -> int | None:
+    """The scheduler's pick (services/scheduler.py): the first queued training job, in fair-share order, whose
+    devices are free on this node (or the Ray cluster) and whose owner's quota allows it; moved to preflight."""
+    from training_platform.core.node_devices import node_devices, node_pool_name
+    from training_platform.services import scheduler
+
+    settings = get_settings()
+    devices = node_devices(settings.node_devices)
+    ray_devices = _ray_devices(settings)
+    for _ in range(CLAIM_RETRIES):
+        try:
+            with session_scope() as session:
+                return scheduler.claim(
+                    session,
+                    settings,
+                    worker=worker,
+                    node_pool=node_pool_name(),
+                    node_devices=devices,
+                    ray_devices=ray_devices,
+                    task_id=task_id,
+                )
+        except SQLAlchemyError as exc:  # a concurrent claimer on PostgreSQL's serialisation, a locked SQLite
+            log.warning("claim failed (retrying): %s", exc)
+            time.sleep(0.2)
+    return None
+
+
+def wake_waiting_jobs(max_wakeups: int = 8) -> int:
+    """Devices were freed: wake a worker for each queued training job (up to `max_wakeups`); the scheduler
+    decides which, if any, may start now."""
+    from training_platform.services.scheduler import queued_training_jobs
+
+    try:
+        with session_scope() as session:
+            n = min(queued_training_jobs(session), max_wakeups)
+    except SQLAlchemyError as exc:
+        log.warning("cannot count queued jobs: %s", exc)
+        return 0
+    if n:
+        from training_platform.taskqueue.wake import wake_quietly  # imports the Celery app
+
+        for _ in range(n):
+            wake_quietly("train", 0)
+    return n
 
 
 # ---------------------------------------------------------------------------------------------- child process
@@ -236,6 +311,7 @@ class JobSupervisor:
         self.lock_file = self.runs / f"job-{job_id}.lock"
         self.lease = JobLease(job_id, worker, self.settings)
         self.proc: subprocess.Popen | None = None
+        self.meter = ProcessTreeMeter()
         self._lock_fd: int | None = None
 
     # -- main
@@ -486,6 +562,7 @@ class JobSupervisor:
             if resume_step is not None:  # the history up to the checkpoint (the last attempt may not have sent it)
                 ingest.sync()
             assert self._lock_fd is not None  # _run took the run lock before training
+            self.meter = ProcessTreeMeter()
             self.proc = subprocess.Popen(
                 cmd,
                 stdin=subprocess.DEVNULL,
@@ -497,7 +574,10 @@ class JobSupervisor:
                 preexec_fn=die_with_parent(signal.SIGTERM),
             )
         log.info("job %s: training process %s started: %s", self.job_id, self.proc.pid, " ".join(cmd))
+        self.meter.attach(self.proc.pid)
         returncode, cancel_requested, killed_by_us = self._supervise(ingest)
+        self.meter.finish()
+        self._record_usage()
         if self.lease.heartbeater.lost.is_set():
             raise JobLost()
 
@@ -528,6 +608,21 @@ class JobSupervisor:
         self.lease.finish(status, reason, error=error, current_step=step)
         return status
 
+    def _record_usage(self) -> None:
+        """The process tree's measured CPU seconds and peak memory onto the attempt's usage record."""
+        from training_platform.services.metering import record_sample
+
+        try:
+            with session_scope() as session:
+                record_sample(
+                    session,
+                    self.job_id,
+                    cpu_seconds=self.meter.cpu_seconds,
+                    peak_memory_bytes=self.meter.peak_memory_bytes,
+                )
+        except SQLAlchemyError as exc:  # the next sample (or the end) writes it
+            log.warning("job %s: usage sample not written: %s", self.job_id, exc)
+
     def _supervise(self, ingest: RunIngest) -> tuple[int, bool, bool]:
         """Wait for the child, ingesting and heartbeating. Returns (returncode, cancel requested, killed by us)."""
         assert self.proc is not None
@@ -535,12 +630,17 @@ class JobSupervisor:
         cancel_requested = False
         stop_since: float | None = None
         signalled: set[str] = set()
+        usage_written = time.monotonic()
         while True:
             try:
                 returncode = self.proc.wait(timeout=tick)
                 break
             except subprocess.TimeoutExpired:
                 pass
+            self.meter.sample()
+            if time.monotonic() - usage_written >= USAGE_SAMPLE_EVERY_S:
+                self._record_usage()
+                usage_written = time.monotonic()
             try:
                 registered = ingest.registered
                 ingest.sync()
@@ -624,6 +724,8 @@ def run_next_job(
         return None
     log.info("%s: claimed %s job %s", worker, kind, job_id)
     (supervisor_class or JobSupervisor)(job_id, worker).run()
+    if kind == "train":  # its devices are free again: the jobs waiting for them get a worker
+        wake_waiting_jobs()
     return job_id
 
 

@@ -33,7 +33,7 @@ from training_platform.api.errors import ValidationFailed, config_error, conflic
 from training_platform.api.jobspec import apply_overrides, check_job_config
 from training_platform.core.errors import FieldError
 from training_platform.core.overrides import OverrideError
-from training_platform.core.settings import Settings
+from training_platform.core.settings import Settings, get_settings
 from training_platform.db import crud, runs_table
 from training_platform.db.models import (
     TERMINAL,
@@ -46,7 +46,7 @@ from training_platform.db.models import (
     User,
     row_id,
 )
-from training_platform.services import job_summaries
+from training_platform.services import job_summaries, quotas, scheduler, usage
 from training_platform.services import jobs as job_service
 from training_platform.services.job_files import remove_job_files
 from training_platform.training.config import ConfigError, JobConfig
@@ -131,7 +131,9 @@ def _submit(
 def _submit_all(session: Session, user: User, specs: list[dict]) -> list[dict]:
     """Create jobs (each spec: `crud.create_job` keyword arguments) and commit them in one transaction with
     whatever the caller added to the session (all or nothing), then wake one worker per job. After a broker
-    failure the remaining jobs get the same warning without another attempt: the recovery sweep wakes workers."""
+    failure the remaining jobs get the same warning without another attempt: the recovery sweep wakes workers.
+    A user whose weekly device-hours are spent gets 403 (quota), nothing created."""
+    quotas.check_submit(session, user, get_settings())
     created = [crud.create_job(session, owner=user, **spec) for spec in specs]
     session.commit()
     out, warning = [], None
@@ -159,7 +161,10 @@ def _submit_all(session: Session, user: User, specs: list[dict]) -> list[dict]:
     status_code=status.HTTP_201_CREATED,
     response_model=schemas.JobSubmitted,
     dependencies=[JsonBody],
-    responses={422: {"model": schemas.ErrorOut, "description": "Every problem with the request/config"}},
+    responses={
+        **errors.responses(403),
+        422: {"model": schemas.ErrorOut, "description": "Every problem with the request/config"},
+    },
 )
 def create_job(body: schemas.JobCreate, session: SessionDep, user: CurrentUser, settings: SettingsDep):
     """Submit a training job. The config is validated (schema, cross-field rules, path policy) before anything
@@ -285,6 +290,7 @@ def validate_job(body: schemas.JobValidate, session: SessionDep, user: CurrentUs
 def list_jobs(
     session: SessionDep,
     user: CurrentUser,
+    settings: SettingsDep,
     status_: Annotated[list[JobStatus] | None, Query(alias="status", description="Repeatable.")] = None,
     algorithm: Annotated[str | None, Query(max_length=32)] = None,
     engine: Annotated[str | None, Query(max_length=32, description="Training engine (trl, verl).")] = None,
@@ -358,7 +364,12 @@ def list_jobs(
             text = row[name]
             item[name] = None if text is None or text == "null" else orjson.Fragment(text)
         item["summary"] = summaries[row["id"]]
+        item["queue"] = None
         items.append(item)
+    waiting = [item["id"] for item in items if item["status"] == JobStatus.queued.value and item["kind"] == "train"]
+    if waiting:
+        for job_id, info in scheduler.queue_info(session, settings, waiting).items():
+            next(item for item in items if item["id"] == job_id)["queue"] = info
     body = {"items": items, "total": total, "limit": limit, "offset": offset}
     return Response(orjson.dumps(body, option=orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC), media_type="application/json")
 
@@ -375,7 +386,9 @@ def _best_checkpoint(row) -> dict | None:
 # (`owner` is the joined user's name, `summary` is computed).
 _LIST_JSON = ("config", "preflight", "best_checkpoint", "tags")
 _LIST_PLAIN = tuple(
-    name for name in schemas.JobRead.model_fields if name not in _LIST_JSON and name not in ("owner", "summary")
+    name
+    for name in schemas.JobRead.model_fields
+    if name not in _LIST_JSON and name not in ("owner", "summary", "queue")
 )
 _LIST_COLUMNS = [getattr(Job, name).label(name) for name in _LIST_PLAIN] + [
     cast(getattr(Job, name), Text).label(name) for name in _LIST_JSON
@@ -383,10 +396,20 @@ _LIST_COLUMNS = [getattr(Job, name).label(name) for name in _LIST_PLAIN] + [
 
 
 @router.get("/{job_id}", response_model=schemas.JobDetail)
-def get_job(job: VisibleJob, session: SessionDep):
-    """The job, and for training jobs its processes: launcher, nodes, world size, each rank's state."""
-    distributed = distributed_info(job.config, job.run_dir, job.status) if job.kind == "train" else None
-    return job_read(session, job, distributed=distributed)
+def get_job(job: VisibleJob, session: SessionDep, settings: SettingsDep):
+    """The job, and for training jobs its processes (launcher, nodes, world size, each rank's state), its place in
+    the queue while it waits and its usage once it ran."""
+    if job.kind != "train":
+        return job_read(session, job)
+    distributed = distributed_info(job.config, job.run_dir, job.status)
+    queue = (
+        scheduler.queue_info(session, settings, [row_id(job)]).get(row_id(job))
+        if job.status == JobStatus.queued.value
+        else None
+    )
+    return job_read(
+        session, job, distributed=distributed, queue=queue, usage=usage.job_usage(session, row_id(job), settings)
+    )
 
 
 @router.patch("/{job_id}", response_model=schemas.JobRead, dependencies=[JsonBody])
@@ -447,12 +470,17 @@ def _touch_stop(job: Job, run_dir: str) -> None:
         log.warning("job %s: cannot write the STOP file: %s (the worker still sees cancel_requested)", job.id, exc)
 
 
-@router.post("/{job_id}/retry", responses=errors.responses(409), response_model=schemas.JobSubmitted)
+@router.post("/{job_id}/retry", responses=errors.responses(403, 409), response_model=schemas.JobSubmitted)
 def retry_job(job: VisibleJob, session: SessionDep, user: CurrentUser):
-    """failed/cancelled -> queued. Attempts are kept; the worker resumes from the latest checkpoint."""
+    """failed/cancelled -> queued. Attempts are kept; the worker resumes from the latest checkpoint. 403 when the
+    owner's weekly device-hours are spent."""
     current = JobStatus(job.status)
     if current not in (JobStatus.failed, JobStatus.cancelled):
         raise conflict(f"only failed or cancelled jobs can be retried; job {job.id} is {current.value}")
+    if job.kind == "train":
+        owner = session.get(User, job.owner_id)
+        if owner is not None:
+            quotas.check_submit(session, owner, get_settings())
     if not crud.lock_job_if_unchanged(session, job):
         raise conflict(f"job {job.id} changed state meanwhile (now {job.status}); try again")
     job_service.transition(session, job, JobStatus.queued, reason=f"retry requested by {user.name}")

@@ -1,4 +1,4 @@
-"""Users: who am I; admins create users (the API token is shown once) and list them."""
+"""Users: who am I; admins create users (the API token is shown once), list them and set their quotas."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
 from training_platform.api import errors, schemas
-from training_platform.api.deps import AdminUser, CurrentUser, JsonBody, SessionDep
+from training_platform.api.deps import AdminUser, CurrentUser, JsonBody, SessionDep, SettingsDep
 from training_platform.api.errors import conflict
 from training_platform.db import crud
 from training_platform.db.models import User
+from training_platform.services import quotas, scheduler
 
 log = logging.getLogger("training_platform.api.users")
 
@@ -52,3 +53,45 @@ def list_users(
     total = session.exec(select(func.count()).select_from(User)).one()
     rows = session.exec(select(User).order_by(col(User.id)).limit(limit).offset(offset)).all()
     return {"items": rows, "total": total, "limit": limit, "offset": offset}
+
+
+def _quota_user(session, user_id: int, caller: User) -> User:
+    target = session.get(User, user_id)
+    if target is None or (not caller.is_admin and caller.id != user_id):  # another's: as if there were none
+        raise errors.not_found(f"user {user_id}")
+    return target
+
+
+@router.get("/{user_id}/quota", response_model=schemas.QuotaRead, responses=errors.responses(404))
+def get_quota(user_id: schemas.DbId, session: SessionDep, user: CurrentUser, settings: SettingsDep):
+    """The user's limits (null: none), whether an admin set them, what they hold now and used this week."""
+    return quotas.quota_view(session, _quota_user(session, user_id, user), settings)
+
+
+@router.put(
+    "/{user_id}/quota",
+    response_model=schemas.QuotaRead,
+    dependencies=[JsonBody],
+    responses=errors.responses(403, 404),
+)
+def put_quota(
+    user_id: schemas.DbId, body: schemas.QuotaUpdate, session: SessionDep, admin: AdminUser, settings: SettingsDep
+):
+    """Admins only. Concurrency limits make the user's jobs wait (never stop a running one); a spent weekly
+    budget refuses their new jobs with 403."""
+    target = _quota_user(session, user_id, admin)
+    quotas.set_quota(
+        session,
+        target,
+        admin,
+        max_devices=body.max_devices,
+        max_running_jobs=body.max_running_jobs,
+        device_hours_per_week=body.device_hours_per_week,
+    )
+    session.commit()
+    log.info("quota of %r set by %s: %s", target.name, admin.name, body.model_dump())
+    if scheduler.queued_training_jobs(session):  # a raised limit may let waiting jobs start now
+        from training_platform.api.routes.jobs import wake
+
+        wake("train", 0, 0)
+    return quotas.quota_view(session, target, settings)
