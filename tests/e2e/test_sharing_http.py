@@ -73,16 +73,18 @@ def cancel(client: httpx.Client, job_id: int) -> dict:
     return wait_status(client, job_id, DONE)
 
 
-def claimed_at(client: httpx.Client, job_id: int) -> datetime:
+def event_at(client: httpx.Client, job_id: int, statuses: tuple[str, ...]) -> datetime:
+    """When the job (last) entered one of `statuses`."""
     events = client.get(f"/jobs/{job_id}/events").json()
-    return datetime.fromisoformat(next(e for e in events if e["to_status"] == "preflight")["created_at"].rstrip("Z"))
+    return datetime.fromisoformat(next(e for e in reversed(events) if e["to_status"] in statuses)["ts"].rstrip("Z"))
+
+
+def claimed_at(client: httpx.Client, job_id: int) -> datetime:
+    return event_at(client, job_id, ("preflight",))
 
 
 def running_span(client: httpx.Client, job_id: int) -> float:
-    events = client.get(f"/jobs/{job_id}/events").json()
-    start = next(e for e in events if e["to_status"] == "running")["created_at"]
-    end = next(e for e in reversed(events) if e["to_status"] in DONE)["created_at"]
-    return (datetime.fromisoformat(end.rstrip("Z")) - datetime.fromisoformat(start.rstrip("Z"))).total_seconds()
+    return (event_at(client, job_id, DONE) - event_at(client, job_id, ("running",))).total_seconds()
 
 
 def test_two_users_run_side_by_side_and_a_quota_makes_one_wait_with_its_reason(sharing):
@@ -104,7 +106,7 @@ def test_two_users_run_side_by_side_and_a_quota_makes_one_wait_with_its_reason(s
     cancel(bob, long_job)
     done = wait_status(bob, second, DONE)
     assert done["status"] == "succeeded", done
-    assert claimed_at(bob, second) > claimed_at(bob, long_job)
+    assert claimed_at(bob, second) >= event_at(bob, long_job, DONE), "it started once bob's first job ended"
     assert wait_status(carol, carols, DONE)["status"] == "succeeded"
     assert admin.put(f"/users/{bob.user_id}/quota", json={**quota, "max_devices": None}).status_code == 200
 
@@ -137,17 +139,22 @@ def test_fair_share_runs_the_user_who_used_least_first(sharing):
     blockers = [submit(admin, f"blocker {i}", LONG) for i in range(2)]
     for job_id in blockers:
         wait_status(admin, job_id, ("running",))
-    # bob used the most (his long job), carol less, dave nothing; bob's job is the oldest
-    ids = {name: submit(users[name], f"{name} fair", 30) for name in ("bob", "carol", "dave")}
+    # bob and carol used some device time (the tests above), dave none: least use first, whatever the age
+    used = {r["user"]: r["device_seconds"] for r in admin.get("/usage", params={"group_by": "user"}).json()["rows"]}
+    expected = sorted(("bob", "carol", "dave"), key=lambda name: used.get(name, 0.0))
+    assert expected[0] == "dave" and used["bob"] != used["carol"], used
+    ids = {name: submit(users[name], f"{name} fair", 30) for name in reversed(expected)}  # the heaviest oldest
     positions = {name: get_job(users[name], job_id)["queue"]["position"] for name, job_id in ids.items()}
-    assert positions["dave"] < positions["carol"] < positions["bob"], positions
+    assert sorted(positions, key=positions.get) == expected, (positions, used)
     assert get_job(users["dave"], ids["dave"])["queue"]["reason"] == "waiting for 1 cpu device: 0 free"
     for job_id in blockers:
         cancel(admin, job_id)
     finished = {name: wait_status(users[name], job_id, DONE) for name, job_id in ids.items()}
     assert all(j["status"] == "succeeded" for j in finished.values()), finished
     claims = {name: claimed_at(users[name], job_id) for name, job_id in ids.items()}
-    assert claims["dave"] <= claims["carol"] < claims["bob"], claims
+    first, second, last = expected
+    assert claims[first] <= claims[second] < claims[last], claims
+    assert claims[last] >= min(event_at(users[n], ids[n], DONE) for n in (first, second))
 
 
 def test_a_big_job_is_not_starved_by_small_ones(sharing):
@@ -175,7 +182,7 @@ def test_a_big_job_is_not_starved_by_small_ones(sharing):
     cancel(admin, holder)
     assert wait_status(bob, big, DONE, timeout=300)["status"] == "succeeded"
     assert wait_status(carol, second_small, DONE)["status"] == "succeeded"
-    assert claimed_at(bob, big) < claimed_at(carol, second_small)
+    assert event_at(admin, holder, DONE) <= claimed_at(bob, big) < claimed_at(carol, second_small)
     usage = get_job(bob, big)["usage"]
     assert usage["devices"] == 2 and abs(usage["device_seconds"] - 2 * running_span(bob, big)) < 5, usage
 

@@ -306,7 +306,7 @@ class JobDetail(JobRead):
     distributed: DistributedRead | None = Field(
         None, description="Training jobs: launcher, nodes, world size and the state of each rank."
     )
-    usage: dict[str, Any] | None = Field(
+    usage: JobUsage | None = Field(
         None,
         description="Training jobs that ran: devices x seconds, CPU seconds and peak memory over its attempts, "
         "and its cost (TP_DEVICE_HOUR_COST).",
