@@ -28,12 +28,14 @@ pytest_plugins = ["proof_audit", "ray_fixtures"]  # ray_fixtures: the session's 
 
 TESTS = Path(__file__).resolve().parent
 SHARED_UNITS = ("tests/e2e",)  # directories run as one unit (a session fixture all their files share)
+OWN_UNITS = ("tests/e2e/test_sharing_http.py",)  # ... but for these files, which start their own `tp up`
 
 # Units that take minutes, longest first (the rest keep collection order after them): from `--durations` of a
 # full run, so that the run does not end on one worker with a long unit while the other idles.
 LONGEST_FIRST = [
     "tests/e2e",
     "tests/training/test_verl_rl.py",
+    "tests/e2e/test_sharing_http.py",
     "tests/test_benches.py",
     "tests/training/test_ray.py",
     "tests/training/test_distributed.py",
@@ -64,6 +66,8 @@ REDIS_DBS_PER_WORKER = len(REDIS_URL_ENV)
 def work_unit(nodeid: str) -> str:
     """`tests/api/test_jobs_api.py::test_x[sqlite]` -> `tests/api/test_jobs_api.py`; every e2e test -> `tests/e2e`."""
     path = nodeid.split("::", 1)[0]
+    if path in OWN_UNITS:
+        return path
     return next((unit for unit in SHARED_UNITS if path.startswith(unit + "/")), path)
 
 

@@ -162,10 +162,10 @@ def test_a_big_job_is_not_starved_by_small_ones(sharing):
     bob, carol = users["bob"], users["carol"]
     holder = submit(admin, "holder", LONG)
     wait_status(admin, holder, ("running",))
-    big = submit(bob, "bob big", 20, num_devices=2)
+    big = submit(bob, "bob big", 5, num_devices=2)
     assert get_job(bob, big)["queue"]["reason"] == "waiting for 2 cpu devices: 1 free"
     # before the reservation time a small job may use the free device (backfill) ...
-    first_small = submit(carol, "carol small 1", 60)
+    first_small = submit(carol, "carol small 1", 20)
     assert wait_status(carol, first_small, ("running", *DONE))["status"] in ("running", "succeeded")
     wait_status(carol, first_small, DONE)
 
@@ -175,7 +175,7 @@ def test_a_big_job_is_not_starved_by_small_ones(sharing):
 
     wait(held, RESERVE_AFTER_S + 30, "the big job's devices to be held")
     # ... after it, the free device is held for the big job: a new small one waits
-    second_small = submit(carol, "carol small 2", 20)
+    second_small = submit(carol, "carol small 2", 10)
     reason = get_job(carol, second_small)["queue"]["reason"]
     assert reason == f"waiting for 1 cpu device: the free ones are held for job {big} (it waited longest)", reason
     assert status(carol, second_small) == "queued"

@@ -1,3 +1,4 @@
+# Over 600 lines: every request and response model of /api/v1 in one module, the one source of its OpenAPI schema.
 """Request and response models of the REST API (Create / Read / Update per resource).
 
 Request bodies forbid unknown keys and use strict integers, so a typo or a `"priority": "high"` is a clear 422
