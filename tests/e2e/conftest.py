@@ -12,8 +12,10 @@ from _e2e import running_tp_up
 
 @pytest.fixture(scope="session")
 def platform(tmp_path_factory):
-    """`tp up` in a fresh TP_DATA_DIR with no REDIS_URL / DATABASE_URL. Yields (API client, data dir)."""
-    with running_tp_up(tmp_path_factory.mktemp("tp_up")) as (client, data_dir):
+    """`tp up` in a fresh TP_DATA_DIR with no REDIS_URL / DATABASE_URL. Yields (API client, data dir). One training
+    worker process: this unit runs on one core (tests/conftest.py), where two jobs side by side (the default on a
+    2-device node) only make each slower; tests/e2e/test_sharing_http.py runs jobs side by side on its own `tp up`."""
+    with running_tp_up(tmp_path_factory.mktemp("tp_up"), TP_WORKER_CONCURRENCY="1") as (client, data_dir):
         yield client, data_dir
 
 

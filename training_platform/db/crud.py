@@ -105,6 +105,21 @@ def create_job(
     return job
 
 
+def claim_values(worker: str, task_id: str | None, now: datetime) -> dict[str, Any]:
+    """The columns a claim sets (queued -> preflight on `worker`), for an UPDATE ... WHERE status = 'queued'."""
+    return {
+        "status": JobStatus.preflight.value,
+        "worker": worker,
+        "heartbeat_at": now,
+        "attempts": Job.attempts + 1,
+        "updated_at": now,
+        "celery_task_id": task_id,
+        "error": None,
+        "preflight": None,
+        "finished_at": None,
+    }
+
+
 def heartbeat(session: Session, job: Job, worker: str, step: int | None = None) -> None:
     job.heartbeat_at = utcnow()
     job.worker = worker

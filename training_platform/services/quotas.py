@@ -106,6 +106,8 @@ def frees_up_at(session: Session, user_id: int, limit_hours: float, *, now: date
     """When the rolling week's use drops below `limit_hours` if the user's running jobs stopped now: the week's
     window slides past old use. None when it is below already."""
     now = now or utcnow()
+    if limit_hours <= 0:  # a budget of nothing never frees up
+        return None
     spans = [(n, s, e or now) for _, n, s, e in _intervals(session, {user_id}, now - WEEK)]
 
     def used_at(t: datetime) -> float:
@@ -167,7 +169,7 @@ def check_submit(session: Session, user: User, settings: Settings) -> None:
     if block is None:
         return
     when = frees_up_at(session, row_id(user), quota.device_hours_per_week, now=now)
-    after = f"; it frees up at {when.isoformat()}" if when else ""
+    after = f"; it frees up at {when.isoformat()}" if when else "; an admin must raise it"
     raise Forbidden(
         [("quota.device_hours_per_week", f"{block} (rolling 7 days){after}")],
         message=f"{block.removeprefix('quota: ')} (quota device_hours_per_week, rolling 7 days){after}",

@@ -31,6 +31,7 @@ from sqlmodel import Session, col, select
 
 from training_platform.core.settings import Settings
 from training_platform.core.timeutil import utcnow
+from training_platform.db import crud
 from training_platform.db.models import ComputePool, Job, JobEvent, JobStatus, User
 from training_platform.services import quotas as quota_service
 
@@ -352,20 +353,7 @@ def claim(
         result = session.exec(
             update(Job)
             .where(col(Job.id) == decision.job_id, col(Job.status) == JobStatus.queued.value)
-            .values(
-                status=JobStatus.preflight.value,
-                worker=worker,
-                heartbeat_at=now,
-                attempts=Job.attempts + 1,
-                updated_at=now,
-                celery_task_id=task_id,
-                error=None,
-                preflight=None,
-                finished_at=None,
-                pool=pool,
-                device=device,
-                devices=ask.devices,
-            )
+            .values(**crud.claim_values(worker, task_id, now), pool=pool, device=device, devices=ask.devices)
             .returning(col(Job.attempts))
             .execution_options(synchronize_session=False)
         ).first()

@@ -103,17 +103,7 @@ def claim_next_job(kind: str, worker: str, task_id: str | None = None) -> int | 
             stmt = (
                 update(Job)
                 .where(col(Job.id) == pick.scalar_subquery(), col(Job.status) == JobStatus.queued.value)
-                .values(
-                    status=JobStatus.preflight.value,
-                    worker=worker,
-                    heartbeat_at=now,
-                    attempts=Job.attempts + 1,
-                    updated_at=now,
-                    celery_task_id=task_id,
-                    error=None,
-                    preflight=None,
-                    finished_at=None,
-                )
+                .values(**crud.claim_values(worker, task_id, now))
                 .returning(col(Job.id), col(Job.attempts))
                 .execution_options(synchronize_session=False)
             )
