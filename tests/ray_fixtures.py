@@ -17,9 +17,13 @@ LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[Any]:
-    cluster_utils = pytest.importorskip("ray.cluster_utils")
     old = {k: os.environ.get(k) for k in LOOPBACK}
-    os.environ.update(LOOPBACK)
+    os.environ.update(LOOPBACK)  # before Ray is imported: it reads the variable once, at import
+    cluster_utils = pytest.importorskip("ray.cluster_utils")
+    from ray._private import ray_constants
+
+    # ... and in case something imported Ray earlier: drivers in this process (a test's ray.init) stay on loopback
+    ray_constants.ENABLE_RAY_CLUSTER = False
     node = {"num_cpus": 1, "object_store_memory": 80 * 2**20, "node_ip_address": "127.0.0.1"}
     cluster = cluster_utils.Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
     try:

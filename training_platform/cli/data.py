@@ -55,6 +55,20 @@ def _need_file(path: Path, option: str = "input") -> None:
         raise FileNotFoundError(f"{option}: no such file: {path}")
 
 
+def _executor(name: str, ray_address: str | None):
+    """`--executor local|ray` (ray: the cluster of --ray-address, else TP_RAY_ADDRESS)."""
+    from training_platform.data.executors import get_executor
+
+    if name not in ("local", "ray"):
+        raise ValueError(f"--executor: must be local or ray, got {name!r}")
+    if name == "local" and ray_address:
+        raise ValueError("--ray-address: applies to --executor ray")
+    return get_executor(name, address=ray_address)
+
+
+EXECUTOR_HELP = "local (this process) | ray: Ray Data on the cluster of --ray-address, else TP_RAY_ADDRESS."
+
+
 def _parse_fields(fields: list[str]) -> list[str] | None:
     out = [f.strip() for item in fields for f in item.split(",") if f.strip()]
     return out or None
@@ -153,6 +167,8 @@ def _data_commands(data_app: typer.Typer) -> None:
         report: Path = typer.Option(..., "--report", help="Report JSON (kept/removed per operator, samples)."),
         fmt: str | None = typer.Option(None, "--format", help="Row format (default: recipe's, else detected)."),
         samples: int = typer.Option(5, "--samples", min=0, help="Sample rows per operator in the report."),
+        executor: str = typer.Option("local", "--executor", help=EXECUTOR_HELP),
+        ray_address: str | None = typer.Option(None, "--ray-address", help="The Ray cluster (host:port)."),
     ):
         """Run a cleaning recipe."""
         from training_platform.data.clean import clean_file, load_recipe
@@ -160,7 +176,8 @@ def _data_commands(data_app: typer.Typer) -> None:
         with _guard():
             _need_file(file)
             loaded = load_recipe(recipe)
-            result = clean_file(file, output, loaded, report_path=report, fmt=fmt, samples=samples)
+            runner = _executor(executor, ray_address)
+            result = clean_file(file, output, loaded, report_path=report, fmt=fmt, samples=samples, executor=runner)
             for op in result["operators"]:
                 extra = f", modified {op['modified']}" if op["kind"] == "mapper" else ""
                 typer.echo(f"{op['index']:>2} {op['op']:24s} kept {op['kept']}, removed {op['removed']}{extra}")
@@ -186,6 +203,8 @@ def _data_commands(data_app: typer.Typer) -> None:
         fmt: str | None = typer.Option(None, "--format", help="Row format (default: detected)."),
         exact: bool = typer.Option(True, "--exact/--no-exact", help="Exact (normalised text) duplicates."),
         near: bool = typer.Option(True, "--near/--no-near", help="Near duplicates (MinHash LSH)."),
+        executor: str = typer.Option("local", "--executor", help=EXECUTOR_HELP),
+        ray_address: str | None = typer.Option(None, "--ray-address", help="The Ray cluster (host:port)."),
     ):
         """Remove exact and near duplicates; the report lists the duplicate clusters (0-based row indices)."""
         from training_platform.data.dedup import DedupConfig, dedup_file
@@ -203,7 +222,10 @@ def _data_commands(data_app: typer.Typer) -> None:
                 exact=exact,
                 near=near,
             )
-            result = dedup_file(file, output, config, report_path=report, fmt=fmt, fields=_parse_fields(field))
+            runner = _executor(executor, ray_address)
+            result = dedup_file(
+                file, output, config, report_path=report, fmt=fmt, fields=_parse_fields(field), executor=runner
+            )
             typer.echo(
                 f"kept {result['output_rows']} of {result['input_rows']} rows "
                 f"({result['exact_duplicates']} exact, {result['near_duplicates']} near duplicates, "

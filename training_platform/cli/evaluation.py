@@ -4,6 +4,7 @@ Wired into `tp` with `register(app)`. Exit codes: 0 ok, 2 invalid input (bad arg
 sandbox that refuses to run code here), 1 unexpected failure.
 
     tp eval run --model runs/<id>/final --benchmarks gsm8k,humaneval --data gsm8k=gsm8k_test.jsonl --limit 200
+    tp eval run ... --executor ray --workers 8                        # sharded over 8 Ray actors ($TP_RAY_ADDRESS)
     tp eval score gsm8k predictions.jsonl --output scored.jsonl      # last stdout line: {"accuracy": ..., "n": ...}
     tp eval report evals/<run>                                        # (re)writes report.md / report.html
     tp eval compare evals/<run-a> evals/<run-b>                       # metric deltas and flipped items
@@ -35,6 +36,7 @@ def register(app: typer.Typer) -> None:
 
 def _eval_errors(exc: BaseException) -> int | None:
     from training_platform.evaluation.benchmarks import EvalDataError
+    from training_platform.evaluation.ray_shards import ExecutorRefused
     from training_platform.evaluation.sandbox import SandboxUnavailable
 
     if isinstance(exc, EvalDataError):
@@ -42,6 +44,10 @@ def _eval_errors(exc: BaseException) -> int | None:
         return 2
     if isinstance(exc, SandboxUnavailable):
         _err(f"sandbox: {exc}")
+        return 2
+    if isinstance(exc, ExecutorRefused):
+        for error in exc.errors:  # `executor: ...` / `workers: ...` as the options the user gave
+            _err(f"--{error.path.replace('_', '-')}: {error.reason}" if error.path else error.reason)
         return 2
     return None
 
@@ -176,9 +182,32 @@ def run_cmd(
     ),
     name: str | None = typer.Option(None, "--name", help="A label for the report."),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
+    executor: str = typer.Option(
+        "local",
+        "--executor",
+        help="local (this process) | ray: shard each benchmark's items over --workers Ray actors, each loading the "
+        "model once (1 GPU each when the cluster has GPUs, else 1 CPU) and scoring what it generated on its node; "
+        "one merged output dir, the same greedy scores as local.",
+    ),
+    workers: int | None = typer.Option(
+        None,
+        "--workers",
+        help="ray: actors to shard over, 1..64 (default: one per GPU of the cluster, or 2 on a CPU cluster). local: 1.",
+    ),
+    ray_address: str | None = typer.Option(
+        None, "--ray-address", help="ray: the cluster to join, host:port (default: $TP_RAY_ADDRESS)."
+    ),
 ):
     """Generate with the model on each benchmark, score, and write summary.json, samples/*.jsonl and reports."""
     with _guard():
+        if executor not in ("local", "ray"):
+            raise ValueError(f"--executor must be local or ray, got {executor!r}")
+        if workers is not None and not 1 <= workers <= 64:
+            raise ValueError(f"--workers must be between 1 and 64, got {workers}")
+        if executor == "local" and workers not in (None, 1):
+            raise ValueError("--workers: the local executor runs one worker; shard over more with --executor ray")
+        if executor == "local" and ray_address:
+            raise ValueError("--ray-address applies to --executor ray")
         from training_platform.evaluation.benchmarks import benchmark_class
         from training_platform.evaluation.config import EvalConfig
         from training_platform.evaluation.report import format_metric
@@ -242,7 +271,15 @@ def run_cmd(
             }
         )
         out = output or _default_output(model)
-        summary = run_evaluation(config, out, progress=progress, log=_err)
+        summary = run_evaluation(
+            config,
+            out,
+            progress=progress,
+            log=_err,
+            executor=executor,
+            workers=workers,
+            ray_address=ray_address,
+        )
         compact: dict[str, Any] = {"output": str(out)}
         for bench_name, bench in summary["benchmarks"].items():
             for metric_name, metric in bench["metrics"].items():

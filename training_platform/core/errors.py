@@ -30,6 +30,9 @@ class FieldError(tuple[str, str]):
     def __new__(cls, path: str, reason: str) -> FieldError:
         return super().__new__(cls, (path, reason))
 
+    def __getnewargs__(self) -> tuple[str, str]:  # pickle: (path, reason), not one tuple
+        return (self[0], self[1])
+
     @property
     def path(self) -> str:
         return str(self[0])

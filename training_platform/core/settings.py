@@ -66,6 +66,9 @@ class Settings(BaseSettings):
     gate_profiles_file: str | None = Field(None, validation_alias="TP_GATE_PROFILES_FILE")
     # The Ray cluster of `resources.launcher: ray` (and `tp up --ray`'s local head); unset: no cluster.
     ray_address: str | None = Field(None, validation_alias="TP_RAY_ADDRESS")
+    # `executor: auto` of dataset operations and evaluations: Ray when there is a cluster and the input has more rows
+    # (items) than this; else local.
+    ray_min_rows: int = Field(200_000, validation_alias="TP_RAY_MIN_ROWS", ge=0)
     heartbeat_interval_s: float = Field(5.0, validation_alias="TP_HEARTBEAT_INTERVAL", gt=0)
     heartbeat_timeout_s: float = Field(60.0, validation_alias="TP_HEARTBEAT_TIMEOUT", gt=0)
     recovery_interval_s: float = Field(15.0, validation_alias="TP_RECOVERY_INTERVAL", gt=0)

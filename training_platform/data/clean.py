@@ -22,9 +22,10 @@ gives, per operator, the rows it saw, kept, removed and modified, with sample re
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -33,6 +34,9 @@ from training_platform.core.files import write_json
 from training_platform.data.formats import DATA_FORMATS, DatasetError, RowError, detect_format
 from training_platform.data.io import RowWriter, iter_records, read_json_or_yaml
 from training_platform.data.operators import OPERATORS, OpContext, Operator
+
+if TYPE_CHECKING:
+    from training_platform.data.executors import Executor
 
 
 class RecipeError(InvalidInput):
@@ -175,47 +179,36 @@ def _reason_kind(reason: str) -> str:
     return reason
 
 
-def clean_file(
-    path: str | Path,
-    output: str | Path,
-    recipe: Recipe | str | Path | dict | list,
-    *,
-    report_path: str | Path | None = None,
-    fmt: str | None = None,
-    samples: int = 5,
-) -> dict[str, Any]:
-    """Stream `path` through the recipe into `output` (atomic), return (and optionally write) the report."""
-    from training_platform.core.files import sha256_file
-    from training_platform.data.versions import derived_version
+@dataclass
+class CleanStage:
+    """The recipe over one block of records: the kept rows and the block's per-operator figures. Operators are
+    built once per process that runs the stage (a tokenizer is loaded once), their counters per block."""
 
-    recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
-    fmt = fmt or recipe.format
-    if fmt is not None and fmt not in DATA_FORMATS:
-        raise ValueError(f"--format: unknown format {fmt!r}; use one of {', '.join(DATA_FORMATS)}")
-    ctx = OpContext(fmt=fmt)
-    operators: list[Operator] = [OPERATORS[s.op](s.params, ctx) for s in recipe.steps]
-    stats = [
-        StepStats(i, s.op, op.kind, s.to_dict()) for i, (s, op) in enumerate(zip(recipe.steps, operators, strict=True))
-    ]
-    rows_in = rows_out = 0
-    with RowWriter(output) as writer:
-        for record in iter_records(path):
+    recipe: Recipe
+    fmt: str | None
+    samples: int
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_operators"}
+
+    def operators(self) -> list[Operator]:
+        if "_operators" not in self.__dict__:
+            ctx = OpContext(fmt=self.fmt)
+            self.__dict__["_operators"] = [OPERATORS[s.op](s.params, ctx) for s in self.recipe.steps]
+        return self.__dict__["_operators"]
+
+    def __call__(self, records: Any) -> dict[str, Any]:
+        operators = self.operators()
+        for op in operators:
+            op.counters.clear()
+        stats = [
+            StepStats(i, s.op, op.kind, {}) for i, (s, op) in enumerate(zip(self.recipe.steps, operators, strict=True))
+        ]
+        kept: list[Any] = []
+        for record in records:
             if record.error is not None:
                 raise DatasetError([record.error])
-            rows_in += 1
             row = record.row
-            if ctx.fmt is None and isinstance(row, dict):
-                ctx.fmt = detect_format(row)
-                if ctx.fmt is None:
-                    raise DatasetError(
-                        [
-                            RowError(
-                                record.line,
-                                "<row>",
-                                f"cannot detect the format from the fields {sorted(row)}; set format in the recipe",
-                            )
-                        ]
-                    )
             for op, st in zip(operators, stats, strict=True):
                 st.input_rows += 1
                 new, reason = op.process(row)
@@ -223,7 +216,7 @@ def clean_file(
                     st.removed += 1
                     kind = _reason_kind(reason or "removed")
                     st.reasons[kind] = st.reasons.get(kind, 0) + 1
-                    if len(st.samples_removed) < samples:
+                    if len(st.samples_removed) < self.samples:
                         st.samples_removed.append(
                             {"index": record.index, "line": record.line, "reason": reason, "row": _truncate(row)}
                         )
@@ -232,7 +225,7 @@ def clean_file(
                 st.kept += 1
                 if new is not row:
                     st.modified += 1
-                    if len(st.samples_modified) < samples:
+                    if len(st.samples_modified) < self.samples:
                         st.samples_modified.append(
                             {
                                 "index": record.index,
@@ -243,21 +236,94 @@ def clean_file(
                         )
                     row = new
             if row is not None:
+                kept.append(row)
+        return {"rows_in": len(records), "kept": kept, "stats": stats, "counters": [op.counters for op in operators]}
+
+
+def _merge_step(total: StepStats, part: StepStats, samples: int) -> None:
+    total.input_rows += part.input_rows
+    total.kept += part.kept
+    total.removed += part.removed
+    total.modified += part.modified
+    for kind, n in part.reasons.items():
+        total.reasons[kind] = total.reasons.get(kind, 0) + n
+    total.samples_removed.extend(part.samples_removed[: samples - len(total.samples_removed)])
+    total.samples_modified.extend(part.samples_modified[: samples - len(total.samples_modified)])
+
+
+def first_format(path: str | Path) -> str | None:
+    """The format the first object row shows (None if the file has none before a bad row). A first object row
+    whose format cannot be detected is refused, naming its line."""
+    for record in iter_records(path):
+        if record.error is not None:
+            return None
+        if isinstance(record.row, dict):
+            fmt = detect_format(record.row)
+            if fmt is None:
+                raise DatasetError(
+                    [
+                        RowError(
+                            record.line,
+                            "<row>",
+                            f"cannot detect the format from the fields {sorted(record.row)}; set format in the recipe",
+                        )
+                    ]
+                )
+            return fmt
+    return None
+
+
+def clean_file(
+    path: str | Path,
+    output: str | Path,
+    recipe: Recipe | str | Path | dict | list,
+    *,
+    report_path: str | Path | None = None,
+    fmt: str | None = None,
+    samples: int = 5,
+    executor: Executor | None = None,
+) -> dict[str, Any]:
+    """Stream `path` through the recipe into `output` (atomic), return (and optionally write) the report. The
+    recipe runs block by block on `executor` (default: local, in this process); the rows are written here, in the
+    input's order."""
+    from training_platform.core.files import sha256_file
+    from training_platform.data.executors import get_executor
+    from training_platform.data.versions import derived_version
+
+    recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
+    fmt = fmt or recipe.format
+    if fmt is not None and fmt not in DATA_FORMATS:
+        raise ValueError(f"--format: unknown format {fmt!r}; use one of {', '.join(DATA_FORMATS)}")
+    executor = executor or get_executor("local")
+    fmt = fmt or first_format(path)
+    stage = CleanStage(recipe, fmt, samples)
+    stats = [StepStats(i, s.op, OPERATORS[s.op].kind, s.to_dict()) for i, s in enumerate(recipe.steps)]
+    counters: list[Counter[str]] = [Counter() for _ in recipe.steps]
+    rows_in = rows_out = 0
+    with RowWriter(output) as writer:
+        for part in executor.map_blocks(Path(path), stage):
+            rows_in += part["rows_in"]
+            for total, step in zip(stats, part["stats"], strict=True):
+                _merge_step(total, step, samples)
+            for total_count, count in zip(counters, part["counters"], strict=True):
+                total_count.update(count)
+            for row in part["kept"]:
                 writer.write(row)
                 rows_out += 1
     input_sha = sha256_file(path)
     report: dict[str, Any] = {
         "input": str(path),
         "output": str(output),
-        "format": ctx.fmt,
+        "format": fmt,
         "input_rows": rows_in,
         "output_rows": rows_out,
         "removed_rows": rows_in - rows_out,
         "recipe": recipe.to_dict(),
-        "operators": [st.to_dict(op.counters) for st, op in zip(stats, operators, strict=True)],
+        "operators": [st.to_dict(count) for st, count in zip(stats, counters, strict=True)],
+        "executor": executor.describe(),
         "input_sha256": input_sha,
         "version": derived_version(
-            output, parent_sha256=input_sha, operation="clean", params=recipe.to_dict(), fmt=ctx.fmt
+            output, parent_sha256=input_sha, operation="clean", params=recipe.to_dict(), fmt=fmt
         ),
     }
     report["output_sha256"] = report["version"]["sha256"]

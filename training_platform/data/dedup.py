@@ -403,8 +403,6 @@ def find_duplicates(
     exact_hashes: list[np.ndarray] = []
     has_shingles: list[np.ndarray] = []
     qualities: list[np.ndarray] = []
-    band_weights = np.random.default_rng(0xBA2D).integers(1, 2**63, size=bands * rows_per_band, dtype=np.uint64)
-    band_starts = np.arange(0, bands * rows_per_band, rows_per_band)
     with tempfile.TemporaryDirectory(prefix="tp-dedup-", dir=workdir) as tmp:
         sig_spill = _Spill(Path(tmp), "signatures.bin", np.uint32, config.num_perm) if config.near else None
         key_spills = [_Spill(Path(tmp), f"band{j}.bin", np.uint64, 1) for j in range(bands)] if config.near else []
@@ -426,11 +424,7 @@ def find_duplicates(
                 sigs, counts = hasher.signatures(batch)
                 sig_spill.append(sigs)
                 has_shingles.append(counts > 0)
-                with np.errstate(over="ignore"):
-                    keys = np.add.reduceat(
-                        sigs[:, : bands * rows_per_band].astype(np.uint64) * band_weights, band_starts, axis=1
-                    )
-                keys = _fmix(keys, _FMIX64)
+                keys = band_keys(sigs, bands, rows_per_band)
                 for j in range(bands):
                     key_spills[j].append(keys[:, j])
                 timings["signatures"] += time.perf_counter() - ts
@@ -497,40 +491,74 @@ def find_duplicates(
                         uf.union(x, y)
             timings["verify"] = time.perf_counter() - t3
 
-        # clusters
-        t4 = time.perf_counter()
-        roots = uf.roots() if n else np.zeros(0, dtype=np.int64)
-        order = np.argsort(roots, kind="stable")
-        sorted_roots = roots[order]
-        starts: np.ndarray | list[int] = (
-            np.flatnonzero(np.concatenate(([True], sorted_roots[1:] != sorted_roots[:-1]))) if n else []
-        )
-        ends: np.ndarray | list[int] = np.concatenate((starts[1:], [n])) if n else []
-        q = np.concatenate(qualities) if qualities else None
-        keep = np.ones(n, dtype=bool)
-        clusters, reps, kinds = [], [], []
-        for s, e in zip(np.asarray(starts).tolist(), np.asarray(ends).tolist(), strict=True):
-            if e - s < 2:
-                continue
-            members = order[s:e]  # ascending row indices (stable sort)
-            if config.keep == "best" and q is not None:
-                rep = int(members[int(np.argmax(q[members]))])
-            else:
-                rep = int(members[0])
-            keep[members] = False
-            keep[rep] = True
-            n_exact = len(np.unique(exact[members]))
-            kinds.append("exact" if n_exact == 1 else ("near" if n_exact == len(members) else "mixed"))
-            clusters.append(members.tolist())
-            reps.append(rep)
-        by_first = sorted(range(len(clusters)), key=lambda i: clusters[i][0])
-        clusters = [clusters[i] for i in by_first]
-        reps = [reps[i] for i in by_first]
-        kinds = [kinds[i] for i in by_first]
-        timings["clusters"] = time.perf_counter() - t4
         for spill in (sig_spill, *key_spills):
             if spill is not None:
                 spill.close()
+    return cluster_result(
+        uf,
+        exact,
+        np.concatenate(qualities) if qualities else None,
+        config,
+        params,
+        distinct,
+        candidates,
+        verified,
+        timings,
+        t0,
+    )
+
+
+def band_keys(signatures: np.ndarray, bands: int, rows_per_band: int) -> np.ndarray:
+    """(docs, bands) uint64 LSH keys: each band's `rows_per_band` signature values combined into one hash."""
+    weights = np.random.default_rng(0xBA2D).integers(1, 2**63, size=bands * rows_per_band, dtype=np.uint64)
+    starts = np.arange(0, bands * rows_per_band, rows_per_band)
+    with np.errstate(over="ignore"):
+        keys = np.add.reduceat(signatures[:, : bands * rows_per_band].astype(np.uint64) * weights, starts, axis=1)
+    return _fmix(keys, _FMIX64)
+
+
+def cluster_result(
+    uf: UnionFind,
+    exact: np.ndarray,
+    q: np.ndarray | None,
+    config: DedupConfig,
+    params: dict[str, Any],
+    distinct: int,
+    candidates: int,
+    verified: int,
+    timings: dict[str, float],
+    t0: float,
+) -> DedupResult:
+    """The clusters (connected components of the union-find over exact and verified near pairs), the row kept per
+    cluster and the counts: the end of a dedup, wherever its pairs were found (here, or on Ray)."""
+    n = len(exact)
+    t4 = time.perf_counter()
+    roots = uf.roots() if n else np.zeros(0, dtype=np.int64)
+    order = np.argsort(roots, kind="stable")
+    sorted_roots = roots[order]
+    starts: np.ndarray | list[int] = (
+        np.flatnonzero(np.concatenate(([True], sorted_roots[1:] != sorted_roots[:-1]))) if n else []
+    )
+    ends: np.ndarray | list[int] = np.concatenate((starts[1:], [n])) if n else []
+    keep = np.ones(n, dtype=bool)
+    clusters, reps, kinds = [], [], []
+    for s, e in zip(np.asarray(starts).tolist(), np.asarray(ends).tolist(), strict=True):
+        if e - s < 2:
+            continue
+        members = order[s:e]  # ascending row indices (stable sort)
+        best = config.keep == "best" and q is not None
+        rep = int(members[int(np.argmax(q[members]))]) if best else int(members[0])  # type: ignore[index]
+        keep[members] = False
+        keep[rep] = True
+        n_exact = len(np.unique(exact[members]))
+        kinds.append("exact" if n_exact == 1 else ("near" if n_exact == len(members) else "mixed"))
+        clusters.append(members.tolist())
+        reps.append(rep)
+    by_first = sorted(range(len(clusters)), key=lambda i: clusters[i][0])
+    clusters = [clusters[i] for i in by_first]
+    reps = [reps[i] for i in by_first]
+    kinds = [kinds[i] for i in by_first]
+    timings["clusters"] = time.perf_counter() - t4
     removed = int(n - keep.sum())
     exact_dups = (n - distinct) if config.exact else 0
     timings["total"] = time.perf_counter() - t0
@@ -567,6 +595,22 @@ def _row_texts(path: str | Path, fmt: str | None, fields: list[str] | None, info
         yield row_text(row, None if fmt == "unknown" else fmt, fields)
 
 
+def local_duplicates(
+    path: str | Path,
+    config: DedupConfig,
+    *,
+    fmt: str | None = None,
+    fields: list[str] | None = None,
+    workdir: str | Path | None = None,
+) -> tuple[DedupResult, dict[str, Any]]:
+    """The clusters of a file's rows found in this process (one streaming pass), and the scan's format and row
+    shapes."""
+    from training_platform.data.versions import SchemaTracker
+
+    info: dict[str, Any] = {"format": fmt, "tracker": SchemaTracker(), "shapes": []}
+    return find_duplicates(_row_texts(path, fmt, fields, info), config, workdir=workdir), info
+
+
 def dedup_file(
     path: str | Path,
     output: str | Path,
@@ -576,18 +620,25 @@ def dedup_file(
     fmt: str | None = None,
     fields: list[str] | None = None,
     workdir: str | Path | None = None,
+    executor: Any = None,  # a data.executors.Executor (not imported: executors import this module)
 ) -> dict[str, Any]:
     """Deduplicate a file into `output` (atomic; kept rows in input order, byte-identical lines for JSONL ->
     JSONL). Returns the report (`input_rows`, `output_rows`, `exact_duplicates`, `near_duplicates`, `clusters`
-    as lists of 0-based input row indices, `cluster_details`, params, timings)."""
+    as lists of 0-based input row indices, `cluster_details`, params, timings, executor). The clusters are found
+    by `executor` (default: local, in this process); the output is written here."""
     import hashlib
 
     from training_platform.core.files import sha256_file, write_json
     from training_platform.data.io import RowWriter, atomic_output, iter_records
-    from training_platform.data.versions import DatasetVersion, SchemaTracker
+    from training_platform.data.versions import DatasetVersion
 
-    info: dict[str, Any] = {"format": fmt, "tracker": SchemaTracker(), "shapes": []}
-    result = find_duplicates(_row_texts(path, fmt, fields, info), config, workdir=workdir)
+    config = config or DedupConfig()
+    if executor is None:
+        result, info = local_duplicates(path, config, fmt=fmt, fields=fields, workdir=workdir)
+    else:
+        result, info = executor.duplicates(
+            Path(path), config, fmt=fmt, fields=fields, workdir=Path(workdir) if workdir else None
+        )
     t = time.perf_counter()
     keep = result.keep
     src, dst = Path(path), Path(output)
@@ -634,6 +685,7 @@ def dedup_file(
         "format": info["format"],
         "fields": fields,
         **result.report(),
+        "executor": executor.describe() if executor else {"name": "local", "workers": 1},
         "input_sha256": input_sha,
         "output_sha256": output_sha,
         "version": version,

@@ -69,7 +69,15 @@ class SchemaTracker:
         self.signatures: list[tuple] = []
 
     def add(self, row: Any) -> int:
-        signature = tuple((k, json_type(v)) for k, v in row.items()) if isinstance(row, dict) else ()
+        return self.add_signature(self.signature(row))
+
+    @staticmethod
+    def signature(row: Any) -> tuple:
+        """A row's shape: its (field, JSON type) pairs in order."""
+        return tuple((k, json_type(v)) for k, v in row.items()) if isinstance(row, dict) else ()
+
+    def add_signature(self, signature: tuple) -> int:
+        """The id of a shape (from `signature`, maybe computed elsewhere: a Ray worker)."""
         sid = self._ids.get(signature)
         if sid is None:
             sid = self._ids[signature] = len(self.signatures)

@@ -112,6 +112,17 @@ class Backend(ABC):
     def loglikelihood(self, pairs: Sequence[tuple[str, str]], *, progress: Progress = None) -> list[tuple[float, bool]]:
         raise NotImplementedError(f"the {self.name} backend does not compute log-likelihoods")
 
+    def generation_batches(self, requests: Sequence[GenerationRequest], params: SamplingParams) -> list[list[int]]:
+        """The groups of request indices `generate` runs together, in the order it runs them. Requests of one group
+        share a padded batch (padding changes logits slightly); a subset made of whole groups, kept in the original
+        order, is run in exactly these groups again -- so whole groups spread over processes (the Ray executor)
+        decode greedily to the same outputs as one process. Default: every request on its own."""
+        return [[i] for i in range(len(requests))]
+
+    def loglikelihood_batches(self, pairs: Sequence[tuple[str, str]]) -> list[list[int]]:
+        """`generation_batches` for `loglikelihood`: the groups of pair indices it scores together, in order."""
+        return [[i] for i in range(len(pairs))]
+
     def describe(self) -> dict[str, Any]:
         return {"backend": self.name}
 
@@ -212,17 +223,30 @@ class TransformersBackend(Backend):
     def _decode(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)
 
+    def _encoded_prompts(
+        self, requests: Sequence[GenerationRequest], params: SamplingParams
+    ) -> tuple[list[str], list[list[int]]]:
+        texts = [self.render(r) for r in requests]
+        max_ctx = max(1, self.max_length - params.max_new_tokens)
+        return texts, [self.encode(t)[-max_ctx:] for t in texts]
+
+    @staticmethod
+    def _generation_order(texts: list[str], encoded: list[list[int]]) -> list[int]:
+        # Longest first, ties by text: the same batches lm-evaluation-harness forms (padding changes logits slightly).
+        return sorted(range(len(encoded)), key=lambda i: (-len(encoded[i]), texts[i], i))
+
+    def generation_batches(self, requests: Sequence[GenerationRequest], params: SamplingParams) -> list[list[int]]:
+        texts, encoded = self._encoded_prompts(requests, params)
+        return _chunks(self._generation_order(texts, encoded), self.batch_size)
+
     def generate(
         self, requests: Sequence[GenerationRequest], params: SamplingParams, *, progress: Progress = None
     ) -> list[list[Generation]]:
         import torch
         from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
-        texts = [self.render(r) for r in requests]
-        max_ctx = max(1, self.max_length - params.max_new_tokens)
-        encoded = [self.encode(t)[-max_ctx:] for t in texts]
-        # Longest first, ties by text: the same batches lm-evaluation-harness forms (padding changes logits slightly).
-        order = sorted(range(len(encoded)), key=lambda i: (-len(encoded[i]), texts[i], i))
+        texts, encoded = self._encoded_prompts(requests, params)
+        order = self._generation_order(texts, encoded)
         results: list[list[Generation]] = [[] for _ in requests]
         pad = self.tokenizer.pad_token_id
         tokenizer, stop = self.tokenizer, tuple(s for s in params.stop if s)
@@ -299,20 +323,9 @@ class TransformersBackend(Backend):
     def loglikelihood(self, pairs: Sequence[tuple[str, str]], *, progress: Progress = None) -> list[tuple[float, bool]]:
         import torch
 
-        rows: list[tuple[list[int], int]] = []  # (input tokens incl. continuation, continuation length)
-        for context, continuation in pairs:
-            spaces = len(context) - len(context.rstrip())
-            if spaces:
-                continuation = context[-spaces:] + continuation
-                context = context[:-spaces]
-            whole = self.encode(context + continuation)
-            context_len = len(self.encode(context))
-            cont = whole[context_len:]
-            if not cont:
-                raise ValueError(f"empty continuation after tokenization: {continuation!r}")
-            rows.append((whole[-(self.max_length + 1) :], len(cont)))
+        rows = self._loglikelihood_rows(pairs)
         results: list[tuple[float, bool]] = [(0.0, False)] * len(rows)
-        order = sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))
+        order = self._loglikelihood_order(rows)
         pad = self.tokenizer.pad_token_id
         for batch in _chunks(order, self.batch_size):
             width = max(len(rows[i][0]) - 1 for i in batch)
@@ -337,6 +350,29 @@ class TransformersBackend(Backend):
             if progress:
                 progress(len(batch))
         return results
+
+    def _loglikelihood_rows(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[int], int]]:
+        """(input tokens incl. the continuation, continuation length) per pair."""
+        rows: list[tuple[list[int], int]] = []
+        for context, continuation in pairs:
+            spaces = len(context) - len(context.rstrip())
+            if spaces:
+                continuation = context[-spaces:] + continuation
+                context = context[:-spaces]
+            whole = self.encode(context + continuation)
+            context_len = len(self.encode(context))
+            cont = whole[context_len:]
+            if not cont:
+                raise ValueError(f"empty continuation after tokenization: {continuation!r}")
+            rows.append((whole[-(self.max_length + 1) :], len(cont)))
+        return rows
+
+    @staticmethod
+    def _loglikelihood_order(rows: list[tuple[list[int], int]]) -> list[int]:
+        return sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))
+
+    def loglikelihood_batches(self, pairs: Sequence[tuple[str, str]]) -> list[list[int]]:
+        return _chunks(self._loglikelihood_order(self._loglikelihood_rows(pairs)), self.batch_size)
 
     def close(self) -> None:
         self.model = None

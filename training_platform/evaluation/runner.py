@@ -9,16 +9,15 @@ Output directory:
     report.md, report.html    human-readable report with per-sample drill-down
 
 Everything that can fail without the model (data files, bad rows, the code sandbox) is checked before the model is
-loaded. Also scores predictions made elsewhere: `score_predictions(benchmark, rows)`.
+loaded. Also scores predictions made elsewhere: `score_predictions(benchmark, rows)`. `executor="ray"` spreads each
+benchmark over Ray actors (ray_shards.py) into the same output (summary.json then also names the `executor`).
 """
 
 from __future__ import annotations
 
 import platform
-import sys
 import time
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,51 +25,28 @@ from training_platform.core.files import read_jsonl, sha256_file, write_json, wr
 from training_platform.core.timeutil import now_iso
 from training_platform.evaluation.benchmarks import Benchmark, Item, get_benchmark
 from training_platform.evaluation.config import BenchmarkSpec, EvalConfig, SandboxSpec
-from training_platform.evaluation.generation import Backend, SamplingParams, load_backend
-from training_platform.evaluation.metrics import Metric
+from training_platform.evaluation.generation import Backend, load_backend
 from training_platform.evaluation.report import SAMPLES_DIR, SUMMARY_FILE, write_reports
+from training_platform.evaluation.steps import (
+    ProgressCallback,
+    benchmark_info,
+    build_requests,
+    finish_info,
+    generation_info,
+    generation_records,
+    loglikelihood_pairs,
+    loglikelihood_records,
+    sampling_params,
+)
+from training_platform.evaluation.steps import progress_bar as _bar
 
 if TYPE_CHECKING:
     from training_platform.core.endpoints import Endpoints
+    from training_platform.evaluation.ray_shards import ShardedEvaluation
 
 __all__ = ["SUMMARY_FILE", "SAMPLES_DIR", "run_evaluation", "score_predictions", "write_jsonl", "read_jsonl"]
 
 FORMAT_VERSION = 1
-
-ProgressCallback = Callable[[dict[str, Any]], None]
-
-
-@contextmanager
-def _bar(
-    total: int, desc: str, enabled: bool, callback: ProgressCallback | None = None, event: dict[str, Any] | None = None
-):
-    """A progress updater `update(n)`: a tqdm bar on stderr (when enabled) and/or `callback({**event, done, total})`
-    (thread-safe: scoring updates it from worker threads)."""
-    import threading
-
-    lock = threading.Lock()
-    done = [0]
-    bar = None
-    if enabled:
-        from tqdm import tqdm
-
-        bar = tqdm(total=total, desc=desc, file=sys.stderr, dynamic_ncols=True, leave=True)
-    if callback:
-        callback({**(event or {}), "done": 0, "total": total})
-
-    def update(n: int = 1) -> None:
-        with lock:
-            done[0] += n
-            if bar is not None:
-                bar.update(n)
-            if callback:
-                callback({**(event or {}), "done": done[0], "total": total})
-
-    try:
-        yield update if (bar is not None or callback) else None
-    finally:
-        if bar is not None:
-            bar.close()
 
 
 def _versions() -> dict[str, str]:
@@ -85,19 +61,19 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _metrics_dict(metrics: dict[str, Metric]) -> dict[str, dict[str, Any]]:
-    return {name: metric.to_dict() for name, metric in metrics.items()}
-
-
-def prepare_benchmarks(config: EvalConfig) -> list[tuple[BenchmarkSpec, Benchmark, list[Item], Path]]:
+def prepare_benchmarks(
+    config: EvalConfig, *, acquire: bool = True
+) -> list[tuple[BenchmarkSpec, Benchmark, list[Item], Path]]:
     """Every benchmark with its items loaded and checked and its scorer ready (the sandbox acquired): what can fail
-    without the model fails here (EvalDataError naming the bad rows)."""
+    without the model fails here (EvalDataError naming the bad rows). `acquire=False`: the scorers are left
+    unprepared (the Ray executor scores on the workers, which acquire their own sandbox)."""
     prepared = []
     for spec in config.benchmarks:
         bench = get_benchmark(spec)
         bench.use_sandbox(config.sandbox)
         items = bench.load_items()
-        bench.prepare()
+        if acquire:
+            bench.prepare()
         prepared.append((spec, bench, items, bench.data_path()))
     return prepared
 
@@ -111,6 +87,9 @@ def run_evaluation(
     log: Callable[[str], None] | None = None,
     on_progress: ProgressCallback | None = None,
     endpoints: Endpoints | None = None,
+    executor: str = "local",
+    workers: int | None = None,
+    ray_address: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate `config.model` on `config.benchmarks`; writes the output directory and returns the summary.
 
@@ -119,13 +98,31 @@ def run_evaluation(
     loglikelihood | score), "done", "total"} as work completes (e.g. to update a job row; may come from threads).
     `log(message)`: one-line status messages. `endpoints`: resolves an openai backend's endpoint name (default:
     the operator's TP_ENDPOINTS / TP_ENDPOINTS_FILE).
+
+    `executor="ray"`: the items of each benchmark are sharded over `workers` Ray actors on the cluster of
+    `ray_address` (default TP_RAY_ADDRESS), each loading the model once and scoring what it generated (ray_shards.py);
+    the samples merge into this one output directory, in the order a local run writes them, and summary.json
+    gains `executor`. Its progress events also come per worker (with `worker`: the worker's own done / total).
     """
+    if executor not in ("local", "ray"):
+        raise ValueError(f"executor must be local or ray, got {executor!r}")
+    if executor == "local" and workers not in (None, 1):
+        raise ValueError("workers: the local executor runs one worker (more need executor ray)")
+    if executor == "ray" and backend is not None:
+        raise ValueError("executor ray loads the model on its workers: it takes no loaded backend")
     log = log or (lambda message: None)
     out = Path(output_dir).expanduser()
     started, t0 = now_iso(), time.perf_counter()
-    prepared = prepare_benchmarks(config)  # data + sandbox problems surface before the model loads
+    # data + sandbox problems surface before the model loads (on Ray, each worker acquires its sandbox first)
+    prepared = prepare_benchmarks(config, acquire=executor == "local")
     out.mkdir(parents=True, exist_ok=True)
     (out / SAMPLES_DIR).mkdir(exist_ok=True)
+
+    if executor == "ray":
+        from training_platform.evaluation.ray_shards import ShardedEvaluation
+
+        sharded = ShardedEvaluation(config, workers=workers, address=ray_address, log=log)
+        return _run_sharded(config, out, prepared, sharded, started, t0, progress, on_progress, log)
 
     own_backend = backend is None
     load_start = time.perf_counter()
@@ -170,6 +167,52 @@ def run_evaluation(
     return summary
 
 
+def _run_sharded(
+    config: EvalConfig,
+    out: Path,
+    prepared: list[tuple[BenchmarkSpec, Benchmark, list[Item], Path]],
+    sharded: ShardedEvaluation,
+    started: str,
+    t0: float,
+    progress: bool,
+    on_progress: ProgressCallback | None,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    """`run_evaluation` on the Ray executor: the same output, each benchmark's work done by `sharded`'s workers."""
+    with sharded:  # joins the cluster and starts the workers (each loads the model once); stops them at the end
+        summary: dict[str, Any] = {
+            "format_version": FORMAT_VERSION,
+            "name": config.name,
+            "status": "running",
+            "started_at": started,
+            "model": sharded.model,
+            "executor": sharded.executor_info(),
+            "config": config.model_dump(mode="json"),
+            "versions": _versions(),
+            "benchmarks": {},
+        }
+        try:
+            for spec, bench, items, data_path in prepared:
+                log(f"{spec.name}: {len(items)} items from {data_path} on {sharded.workers} Ray workers")
+                result, records = sharded.run_benchmark(bench, items, progress=progress, on_progress=on_progress)
+                result.update(data=str(data_path), data_sha256=sha256_file(data_path))
+                write_jsonl(out / SAMPLES_DIR / f"{spec.name}.jsonl", records)
+                summary["benchmarks"][spec.name] = result
+                write_json(out / SUMMARY_FILE, summary)  # partial results survive a crash later on
+        except BaseException as exc:
+            summary.update(status="failed", finished_at=now_iso(), error=f"{type(exc).__name__}: {exc}")
+            write_json(out / SUMMARY_FILE, summary)
+            raise
+    summary.update(
+        status="completed",
+        finished_at=now_iso(),
+        time_s={"total": round(time.perf_counter() - t0, 3), "model_load": round(sharded.load_s, 3)},
+    )
+    write_json(out / SUMMARY_FILE, summary)
+    write_reports(out)
+    return summary
+
+
 def _run_benchmark(
     bench: Benchmark,
     items: list[Item],
@@ -179,26 +222,13 @@ def _run_benchmark(
     on_progress: ProgressCallback | None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     spec = bench.spec
-    chat = bench.use_chat(backend.supports_chat())
-    pool = bench.fewshot_items(items)
-    requests = [bench.build_request(item, bench.shots_for(item, pool), chat) for item in items]
+    chat, requests = build_requests(bench, items, backend.supports_chat())
     prompts = [backend.render(r) for r in requests]
-    records: list[dict[str, Any]] = []
     timing: dict[str, float] = {}
-    info: dict[str, Any] = {
-        "chat": chat,
-        "n_items": len(items),
-        "n_shot": spec.n_shot,
-        "primary_metric": bench.primary_metric,
-    }
+    info = benchmark_info(bench, items, chat)
 
     if bench.kind == "loglikelihood":
-        pairs: list[tuple[str, str]] = []
-        spans: list[tuple[int, int]] = []
-        for item, prompt in zip(items, prompts, strict=True):
-            continuations = bench.continuations(item)
-            spans.append((len(pairs), len(continuations)))
-            pairs += [(prompt, c) for c in continuations]
+        pairs, spans = loglikelihood_pairs(bench, items, prompts)
         start = time.perf_counter()
         with _bar(
             len(pairs),
@@ -209,31 +239,10 @@ def _run_benchmark(
         ) as update:
             scores = backend.loglikelihood(pairs, progress=update)
         timing["generate"] = time.perf_counter() - start
-        per_item = timing["generate"] / max(1, len(items))
-        for item, prompt, (first, count) in zip(items, prompts, spans, strict=True):
-            scored = bench.score_loglikelihoods(item, scores[first : first + count])
-            records.append(
-                {
-                    "benchmark": spec.name,
-                    "id": item.id,
-                    "sample_index": 0,
-                    "prompt": prompt,
-                    "output": scored["extracted"] or "",
-                    **scored,
-                    "reference": item.reference,
-                    "latency_s": round(per_item, 6),
-                }
-            )
+        records = loglikelihood_records(bench, items, prompts, spans, scores, timing["generate"] / max(1, len(items)))
         info["n_samples"] = 1
     else:
-        params = SamplingParams(
-            max_new_tokens=bench.max_new_tokens(),
-            temperature=spec.temperature,
-            top_p=spec.top_p,
-            n=spec.n_samples,
-            stop=bench.stops(chat),
-            seed=config.seed,
-        )
+        params = sampling_params(bench, chat, config)
         start = time.perf_counter()
         with _bar(
             len(requests),
@@ -255,34 +264,10 @@ def _run_benchmark(
         ) as update:
             scored_rows = bench.score_many([f[0] for f in flat], [f[3].text for f in flat], progress=update, chat=chat)
         timing["score"] = time.perf_counter() - start
-        for (item, prompt, j, gen), fields in zip(flat, scored_rows, strict=True):
-            records.append(
-                {
-                    "benchmark": spec.name,
-                    "id": item.id,
-                    "sample_index": j,
-                    "prompt": prompt,
-                    "output": gen.text,
-                    **fields,
-                    "reference": item.reference,
-                    "latency_s": round(gen.latency_s, 6),
-                    "finish_reason": gen.finish_reason,
-                    "num_tokens": gen.num_tokens,
-                }
-            )
-        info["n_samples"] = spec.n_samples
-        info["generation"] = {
-            "max_new_tokens": params.max_new_tokens,
-            "temperature": params.temperature,
-            "top_p": params.top_p,
-            "n": params.n,
-            "stop": list(params.stop),
-            "seed": params.seed,
-        }
+        records = generation_records(bench, flat, scored_rows)
+        info.update(generation_info(bench, params))
         info.update(bench.run_info(chat))
-    metrics = bench.aggregate(records)
-    info["metrics"] = _metrics_dict(metrics)
-    info["time_s"] = {k: round(v, 3) for k, v in timing.items()}
+    finish_info(bench, info, records, timing)
     return info, records
 
 

@@ -163,6 +163,39 @@ def validate_operation(
     return out
 
 
+def resolve_executor(operation: str, requested: str, rows: int | None, settings: Settings) -> str:
+    """Where the operation runs: `local` or `ray` (Ray Data on TP_RAY_ADDRESS). `auto`: ray when the platform has a
+    cluster that answers, the operation runs on Ray and the input has more than TP_RAY_MIN_ROWS rows; else local.
+    An explicit `ray` that cannot be honoured is refused (OperationInvalid at `executor`)."""
+    from training_platform.data.executors import ExecutorError
+    from training_platform.data.executors.ray_data import check_reachable
+
+    if requested == "local":
+        return "local"
+    op = get_operation(operation)
+    if requested == "auto":
+        if "ray" not in op.executors or not settings.ray_address or (rows or 0) <= settings.ray_min_rows:
+            return "local"
+        try:
+            check_reachable(settings.ray_address)
+        except ExecutorError:
+            log.warning("executor auto: the Ray cluster at %s does not answer; running locally", settings.ray_address)
+            return "local"
+        return "ray"
+    if requested != "ray":
+        raise OperationInvalid([("executor", f"must be auto, local or ray, got {requested!r}")])
+    if "ray" not in op.executors:
+        on_ray = ", ".join(name for name, o in OPERATIONS.items() if "ray" in o.executors)
+        raise OperationInvalid([("executor", f"{operation} runs locally only; on ray: {on_ray}")])
+    if not settings.ray_address:
+        raise OperationInvalid([("executor", "ray needs a Ray cluster and the platform has none (TP_RAY_ADDRESS)")])
+    try:
+        check_reachable(settings.ray_address)
+    except ExecutorError as exc:
+        raise OperationInvalid([("executor", str(exc).removeprefix("executor: "))]) from None
+    return "ray"
+
+
 def queue_operation(
     session: Session,
     user: User,
@@ -175,13 +208,21 @@ def queue_operation(
     reader: Reader,
     name: str | None = None,
     priority: int = 0,
+    executor: str = "auto",
 ) -> Job:
     """Validate the params for `reader` (OperationInvalid) and queue the operation on `version` as a `data` job
-    (committed; the caller sends the wake-up)."""
+    (committed; the caller sends the wake-up). `executor` is resolved now (`resolve_executor`) and stored."""
     from training_platform.db import crud
 
     checked = validate_operation(operation, params, settings, reader=reader, input_format=version.format)
-    config = {"dataset_id": dataset.id, "version_id": version.id, "operation": operation, "params": checked}
+    where = resolve_executor(operation, executor, version.rows, settings)
+    config = {
+        "dataset_id": dataset.id,
+        "version_id": version.id,
+        "operation": operation,
+        "params": checked,
+        "executor": where,
+    }
     job_name = name or f"{operation} {dataset.name} v{version.id}"[:200]
     job = crud.create_job(session, owner=user, name=job_name, config=config, priority=priority, kind="data")
     job.algorithm = operation
@@ -207,19 +248,33 @@ class OperationOutput:
 
 
 def run_operation(
-    operation: str, params: dict[str, Any], source: Path, workdir: Path, settings: Settings
+    operation: str,
+    params: dict[str, Any],
+    source: Path,
+    workdir: Path,
+    settings: Settings,
+    executor: str = "local",
+    on_progress: Any = None,
 ) -> OperationOutput:
-    """Run one operation on `source` into `workdir` (in this process), with params from `validate_operation`.
-    Domain errors (DatasetError, RecipeError, ValueError) propagate; the output file appears only when the whole
-    operation succeeded."""
+    """Run one operation on `source` into `workdir`, with params from `validate_operation`: in this process, or as
+    the driver of Ray Data stages (`executor: ray`, the cluster of TP_RAY_ADDRESS; `on_progress(event)` gets the
+    blocks done, overall and per Ray worker). Domain errors (DatasetError, RecipeError, ValueError) propagate; the
+    output file appears only when the whole operation succeeded."""
+    from training_platform.data.executors import get_executor
+
     op = get_operation(operation)
+    runner = get_executor(executor, address=settings.ray_address) if executor != "local" else None
+    if runner is not None:
+        runner.on_progress = on_progress
 
     def endpoints() -> Any:
         from training_platform.db.endpoints_crud import worker_resolver
 
         return worker_resolver(settings)
 
-    ctx = RunContext(workdir=workdir, resolve=lambda value: resolve_path(value, settings), endpoints=endpoints)
+    ctx = RunContext(
+        workdir=workdir, resolve=lambda value: resolve_path(value, settings), endpoints=endpoints, executor=runner
+    )
     result = op.run(params, source, op.output_path(source, workdir, params), ctx)
     if not result.file.is_file():
         raise RuntimeError(f"{operation} produced no output file")

@@ -71,6 +71,33 @@ def _first_lines(exc: BaseException, n: int = 20) -> str:
     return "; ".join(lines[:n]) + more
 
 
+class RayOperationCancelled(Exception):
+    """A cancel stopped the operation's Ray driver."""
+
+
+def _operation_driver(
+    operation: str, params: dict, source: str, workdir: str, result_file: str, progress_file: str
+) -> None:
+    """In a spawned child: run the operation as the driver of its Ray Data stages; the outcome (the output, or the
+    error's type and text) is pickled to `result_file`, progress events to `progress_file` (JSON, replaced)."""
+    import pickle
+
+    from training_platform.core.files import write_json
+
+    def progress(event: dict) -> None:
+        write_json(progress_file, {**event, "executor": "ray"})
+
+    try:
+        output = dataset_operations.run_operation(
+            operation, params, Path(source), Path(workdir), get_settings(), executor="ray", on_progress=progress
+        )
+        outcome: dict = {"output": output}
+    except Exception as exc:  # noqa: BLE001 - handed to the worker, which fails the job with it
+        outcome = {"error_type": type(exc).__name__, "error": str(exc)}
+    with open(result_file, "wb") as f:
+        pickle.dump(outcome, f)
+
+
 class InputProgress(threading.Thread):
     """Progress of an in-process operation without hooks in the domain code: how far this process has read the
     input file (Linux /proc/self/fdinfo of whatever descriptor has it open). Several passes keep the maximum."""
@@ -156,12 +183,13 @@ class DataJobSupervisor:
             )
             return JobStatus.failed.value
         operation = job.config["operation"]
-        self._start_running(f"{operation} started (attempt {job.attempts})", checks)
+        executor = job.config.get("executor") or "local"
+        self._start_running(f"{operation} started on {executor} (attempt {job.attempts})", checks)
 
         shutil.rmtree(self.workdir, ignore_errors=True)  # a previous attempt's leftovers
         self.workdir.mkdir(parents=True)
         try:
-            return self._operate(row_id(job), operation, params, dataset_id, source)
+            return self._operate(row_id(job), operation, params, dataset_id, source, executor)
         finally:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -534,8 +562,31 @@ class DataJobSupervisor:
     def _progress(self, fraction: float) -> None:
         self.lease.heartbeater.step = PROGRESS_START + int((PROGRESS_END - PROGRESS_START) * fraction)
 
-    def _operate(self, job_id: int, operation: str, params: dict, dataset_id: int, source: DatasetVersionRecord) -> str:
+    def _operate(
+        self,
+        job_id: int,
+        operation: str,
+        params: dict,
+        dataset_id: int,
+        source: DatasetVersionRecord,
+        executor: str = "local",
+    ) -> str:
         source_path = dataset_service.absolute(source.path, self.settings)
+        if executor == "ray":
+            try:
+                output = self._on_ray(job_id, operation, params, source_path)
+            except RayOperationCancelled:
+                self.lease.finish(JobStatus.cancelled.value, f"cancelled by user ({operation} on ray stopped)")
+                return JobStatus.cancelled.value
+            except Exception as exc:  # noqa: BLE001 - the operation's own failure, as its driver reported it
+                log.warning("job %s: %s on ray failed: %s", job_id, operation, _first_lines(exc, 3))
+                self.lease.finish(
+                    JobStatus.failed.value,
+                    f"{operation} failed",
+                    error=f"{operation} failed: {type(exc).__name__}: {_first_lines(exc)}",
+                )
+                return JobStatus.failed.value
+            return self._finish_operation(job_id, operation, params, dataset_id, source, output)
         if dataset_operations.needs_transformers(operation, params):
             from training_platform.workers.tasks import _wait_for_warm_up
 
@@ -554,6 +605,66 @@ class DataJobSupervisor:
             return JobStatus.failed.value
         finally:
             progress.stop()
+        return self._finish_operation(job_id, operation, params, dataset_id, source, output)
+
+    def _on_ray(self, job_id: int, operation: str, params: dict, source_path: Path):
+        """The operation's Ray Data driver in a child process: a cancel kills it, and Ray then stops the tasks it
+        owns; Ray's driver state never enters this worker. Progress (blocks done, per Ray worker) comes back through
+        a file and is kept in the job's config as `ray_progress`."""
+        import multiprocessing
+        import pickle
+
+        result_file, progress_file = self.workdir / "ray-result.pkl", self.workdir / "ray-progress.json"
+        child = multiprocessing.get_context("spawn").Process(
+            target=_operation_driver,
+            args=(operation, params, str(source_path), str(self.workdir), str(result_file), str(progress_file)),
+            name=f"tp-data-ray-{job_id}",
+            daemon=True,
+        )
+        child.start()
+        seen = None
+        try:
+            while child.is_alive():
+                child.join(timeout=1.0)
+                if self.lease.cancel_requested():
+                    child.terminate()  # SIGTERM: ray.init's handler exits, the driver disconnects
+                    child.join(timeout=10)
+                    if child.is_alive():
+                        child.kill()
+                    raise RayOperationCancelled()
+                seen = self._ray_progress(progress_file, seen)
+        finally:
+            if child.is_alive():
+                child.kill()
+                child.join(timeout=5)
+        self._ray_progress(progress_file, seen)
+        if not result_file.is_file():
+            raise RuntimeError(f"the {operation} driver on ray exited with code {child.exitcode} and no result")
+        with result_file.open("rb") as f:
+            outcome = pickle.load(f)
+        if "error" in outcome:
+            raise type(outcome["error_type"], (RuntimeError,), {})(outcome["error"])
+        return outcome["output"]
+
+    def _ray_progress(self, path: Path, seen: str | None) -> str | None:
+        import json
+
+        try:
+            text = path.read_text()
+            event = json.loads(text)
+        except (OSError, ValueError):
+            return seen
+        if text == seen:
+            return seen
+        if event.get("total"):
+            self._progress(min(1.0, event["done"] / event["total"]))
+        with session_scope() as session:
+            job = self.lease.locked(session)
+            job.config = {**job.config, "ray_progress": event}
+            session.add(job)
+        return text
+
+    def _finish_operation(self, job_id, operation, params, dataset_id, source, output) -> str:
         if self.lease.cancel_requested():
             self.lease.finish(JobStatus.cancelled.value, f"cancelled by user ({operation} finished; output discarded)")
             return JobStatus.cancelled.value

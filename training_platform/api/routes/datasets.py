@@ -157,6 +157,11 @@ class OperationCreate(schemas.RequestBody):
     )
     name: schemas.JobName | None = None
     priority: schemas.Priority = 0
+    executor: Literal["auto", "local", "ray"] = Field(
+        "auto",
+        description="Where it runs: local (the data worker), ray (Ray Data on the platform's cluster, TP_RAY_ADDRESS; "
+        "clean and dedup) or auto (ray when there is a cluster and the version has more than TP_RAY_MIN_ROWS rows).",
+    )
 
     @field_validator("operation")
     @classmethod
@@ -688,6 +693,7 @@ def create_operation(
             reader=reader_for(session, user),
             name=body.name,
             priority=body.priority,
+            executor=body.executor,
         )
     except dataset_operations.OperationInvalid as exc:
         raise ValidationFailed(exc.errors) from None

@@ -61,6 +61,7 @@ class RunContext:
     workdir: Path
     resolve: Callable[[str], Path] = Path
     endpoints: Callable[[], Any] = _no_endpoints
+    executor: Any = None  # a data.executors.Executor, for operations whose `executors` name more than local
 
 
 @dataclass
@@ -82,6 +83,7 @@ class Operation(Generic[P]):
     Params: ClassVar[type[BaseModel]]
     example: ClassVar[dict[str, Any]] = {}  # the params the UI's form starts from
     example_by_format: ClassVar[dict[str, dict[str, Any]]] = {}  # ... when the input version has this format
+    executors: ClassVar[tuple[str, ...]] = ("local",)  # where it can run (data/executors/): ray = Ray Data
 
     def check(self, params: P, out: dict[str, Any], ctx: CheckContext) -> FieldErrors:
         """Checks beyond the Params model's own: [(loc, msg)], locs under `params.`. May normalise `out` (the params

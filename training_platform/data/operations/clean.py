@@ -31,6 +31,7 @@ class Clean(Operation[CleanParams]):
     """A cleaning recipe: {"recipe": {"operators": [{"op": ...}, ...]}} (as the YAML recipes, in JSON); optional
     format, samples."""
 
+    executors = ("local", "ray")
     example = {
         "recipe": {
             "operators": [
@@ -84,6 +85,8 @@ class Clean(Operation[CleanParams]):
     def run(self, params: dict[str, Any], source: Path, output: Path, ctx: RunContext) -> OperationResult:
         from training_platform.data.clean import clean_file
 
-        report = clean_file(source, output, params["recipe"], fmt=params.get("format"), samples=params["samples"])
+        report = clean_file(
+            source, output, params["recipe"], fmt=params.get("format"), samples=params["samples"], executor=ctx.executor
+        )
         stats = {k: report[k] for k in ("input_rows", "output_rows", "removed_rows")}
         return OperationResult(output, report, stats, format=report.get("format"))

@@ -34,6 +34,7 @@ class Dedup(Operation[Any]):
     """Exact and MinHash near-duplicate removal: threshold, num_perm, ngram, bands/rows, margin, keep (first|best),
     exact, near, seed, fields."""
 
+    executors = ("local", "ray")
     example = {"threshold": 0.8, "num_perm": 128, "ngram": 5, "keep": "first", "exact": True, "near": True}
 
     def check(self, params: Any, out: dict[str, Any], ctx: CheckContext) -> FieldErrors:
@@ -52,7 +53,9 @@ class Dedup(Operation[Any]):
     def run(self, params: dict[str, Any], source: Path, output: Path, ctx: RunContext) -> OperationResult:
         from training_platform.data.dedup import dedup_file
 
-        report = dedup_file(source, output, _config(params), fields=params.get("fields"), workdir=ctx.workdir)
+        report = dedup_file(
+            source, output, _config(params), fields=params.get("fields"), workdir=ctx.workdir, executor=ctx.executor
+        )
         keys = ("input_rows", "output_rows", "exact_duplicates", "near_duplicates", "duplicate_rate")
         stats = {k: report[k] for k in keys}
         stats["clusters"] = len(report["clusters"])

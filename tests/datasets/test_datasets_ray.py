@@ -1,0 +1,94 @@
+"""Dataset operations with `executor` over the API: `ray` runs a real worker's operation as Ray Data stages on the
+session's 2-node Ray cluster (TP_RAY_ADDRESS) and stores the same version as a local run; `auto` picks local for a
+small version; a `ray` the platform cannot honour is refused at submit naming `executor`."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from ds_helpers import api_context, chat, jsonl, start_worker, upload, wait_job
+
+from training_platform.core.settings import Settings
+from training_platform.services import dataset_operations
+
+pytestmark = pytest.mark.integration
+
+RECIPE = {"operators": [{"op": "normalize_whitespace"}, {"op": "length_filter", "unit": "words", "min": 3}]}
+
+
+def test_the_executor_is_resolved_at_submit():
+    resolve = dataset_operations.resolve_executor
+    none = Settings(ray_address=None)
+    assert resolve("clean", "auto", 10**9, none) == "local"
+    assert resolve("clean", "local", 10, Settings(ray_address="127.0.0.1:9")) == "local"
+    cases = [
+        ("clean", none, "ray needs a Ray cluster and the platform has none (TP_RAY_ADDRESS)"),
+        ("clean", Settings(ray_address="127.0.0.1:9"), "the Ray cluster at 127.0.0.1:9 cannot be reached"),
+        ("convert", Settings(ray_address="127.0.0.1:9"), "convert runs locally only; on ray: clean, dedup"),
+    ]
+    for operation, settings, reason in cases:
+        with pytest.raises(dataset_operations.OperationInvalid) as refused:
+            resolve(operation, "ray", 10, settings)
+        assert refused.value.errors[0][0] == "executor" and refused.value.errors[0][1].startswith(reason)
+    # auto with an unreachable cluster, or a small input: local
+    assert resolve("clean", "auto", 10**9, Settings(ray_address="127.0.0.1:9")) == "local"
+    assert resolve("dedup", "auto", 5, Settings(ray_address="127.0.0.1:9", ray_min_rows=0)) == "local"
+
+
+@pytest.fixture(scope="module")
+def platform(ray_cluster, data_dir, redis_client, tmp_path_factory):
+    old = os.environ.get("TP_RAY_ADDRESS")
+    os.environ["TP_RAY_ADDRESS"] = ray_cluster.address
+    try:
+        with api_context(data_dir, "sqlite", tmp_path_factory.mktemp("ds_ray")) as api:
+            worker = start_worker(data_dir, "ds-ray")
+            try:
+                yield api, worker
+            finally:
+                worker.stop()
+    finally:
+        if old is None:
+            os.environ.pop("TP_RAY_ADDRESS", None)
+        else:
+            os.environ["TP_RAY_ADDRESS"] = old
+
+
+def _operate(api, version: dict, operation: str, params: dict, executor: str):
+    return api.post(
+        f"/datasets/{version['dataset_id']}/versions/{version['id']}/operations",
+        json={"operation": operation, "params": params, "executor": executor},
+    )
+
+
+def test_operations_on_ray_store_the_local_version(platform):
+    api, worker = platform
+    rows = [chat(f"What   is {i} plus {i + 1}?", f"It is {2 * i + 1}.") for i in range(300)]
+    rows += [chat("hi", "ok")] * 20 + rows[:40]
+    uploaded = upload(api, "on-ray", jsonl(rows)).json()["version"]
+    results = {}
+    for executor in ("local", "ray"):
+        for operation, params in (("clean", {"recipe": RECIPE}), ("dedup", {"num_perm": 32})):
+            r = _operate(api, uploaded, operation, params, executor)
+            assert r.status_code == 202, r.text
+            done = wait_job(api, r.json()["id"], timeout=180, worker=worker)
+            assert done["status"] == "succeeded", done
+            job = api.get(f"/jobs/{done['id']}").json()
+            assert job["config"]["executor"] == executor
+            items = api.get(f"/datasets/{uploaded['dataset_id']}/versions", params={"job_id": done["id"]}).json()
+            results[(executor, operation)] = (items["items"][0]["sha256"], items["items"][0]["rows"], job)
+    for operation in ("clean", "dedup"):
+        assert results[("ray", operation)][:2] == results[("local", operation)][:2], operation
+        progress = results[("ray", operation)][2]["config"].get("ray_progress")
+        if operation == "clean":  # blocks done, per Ray worker process
+            assert progress["executor"] == "ray" and progress["done"] == progress["total"] >= 1, progress
+            assert sum(progress["workers"].values()) == progress["done"]
+    assert results[("local", "clean")][1] == 300 + 40  # the short rows went
+    assert results[("local", "dedup")][1] == 301  # 300 distinct + one "hi"
+
+    refused = _operate(api, uploaded, "convert", {"to": "alpaca"}, "ray")
+    assert refused.status_code == 422
+    assert refused.json()["detail"][0]["loc"] == "executor", refused.json()
+    auto = _operate(api, uploaded, "clean", {"recipe": RECIPE}, "auto")
+    assert auto.status_code == 202 and api.get(f"/jobs/{auto.json()['id']}").json()["config"]["executor"] == "local"
+    wait_job(api, auto.json()["id"], timeout=120, worker=worker)
