@@ -149,6 +149,17 @@ export interface MetricValue {
   n: number
 }
 
+/** Where an evaluation runs: local (one eval worker) or ray (its items sharded over Ray actors). */
+export interface EvaluationExecutor {
+  name: string
+  /** local: 1; ray: null until it runs when the cluster's default is used */
+  workers: number | null
+  requested: string | null
+  reason: string | null
+  /** ray: per worker and stage of its current benchmark */
+  progress: { worker: number; benchmark: string; stage: string; done: number; total: number }[]
+}
+
 export interface Evaluation {
   id: number
   name: string
@@ -163,6 +174,7 @@ export interface Evaluation {
   schedule_id: number | null
   benchmarks: string[]
   keep_best_by: string | null
+  executor: EvaluationExecutor
   metrics: Record<string, MetricValue>
   created_at: string
   started_at: string | null

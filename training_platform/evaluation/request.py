@@ -9,6 +9,10 @@ ModelSpec fields except `path` (the model is chosen separately: a registered mod
 Errors carry the path of the field the user wrote (`generation.temperature`, `benchmarks.1.n_samples`,
 `backend.batch_size`), also when a generation default is what made a benchmark invalid.
 
+`executor` ("auto" | "local" | "ray") and `workers` say where the evaluation runs; they are not part of the
+EvalConfig (the service resolves "auto" when the evaluation is submitted: services/evaluations.py,
+`resolve_executor`).
+
 Also here: cron expressions (`next_fire_time`) and metric keys such as "gsm8k/accuracy" (`parse_metric_key`).
 """
 
@@ -16,12 +20,13 @@ from __future__ import annotations
 
 import copy
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from training_platform.core.errors import InvalidInput, pydantic_errors, translate_pydantic_error
 from training_platform.evaluation.config import BenchmarkSpec, EvalConfig, ModelSpec, SandboxSpec
+from training_platform.evaluation.ray_shards import MAX_WORKERS
 
 __all__ = [
     "OUTBOUND_FIELDS",
@@ -83,6 +88,20 @@ class EvalRequest(BaseModel):
     )
     sandbox: dict[str, Any] = Field(default_factory=dict, description="Code sandbox limits (humaneval).")
     seed: int = Field(0, ge=0, le=2**32 - 1)
+    executor: Literal["auto", "local", "ray"] = Field(
+        "auto",
+        description="Where it runs. local: one eval worker process. ray: each benchmark's items sharded over "
+        "`workers` Ray actors on the platform's cluster (TP_RAY_ADDRESS), each loading the model once; the same "
+        "scores as local. auto: ray when the platform has a cluster and the benchmarks hold more items than "
+        "TP_RAY_MIN_ROWS (default 200000), else local (decided at submission).",
+    )
+    workers: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_WORKERS,
+        description="executor ray: the Ray actors to shard over (default: one per GPU of the cluster, or 2 on a "
+        "CPU cluster). The local executor is one worker.",
+    )
 
     def operator_only_errors(self) -> list[tuple[str, str]]:
         """Settings an API user may not choose: running generated code without isolation is the operator's call

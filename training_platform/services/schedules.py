@@ -7,6 +7,10 @@
   registered a new checkpoint of that job, and every tick calls it for all jobs (so a trigger lost to a crash still
   fires). A schedule with `every_n: N` fires on the job's N-th, 2N-th, ... checkpoint.
 
+Where a firing runs: the request's `executor`; "auto" is decided per firing, as a submission's is, and also picks
+the Ray executor for a checkpoint of a job trained on the cluster (`resources.launcher` ray) when the platform has
+one (TP_RAY_ADDRESS); a cluster that does not answer then runs it locally (the job's `executor.reason` says so).
+
 Each firing is claimed with a compare-and-set UPDATE (next_fire_at / last_checkpoint_step still what we read), so
 two ticks or a tick and a worker never fire the same time or checkpoint twice. Firing creates an `eval` job (and
 wakes an eval worker after the commit). A firing that cannot run (the model is gone, the checkpoint was rotated
@@ -187,6 +191,12 @@ def _fire(
         )
         if problems:
             raise RequestError(problems)
+        source = session.get(Job, target.source_job_id) if target.source_job_id is not None else None
+        executor, problems = eval_service.resolve_executor(
+            request, config, settings, launcher=eval_service.job_launcher(source), fall_back=True
+        )
+        if executor is None:
+            raise RequestError(problems)
         job = eval_service.create_evaluation(
             session,
             owner=owner,
@@ -197,6 +207,7 @@ def _fire(
             schedule_id=schedule.id,
             keep_best_by=schedule.keep_best_by,
             request=schedule.request,
+            executor=executor,
         )
     except (RequestError, ValueError) as exc:
         reason = "; ".join(f"{loc}: {msg}" for loc, msg in exc.errors) if isinstance(exc, RequestError) else str(exc)
@@ -206,7 +217,8 @@ def _fire(
         return None
     schedule.fired_count += 1
     schedule.last_fired_at = now
-    schedule.last_message = f"{now.isoformat(timespec='seconds')}: {why}: evaluation {job.id} queued"
+    where = f" on {executor.name}" if executor.name != "local" else ""
+    schedule.last_message = f"{now.isoformat(timespec='seconds')}: {why}: evaluation {job.id} queued{where}"
     session.add(schedule)
     log.info("schedule %s fired (%s): eval job %s", schedule.id, why, job.id)
     return job.id

@@ -75,29 +75,6 @@ class RayOperationCancelled(Exception):
     """A cancel stopped the operation's Ray driver."""
 
 
-def _operation_driver(
-    operation: str, params: dict, source: str, workdir: str, result_file: str, progress_file: str
-) -> None:
-    """In a spawned child: run the operation as the driver of its Ray Data stages; the outcome (the output, or the
-    error's type and text) is pickled to `result_file`, progress events to `progress_file` (JSON, replaced)."""
-    import pickle
-
-    from training_platform.core.files import write_json
-
-    def progress(event: dict) -> None:
-        write_json(progress_file, {**event, "executor": "ray"})
-
-    try:
-        output = dataset_operations.run_operation(
-            operation, params, Path(source), Path(workdir), get_settings(), executor="ray", on_progress=progress
-        )
-        outcome: dict = {"output": output}
-    except Exception as exc:  # noqa: BLE001 - handed to the worker, which fails the job with it
-        outcome = {"error_type": type(exc).__name__, "error": str(exc)}
-    with open(result_file, "wb") as f:
-        pickle.dump(outcome, f)
-
-
 class InputProgress(threading.Thread):
     """Progress of an in-process operation without hooks in the domain code: how far this process has read the
     input file (Linux /proc/self/fdinfo of whatever descriptor has it open). Several passes keep the maximum."""
@@ -611,35 +588,49 @@ class DataJobSupervisor:
         """The operation's Ray Data driver in a child process: a cancel kills it, and Ray then stops the tasks it
         owns; Ray's driver state never enters this worker. Progress (blocks done, per Ray worker) comes back through
         a file and is kept in the job's config as `ray_progress`."""
-        import multiprocessing
+        import json
         import pickle
+        import subprocess
+        import sys
 
         result_file, progress_file = self.workdir / "ray-result.pkl", self.workdir / "ray-progress.json"
-        child = multiprocessing.get_context("spawn").Process(
-            target=_operation_driver,
-            args=(operation, params, str(source_path), str(self.workdir), str(result_file), str(progress_file)),
-            name=f"tp-data-ray-{job_id}",
-            daemon=True,
+        request = self.workdir / "ray-request.json"
+        request.write_text(
+            json.dumps(
+                {
+                    "operation": operation,
+                    "params": params,
+                    "source": str(source_path),
+                    "workdir": str(self.workdir),
+                    "result": str(result_file),
+                    "progress": str(progress_file),
+                }
+            )
         )
-        child.start()
+        # A plain child process (the worker's pool processes are daemons: no multiprocessing children)
+        child = subprocess.Popen(
+            [sys.executable, "-m", "training_platform.workers.ray_data_driver", str(request)],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         seen = None
         try:
-            while child.is_alive():
-                child.join(timeout=1.0)
+            while child.poll() is None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    child.wait(timeout=1.0)
                 if self.lease.cancel_requested():
                     child.terminate()  # SIGTERM: ray.init's handler exits, the driver disconnects
-                    child.join(timeout=10)
-                    if child.is_alive():
-                        child.kill()
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        child.wait(timeout=10)
                     raise RayOperationCancelled()
                 seen = self._ray_progress(progress_file, seen)
         finally:
-            if child.is_alive():
+            if child.poll() is None:
                 child.kill()
-                child.join(timeout=5)
+                child.wait(timeout=5)
         self._ray_progress(progress_file, seen)
         if not result_file.is_file():
-            raise RuntimeError(f"the {operation} driver on ray exited with code {child.exitcode} and no result")
+            raise RuntimeError(f"the {operation} driver on ray exited with code {child.returncode} and no result")
         with result_file.open("rb") as f:
             outcome = pickle.load(f)
         if "error" in outcome:

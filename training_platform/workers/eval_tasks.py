@@ -11,6 +11,11 @@ the database and runs it here, in this process (`evaluation.runner.run_evaluatio
 Output: TP_DATA_DIR/evals/job-<id>/ (summary.json, samples/, report.md/.html, eval.log, error.json on failure).
 A cancel is seen between generation batches (the run stops there); a checkpoint being evaluated is pinned so the
 training run's rotation keeps it until the evaluation ended.
+
+The executor is the one the job's config records (`executor`, chosen at submission): local, or ray (the items
+sharded over Ray actors on TP_RAY_ADDRESS's cluster; preflight checks the cluster answers). On ray, each worker's
+progress (per benchmark and stage, done / total) is written to the evaluation row's `summary` every few seconds
+while it runs, and kept in the stored summary's `executor.progress`.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import traceback
 from pathlib import Path
 from typing import Any, TextIO
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import select
 
 from training_platform.core.errors import InvalidInput
@@ -41,6 +47,7 @@ log = logging.getLogger("training_platform.workers.eval")
 EVAL_TASK = "training_platform.workers.eval_tasks.run_next_eval_job"
 SCHEDULE_TASK = "training_platform.workers.eval_tasks.fire_schedules"
 CANCEL_POLL_S = 1.0
+PROGRESS_WRITE_S = 2.0  # how often the Ray workers' progress is written to the evaluation row
 # Share of a benchmark's progress that generation takes (scoring the rest).
 GENERATE_SHARE = 0.8
 
@@ -74,6 +81,12 @@ class EvalJobSupervisor:
         self._benchmark_index: dict[str, int] = {}
         self._last_cancel_check = 0.0
         self._main_thread = threading.main_thread()
+        self._executor: dict[str, Any] = {"name": "local"}
+        # the Ray workers' progress: {worker: {"benchmark": name, "stages": {stage: (done, total)}}}
+        self._workers: dict[int, dict[str, Any]] = {}
+        self._workers_lock = threading.Lock()
+        self._workers_changed = False
+        self._last_progress_write = 0.0
 
     # -- logging into eval.log (what GET /jobs/{id}/logs shows)
 
@@ -113,6 +126,7 @@ class EvalJobSupervisor:
                 locked.preflight = {"ok": True, "checks": checks}
                 locked.run_dir = str(self.out_dir)
                 locked.current_step = 0
+                eval_service.record_worker_progress(session, self.job_id, None)  # a previous attempt's
                 job_service.transition(
                     session, locked, JobStatus.running, f"evaluation started (attempt {locked.attempts})"
                 )
@@ -155,6 +169,15 @@ class EvalJobSupervisor:
                 [*checks, {"name": "model", "ok": False, "detail": problem}], [("model", problem)]
             )
         checks.append({"name": "model", "ok": True, "detail": config.model.path})
+        self._executor = dict(cfg.get("executor") or {"name": "local"})
+        if self._executor.get("name") == "ray":  # the cluster may have gone since the submission
+            problem = eval_service.ray_problem(self.settings.ray_address, config.model.backend == "openai")
+            if problem:
+                raise EvalPreflightFailed(
+                    [*checks, {"name": "executor", "ok": False, "detail": problem}], [("executor", problem)]
+                )
+            workers = self._executor.get("workers")
+            checks.append({"name": "executor", "ok": True, "detail": f"ray ({workers or 'default'} workers)"})
         if target.get("run_dir") and target.get("checkpoint_step") is not None:  # again, for a retry or requeue
             from training_platform.training.rundir import RunDir
 
@@ -227,30 +250,64 @@ class EvalJobSupervisor:
 
     def _on_progress(self, event: dict[str, Any]) -> None:
         benchmark = event.get("benchmark")
-        index = self._benchmark_index.get(benchmark, 0) if benchmark is not None else 0
-        total = max(1, int(event.get("total") or 1))
-        fraction = min(1.0, int(event.get("done") or 0) / total)
-        stage = event.get("stage")
-        if stage == "generate":
-            within = GENERATE_SHARE * fraction
-        elif stage == "score":
-            within = GENERATE_SHARE + (1 - GENERATE_SHARE) * fraction
+        if event.get("worker") is not None:  # one Ray worker's own counts (the sums come as events without it)
+            self._on_worker_progress(event)
         else:
-            within = fraction
-        percent = int(99 * (index + within) / self._n_benchmarks)
-        self.lease.heartbeater.step = max(self.lease.heartbeater.step or 0, percent)
+            index = self._benchmark_index.get(benchmark, 0) if benchmark is not None else 0
+            total = max(1, int(event.get("total") or 1))
+            fraction = min(1.0, int(event.get("done") or 0) / total)
+            stage = event.get("stage")
+            if stage == "generate":
+                within = GENERATE_SHARE * fraction
+            elif stage == "score":
+                within = GENERATE_SHARE + (1 - GENERATE_SHARE) * fraction
+            else:
+                within = fraction
+            percent = int(99 * (index + within) / self._n_benchmarks)
+            self.lease.heartbeater.step = max(self.lease.heartbeater.step or 0, percent)
         # Scoring threads call this too; only the main thread may stop the run (an exception there ends it).
         if threading.current_thread() is self._main_thread:
             now = time.monotonic()
+            if self._workers_changed and now - self._last_progress_write >= PROGRESS_WRITE_S:
+                self._last_progress_write = now
+                self._write_worker_progress()
             if now - self._last_cancel_check >= CANCEL_POLL_S:
                 self._last_cancel_check = now
                 if self.lease.cancel_requested() or self.lease.heartbeater.lost.is_set() or self.lease.shutting_down:
                     raise EvalCancelled()
 
+    def _on_worker_progress(self, event: dict[str, Any]) -> None:
+        worker, benchmark = int(event["worker"]), str(event.get("benchmark"))
+        with self._workers_lock:
+            state = self._workers.get(worker)
+            if state is None or state["benchmark"] != benchmark:  # its next benchmark: the last one's counts go
+                state = self._workers[worker] = {"benchmark": benchmark, "stages": {}}
+            state["stages"][str(event.get("stage"))] = (int(event.get("done") or 0), int(event.get("total") or 0))
+            self._workers_changed = True
+
+    def _worker_progress(self) -> list[dict[str, Any]]:
+        """Per worker and stage of the benchmark it works on (or last worked on): done / total."""
+        with self._workers_lock:
+            self._workers_changed = False
+            return [
+                {"worker": worker, "benchmark": state["benchmark"], "stage": stage, "done": done, "total": total}
+                for worker, state in sorted(self._workers.items())
+                for stage, (done, total) in state["stages"].items()
+            ]
+
+    def _write_worker_progress(self) -> None:
+        executor = {**self._executor, "progress": self._worker_progress()}
+        try:
+            with session_scope() as session:
+                eval_service.record_worker_progress(session, self.job_id, executor)
+        except SQLAlchemyError as exc:  # shown progress only: the next write tries again
+            log.warning("job %s: cannot record the workers' progress: %s", self.job_id, exc)
+
     def _run_and_store(self, job: Job, config) -> str:
         from training_platform.db.endpoints_crud import worker_resolver
         from training_platform.evaluation.runner import run_evaluation
 
+        ray = self._executor.get("name") == "ray"
         try:
             summary = run_evaluation(
                 config,
@@ -259,6 +316,9 @@ class EvalJobSupervisor:
                 log=self._log,
                 on_progress=self._on_progress,
                 endpoints=worker_resolver(self.settings),
+                executor="ray" if ray else "local",
+                workers=self._executor.get("workers") if ray else None,
+                ray_address=self.settings.ray_address if ray else None,
             )
         except BaseException:
             self._release(job)  # before the job ends: whoever sees it finished sees the checkpoint released
@@ -298,6 +358,8 @@ class EvalJobSupervisor:
         self.lease.heartbeater.stop()
         keep_best_by = (job.config or {}).get("keep_best_by")
         source = ((job.config or {}).get("target") or {}).get("source_job_id")
+        if self._workers:  # the workers' final counts, with the executor the run reports
+            summary = {**summary, "executor": {**(summary.get("executor") or {}), "progress": self._worker_progress()}}
         with session_scope() as session:
             locked = self.lease.locked(session)
             n = eval_service.store_results(session, self.job_id, self.out_dir, summary)

@@ -4,6 +4,10 @@ An evaluation's id is its job's id: status, progress (`current_step` 0..100), ev
 delete are the /jobs endpoints'. Results: summary metrics with stderr and 95% CI per benchmark, per-sample records
 (paginated, filterable by correctness), reports, a sample-by-sample comparison of two evaluations, and a
 leaderboard across models and checkpoints per benchmark.
+
+Where it runs (`executor`: auto | local | ray, and `workers`) is decided at submission: "auto" made concrete
+(services/evaluations.py, `resolve_executor`), ray refused naming `executor` when the platform has no Ray cluster
+or it does not answer. Reads show `executor` (name, workers, and on ray each worker's progress).
 """
 
 from __future__ import annotations
@@ -64,6 +68,26 @@ class MetricValue(BaseModel):
     n: int
 
 
+class WorkerProgress(BaseModel):
+    worker: int
+    benchmark: str
+    stage: str = Field(description="generate, score or loglikelihood")
+    done: int
+    total: int
+
+
+class ExecutorRead(BaseModel):
+    name: str = Field(description="local or ray")
+    workers: int | None = Field(
+        description="The workers it runs on (local: 1; ray: null until it runs when the cluster's default is used)."
+    )
+    requested: str | None = Field(description="What the request asked for: auto, local or ray.")
+    reason: str | None = Field(description="Why (auto's choice).")
+    progress: list[WorkerProgress] = Field(
+        default_factory=list, description="ray: per worker and stage of its current benchmark, done / total."
+    )
+
+
 class EvaluationRead(BaseModel):
     id: int
     name: str
@@ -78,6 +102,7 @@ class EvaluationRead(BaseModel):
     schedule_id: int | None
     benchmarks: list[str]
     keep_best_by: str | None
+    executor: ExecutorRead
     metrics: dict[str, MetricValue] = Field(description='"benchmark/metric" -> value, e.g. "gsm8k/accuracy".')
     created_at: schemas.UtcDatetime
     started_at: schemas.UtcDatetime | None
@@ -150,6 +175,21 @@ def _visible(session: Session, user: User, evaluation_id: int) -> tuple[Evaluati
     return evaluation, job
 
 
+def _executor(evaluation: Evaluation, job: Job) -> dict[str, Any]:
+    """Where it runs: as chosen at submission (the job's config), with what the run reports (the workers it
+    started, their progress) once it does. Evaluations from before executors ran locally."""
+    chosen = (job.config or {}).get("executor") or {}
+    ran = (evaluation.summary or {}).get("executor") or {}
+    name = str(ran.get("name") or chosen.get("name") or "local")
+    return {
+        "name": name,
+        "workers": 1 if name == "local" else ran.get("workers") or chosen.get("workers"),
+        "requested": chosen.get("requested"),
+        "reason": chosen.get("reason"),
+        "progress": ran.get("progress") or [],
+    }
+
+
 def _read(
     session: Session,
     evaluation: Evaluation,
@@ -178,6 +218,7 @@ def _read(
         "schedule_id": evaluation.schedule_id,
         "benchmarks": evaluation.benchmarks,
         "keep_best_by": evaluation.keep_best_by,
+        "executor": _executor(evaluation, job),
         "metrics": metrics,
         "created_at": job.created_at,
         "started_at": job.started_at,
@@ -198,7 +239,8 @@ def _request_failed(exc: RequestError) -> ValidationFailed:
 
 
 def build_evaluation(session: Session, user: User, body: EvaluationCreate, settings: Settings):
-    """Validate everything a submission names; returns (EvalConfig, Target). RequestError lists every problem."""
+    """Validate everything a submission names; returns (EvalConfig, Target, ExecutorChoice). RequestError lists
+    every problem."""
     errors: list[tuple[str, str]] = []
     target = None
     try:
@@ -224,10 +266,17 @@ def build_evaluation(session: Session, user: User, body: EvaluationCreate, setti
         reader=reader_for(session, user),
     )
     errors += problems
+    choice = None
+    if config is not None:
+        config = eval_service.absolute_data_paths(config, settings)
+        # auto counts the data files' rows: only once they are known to be files this user may read
+        if body.executor != "auto" or not any(loc.startswith("benchmarks") for loc, _ in errors):
+            choice, executor_errors = eval_service.resolve_executor(body, config, settings)
+            errors += executor_errors
     if errors:
         raise RequestError(errors)
-    assert config is not None  # check_request returns no config only along with the problems that prevented it
-    return eval_service.absolute_data_paths(config, settings), target
+    assert config is not None and choice is not None  # no config / choice only along with the problems why
+    return config, target, choice
 
 
 # ---------------------------------------------------------------------------------------------- endpoints
@@ -246,7 +295,7 @@ def create_evaluation(body: EvaluationCreate, session: SessionDep, user: Current
     from training_platform.api.routes.jobs import wake
 
     try:
-        config, target = build_evaluation(session, user, body, settings)
+        config, target, executor = build_evaluation(session, user, body, settings)
     except RequestError as exc:
         raise _request_failed(exc) from None
     request = body.model_dump(mode="json", include=set(EvalRequest.model_fields))
@@ -259,6 +308,7 @@ def create_evaluation(body: EvaluationCreate, session: SessionDep, user: Current
         priority=body.priority,
         keep_best_by=body.keep_best_by,
         request=request,
+        executor=executor,
     )
     session.commit()
     log.info(

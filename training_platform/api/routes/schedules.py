@@ -1,5 +1,6 @@
 """Evaluation schedules: auto-evaluation on a cron expression (Celery beat) or on every N-th new checkpoint of a
 training job. Firing creates an evaluation (GET /evaluations?schedule_id=N lists them); see services/schedules.py.
+The request's `executor` is checked here when it is local or ray; "auto" is decided at each firing.
 """
 
 from __future__ import annotations
@@ -148,7 +149,7 @@ def _validate(session: Session, user: User, body: ScheduleCreate, settings: Sett
             )
         except RequestError as exc:
             errors += exc.errors
-    errors += eval_service.check_request(
+    config, problems = eval_service.check_request(
         body,
         body.model or "<checkpoint>",
         settings,
@@ -157,7 +158,10 @@ def _validate(session: Session, user: User, body: ScheduleCreate, settings: Sett
         name=body.name,
         session=session,
         reader=reader_for(session, user),
-    )[1]
+    )
+    errors += problems
+    if config is not None and body.executor != "auto":  # auto is decided at each firing
+        errors += eval_service.resolve_executor(body, config, settings)[1]
     if errors:
         raise ValidationFailed(errors)
     return cron
