@@ -84,6 +84,15 @@ def check_dedup_bench(r: dict[str, Any]) -> None:
         assert result["clusters"] > 0 and _finite(result["precision"]) and _finite(result["recall"])
 
 
+def check_scale_data(r: dict[str, Any]) -> None:
+    assert r["bench"] == "scale_data" and r["rows"] == 2000
+    for step in ("clean", "dedup"):
+        result = r["results"][step]
+        assert result["same_output"] is True and result["ray_workers"] == 2
+        assert result["local_rows_per_s"] > 0 and result["ray_rows_per_s"] > 0
+        assert result["ray_worker_peak_rss"]["processes"] >= 1
+
+
 def check_engine_overhead(r: dict[str, Any]) -> None:
     assert r["bench"] == "engine_overhead" and r["repeats"] == 1
     assert [x["engine"] for x in r["runs"]] == ["tp", "bare"]
@@ -161,6 +170,7 @@ SMOKES = [  # seconds: one run on 2 busy cores, see the module's docstring
     Smoke("learning_arithmetic", "learning_arithmetic.json", check_learning_arithmetic),  # 36
     Smoke("memory", "memory.json", check_memory),  # ~35: one dry run and one 2-step SFT
     Smoke("rollout_batching", "rollout_batching.json", check_rollout_batching, slow=False),  # 11
+    Smoke("scale_data", "scale_data.json", check_scale_data),  # ~40: a 2-node Ray cluster, clean and dedup
     Smoke("scaling", "scaling.json", check_scaling),  # ~50: world 1 and torchrun world 2 (no Ray, no `tp up`)
 ]
 
