@@ -19,7 +19,7 @@ LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 def ray_cluster() -> Iterator[Any]:
     old = {k: os.environ.get(k) for k in LOOPBACK}
     os.environ.update(LOOPBACK)  # before Ray is imported: it reads the variable once, at import
-    cluster_utils = pytest.importorskip("ray.cluster_utils")
+    from ray import cluster_utils  # a dependency: without it this fails, never skips
     from ray._private import ray_constants
 
     # ... and in case something imported Ray earlier: drivers in this process (a test's ray.init) stay on loopback

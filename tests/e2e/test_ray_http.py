@@ -15,7 +15,8 @@ from _e2e import wait as _wait
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-pytest.importorskip("ray.cluster_utils")
+import ray.cluster_utils  # noqa: E402, F401 - a dependency: without it this fails, never skips
+
 REPO = Path(__file__).resolve().parents[2]
 from ray_fixtures import LOOPBACK  # noqa: E402 - Ray's processes and clients stay on 127.0.0.1
 

@@ -15,8 +15,7 @@ from eval_helpers import last_json_line, read_jsonl, run_eval_cli, write_jsonl
 
 pytestmark = pytest.mark.integration
 
-pytest.importorskip("ray.cluster_utils")
-
+import ray.cluster_utils  # noqa: E402, F401 - a dependency: without it this fails, never skips
 from ray_fixtures import LOOPBACK  # noqa: E402 - Ray's processes and clients stay on 127.0.0.1
 
 TIMING_FIELDS = {"latency_s", "exec_time_s"}  # wall times: the only fields allowed to differ

@@ -11,7 +11,7 @@ from training_helpers import EXAMPLES, train_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-pytest.importorskip("ray.cluster_utils")
+import ray.cluster_utils  # noqa: E402, F401 - a dependency: without it this fails, never skips
 
 QUIET = [
     "--set",
