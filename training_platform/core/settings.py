@@ -138,6 +138,25 @@ class Settings(BaseSettings):
         return roots
 
 
+# What a Ray worker (Ray Train rank, evaluation actor, Ray Data task) gets from its driver's environment: paths and
+# offline flags, never tokens or keys. One list for every Ray driver of the platform.
+RAY_WORKER_ENV = (
+    "TP_DATA_DIR",
+    "TP_MODEL_ROOTS",
+    "HF_HUB_OFFLINE",
+    "HF_DATASETS_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "TOKENIZERS_PARALLELISM",
+    "HF_HOME",
+    "PYTHONPATH",
+)
+
+
+def ray_worker_env(*extra: str) -> dict[str, str]:
+    """The driver's values of RAY_WORKER_ENV (and `extra` names) that are set."""
+    return {k: os.environ[k] for k in (*RAY_WORKER_ENV, *extra) if k in os.environ}
+
+
 @lru_cache
 def get_settings() -> Settings:
     """The process's settings, read once (services: the API, workers)."""

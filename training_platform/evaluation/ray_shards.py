@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import os
 import signal
 import socket
 import threading
@@ -43,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from training_platform.core.errors import InvalidInput, PlatformError
-from training_platform.core.settings import current_settings
+from training_platform.core.settings import current_settings, ray_worker_env
 from training_platform.evaluation.benchmarks import Benchmark, Item, get_benchmark
 from training_platform.evaluation.config import EvalConfig
 from training_platform.evaluation.generation import Backend, GenerationRequest, SamplingParams, load_backend
@@ -66,17 +65,6 @@ MAX_WORKERS = 64
 DEFAULT_CPU_WORKERS = 2
 PLACEMENT_TIMEOUT_S = 60.0  # a cluster whose CPUs / GPUs stay busy this long refuses the run
 POLL_S = 0.5  # how often the driver reads the workers' progress
-# What a worker needs from the driver's environment (as the training launcher passes): no tokens, no keys.
-WORKER_ENV = (
-    "TP_DATA_DIR",
-    "TP_MODEL_ROOTS",
-    "HF_HUB_OFFLINE",
-    "HF_DATASETS_OFFLINE",
-    "TRANSFORMERS_OFFLINE",
-    "TOKENIZERS_PARALLELISM",
-    "HF_HOME",
-    "PYTHONPATH",
-)
 
 
 class ExecutorRefused(InvalidInput):
@@ -290,7 +278,7 @@ class ShardedEvaluation:
         problem = _unreachable(address)
         if problem is not None:
             raise ExecutorRefused("executor", problem)
-        env = {k: os.environ[k] for k in WORKER_ENV if k in os.environ}
+        env = ray_worker_env()  # paths and offline flags only (core/settings.py): no tokens, no keys
         handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             ray.init(

@@ -556,13 +556,7 @@ class DataJobSupervisor:
                 self.lease.finish(JobStatus.cancelled.value, f"cancelled by user ({operation} on ray stopped)")
                 return JobStatus.cancelled.value
             except Exception as exc:  # noqa: BLE001 - the operation's own failure, as its driver reported it
-                log.warning("job %s: %s on ray failed: %s", job_id, operation, _first_lines(exc, 3))
-                self.lease.finish(
-                    JobStatus.failed.value,
-                    f"{operation} failed",
-                    error=f"{operation} failed: {type(exc).__name__}: {_first_lines(exc)}",
-                )
-                return JobStatus.failed.value
+                return self._operation_failed(job_id, operation, exc)
             return self._finish_operation(job_id, operation, params, dataset_id, source, output)
         if dataset_operations.needs_transformers(operation, params):
             from training_platform.workers.tasks import _wait_for_warm_up
@@ -573,16 +567,19 @@ class DataJobSupervisor:
         try:
             output = dataset_operations.run_operation(operation, params, source_path, self.workdir, self.settings)
         except Exception as exc:  # noqa: BLE001 - the operation's own failure (bad rows, recipe, tokenizer, ...)
-            log.warning("job %s: %s failed: %s", job_id, operation, _first_lines(exc, 3))
-            self.lease.finish(
-                JobStatus.failed.value,
-                f"{operation} failed",
-                error=f"{operation} failed: {type(exc).__name__}: {_first_lines(exc)}",
-            )
-            return JobStatus.failed.value
+            return self._operation_failed(job_id, operation, exc)
         finally:
             progress.stop()
         return self._finish_operation(job_id, operation, params, dataset_id, source, output)
+
+    def _operation_failed(self, job_id: int, operation: str, exc: BaseException) -> str:
+        log.warning("job %s: %s failed: %s", job_id, operation, _first_lines(exc, 3))
+        self.lease.finish(
+            JobStatus.failed.value,
+            f"{operation} failed",
+            error=f"{operation} failed: {type(exc).__name__}: {_first_lines(exc)}",
+        )
+        return JobStatus.failed.value
 
     def _on_ray(self, job_id: int, operation: str, params: dict, source_path: Path):
         """The operation's Ray Data driver in a child process: a cancel kills it, and Ray then stops the tasks it

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from training_platform.core.settings import ray_worker_env
 from training_platform.data.executors.base import (
     DEFAULT_BLOCK_ROWS,
     BlockStage,
@@ -72,7 +73,7 @@ def ray_session(address: str | None) -> Iterator[None]:
     connected_here = False
     if not ray.is_initialized():
         address = check_reachable(address)
-        env = {k: v for k, v in os.environ.items() if k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TP_DATA_DIR")}
+        env = ray_worker_env()  # paths and offline flags only (core/settings.py): no tokens, no keys
         try:
             ray.init(
                 address=address,

@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from training_platform.core.paths import data_dir
+from training_platform.core.settings import ray_worker_env
 from training_platform.training.launchers import LaunchOutcome
 from training_platform.training.rundir import RunDir, error_file, ranks_dir
 from training_platform.training.stop_signal import StopSignal
@@ -33,18 +34,6 @@ log = logging.getLogger("training_platform.train")
 
 KILL_AFTER_S = 60.0
 STORAGE_TOKEN = "storage_token"
-# What a Ray worker needs from the driver's environment. Nothing else crosses (no tokens, no keys).
-WORKER_ENV = (
-    "TP_DATA_DIR",
-    "TP_MODEL_ROOTS",
-    "HF_HUB_OFFLINE",
-    "HF_DATASETS_OFFLINE",
-    "TRANSFORMERS_OFFLINE",
-    "TOKENIZERS_PARALLELISM",
-    "HF_HOME",
-    "PYTHONPATH",
-    "TP_RAY_ADDRESS",
-)
 
 
 def _rank_entry(config: dict[str, Any]) -> None:
@@ -101,7 +90,7 @@ def launch(run: RunDir, *, cfg, address: str, stop: StopSignal) -> LaunchOutcome
     world = cfg.resources.processes
     token = secrets.token_hex(16)
     (ranks_dir(run) / STORAGE_TOKEN).write_text(token)
-    env = {k: os.environ[k] for k in WORKER_ENV if k in os.environ}
+    env = ray_worker_env("TP_RAY_ADDRESS")  # paths and offline flags only: no tokens, no keys
     env["TP_DATA_DIR"] = str(data_dir())
     log.info("connecting to the Ray cluster at %s", address)
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
