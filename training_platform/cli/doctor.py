@@ -224,11 +224,11 @@ def check_torch() -> Outcome:
 
 def check_ray() -> Outcome:
     """TP_RAY_ADDRESS (only when set): a TCP connect to its host:port within 2 s."""
-    from training_platform.training.ray_cluster import _unreachable
+    from training_platform.core.ray_client import unreachable
 
     address = (current_settings().ray_address or "").strip()
     target = address.removeprefix("ray://").split("/", 1)[0]
-    problem = _unreachable(target, timeout_s=NET_TIMEOUT_S)
+    problem = unreachable(target, timeout_s=NET_TIMEOUT_S)
     if problem is not None:
         return (
             FAIL,

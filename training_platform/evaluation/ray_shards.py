@@ -32,9 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import logging
-import signal
-import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -42,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from training_platform.core.errors import InvalidInput, PlatformError
-from training_platform.core.settings import current_settings, ray_worker_env
+from training_platform.core.ray_client import ClusterUnavailable, joined
+from training_platform.core.settings import current_settings
 from training_platform.evaluation.benchmarks import Benchmark, Item, get_benchmark
 from training_platform.evaluation.config import EvalConfig
 from training_platform.evaluation.generation import Backend, GenerationRequest, SamplingParams, load_backend
@@ -85,21 +83,6 @@ def deal(groups: Sequence[Sequence[int]], workers: int) -> list[list[int]]:
     for number, group in enumerate(groups):
         shards[number % workers].extend(group)
     return [sorted(shard) for shard in shards]
-
-
-def _unreachable(address: str, timeout_s: float = 3.0) -> str | None:
-    """A quick TCP connect first: Ray's client retries a dead address for tens of seconds (or aborts)."""
-    if address in ("auto", "local"):
-        return None
-    target = address.removeprefix("ray://")
-    host, _, port = target.rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
-            return None
-    except ValueError:
-        return f"{address!r} is not a host:port Ray address"
-    except OSError as exc:
-        return f"the Ray cluster at {address} cannot be reached: {exc.strerror or type(exc).__name__}"
 
 
 # --- the worker (a Ray actor) -----------------------------------------------------------------------------------
@@ -248,7 +231,7 @@ class ShardedEvaluation:
         self._nodes: list[str] = []
         self._need: dict[str, float] = {}
         self._group: Any = None
-        self._connected = False
+        self._joined = contextlib.ExitStack()
         self._calls = itertools.count()
 
     # -- lifecycle
@@ -266,36 +249,10 @@ class ShardedEvaluation:
         self._stop()
 
     def _connect(self) -> None:
-        import ray
-
-        if ray.is_initialized():
-            return
-        address = (self.address or current_settings().ray_address or "").strip()
-        if not address:
-            raise ExecutorRefused(
-                "executor", "ray needs a cluster: set TP_RAY_ADDRESS (host:port) or pass its address (--ray-address)"
-            )
-        problem = _unreachable(address)
-        if problem is not None:
-            raise ExecutorRefused("executor", problem)
-        env = ray_worker_env()  # paths and offline flags only (core/settings.py): no tokens, no keys
-        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            ray.init(
-                address=address,
-                runtime_env={"env_vars": env} if env else None,
-                logging_level=logging.WARNING,
-                log_to_driver=True,
-                configure_logging=False,
-            )
-        except Exception as exc:  # noqa: BLE001 - any failure to join is the same refusal
-            raise ExecutorRefused("executor", f"cannot join the Ray cluster at {address}: {exc}") from exc
-        finally:
-            if threading.current_thread() is threading.main_thread():
-                for sig, handler in handlers.items():  # ray.init takes SIGTERM; keep the caller's handling
-                    with contextlib.suppress(ValueError, TypeError):
-                        signal.signal(sig, handler)
-        self._connected = True
+            self._joined.enter_context(joined(self.address or current_settings().ray_address, log_to_driver=True))
+        except ClusterUnavailable as exc:
+            raise ExecutorRefused("executor", str(exc)) from None
 
     def _start(self) -> None:
         import ray
@@ -355,9 +312,7 @@ class ShardedEvaluation:
                 with contextlib.suppress(Exception):
                     remove_placement_group(self._group)
         self._actors, self._group = [], None
-        if self._connected:
-            self._connected = False
-            ray.shutdown()
+        self._joined.close()  # leaves the cluster if _connect joined it
 
     def executor_info(self) -> dict[str, Any]:
         """summary.json's `executor`: the worker count, what each holds, and the node of each worker."""

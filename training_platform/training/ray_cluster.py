@@ -17,12 +17,13 @@ import fcntl
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from training_platform.core.ray_client import unreachable
 
 log = logging.getLogger(__name__)
 
@@ -59,23 +60,11 @@ def _collect(address: str) -> dict[str, Any]:
     nodes.sort(key=lambda n: (not n["is_head"], n["ip"] or "", n["node_id"]))
     dashboard = GcsClient(address=address).internal_kv_get(b"dashboard", b"dashboard")
     url = dashboard.decode() if dashboard else None
-    if url and _unreachable(url.split("://", 1)[-1].split("/", 1)[0], timeout_s=1.0) is not None:
+    if url and unreachable(url.split("://", 1)[-1].split("/", 1)[0], timeout_s=1.0) is not None:
         url = None  # Ray records the address even when started without its dashboard
     if url and "://" not in url:
         url = f"http://{url}"
     return {"address": address, "nodes": nodes, "totals": totals, "dashboard_url": url}
-
-
-def _unreachable(address: str, timeout_s: float = 3.0) -> str | None:
-    """A quick TCP connect first: Ray's client retries a dead address for tens of seconds."""
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
-            return None
-    except ValueError:
-        return f"{address!r} is not a host:port address"
-    except OSError as exc:
-        return f"the Ray cluster at {address} cannot be reached: {exc.strerror or type(exc).__name__}"
 
 
 def _reason(stderr: str) -> str | None:
@@ -100,7 +89,7 @@ def snapshot(address: str, timeout_s: float = SNAPSHOT_TIMEOUT_S) -> dict[str, A
             "error": "a ray:// (Ray Client) address cannot be inspected: set TP_RAY_ADDRESS to the head's GCS "
             "address (host:port) to see the cluster's nodes",
         }
-    if (problem := _unreachable(address)) is not None:
+    if (problem := unreachable(address)) is not None:
         return {"address": address, "checked_at": checked_at, "error": problem}
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")}
     try:
