@@ -91,6 +91,8 @@ def _data_commands(data_app: typer.Typer) -> None:
             None, "--quarantine", help="Quarantine file (default <output stem>.quarantine.jsonl)."
         ),
         report: Path | None = typer.Option(None, "--report", help="Write the full report (every problem) as JSON."),
+        executor: str = typer.Option("local", "--executor", help=EXECUTOR_HELP),
+        ray_address: str | None = typer.Option(None, "--ray-address", help="The Ray cluster (host:port)."),
     ):
         """Print the detected format, then `line N: field: reason` per bad row. Exit 0 if every row is valid,
         else 2."""
@@ -99,11 +101,14 @@ def _data_commands(data_app: typer.Typer) -> None:
         from training_platform.data.validate import Policy, ingest_file, validate_file
 
         with _guard():
+            runner = _executor(executor, ray_address)
             try:
                 if output is not None:  # cast: ingest_file rejects a policy other than reject / quarantine
-                    result = ingest_file(file, output, policy=cast(Policy, policy), fmt=fmt, quarantine=quarantine)
+                    result = ingest_file(
+                        file, output, policy=cast(Policy, policy), fmt=fmt, quarantine=quarantine, executor=runner
+                    )
                 else:
-                    result = validate_file(file, fmt=fmt)
+                    result = validate_file(file, fmt=fmt, executor=runner)
             except DatasetError as exc:  # file-level problems (missing file, unsupported type): same line format
                 for error in exc.rows:
                     typer.echo(str(error))
@@ -146,13 +151,16 @@ def _data_commands(data_app: typer.Typer) -> None:
             None, "--preview-tokenizer", help="Print the first rows rendered with this tokenizer's chat template."
         ),
         preview: int = typer.Option(3, "--preview", min=1, help="How many rows to preview."),
+        executor: str = typer.Option("local", "--executor", help=EXECUTOR_HELP),
+        ray_address: str | None = typer.Option(None, "--ray-address", help="The Ray cluster (host:port)."),
     ):
         """Convert between compatible formats (every row must convert, or nothing is written)."""
         from training_platform.data.convert import convert_file, preview_chat_template
 
         with _guard():
             _need_file(file)
-            result = convert_file(file, output, to, fmt=fmt, data_source=data_source, ability=ability)
+            runner = _executor(executor, ray_address)
+            result = convert_file(file, output, to, fmt=fmt, data_source=data_source, ability=ability, executor=runner)
             typer.echo(f"converted {result.converted} rows: {result.source_format} -> {result.target_format}: {output}")
             if preview_tokenizer is not None:
                 for item in preview_chat_template(output, preview_tokenizer, n=preview):
@@ -253,6 +261,8 @@ def _data_commands(data_app: typer.Typer) -> None:
         max_value: float | None = typer.Option(None, "--max", help="Keep rows with score <= this."),
         top_k: int | None = typer.Option(None, "--top-k", help="Keep the k best rows."),
         lowest: bool = typer.Option(False, "--lowest", help="Best = lowest (e.g. perplexity)."),
+        executor: str = typer.Option("local", "--executor", help=EXECUTOR_HELP + " The judge runs here."),
+        ray_address: str | None = typer.Option(None, "--ray-address", help="The Ray cluster (host:port)."),
     ):
         """Score rows (heuristics, perplexity, judge); optionally keep rows by threshold or top-k."""
         from training_platform.data.score import score_file, score_then_filter
@@ -268,6 +278,7 @@ def _data_commands(data_app: typer.Typer) -> None:
             }
             if by is None and (min_value is not None or max_value is not None or top_k is not None):
                 raise ValueError("--by: name the score to filter on (e.g. --by quality)")
+            kwargs["executor"] = _executor(executor, ray_address)
             if by is not None:
                 result = score_then_filter(
                     file,
@@ -302,6 +313,8 @@ def _data_commands(data_app: typer.Typer) -> None:
         dedup: bool = typer.Option(True, "--dedup/--no-dedup", help="Include the duplicate rate."),
         field: list[str] = typer.Option([], "--field", help="Text fields (default: the format's)."),
         fmt: str | None = typer.Option(None, "--format", help="Row format (default: detected)."),
+        executor: str = typer.Option("local", "--executor", help=EXECUTOR_HELP),
+        ray_address: str | None = typer.Option(None, "--ray-address", help="The Ray cluster (host:port)."),
     ):
         """Audit: length/turn distributions, distinct-1/2, difficulty buckets, duplicates, contamination."""
         from training_platform.data.report import audit_file
@@ -310,6 +323,7 @@ def _data_commands(data_app: typer.Typer) -> None:
             _need_file(file)
             for path in eval_set:
                 _need_file(path, "--eval-set")
+            runner = _executor(executor, ray_address)
             result = audit_file(
                 file,
                 eval_sets=list(eval_set),
@@ -320,6 +334,7 @@ def _data_commands(data_app: typer.Typer) -> None:
                 min_matches=min_matches,
                 dedup=dedup,
                 report_path=output,
+                executor=runner,
             )
             line = (
                 f"{result['rows']} rows, distinct-1 {result['distinct_1']}, distinct-2 {result['distinct_2']}, "
@@ -337,6 +352,8 @@ def _data_commands(data_app: typer.Typer) -> None:
         report: Path | None = typer.Option(None, "--report", help="Report JSON (removed rows)."),
         ngram: int = typer.Option(13, "--ngram", help="N-gram size (words)."),
         min_matches: int = typer.Option(1, "--min-matches", min=1),
+        executor: str = typer.Option("local", "--executor", help=EXECUTOR_HELP),
+        ray_address: str | None = typer.Option(None, "--ray-address", help="The Ray cluster (host:port)."),
     ):
         """Remove rows that overlap registered eval sets."""
         from training_platform.data.contamination import decontaminate_file
@@ -345,8 +362,9 @@ def _data_commands(data_app: typer.Typer) -> None:
             _need_file(file)
             for path in eval_set:
                 _need_file(path, "--eval-set")
+            runner = _executor(executor, ray_address)
             result = decontaminate_file(
-                file, output, list(eval_set), n=ngram, min_matches=min_matches, report_path=report
+                file, output, list(eval_set), n=ngram, min_matches=min_matches, report_path=report, executor=runner
             )
             typer.echo(f"removed {result['removed_rows']} contaminated rows, kept {result['output_rows']}: {output}")
 

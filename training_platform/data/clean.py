@@ -22,6 +22,7 @@ gives, per operator, the rows it saw, kept, removed and modified, with sample re
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,23 +180,27 @@ def _reason_kind(reason: str) -> str:
     return reason
 
 
+_OPERATORS: dict[str, list[Operator]] = {}  # this process's operators: one run's at a time
+
+
 @dataclass
 class CleanStage:
     """The recipe over one block of records: the kept rows and the block's per-operator figures. Operators are
-    built once per process that runs the stage (a tokenizer is loaded once), their counters per block."""
+    built once per process that runs the stage (a tokenizer is loaded once), their counters per block; each Ray
+    task unpickles its own copy of the stage, so they are kept per process by the run's id."""
 
     recipe: Recipe
     fmt: str | None
     samples: int
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_operators"}
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def operators(self) -> list[Operator]:
-        if "_operators" not in self.__dict__:
+        operators = _OPERATORS.get(self.run_id)
+        if operators is None:
+            _OPERATORS.clear()  # a worker keeps the latest run's operators only
             ctx = OpContext(fmt=self.fmt)
-            self.__dict__["_operators"] = [OPERATORS[s.op](s.params, ctx) for s in self.recipe.steps]
-        return self.__dict__["_operators"]
+            operators = _OPERATORS[self.run_id] = [OPERATORS[s.op](s.params, ctx) for s in self.recipe.steps]
+        return operators
 
     def __call__(self, records: Any) -> dict[str, Any]:
         operators = self.operators()

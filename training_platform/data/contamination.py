@@ -14,14 +14,19 @@ The index holds 64-bit n-gram hashes (sorted numpy arrays), not texts; training 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from training_platform.data.formats import DatasetError
+from training_platform.data.io import Record
 from training_platform.data.text import iter_texts, normalize_for_exact, shingle_words
+
+if TYPE_CHECKING:
+    from training_platform.data.executors import Executor
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -68,6 +73,12 @@ class ContaminationIndex:
         self._owners: list[tuple[int, int]] = []  # owner id -> (eval set index, eval row index)
         self._frozen: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.skipped_short = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled frozen (a stage ships the index to Ray workers): each table once, as the only part of its
+        length (pickle stores an array that both hold once)."""
+        tables = self._tables()
+        return {**self.__dict__, "_by_len": {length: [table] for length, table in tables.items()}}
 
     def add_texts(self, name: str, rows: Iterable[Iterable[str]], path: str | None = None) -> EvalSet:
         """rows: for each eval row, its texts."""
@@ -175,6 +186,31 @@ def build_index(
     return index
 
 
+def contaminated_row(
+    index: ContaminationIndex,
+    row_index: int,
+    row: Any,
+    fmt: str | None,
+    fields: list[str] | None,
+    min_matches: int,
+) -> dict[str, Any] | None:
+    """The report entry of a contaminated training row (None when it is not): {row (0-based), eval_set, eval_row,
+    matched_ngrams, example, eval_rows_matched}."""
+    found = index.matches(iter_texts(row, fmt, fields))
+    if not found or found[0][1] < min_matches:
+        return None
+    owner, count, example = found[0]
+    eval_set, eval_row = index.owner(owner)
+    return {
+        "row": row_index,
+        "eval_set": eval_set,
+        "eval_row": eval_row,
+        "matched_ngrams": count,
+        "example": example,
+        "eval_rows_matched": len(found),
+    }
+
+
 def find_contamination(
     rows: Iterable[Any],
     index: ContaminationIndex,
@@ -190,21 +226,49 @@ def find_contamination(
     for i, row in enumerate(rows):
         if fmt is None and isinstance(row, dict):
             fmt = detect_format(row)
-        found = index.matches(iter_texts(row, fmt, fields))
-        if found and found[0][1] >= min_matches:
-            owner, count, example = found[0]
-            eval_set, eval_row = index.owner(owner)
-            out.append(
-                {
-                    "row": i,
-                    "eval_set": eval_set,
-                    "eval_row": eval_row,
-                    "matched_ngrams": count,
-                    "example": example,
-                    "eval_rows_matched": len(found),
-                }
-            )
+        entry = contaminated_row(index, i, row, fmt, fields, min_matches)
+        if entry is not None:
+            out.append(entry)
     return out
+
+
+def _scan(
+    path: str | Path,
+    index: ContaminationIndex,
+    *,
+    fields: list[str] | None,
+    min_matches: int,
+    executor: Executor | None,
+    writer: Any = None,
+) -> tuple[list[dict[str, Any]], int]:
+    """The contaminated rows of `path` (matched block by block on `executor`, default local), and the rows written
+    to `writer` (the others, in order; None: none written)."""
+    from training_platform.data.executors import get_executor
+    from training_platform.data.stages import format_start
+
+    executor = executor or get_executor("local")
+    fmt, fmt_from = format_start(path, None)
+    stage = DecontaminateStage(index, fmt, fmt_from, fields, min_matches, keep_rows=writer is not None)
+    found: list[dict[str, Any]] = []
+    kept = 0
+    for part_found, part_kept in executor.map_blocks(Path(path), stage):
+        found += part_found
+        for row in part_kept:
+            writer.write(row)
+            kept += 1
+    return found, kept
+
+
+def _report(index: ContaminationIndex, found: list[dict[str, Any]], n: int, min_tokens: int, min_matches: int):
+    return {
+        "ngram": n,
+        "min_tokens": min_tokens,
+        "min_matches": min_matches,
+        "eval_sets": [{"name": s.name, "path": s.path, "rows": s.rows} for s in index.sets],
+        "contaminated_rows": [f["row"] for f in found],
+        "contaminated": found,
+        "eval_texts_too_short": index.skipped_short,
+    }
 
 
 def contamination_report(
@@ -215,20 +279,37 @@ def contamination_report(
     min_tokens: int = 8,
     min_matches: int = 1,
     fields: list[str] | None = None,
+    executor: Executor | None = None,
 ) -> dict[str, Any]:
-    from training_platform.data.io import iter_rows
-
     index = build_index(eval_sets, n=n, min_tokens=min_tokens, fields=fields)
-    found = find_contamination(iter_rows(path), index, fields=fields, min_matches=min_matches)
-    return {
-        "ngram": n,
-        "min_tokens": min_tokens,
-        "min_matches": min_matches,
-        "eval_sets": [{"name": s.name, "path": s.path, "rows": s.rows} for s in index.sets],
-        "contaminated_rows": [f["row"] for f in found],
-        "contaminated": found,
-        "eval_texts_too_short": index.skipped_short,
-    }
+    found, _ = _scan(path, index, fields=fields, min_matches=min_matches, executor=executor)
+    return _report(index, found, n, min_tokens, min_matches)
+
+
+@dataclass
+class DecontaminateStage:
+    """Per block: the contaminated rows' report entries, and the other rows (when `keep_rows`)."""
+
+    index: ContaminationIndex
+    fmt: str | None
+    fmt_from: int
+    fields: list[str] | None
+    min_matches: int
+    keep_rows: bool = True
+
+    def __call__(self, records: Sequence[Record]) -> tuple[list[dict[str, Any]], list[Any]]:
+        found: list[dict[str, Any]] = []
+        kept: list[Any] = []
+        for record in records:
+            if record.error is not None:
+                raise DatasetError([record.error])
+            fmt = self.fmt if record.index >= self.fmt_from else None
+            entry = contaminated_row(self.index, record.index, record.row, fmt, self.fields, self.min_matches)
+            if entry is not None:
+                found.append(entry)
+            elif self.keep_rows:
+                kept.append(record.row)
+        return found, kept
 
 
 def decontaminate_file(
@@ -241,27 +322,27 @@ def decontaminate_file(
     min_matches: int = 1,
     fields: list[str] | None = None,
     report_path: str | Path | None = None,
+    executor: Executor | None = None,
 ) -> dict[str, Any]:
-    """Write the rows that are not contaminated (atomic); the report lists the removed ones."""
+    """Write the rows that are not contaminated (atomic); the report lists the removed ones. The eval sets' index
+    is built here; the rows are matched block by block on `executor` (default: local) and written here, in order."""
     from training_platform.core.files import write_json
-    from training_platform.data.io import RowWriter, iter_records
-
-    report = contamination_report(path, eval_sets, n=n, min_tokens=min_tokens, min_matches=min_matches, fields=fields)
-    bad = set(report["contaminated_rows"])
-    kept = 0
-    with RowWriter(output) as writer:
-        for record in iter_records(path):
-            if record.index not in bad:
-                writer.write(record.row)
-                kept += 1
+    from training_platform.data.executors import get_executor
+    from training_platform.data.io import RowWriter
     from training_platform.data.versions import derived_version
 
+    executor = executor or get_executor("local")
+    index = build_index(eval_sets, n=n, min_tokens=min_tokens, fields=fields)
+    with RowWriter(output) as writer:
+        found, kept = _scan(path, index, fields=fields, min_matches=min_matches, executor=executor, writer=writer)
+    report = _report(index, found, n, min_tokens, min_matches)
     report.update(
         {
             "input": str(path),
             "output": str(output),
             "output_rows": kept,
-            "removed_rows": len(bad),
+            "removed_rows": len(found),
+            "executor": executor.describe(),
             "version": derived_version(
                 output,
                 parent=path,

@@ -16,13 +16,18 @@ Lossless round trips: messages <-> sharegpt (roles user/assistant/system/tool), 
 optional system) <-> alpaca without input, prompt_completion (strings) <-> messages, preference plain <->
 conversational (single prompt turn, single replies), verl -> rl_prompt -> verl. Alpaca `input` is merged into the
 user turn (instruction + blank line + input), so alpaca with input -> messages -> alpaca is lossy.
+
+`convert_file` settles the source format in the driver (the first parseable row's, unless given), converts the rows
+block by block with `ConvertStage` on an executor (data/executors/: local, or Ray Data stages) and writes them here,
+in the input's order.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from training_platform.core.errors import InvalidInput
 from training_platform.data.formats import (
@@ -34,7 +39,11 @@ from training_platform.data.formats import (
     detect_format,
     validate_row,
 )
-from training_platform.data.io import RowWriter, iter_records
+from training_platform.data.io import Record, RowWriter, iter_records
+from training_platform.data.tokenizer import load_tokenizer  # noqa: F401 - re-exported (callers of convert's)
+
+if TYPE_CHECKING:
+    from training_platform.data.executors import Executor
 
 TARGET_FORMATS = (
     "messages",
@@ -225,6 +234,7 @@ class ConvertReport:
     rows: int = 0
     converted: int = 0
     errors: list[RowError] = field(default_factory=list)
+    executor: dict[str, Any] | None = None  # where the rows were converted (Executor.describe())
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -235,7 +245,62 @@ class ConvertReport:
             "rows": self.rows,
             "converted": self.converted,
             "errors": [str(e) for e in self.errors],
+            "executor": self.executor,
         }
+
+
+@dataclass
+class ConvertStage:
+    """One block's rows converted: the converted rows, the parseable rows seen and the problems (line, field,
+    reason) in order. The row's index (verl's extra_info.index) is its 0-based index in the file."""
+
+    src: str | None  # None only for a file without a parseable row
+    dst: str
+    field_map: dict[str, str] | None = None
+    data_source: str = "custom"
+    ability: str | None = None
+
+    def __call__(self, records: Sequence[Record]) -> dict[str, Any]:
+        rows = 0
+        converted: list[dict] = []
+        errors: list[RowError] = []
+        for record in records:
+            if record.error is not None:
+                errors.append(record.error)
+                continue
+            row = apply_field_map(record.row, self.field_map or {}) if isinstance(record.row, dict) else record.row
+            if self.src is None:  # the driver found no parseable row; the file changed under the scan
+                raise DatasetError([RowError(record.line, "<row>", "the file changed while it was read")])
+            rows += 1
+            problems = validate_row(self.src, row)
+            if problems:
+                errors.append(RowError(record.line, *problems[0]))
+                continue
+            try:
+                converted.append(
+                    convert_row(
+                        row, self.src, self.dst, index=record.index, data_source=self.data_source, ability=self.ability
+                    )
+                )
+            except ConversionError as exc:
+                errors.append(RowError(record.line, exc.field, exc.reason))
+        return {"rows": rows, "converted": converted, "errors": errors}
+
+
+def _source_format(path: str | Path, fmt: str, dst: str, field_map: dict[str, str] | None) -> str | None:
+    """The rows' format: `fmt`, else the first parseable row's (None: the file has none). The first parseable row
+    must have a format that converts to `dst`, else DatasetError naming its line."""
+    for record in iter_records(path):
+        if record.error is not None:
+            continue
+        row = apply_field_map(record.row, field_map or {}) if isinstance(record.row, dict) else record.row
+        src = fmt if fmt != "auto" else (detect_format(row) if isinstance(row, dict) else None)
+        if src is None:
+            raise DatasetError([RowError(record.line, "<row>", "cannot detect the format; pass --format")])
+        if not can_convert(src, dst):
+            raise DatasetError([RowError(record.line, "<row>", f"format {src!r} cannot be converted to {dst!r}")])
+        return src
+    return None
 
 
 def convert_file(
@@ -247,65 +312,36 @@ def convert_file(
     field_map: dict[str, str] | None = None,
     data_source: str = "custom",
     ability: str | None = None,
+    executor: Executor | None = None,
 ) -> ConvertReport:
     """Convert a whole file. Every row must be valid in its format and convertible; otherwise DatasetError lists
     the bad rows (line, field, reason) and nothing is written. The output type follows its suffix (`.parquet` for
-    verl)."""
+    verl). The rows are converted block by block on `executor` (default: local, in this process) and written here,
+    in the input's order."""
+    from training_platform.data.executors import get_executor
+
     dst = target_format(to)
     if fmt != "auto" and fmt not in DATA_FORMATS:
         raise ValueError(f"--format: unknown format {fmt!r}; use auto or one of {', '.join(DATA_FORMATS)}")
-    report: ConvertReport | None = None
+    executor = executor or get_executor("local")
     errors: list[RowError] = []
+    rows = converted = 0
     with RowWriter(output) as writer:
-        for record in iter_records(path):
-            if record.error is not None:
-                errors.append(record.error)
-                continue
-            row = apply_field_map(record.row, field_map or {}) if isinstance(record.row, dict) else record.row
-            if report is None:
-                src = fmt if fmt != "auto" else (detect_format(row) if isinstance(row, dict) else None)
-                if src is None:
-                    raise DatasetError([RowError(record.line, "<row>", "cannot detect the format; pass --format")])
-                if not can_convert(src, dst):
-                    raise DatasetError(
-                        [RowError(record.line, "<row>", f"format {src!r} cannot be converted to {dst!r}")]
-                    )
-                report = ConvertReport(str(path), str(output), src, dst)
-            report.rows += 1
-            problems = validate_row(report.source_format, row)
-            if problems:
-                errors.append(RowError(record.line, *problems[0]))
-                continue
-            try:
-                writer.write(
-                    convert_row(
-                        row, report.source_format, dst, index=record.index, data_source=data_source, ability=ability
-                    )
-                )
-                report.converted += 1
-            except ConversionError as exc:
-                errors.append(RowError(record.line, exc.field, exc.reason))
+        src = _source_format(path, fmt, dst, field_map)
+        stage = ConvertStage(src, dst, field_map or None, data_source, ability)
+        for part in executor.map_blocks(Path(path), stage):
+            rows += part["rows"]
+            errors.extend(part["errors"])
+            writer.write_all(part["converted"])
+            converted += len(part["converted"])
         if errors:
             raise DatasetError(errors)
-        if report is None:
+        if src is None or rows == 0:
             raise DatasetError([RowError(0, "<file>", "the file has no rows")])
-    return report
+    return ConvertReport(str(path), str(output), src, dst, rows, converted, executor=executor.describe())
 
 
 # ---------------------------------------------------------------------------------------------- chat template preview
-
-
-def load_tokenizer(name_or_path: str | Path):
-    """A local tokenizer directory (as given, else relative to TP_DATA_DIR like job config paths); anything else
-    is passed to transformers as a hub id. Never reaches the hub for a local path."""
-    from transformers import AutoTokenizer
-
-    from training_platform.core.paths import resolve_data_path
-
-    for path in (Path(name_or_path).expanduser(), resolve_data_path(name_or_path)):
-        if path.exists():
-            return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    return AutoTokenizer.from_pretrained(str(name_or_path))
 
 
 def render_row(row: dict, fmt: str, tokenizer) -> str:

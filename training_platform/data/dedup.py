@@ -394,7 +394,7 @@ def find_duplicates(
     params = config.resolved()
     bands, rows_per_band, verify = params["bands"], params["rows"], params["verify_threshold"]
     if config.keep == "best" and quality is None:
-        from training_platform.data.score import heuristic_quality
+        from training_platform.data.quality import heuristic_quality
 
         quality = heuristic_quality
     hasher = MinHasher(config.num_perm, config.ngram, config.seed) if config.near else None

@@ -12,6 +12,11 @@ Definitions (also written into every report under `definitions`):
   `turns`. The difficulty score is the mean of the row's percentile ranks on the features that vary within the
   dataset (ties share their average rank), in (0, 1]; buckets: easy < 1/3 <= medium < 2/3 <= hard (cut-offs
   configurable). `resample_to_mix` draws rows to a target easy/medium/hard mix.
+
+`audit_file` runs its per-row work (lengths, turns, difficulty features, token lengths, n-gram counts) as
+`AuditStage` on an executor (data/executors/: local, or Ray Data stages), block by block; what needs every row
+(ranks, buckets, distinct-n and entropy over the merged counts) is computed in the driver from the stages' compact
+per-row figures. The duplicate search runs on the executor too; the contamination check runs in the driver.
 """
 
 from __future__ import annotations
@@ -21,15 +26,20 @@ import re
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from xxhash import xxh3_64_intdigest
 
 from training_platform.core.files import write_json
 from training_platform.data.formats import DatasetError, RowError, detect_format, validate_row
-from training_platform.data.io import RowWriter, iter_records
+from training_platform.data.io import Record, RowWriter, iter_records
 from training_platform.data.text import iter_texts, response_text, row_text, turn_count, whitespace_tokens
+
+if TYPE_CHECKING:
+    from training_platform.data.executors import Executor
 
 DISTINCT_N_DEFINITION = (
     "distinct-n = unique word n-grams / total word n-grams over the whole dataset; words are the lowercased "
@@ -115,7 +125,9 @@ def bucket_of(scores: np.ndarray, thresholds: tuple[float, float] = (1 / 3, 2 / 
 
 
 class _Diversity:
-    """Counts of hashed word n-grams (exact; memory grows with the number of distinct n-grams)."""
+    """Counts of hashed word n-grams (exact; memory grows with the number of distinct n-grams), in the order the
+    n-grams first appear. The hash (xxh3 of the n-gram's words joined by a space: words hold no whitespace) is the
+    same in every process, so the counts of blocks counted apart merge (`update`) into the whole file's."""
 
     def __init__(self, ns: tuple[int, ...] = (1, 2)):
         self.counts: dict[int, Counter[int]] = {n: Counter() for n in ns}  # n -> hashed n-gram -> count
@@ -126,10 +138,16 @@ class _Diversity:
         for n, counter in self.counts.items():
             if len(tokens) < n:
                 continue
-            grams = tokens if n == 1 else zip(*(tokens[i:] for i in range(n)), strict=False)
+            grams = tokens if n == 1 else map(" ".join, zip(*(tokens[i:] for i in range(n)), strict=False))
             before = self.totals[n]
-            counter.update(map(hash, grams))
+            counter.update(map(xxh3_64_intdigest, map(str.encode, grams)))
             self.totals[n] = before + len(tokens) - n + 1
+
+    def update(self, other: _Diversity) -> None:
+        """Add the counts of texts that come after this one's (first appearances keep their order)."""
+        for n, counter in self.counts.items():
+            counter.update(other.counts[n])
+            self.totals[n] += other.totals[n]
 
     def distinct(self, n: int) -> float:
         return round(len(self.counts[n]) / self.totals[n], 6) if self.totals[n] else 0.0
@@ -158,6 +176,77 @@ def _detect(path: str | Path, fmt: str | None) -> str | None:
     return None
 
 
+_TOKENIZERS: dict[str, Any] = {}  # AuditStage's tokenizers by path, loaded once per process
+_VALUES = ("chars", "words", "turns", *DIFFICULTY_FEATURES, "tokens")  # AuditStage's columns, one row per row
+
+
+@dataclass
+class AuditStage:
+    """One block's per-row figures (`_VALUES`: text length in chars and words, turns, the difficulty features and,
+    with a tokenizer, the token length of the text a trainer would see) and its n-gram counts. A tokenizer given as
+    a path is loaded once per process that runs the stage."""
+
+    fmt: str | None
+    fields: list[str] | None = None
+    tokenizer: Any = None  # a tokenizer directory / hub id, or a tokenizer object
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_tokenizer"}
+
+    def loaded_tokenizer(self) -> Any:
+        if "_tokenizer" not in self.__dict__:
+            tokenizer = self.tokenizer
+            if isinstance(tokenizer, str | Path):  # each Ray task gets its own copy of the stage: cached per process
+                tokenizer = _TOKENIZERS.get(str(tokenizer))
+                if tokenizer is None:
+                    from training_platform.data.tokenizer import load_tokenizer
+
+                    tokenizer = _TOKENIZERS[str(self.tokenizer)] = load_tokenizer(self.tokenizer)
+            self.__dict__["_tokenizer"] = tokenizer
+        return self.__dict__["_tokenizer"]
+
+    def __call__(self, records: Sequence[Record]) -> dict[str, Any]:
+        fmt, fields = self.fmt, self.fields
+        tokenizer = self.loaded_tokenizer()
+        values = np.zeros((len(records), len(_VALUES)), dtype=np.int64)
+        diversity = _Diversity()
+        rendered: list[str] = []
+        for i, record in enumerate(records):
+            if record.error is not None:
+                raise DatasetError([record.error])
+            row = record.row
+            text = row_text(row, fmt, fields)
+            features = difficulty_features(row, fmt)
+            values[i, :-1] = (
+                len(text),
+                len(text.split()),
+                turn_count(row, fmt),
+                *(features[name] for name in DIFFICULTY_FEATURES),
+            )
+            for field_text in iter_texts(row, fmt, fields):
+                diversity.add(field_text)
+            if tokenizer is not None:
+                if fmt is not None and isinstance(row, dict) and not validate_row(fmt, row):
+                    from training_platform.data.convert import render_row
+
+                    text = render_row(row, fmt, tokenizer)
+                rendered.append(text)
+        for start in range(0, len(rendered), 256):
+            ids = tokenizer(rendered[start : start + 256], add_special_tokens=False)["input_ids"]
+            values[start : start + len(ids), -1] = [len(x) for x in ids]
+        return {"values": values, "diversity": diversity}
+
+
+def _tokenizer_source(name: str | Path) -> str:
+    """A local tokenizer directory as an absolute path (Ray workers load it themselves), else the hub id."""
+    from training_platform.core.paths import resolve_data_path
+
+    for path in (Path(name).expanduser(), resolve_data_path(name)):
+        if path.exists():
+            return str(path.resolve())
+    return str(name)
+
+
 def audit_file(
     path: str | Path,
     *,
@@ -172,55 +261,40 @@ def audit_file(
     thresholds: tuple[float, float] = (1 / 3, 2 / 3),
     bins: int = 20,
     report_path: str | Path | None = None,
+    executor: Executor | None = None,
 ) -> dict[str, Any]:
     """The audit report (see the module docstring). `tokenizer`: a tokenizer object or a local path, for token
-    lengths of the text a trainer would see (chat template for chat rows). `dedup`: True, False or a DedupConfig."""
+    lengths of the text a trainer would see (chat template for chat rows). `dedup`: True, False or a DedupConfig.
+    The per-row figures (and token lengths) are computed block by block on `executor` (default: local, in this
+    process) as is the duplicate search; ranks, buckets and diversity over all rows are computed here, as is the
+    contamination check."""
     from training_platform.core.files import sha256_file
+    from training_platform.data.executors import get_executor
 
     t0 = time.perf_counter()
+    executor = executor or get_executor("local")
     fmt = _detect(path, fmt)
+    stage = AuditStage(fmt, fields, tokenizer)
     if isinstance(tokenizer, str | Path):
-        from training_platform.data.convert import load_tokenizer
+        from training_platform.data.tokenizer import load_tokenizer
 
+        stage.tokenizer = _tokenizer_source(tokenizer)
         tokenizer = load_tokenizer(tokenizer)
-    chars: list[int] = []
-    words: list[int] = []
-    turns: list[int] = []
-    tokens: list[int] = []
-    features: dict[str, list[int]] = {name: [] for name in DIFFICULTY_FEATURES}
+    stage.__dict__["_tokenizer"] = tokenizer  # this process's copy (a Ray worker loads its own)
+    parts: list[np.ndarray] = []
     diversity = _Diversity()
-    pending: list[str] = []
-
-    def tokenize_pending() -> None:
-        if pending:
-            tokens.extend(len(ids) for ids in tokenizer(pending, add_special_tokens=False)["input_ids"])
-            pending.clear()
-
-    for row in _rows(path):
-        text = row_text(row, fmt, fields)
-        chars.append(len(text))
-        words.append(len(text.split()))
-        turns.append(turn_count(row, fmt))
-        for field_text in iter_texts(row, fmt, fields):
-            diversity.add(field_text)
-        for name, value in difficulty_features(row, fmt).items():
-            features[name].append(value)
-        if tokenizer is not None:
-            rendered = text
-            if fmt is not None and isinstance(row, dict) and not validate_row(fmt, row):
-                from training_platform.data.convert import render_row
-
-                rendered = render_row(row, fmt, tokenizer)
-            pending.append(rendered)
-            if len(pending) >= 256:
-                tokenize_pending()
-    if tokenizer is not None:
-        tokenize_pending()
-    n = len(chars)
+    for part in executor.map_blocks(Path(path), stage):
+        parts.append(part["values"])
+        diversity.update(part["diversity"])
+    values = np.concatenate(parts) if parts else np.zeros((0, len(_VALUES)), dtype=np.int64)
+    n = len(values)
     if n == 0:
         raise DatasetError([RowError(0, "<file>", "the file has no rows")])
+    column = {name: values[:, i].tolist() for i, name in enumerate(_VALUES)}
+    chars, words, turns, tokens = column["chars"], column["words"], column["turns"], column["tokens"]
+    del parts, values
 
-    arrays = {name: np.asarray(values, dtype=np.float64) for name, values in features.items()}
+    arrays = {name: np.asarray(column[name], dtype=np.float64) for name in DIFFICULTY_FEATURES}
     scores = difficulty_scores(arrays)
     buckets = bucket_of(scores, thresholds)
     bucket_counts = {name: int((buckets == i).sum()) for i, name in enumerate(BUCKETS)}
@@ -261,7 +335,10 @@ def audit_file(
         from training_platform.data.dedup import DedupConfig, find_duplicates
 
         config = dedup if isinstance(dedup, DedupConfig) else DedupConfig()
-        result = find_duplicates((row_text(row, fmt, fields) for row in _rows(path)), config)
+        if executor.name == "local":
+            result = find_duplicates((row_text(row, fmt, fields) for row in _rows(path)), config)
+        else:  # the executor's own duplicate search (Ray Data shuffles): the same clusters as the local one
+            result, _ = executor.duplicates(Path(path), config, fmt=fmt, fields=fields, workdir=None)
         report["duplicates"] = {
             "exact_duplicates": result.exact_duplicates,
             "near_duplicates": result.near_duplicates,
@@ -286,6 +363,7 @@ def audit_file(
             "contaminated_rate": round(len(found) / n, 6),
             "rows": found,
         }
+    report["executor"] = executor.describe()
     report["seconds"] = round(time.perf_counter() - t0, 3)
     if report_path is not None:
         write_json(report_path, report)

@@ -40,13 +40,13 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from training_platform.core.files import write_json
-from training_platform.data.formats import DatasetError, RowError, detect_format, validate_row
+from training_platform.data.formats import DatasetError, RowError
 from training_platform.data.io import RowWriter, iter_records, read_json_or_yaml
 from training_platform.data.judge_parse import (  # noqa: F401 - re-exported
     JudgeParse,
@@ -54,94 +54,12 @@ from training_platform.data.judge_parse import (  # noqa: F401 - re-exported
     judge_cache_key,
     parse_score,
 )
-from training_platform.data.operators.char_ratio import char_ratios
-from training_platform.data.operators.repetition import top_ngram_char_fraction
-from training_platform.data.text import row_text
+from training_platform.data.quality import PerplexityScorer, _clamp, heuristic_quality, heuristic_scores
+
+if TYPE_CHECKING:
+    from training_platform.data.executors import Executor
 
 SCORES_KEY = "_scores"
-
-
-def _clamp(x: float) -> float:
-    return 0.0 if x < 0 else (1.0 if x > 1 else x)
-
-
-def heuristic_scores(text: str) -> dict[str, float]:
-    words = [w for w in text.split() if not w.isascii() or any(c.isalnum() for c in w)]  # symbol runs are not words
-    n_words = len(words)
-    lines = [line for line in text.splitlines() if line.strip()]
-    dup_lines = (len(lines) - len(set(lines))) / len(lines) if lines else 0.0
-    ratios = char_ratios(text)
-    top2 = top_ngram_char_fraction(words, 2, len(text)) if n_words >= 20 else 0.0
-    unique = len({w.lower() for w in words}) / n_words if n_words else 0.0
-    parts = [
-        min(1.0, math.log1p(n_words) / math.log(51)),
-        _clamp((ratios["alnum_ratio"] - 0.3) / 0.4),
-        1.0 - dup_lines,
-        1.0 - _clamp(top2 / 0.3) if n_words >= 20 else 1.0,
-        _clamp(unique / 0.5) if n_words >= 20 else 1.0,
-    ]
-    quality = sum(parts) / len(parts) if n_words else 0.0
-    return {
-        "chars": len(text),
-        "words": n_words,
-        **{k: round(v, 4) for k, v in ratios.items()},
-        "dup_line_frac": round(dup_lines, 4),
-        "top_2gram_char_frac": round(top2, 4),
-        "unique_word_ratio": round(unique, 4),
-        "quality": round(quality, 4),
-    }
-
-
-def heuristic_quality(text: str) -> float:
-    return heuristic_scores(text)["quality"]
-
-
-# ---------------------------------------------------------------------------------------------- perplexity
-
-
-class PerplexityScorer:
-    """Perplexity of texts under a local causal LM (CPU by default)."""
-
-    def __init__(self, model_path: str | Path, *, max_length: int = 512, batch_size: int = 8, device: str = "cpu"):
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        from training_platform.data.convert import load_tokenizer
-
-        self.model_path = str(model_path)
-        self.tokenizer = load_tokenizer(model_path)
-        self.tokenizer.padding_side = "right"
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        local = Path(model_path).expanduser().exists()
-        model = AutoModelForCausalLM.from_pretrained(str(model_path), local_files_only=local, dtype=torch.float32)
-        # transformers decorates PreTrainedModel.to with functools.wraps, which types it as an unbound function
-        self.model = cast(torch.nn.Module, model).to(device).eval()
-        self.max_length, self.batch_size, self.device = max_length, batch_size, device
-
-    def score(self, texts: list[str]) -> list[float | None]:
-        import torch
-
-        out: list[float | None] = []
-        for start in range(0, len(texts), self.batch_size):
-            batch = texts[start : start + self.batch_size]
-            enc = self.tokenizer(
-                batch,
-                return_tensors="pt",
-                padding=True,
-                truncation=True,
-                max_length=self.max_length,
-                add_special_tokens=False,
-            ).to(self.device)
-            with torch.inference_mode():
-                logits = self.model(**enc).logits[:, :-1].float()
-            targets = enc["input_ids"][:, 1:]
-            mask = enc["attention_mask"][:, 1:].float()
-            nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none") * mask
-            counts = mask.sum(dim=1)
-            for total, count in zip(nll.sum(dim=1).tolist(), counts.tolist(), strict=True):
-                out.append(round(math.exp(total / count), 4) if count > 0 else None)
-        return out
 
 
 # ---------------------------------------------------------------------------------------------- judge
@@ -451,61 +369,45 @@ def score_file(
     fields: list[str] | None = None,
     batch_size: int = 16,
     report_path: str | Path | None = None,
+    executor: Executor | None = None,
 ) -> dict[str, Any]:
     """Score every row; write the rows with `_scores` added (atomic) and return the report (per-score
-    distributions, judge counters). `endpoints` resolves the judge's endpoint name (default: TP_ENDPOINTS)."""
+    distributions, judge counters). `endpoints` resolves the judge's endpoint name (default: TP_ENDPOINTS). The
+    heuristics and perplexity run block by block on `executor` (default: local; data/stages.py `ScoreStage`); the
+    judge and the writing run here, row after row in the input's order."""
+    from training_platform.data.executors import get_executor
+    from training_platform.data.stages import ScoreStage, format_start, model_key, perplexity_scorer, release_scorer
+    from training_platform.data.stages import scored_rows as merged
+
     t0 = time.perf_counter()
-    scorer = PerplexityScorer(perplexity_model, max_length=perplexity_max_length) if perplexity_model else None
-    client = (
-        JudgeClient(load_judge_config(judge), endpoints=endpoints, transport=judge_transport)
-        if judge is not None
-        else None
-    )
+    executor = executor or get_executor("local")
+    model = model_key(perplexity_model, perplexity_max_length) if perplexity_model else None
     values: dict[str, list[float]] = {}
     rows = 0
-    try:
+    client = None
+    try:  # the model loads here first: a bad path fails before any row is read; it scores the batches blocks cut
+        scorer = perplexity_scorer(model) if model is not None else None
+        if judge is not None:
+            client = JudgeClient(load_judge_config(judge), endpoints=endpoints, transport=judge_transport)
         with RowWriter(output) as writer:
-            batch: list[tuple[Any, str, str]] = []  # (row, text, rendered for the perplexity model)
-
-            def flush() -> None:
-                nonlocal rows
-                ppl = scorer.score([rendered for _, _, rendered in batch]) if scorer is not None else None
-                for i, (row, text, _) in enumerate(batch):
-                    scores: dict[str, Any] = {}
-                    if heuristics:
-                        scores.update(heuristic_scores(text))
-                    if ppl is not None:
-                        scores["perplexity"] = ppl[i]
-                    if client is not None:
-                        scores[client.score_name] = client.score(text)
-                    for key, value in scores.items():
-                        if isinstance(value, int | float) and value is not None:
-                            values.setdefault(key, []).append(float(value))
-                    out = dict(row) if isinstance(row, dict) else {"value": row}
-                    out[SCORES_KEY] = scores
-                    writer.write(out)
-                    rows += 1
-                batch.clear()
-
-            for record in iter_records(path):
-                if record.error is not None:
-                    raise DatasetError([record.error])
-                row = record.row
-                if fmt is None and isinstance(row, dict):
-                    fmt = detect_format(row)
-                text = row_text(row, fmt, fields)
-                rendered = text
-                if scorer is not None and fmt is not None and isinstance(row, dict) and not validate_row(fmt, row):
-                    from training_platform.data.convert import render_row
-
-                    rendered = render_row(row, fmt, scorer.tokenizer)
-                batch.append((row, text, rendered))
-                if len(batch) >= batch_size:
-                    flush()
-            flush()
+            fmt, fmt_from = format_start(path, fmt)
+            size = max(1, batch_size)
+            stage = ScoreStage(heuristics, fmt, fmt_from, fields, size, model, with_text=client is not None)
+            for row, text, scores in merged(executor.map_blocks(Path(path), stage), scorer, size):
+                if client is not None:
+                    scores[client.score_name] = client.score(cast(str, text))
+                for key, value in scores.items():
+                    if isinstance(value, int | float) and value is not None:
+                        values.setdefault(key, []).append(float(value))
+                out = dict(row) if isinstance(row, dict) else {"value": row}
+                out[SCORES_KEY] = scores
+                writer.write(out)
+                rows += 1
     finally:
         if client is not None:
             client.close()
+        if model is not None:
+            release_scorer(model)
     report: dict[str, Any] = {
         "input": str(path),
         "output": str(output),
@@ -514,10 +416,11 @@ def score_file(
         "scores": {k: _stats(v) for k, v in values.items()},
         "seconds": round(time.perf_counter() - t0, 3),
     }
-    if scorer is not None:
-        report["perplexity"] = {"model": scorer.model_path, "max_length": perplexity_max_length}
+    if perplexity_model:
+        report["perplexity"] = {"model": str(perplexity_model), "max_length": perplexity_max_length}
     if client is not None:
         report["judge"] = client.report()
+    report["executor"] = executor.describe()
     if report_path is not None:
         write_json(report_path, report)
     return report

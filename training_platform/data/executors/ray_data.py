@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from training_platform.core.settings import ray_worker_env
+from training_platform.core.ray_client import ClusterUnavailable, joined, unreachable
 from training_platform.data.executors.base import (
     DEFAULT_BLOCK_ROWS,
     BlockStage,
@@ -53,52 +53,33 @@ def check_reachable(address: str | None) -> str:
     """The address to join, or ExecutorError naming `executor` when there is none or its GCS does not answer."""
     if not address:
         raise ExecutorError("executor: ray needs a cluster: set TP_RAY_ADDRESS or pass --ray-address")
-    if address.startswith("ray://"):
-        return address
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=CONNECT_TIMEOUT_S):
-            pass
-    except (OSError, ValueError) as exc:
-        raise ExecutorError(f"executor: the Ray cluster at {address} cannot be reached: {exc}") from None
+    if (problem := unreachable(address, CONNECT_TIMEOUT_S)) is not None:
+        raise ExecutorError(f"executor: {problem}")
     return address
 
 
 @contextlib.contextmanager
 def ray_session(address: str | None) -> Iterator[None]:
-    """Connected to the cluster for the duration (unless this process already is), with Ray Data keeping order."""
-    import ray
+    """Connected to the cluster for the duration (core/ray_client.py: unless this process already is), with Ray
+    Data keeping order."""
     from ray.data import DataContext
-
-    connected_here = False
-    if not ray.is_initialized():
-        address = check_reachable(address)
-        env = ray_worker_env()  # paths and offline flags only (core/settings.py): no tokens, no keys
-        try:
-            ray.init(
-                address=address,
-                runtime_env={"env_vars": env} if env else None,
-                logging_level=logging.WARNING,
-                log_to_driver=False,
-                configure_logging=False,
-            )
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise ExecutorError(f"executor: cannot join the Ray cluster at {address}: {exc}") from None
-        connected_here = True
     from ray.data.context import ShuffleStrategy
 
-    ctx = DataContext.get_current()
-    saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.shuffle_strategy)
-    ctx.execution_options.preserve_order = True
-    ctx.enable_progress_bars = False
-    # Shuffles as plain tasks (sort-based): the actor-based hash shuffle stalled on a small (2-CPU) cluster.
-    ctx.shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
-    try:
-        yield
-    finally:
-        ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.shuffle_strategy = saved
-        if connected_here:
-            ray.shutdown()
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(joined(address))
+        except ClusterUnavailable as exc:
+            raise ExecutorError(f"executor: {exc}") from None
+        ctx = DataContext.get_current()
+        saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.shuffle_strategy)
+        ctx.execution_options.preserve_order = True
+        ctx.enable_progress_bars = False
+        # Shuffles as plain tasks (sort-based): the actor-based hash shuffle stalled on a small (2-CPU) cluster.
+        ctx.shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
+        try:
+            yield
+        finally:
+            ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.shuffle_strategy = saved
 
 
 def _unwrap(exc: BaseException) -> BaseException:
@@ -401,7 +382,7 @@ def _hash_rows(batch, config, params, fmt, fields):
         (xxhash.xxh3_64_intdigest(normalize_for_exact(t).encode()) for t in texts), dtype=np.uint64, count=n
     )
     if config.keep == "best":
-        from training_platform.data.score import heuristic_quality
+        from training_platform.data.quality import heuristic_quality
 
         q = np.fromiter(map(heuristic_quality, texts), dtype=np.float32, count=n)
     else:

@@ -351,7 +351,7 @@ def run_gate(
                 raise GateError([("input", f"no such file: {path}")])
             shown_path = show(path)
         if isinstance(tokenizer, str | Path):
-            from training_platform.data.convert import load_tokenizer
+            from training_platform.data.tokenizer import load_tokenizer
 
             tokenizer = load_tokenizer(tokenizer)
         try:

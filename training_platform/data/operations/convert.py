@@ -26,6 +26,7 @@ class ConvertParams(OperationParams):
 class Convert(Operation[ConvertParams]):
     """Convert the rows to another format: {"to": FORMAT}; optional data_source, ability (verl)."""
 
+    executors = ("local", "ray")
     example = {"to": "messages"}
     example_by_format = {"messages": {"to": "alpaca"}}
 
@@ -48,7 +49,12 @@ class Convert(Operation[ConvertParams]):
         from training_platform.data.convert import convert_file
 
         result = convert_file(
-            source, output, params["to"], data_source=params["data_source"], ability=params.get("ability")
+            source,
+            output,
+            params["to"],
+            data_source=params["data_source"],
+            ability=params.get("ability"),
+            executor=ctx.executor,
         )
         stats = {
             "input_rows": result.rows,

@@ -30,6 +30,7 @@ class DecontaminateParams(OperationParams):
 class Decontaminate(Operation[DecontaminateParams]):
     """Drop rows sharing n-grams with eval sets: eval_sets (server paths), ngram, min_tokens, min_matches."""
 
+    executors = ("local", "ray")
     example = {"eval_sets": ["demo/data/gsm8k_eval.jsonl"], "ngram": 13}
 
     def check(self, params: DecontaminateParams, out: dict[str, Any], ctx: CheckContext) -> FieldErrors:
@@ -56,6 +57,7 @@ class Decontaminate(Operation[DecontaminateParams]):
             n=params["ngram"],
             min_tokens=params["min_tokens"],
             min_matches=params["min_matches"],
+            executor=ctx.executor,
         )
         stats = {
             "input_rows": report["output_rows"] + report["removed_rows"],

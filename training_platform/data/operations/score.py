@@ -70,6 +70,7 @@ class Score(Operation[ScoreParams]):
     """Score rows (heuristics, perplexity_model, fields, max_length, judge: an LLM judge on an operator-named
     endpoint); keep rows by a score with by + min/max/top_k (lowest)."""
 
+    executors = ("local", "ray")  # heuristics and perplexity as Ray Data stages; the judge in the driver
     example = {"heuristics": True, "by": "quality", "min": 0.3}
 
     def check(self, params: ScoreParams, out: dict[str, Any], ctx: CheckContext) -> FieldErrors:
@@ -98,6 +99,7 @@ class Score(Operation[ScoreParams]):
             "fields": params.get("fields"),
             "perplexity_model": ctx.resolve(params["perplexity_model"]) if params.get("perplexity_model") else None,
             "perplexity_max_length": params["max_length"],
+            "executor": ctx.executor,
         }
         if params.get("judge"):
             kwargs.update(judge=JudgeParams.model_validate(params["judge"]).config(), endpoints=ctx.endpoints())

@@ -42,7 +42,7 @@ class OpContext:
 
     def tokenizer(self, name_or_path: str) -> Any:
         if name_or_path not in self._tokenizers:
-            from training_platform.data.convert import load_tokenizer
+            from training_platform.data.tokenizer import load_tokenizer
 
             try:
                 self._tokenizers[name_or_path] = load_tokenizer(name_or_path)
