@@ -13,6 +13,34 @@ import pytest
 # Ray resolves 127.0.0.1 to the machine's routable address unless told it is not a multi-machine setup; the test
 # cluster and its clients stay on loopback.
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+CLUSTER_CPUS = 2.0  # the session cluster: 2 nodes of 1 CPU
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.2):
+    """predicate()'s first truthy value, or AssertionError after `timeout` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+    return value
+
+
+def free_cpus(address: str) -> float:
+    """The cluster's free CPUs, asked from this process (joined for the question only, unless it already is): a
+    test sees its Ray tasks and actors gone when they are back to CLUSTER_CPUS."""
+    import ray
+
+    joined_here = not ray.is_initialized()
+    if joined_here:
+        ray.init(address=address, logging_level="WARNING", log_to_driver=False, configure_logging=False)
+    try:
+        return ray.available_resources().get("CPU", 0.0)
+    finally:
+        if joined_here:
+            ray.shutdown()
 
 
 @pytest.fixture(scope="session")

@@ -222,6 +222,58 @@ def test_an_evaluation_on_ray_runs_in_the_worker_and_scores_as_local(api, cluste
     assert fired["local"]["name"] == "local" and "not more than 200000" in fired["local"]["reason"]
 
 
+def test_cancelling_an_evaluation_on_ray_stops_its_workers_within_30_s(api, cluster_setting, ray_cluster, monkeypatch):
+    """Cancelled while its two Ray workers generate: the evaluation ends cancelled and its actors and placement
+    group are gone (the cluster's CPUs free) within 30 s of the cancel."""
+    import threading
+    import time
+
+    import ray
+    from ray_fixtures import CLUSTER_CPUS, free_cpus, wait_until
+
+    from training_platform.workers import eval_tasks
+
+    cluster_setting(ray_cluster.address)
+    monkeypatch.setattr(eval_tasks, "PROGRESS_WRITE_S", 0.0)
+    body = {
+        "model": "demo/model",
+        "name": "cancelled on ray",
+        "benchmarks": [{**GSM8K, "limit": 40}],
+        "generation": {"max_new_tokens": 32},
+        "backend": {"num_threads": 1, "batch_size": 2},
+        "executor": "ray",
+        "workers": 2,
+    }
+    created = api.post("/evaluations", json=body)
+    assert created.status_code == 201, created.text
+    eval_id = created.json()["id"]
+    cancelled_at: dict[str, float] = {}
+
+    def cancel_when_under_way() -> None:  # the worker code runs in this test's main thread
+        def under_way() -> bool:
+            progress = (api.get(f"/evaluations/{eval_id}").json()["executor"] or {}).get("progress") or []
+            return any(p["stage"] == "generate" and 0 < p["done"] < p["total"] for p in progress)
+
+        wait_until(under_way, 180, "the Ray workers to be generating", interval=0.1)
+        cancelled_at["t"] = time.monotonic()
+        assert api.post(f"/jobs/{eval_id}/cancel").status_code == 200
+
+    canceller = threading.Thread(target=cancel_when_under_way, daemon=True)
+    canceller.start()
+    try:
+        _run_queued_evaluations()
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+    canceller.join(timeout=5)
+    assert "t" in cancelled_at, "the evaluation finished before it was seen under way"
+    evaluation = api.get(f"/evaluations/{eval_id}").json()
+    assert evaluation["status"] == "cancelled", evaluation["error"]
+    wait_until(lambda: free_cpus(ray_cluster.address) == CLUSTER_CPUS, 30, "the cluster's CPUs to free", 0.5)
+    elapsed = time.monotonic() - cancelled_at["t"]
+    assert elapsed < 30, f"the Ray workers stopped {elapsed:.1f} s after the cancel"
+
+
 # ---------------------------------------------------------------------------------------------- the choice
 
 

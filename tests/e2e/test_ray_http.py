@@ -101,6 +101,7 @@ def test_tp_up_ray_runs_a_local_head_that_trains_and_dies_with_it(tmp_path_facto
         )
         assert final["status"] == "succeeded", final
         assert (final["distributed"]["launcher"], final["distributed"]["world_size"]) == ("ray", world)
+        _data_and_evaluation_run_on_the_head(client, job_id)
         cluster = client.get("/monitoring/ray").json()  # read with the head's token, like the jobs
         assert (cluster["error"], cluster["nodes_alive"], cluster["cpus"]["total"]) == (None, 1, cores), cluster
         ray_procs = [p for p in psutil.process_iter(["cmdline"]) if "tp-ray-" in " ".join(p.info["cmdline"] or [])]
@@ -114,6 +115,83 @@ def test_tp_up_ray_runs_a_local_head_that_trains_and_dies_with_it(tmp_path_facto
         "the Ray head's processes to stop with tp up",
     )
     assert gone
+
+
+def _finished(client, job_id: int, what: str, timeout: float = 300) -> dict:
+    return _wait(
+        lambda: (j := _job(client, job_id))["status"] in ("succeeded", "failed", "cancelled") and j,
+        timeout,
+        what,
+        interval=0.5,
+    )
+
+
+def _samples(client, eval_id: int) -> list[dict]:
+    return client.get(f"/evaluations/{eval_id}/samples").json()["items"]
+
+
+def _data_and_evaluation_run_on_the_head(client, job_id: int) -> None:
+    """`executor: ray` over the API on `tp up --ray`: a dataset operation runs as Ray Data stages on the head (its
+    driver a child of the data worker, reaching the head with its token) and an evaluation of the job's checkpoint
+    as Ray actors, each answering as the local run does."""
+    import json
+    import re
+
+    turns = (
+        [{"role": "user", "content": f"What   is {i} plus {i + 1}?"}, {"role": "assistant", "content": f"{2 * i + 1}"}]
+        for i in range(120)
+    )
+    body = "".join(json.dumps({"messages": messages}) + "\n" for messages in turns).encode()
+    upload = {"file": ("sums.jsonl", body, "application/octet-stream")}
+    accepted = client.post("/datasets", files=upload, data={"name": "sums"})
+    assert accepted.status_code == 202, accepted.text
+    ingest = _finished(client, accepted.json()["job"]["id"], "the upload's ingest")
+    assert ingest["status"] == "succeeded", ingest
+    dataset_id, version_id = ingest["config"]["result"]["dataset_id"], ingest["config"]["result"]["version_id"]
+    recipe = {"operators": [{"op": "normalize_whitespace"}]}
+    outputs = {}
+    for executor in ("ray", "local"):
+        op = client.post(
+            f"/datasets/{dataset_id}/versions/{version_id}/operations",
+            json={"operation": "clean", "params": {"recipe": recipe}, "executor": executor},
+        )
+        assert op.status_code == 202, op.text
+        done = _finished(client, op.json()["id"], f"the clean on {executor}")
+        assert done["status"] == "succeeded", done
+        assert done["config"]["executor"] == executor
+        reason = client.get(f"/jobs/{done['id']}/events").json()[-1]["reason"]  # the store is content-addressed
+        outputs[executor] = int(re.search(r"-> (?:identical to the existing )?version (\d+)", reason).group(1))
+        if executor == "ray":
+            progress = done["config"]["ray_progress"]
+            assert progress["done"] == progress["total"] >= 1 and sum(progress["workers"].values()) == progress["done"]
+    assert outputs["ray"] == outputs["local"], outputs
+
+    gsm8k = {"name": "gsm8k", "data": "demo/data/gsm8k_eval.jsonl", "prompt_template": "{prompt}", "limit": 6}
+    ids = {}
+    for executor in ("ray", "local"):
+        created = client.post(
+            "/evaluations",
+            json={
+                "job_id": job_id,
+                "checkpoint": "latest",
+                "benchmarks": [gsm8k],
+                "generation": {"max_new_tokens": 4},
+                "executor": executor,
+                **({"workers": 1} if executor == "ray" else {}),
+            },
+        )
+        assert created.status_code == 201, created.text
+        ids[executor] = created.json()["id"]
+    ran = {}
+    for executor, eval_id in ids.items():
+        assert _finished(client, eval_id, f"the evaluation on {executor}")["status"] == "succeeded"
+        ran[executor] = client.get(f"/evaluations/{eval_id}").json()
+    assert ran["ray"]["summary"]["executor"]["name"] == "ray" and ran["ray"]["metrics"] == ran["local"]["metrics"]
+    samples = {
+        executor: [(s["item_id"], s["output"], s["correct"]) for s in _samples(client, i)]
+        for executor, i in ids.items()
+    }
+    assert len(samples["ray"]) == 6 and samples["ray"] == samples["local"]
 
 
 def test_the_overview_shows_the_ray_cluster(ray_platform, browser):
