@@ -160,6 +160,26 @@ export interface EvaluationExecutor {
   progress: { worker: number; benchmark: string; stage: string; done: number; total: number }[]
 }
 
+/** A data job's progress on Ray (`config.ray_progress`, written by the data worker from its Ray Data driver). */
+export interface RayProgress {
+  stage: string
+  /** blocks done and in all */
+  done: number
+  total: number
+  /** blocks done per Ray worker process ("host:pid") */
+  workers: Record<string, number>
+}
+
+/** Where a data job (a dataset operation) runs: `config.executor` (local or ray) and, on Ray, its progress. */
+export interface DataExecutor {
+  name: string
+  /** why it runs there, when the job's config says */
+  reason: string | null
+  /** local: 1; ray: the workers that reported blocks (null before the first) */
+  workers: number | null
+  progress: RayProgress | null
+}
+
 export interface Evaluation {
   id: number
   name: string
