@@ -93,6 +93,15 @@ def check_scale_data(r: dict[str, Any]) -> None:
         assert result["ray_worker_peak_rss"]["processes"] >= 1
 
 
+def check_scale_eval(r: dict[str, Any]) -> None:
+    assert r["bench"] == "scale_eval" and r["items"] == 32 and r["rounds"] == 1 and r["same_output"] is True
+    assert set(r["results"]) == {"gsm8k", "multiple_choice"} and r["ray_executor"]["workers"] == 2
+    for result in r["results"].values():
+        assert result["same_records"] is True and result["same_summary"] is True and result["records"] == 32
+        assert result["local_items_per_s"] > 0 and result["ray_items_per_s"] > 0
+    assert len(r["peak_rss"]["ray_eval_workers_mb"]) == 2 and r["peak_rss"]["local_tp_eval_run_mb"] > 0
+
+
 def check_engine_overhead(r: dict[str, Any]) -> None:
     assert r["bench"] == "engine_overhead" and r["repeats"] == 1
     assert [x["engine"] for x in r["runs"]] == ["tp", "bare"]
@@ -171,6 +180,7 @@ SMOKES = [  # seconds: one run on 2 busy cores, see the module's docstring
     Smoke("memory", "memory.json", check_memory),  # ~35: one dry run and one 2-step SFT
     Smoke("rollout_batching", "rollout_batching.json", check_rollout_batching, slow=False),  # 11
     Smoke("scale_data", "scale_data.json", check_scale_data),  # ~40: a 2-node Ray cluster, clean and dedup
+    Smoke("scale_eval", "scale_eval.json", check_scale_eval),  # ~85: a 2-node Ray cluster, tp eval run local + ray
     Smoke("scaling", "scaling.json", check_scaling),  # ~50: world 1 and torchrun world 2 (no Ray, no `tp up`)
 ]
 
