@@ -160,8 +160,6 @@ def test_sft_maps_batch_precision_and_cpu_settings():
         ("actor_rollout_ref.actor.policy_loss.loss_mode", "nope", "unknown policy loss 'nope'; verl has: bypass_mode"),
         ("actor_rollout_ref.actor.clip_ratio_low", -0.1, "a clip ratio must be a number >= 0, got -0.1"),
         ("algorithm.gamma", "0.99", "must be a number like verl's default (1.0), got '0.99'"),
-        ("actor_rollout_ref.model.path", "", "the model path is empty"),
-        ("data.train_files", "/nowhere/train.parquet", "no such data file: /nowhere/train.parquet"),
         ("actor_rollout_ref.rollout.n", 1, "grpo compares the rollouts of each prompt: needs n >= 2"),
         ("actor_rollout_ref.rollout.name", "nope", "unknown rollout engine 'nope'; verl's RL rollouts run on hf"),
         ("trainer.no_such_key", 1, "verl's ppo_trainer config has no key 'trainer.no_such_key'"),
@@ -172,6 +170,27 @@ def test_what_verls_validation_misses_is_a_clear_error(override, value, reason):
     errors = errors_of(job(verl={"overrides": {override: value}}))
     field = f"verl.overrides.{override}"
     assert field in errors and errors[field].startswith(reason), errors
+
+
+@pytest.mark.parametrize(
+    ("override", "value", "kind"),
+    [
+        ("actor_rollout_ref.model.path", "/data/users/bob/model", "names a file or directory"),
+        ("data.train_files", "/data/users/bob/train.parquet", "names a file or directory"),
+        ("trainer.default_local_dir", "/data/users/bob/runs", "names a file or directory"),
+        ("custom_cls.path", "/tmp/evil.py", "names code verl imports"),
+        ("reward.custom_reward_function.path", "/tmp/evil.py", "names code verl imports"),
+        ("actor_rollout_ref.model.external_lib", "evil", "names code verl imports"),
+        ("actor_rollout_ref.model.trust_remote_code", True, "names code verl imports"),
+        ("actor_rollout_ref.rollout.multi_turn.tool_config_path", "/tmp/tools.yaml", "names code verl imports"),
+        ("trainer.logger", ["wandb"], "names code verl imports, the cluster it joins or where it sends metrics"),
+    ],
+)
+def test_overrides_naming_code_paths_or_trackers_are_refused(override, value, kind):
+    """A hostile user's override cannot make verl import their code, read or write another user's files, join
+    another cluster or send metrics out: refused when the config is read (a 422 at submission)."""
+    errors = errors_of(job(verl={"overrides": {override: value, "algorithm.gamma": 0.9}}))
+    assert errors["verl.overrides"].startswith(f"{override}: {kind}"), errors
 
 
 def test_our_fields_are_named_when_the_mapping_produced_the_bad_value():

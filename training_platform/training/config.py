@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 
 import yaml
-from pydantic import BaseModel, Field, StringConstraints, ValidationError, model_validator
+from pydantic import BaseModel, Field, StringConstraints, ValidationError, field_validator, model_validator
 
 from training_platform.core.errors import FieldError, InvalidInput, pydantic_errors
 from training_platform.core.errors import translate_pydantic_error as _translate
@@ -276,6 +276,39 @@ class ResourcesSection(StrictModel):
 
 VerlScalar = bool | int | float | Annotated[str, StringConstraints(max_length=1000)] | None
 VERL_OVERRIDE_KEY = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,9}$"
+# verl keys a user's override may not set: each names code verl imports, a file or directory it reads or writes, the
+# cluster it joins or where it sends metrics. The platform sets them from fields it checks (paths against the user's
+# roots, the tracker against the operator's settings), or leaves verl's default.
+VERL_CODE_KEYS = frozenset(
+    {
+        "external_lib",
+        "custom_cls",
+        "custom_reward_function",
+        "trust_remote_code",
+        "multi_turn",
+        "agent",
+        "ray_kwargs",
+        "ray_init",
+        "logger",
+    }
+)
+VERL_PATH_SUFFIXES = ("path", "paths", "_dir", "_dirs", "_file", "_files", "_fn")
+
+
+def verl_override_refusal(key: str) -> str | None:
+    """Why a user may not override verl's `key` (None: they may)."""
+    parts = key.split(".")
+    if any(part in VERL_CODE_KEYS for part in parts):
+        return (
+            "names code verl imports, the cluster it joins or where it sends metrics: not overridable "
+            "(the platform sets it)"
+        )
+    if any(part.endswith(VERL_PATH_SUFFIXES) or part == "dir" for part in parts):
+        return (
+            "names a file or directory: set it through the job's own fields (model.path, data.train_file, ...), "
+            "which are checked against your paths"
+        )
+    return None
 
 
 class VerlSection(StrictModel):
@@ -293,8 +326,17 @@ class VerlSection(StrictModel):
         default_factory=dict,
         max_length=100,
         description="verl config keys set after the mapping (e.g. {'algorithm.adv_estimator': 'grpo_passk'}); "
-        "each is checked against verl's config and registries.",
+        "each is checked against verl's config and registries. Keys naming code, files, directories, the cluster or "
+        "a metrics tracker are refused.",
     )
+
+    @field_validator("overrides")
+    @classmethod
+    def _no_code_or_paths(cls, overrides: dict[str, Any]) -> dict[str, Any]:
+        refused = [f"{key}: {reason}" for key in overrides if (reason := verl_override_refusal(key))]
+        if refused:
+            raise ValueError("; ".join(refused))
+        return overrides
 
 
 Tracker = Literal["none", "tensorboard", "wandb", "mlflow"]

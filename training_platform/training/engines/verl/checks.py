@@ -10,7 +10,6 @@ drift from us silently. Errors name the field the user wrote: ours when the valu
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from training_platform.core.errors import FieldError
@@ -86,13 +85,6 @@ def check_config(cfg: JobConfig, config: DictConfig) -> list[FieldError]:
         errors.append(FieldError(_field(cfg, key), reason))
 
     rl = cfg.algorithm.name != "sft"
-    for key in ("data.train_files", "data.val_files"):
-        if key not in cfg.verl.overrides:  # ours: converted from data.*_file (checked by preflight) at the start
-            continue
-        files = get(key)
-        for file in [files] if isinstance(files, str) else list(files or []):
-            if not Path(str(file)).is_file():
-                bad(key, f"no such data file: {file}")
     model_key = "actor_rollout_ref.model.path" if rl else "model.path"
     if not get(model_key):
         bad(model_key, "the model path is empty")
