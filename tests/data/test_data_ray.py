@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from data_helpers import write_jsonl, write_parquet
-from ray_fixtures import LOOPBACK
 from synthetic_corpus import pairwise_scores, planted_corpus
 
 from training_platform.data.clean import clean_file
@@ -34,14 +33,7 @@ RECIPE = {
 
 @pytest.fixture(scope="module")
 def ray_env(ray_cluster):
-    old = {k: os.environ.get(k) for k in LOOPBACK}
-    os.environ.update(LOOPBACK)
-    yield ray_cluster.address
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    return ray_cluster.address  # the session cluster keeps Ray on loopback (tests/ray_fixtures.py)
 
 
 @pytest.fixture(scope="module")

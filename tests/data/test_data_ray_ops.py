@@ -6,13 +6,11 @@ executor."""
 from __future__ import annotations
 
 import json
-import os
 import random
 from pathlib import Path
 
 import pytest
 from data_helpers import run_data_cli, write_jsonl
-from ray_fixtures import LOOPBACK
 
 from training_platform.core.files import sha256_file
 from training_platform.data.convert import convert_file
@@ -33,14 +31,7 @@ WORDS = _WORD_LIST.split()
 
 @pytest.fixture(scope="module")
 def ray_env(ray_cluster):
-    old = {k: os.environ.get(k) for k in LOOPBACK}
-    os.environ.update(LOOPBACK)
-    yield ray_cluster.address
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    return ray_cluster.address  # the session cluster keeps Ray on loopback (tests/ray_fixtures.py)
 
 
 def _ray(address: str):

@@ -8,13 +8,11 @@ A bad row is the local error; `tp data score|decontaminate` take `--executor`.""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import httpx
 import pytest
 from data_helpers import read_jsonl, run_data_cli, write_jsonl
-from ray_fixtures import LOOPBACK
 from synthetic_corpus import planted_corpus
 
 from training_platform.core.endpoints import Endpoint, Endpoints
@@ -36,17 +34,8 @@ def ray_env(ray_cluster):
     test here."""
     from training_platform.data.executors.ray_data import ray_session
 
-    old = {k: os.environ.get(k) for k in LOOPBACK}
-    os.environ.update(LOOPBACK)
-    try:
-        with ray_session(ray_cluster.address):
-            yield ray_cluster.address
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with ray_session(ray_cluster.address):
+        yield ray_cluster.address
 
 
 def _ray(address: str, block_rows: int = 97):
