@@ -11,7 +11,7 @@ worker process (`ray::` processes) sampled every 0.2 s, the largest seen per pro
 The outputs' sha256 must be equal (the bench fails otherwise).
 
     .venv/bin/python bench/scale_data.py                   # 200k rows -> bench/results/scale_data.json
-    .venv/bin/python bench/scale_data.py --rows 1000000
+    .venv/bin/python bench/scale_data.py --rows 1000000 --steps clean --output bench/results/scale_data_1m_clean.json
     .venv/bin/python bench/scale_data.py --smoke           # 2,000 rows
 
 The honest caveat (bench/README.md): this machine has 2 cores, so the "2-node cluster" is two processes sharing them
@@ -101,8 +101,11 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--block-rows", type=int, default=5_000)
     parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--steps", default="clean,dedup", help="Which operations to run, comma-separated.")
     parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args()
+    if not args.steps or set(args.steps.split(",")) - {"clean", "dedup"}:
+        parser.error(f"--steps: clean and/or dedup, comma-separated; got {args.steps!r}")
     if args.smoke:
         args.rows, args.block_rows = 2_000, 500
     report_path = (
@@ -128,7 +131,7 @@ def main() -> int:
         cluster.wait_for_nodes()
         local = get_executor("local", block_rows=args.block_rows)
         ray = get_executor("ray", address=cluster.address, block_rows=args.block_rows)
-        for step in ("clean", "dedup"):
+        for step in args.steps.split(","):
             seconds_local, report_local = run_step(step, source, work / f"{step}.local.jsonl", local)
             sampler = RaySampler()
             sampler.start()
