@@ -237,16 +237,6 @@ class AuditStage:
         return {"values": values, "diversity": diversity}
 
 
-def _tokenizer_source(name: str | Path) -> str:
-    """A local tokenizer directory as an absolute path (Ray workers load it themselves), else the hub id."""
-    from training_platform.core.paths import resolve_data_path
-
-    for path in (Path(name).expanduser(), resolve_data_path(name)):
-        if path.exists():
-            return str(path.resolve())
-    return str(name)
-
-
 def audit_file(
     path: str | Path,
     *,
@@ -276,9 +266,10 @@ def audit_file(
     fmt = _detect(path, fmt)
     stage = AuditStage(fmt, fields, tokenizer)
     if isinstance(tokenizer, str | Path):
-        from training_platform.data.tokenizer import load_tokenizer
+        from training_platform.data.tokenizer import load_tokenizer, local_tokenizer_dir
 
-        stage.tokenizer = _tokenizer_source(tokenizer)
+        local = local_tokenizer_dir(tokenizer)  # absolute: Ray workers load it themselves
+        stage.tokenizer = str(local) if local is not None else str(tokenizer)
         tokenizer = load_tokenizer(tokenizer)
     stage.__dict__["_tokenizer"] = tokenizer  # this process's copy (a Ray worker loads its own)
     parts: list[np.ndarray] = []
