@@ -240,3 +240,35 @@ def test_a_bad_row_in_dedup_on_ray_is_the_local_error(tmp_path, ray_env):
     with pytest.raises(DatasetError) as on_ray:
         dedup_file(path, tmp_path / "o.jsonl", DedupConfig(num_perm=16), executor=get_executor("ray", address=ray_env))
     assert str(on_ray.value) == str(local.value) and "line 31" in str(local.value)
+
+
+@pytest.mark.unit
+def test_bucket_pairs_of_a_whole_block_are_the_local_pairs_of_each_bucket():
+    """The Ray dedup's vectorised stages equal the local rule bucket by bucket: members in row order, each paired with
+    the bucket's first member and with its predecessor; an exact group's later rows each point at its first."""
+    import numpy as np
+
+    from training_platform.data.executors.ray_data import _bucket_pairs, _exact_groups, _split_pairs
+
+    rng = np.random.default_rng(7)
+    rows = 3000
+    band = rng.integers(0, 4, rows)
+    key = rng.integers(0, 400, rows).astype(np.uint64) * np.uint64(2**40)  # high bits set: keys are full uint64
+    idx = rng.permutation(10 * rows)[:rows].astype(np.int64)
+    expected = set()
+    for b in range(4):
+        for k in np.unique(key[band == b]):
+            members = sorted(idx[(band == b) & (key == k)].tolist())
+            for pos in range(1, len(members)):
+                expected.add((members[0], members[pos]))
+                expected.add((members[pos - 1], members[pos]))
+    lo, hi = _split_pairs(_bucket_pairs({"band": band, "key": key, "idx": idx})["pair"])
+    assert list(zip(lo.tolist(), hi.tolist(), strict=True)) == sorted(expected)
+    assert len(expected) > rows // 2  # the block held many buckets of several members
+
+    exact = rng.integers(0, 500, rows).astype(np.uint64)
+    out = _exact_groups({"idx": idx, "exact": exact})
+    leaders = {h: min(idx[exact == h].tolist()) for h in np.unique(exact).tolist()}
+    want = sorted((i, leaders[h]) for i, h in zip(idx.tolist(), exact.tolist(), strict=True) if i != leaders[h])
+    assert sorted(zip(out["idx"].tolist(), out["leader"].tolist(), strict=True)) == want
+    assert _bucket_pairs({"band": band[:1], "key": key[:1], "idx": idx[:1]})["pair"].size == 0
