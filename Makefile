@@ -45,7 +45,7 @@ test: setup
 	$(BIN)/ruff format --check training_platform tests bench
 	$(BIN)/lint-imports  # the layers of DESIGN.md (.importlinter)
 	$(BIN)/mypy $(TYPED)  # settings in pyproject's [tool.mypy]
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/pytest -q --durations=30 $(XDIST) tests
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/pytest -q --durations=30 --junitxml=var/junit.xml $(XDIST) tests  # var/junit.xml: every test's time, to find what to trim
 
 lint: setup
 	$(BIN)/ruff check training_platform tests bench
