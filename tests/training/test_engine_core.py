@@ -41,13 +41,19 @@ def test_registering_twice_or_an_unknown_launcher_is_an_error():
         register_builder("trl", "x", launchers=("mpi",))
 
 
-def test_an_engine_without_a_builder_for_the_algorithm_is_refused_naming_engine(monkeypatch):
+def test_an_engine_without_a_builder_for_the_algorithm_is_refused_naming_engine():
     from training_platform.training import engines
 
     raw = {"model": {"path": "demo/model"}, "data": {"train_file": "demo/data/sft.jsonl"}, "algorithm": {"name": "sft"}}
-    monkeypatch.delitem(engines.builders(), ("trl", "sft"))
-    with pytest.raises(ConfigError) as err:
-        validate_config(raw, check_disk=False)
+    registry = engines.builders()
+    saved = dict(registry)  # restored in its order: messages list the registry's algorithms in registration order
+    del registry[("trl", "sft")]
+    try:
+        with pytest.raises(ConfigError) as err:
+            validate_config(raw, check_disk=False)
+    finally:
+        registry.clear()
+        registry.update(saved)
     assert [e.path for e in err.value.errors] == ["engine"]
     assert "cannot train sft" in err.value.errors[0].reason
     with pytest.raises(ConfigError) as err:
