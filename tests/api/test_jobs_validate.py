@@ -140,3 +140,39 @@ def test_validate_never_runs_a_models_own_code(sqlite_api):
     out = validate(sqlite_api, config)
     assert out["valid"], out["errors"]
     assert any("trust_remote_code" in w and "when the job starts" in w for w in out["warnings"]), out["warnings"]
+
+
+def test_agent_problems_are_listed_at_their_fields_and_a_job_with_agent_is_refused(sqlite_api):
+    """`agent` (multi-turn tool calling): its schema and rules answer at their fields; a correct one is refused at
+    `agent` while the verl agent loop is not wired into training, by POST /jobs/validate and POST /jobs alike."""
+    rl = valid_config(
+        engine="verl",
+        algorithm={"name": "grpo", "num_generations": 4},
+        data={"train_file": "demo/data/rl.jsonl", "max_length": 64},
+        rewards=[{"name": "math_answer", "weight": 1.0}],
+    )
+    out = validate(sqlite_api, {**rl, "agent": {"tools": ["calculator"], "max_turns": 17, "tool_timeout_s": 0}})
+    assert {tuple(e["loc"]) for e in out["errors"]} == {("agent", "max_turns"), ("agent", "tool_timeout_s")}
+
+    tools = ["calculator", "web_search", {"name": "calculator"}, {"name": "http_endpoint", "params": {"model": "m"}}]
+    out = validate(sqlite_api, {**rl, "agent": {"tools": tools}})
+    errors = {tuple(e["loc"]): e["msg"] for e in out["errors"]}
+    assert (
+        errors[("agent", "tools", 1, "name")] == "unknown tool 'web_search'; known: calculator, http_endpoint, python"
+    )
+    assert errors[("agent", "tools", 2, "name")] == "'calculator' is listed twice (also agent.tools[0])"
+    assert ("agent", "tools", 3, "params", "endpoint") in errors
+    assert errors[("agent",)].startswith("the agent loop is not wired into training yet")
+
+    out = validate(sqlite_api, {**rl, "engine": "trl", "agent": {"tools": ["calculator"]}})
+    assert [e["loc"] for e in out["errors"]] == [["agent"]]
+    assert out["errors"][0]["msg"].startswith("tool calling runs in the RL rollouts of engine verl")
+
+    agent = {**rl, "agent": {"tools": ["calculator", "python"], "max_turns": 3}}
+    out = validate(sqlite_api, agent)
+    assert not out["valid"] and [e["loc"] for e in out["errors"]] == [["agent"]], out["errors"]
+    assert out["effective_config"]["agent"]["tools"][1] == {"name": "python", "params": {}}
+    r = sqlite_api.post("/jobs", user="alice", json={"name": "agentic", "config": agent})
+    assert r.status_code == 422, r.text
+    detail = {item["loc"]: item["msg"] for item in r.json()["detail"]}
+    assert list(detail) == ["agent"] and "not wired into training yet" in detail["agent"]

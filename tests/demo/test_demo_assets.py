@@ -164,6 +164,21 @@ def test_prepare_demo_skips_existing(demo):
     assert before == after
 
 
+def test_prepare_demo_gives_a_kept_model_the_current_chat_template(demo):
+    """A demo built before the template learnt tools gets the new template file; weights and vocabulary stay."""
+    from transformers import AutoTokenizer
+
+    files = ("model.safetensors", "tokenizer.json")
+    before = {(k, f): (demo[k] / f).stat().st_mtime_ns for k in ("model", "reward_model") for f in files}
+    for kind in ("model", "reward_model"):
+        (demo[kind] / "chat_template.jinja").write_text("{{ messages[0]['content'] }}", encoding="utf-8")
+    prepare_demo(demo["model"].parent.parent)
+    for kind in ("model", "reward_model"):
+        assert (demo[kind] / "chat_template.jinja").read_text(encoding="utf-8") == CHAT_TEMPLATE
+        assert AutoTokenizer.from_pretrained(demo[kind]).chat_template == CHAT_TEMPLATE
+    assert before == {(k, f): (demo[k] / f).stat().st_mtime_ns for k in ("model", "reward_model") for f in files}
+
+
 # ---------------------------------------------------------------- data
 
 EXPECTED_KEYS = {

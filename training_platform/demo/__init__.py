@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from training_platform.demo.arithmetic import DATA_FILES, dataset_texts, synth_arithmetic
-from training_platform.demo.tiny_model import create_tiny_model, create_tiny_reward_model
+from training_platform.demo.tiny_model import CHAT_TEMPLATE, create_tiny_model, create_tiny_reward_model
 
 __all__ = ["prepare_demo", "create_tiny_model", "create_tiny_reward_model", "synth_arithmetic"]
 
@@ -24,6 +24,25 @@ def _data_complete(d: Path) -> bool:
 
 def _model_complete(d: Path) -> bool:
     return all((d / name).is_file() for name in _MODEL_FILES)
+
+
+def _refresh_chat_template(d: Path) -> None:
+    """A demo model built before the template learnt tools gets the current one (rendered byte-identically without
+    tools, so its runs and checkpoints are unaffected); the weights and the vocabulary are left as they are."""
+    import json
+
+    from training_platform.core.files import atomic_write_text
+
+    jinja = d / "chat_template.jinja"
+    if jinja.is_file():
+        if jinja.read_text(encoding="utf-8") != CHAT_TEMPLATE:
+            atomic_write_text(jinja, CHAT_TEMPLATE)
+        return
+    config_path = d / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    if config.get("chat_template") not in (None, CHAT_TEMPLATE):
+        config["chat_template"] = CHAT_TEMPLATE
+        atomic_write_text(config_path, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
 
 
 def _build_atomically(target: Path, build: Callable[[Path], object]) -> None:
@@ -41,7 +60,8 @@ def _build_atomically(target: Path, build: Callable[[Path], object]) -> None:
 
 
 def prepare_demo(data_dir: str | Path, *, force: bool = False) -> dict[str, Path]:
-    """Build `<data_dir>/demo/{data,model,reward_model}`; existing complete parts are kept unless `force`."""
+    """Build `<data_dir>/demo/{data,model,reward_model}`; existing complete parts are kept unless `force` (a kept
+    model's chat template is brought up to date)."""
     root = Path(data_dir).expanduser() / "demo"
     paths = {"model": root / "model", "reward_model": root / "reward_model", "data": root / "data"}
 
@@ -57,4 +77,6 @@ def prepare_demo(data_dir: str | Path, *, force: bool = False) -> dict[str, Path
         _build_atomically(paths["model"], lambda d: create_tiny_model(d, extra_corpus=corpus))
     if rebuild_reward:
         _build_atomically(paths["reward_model"], lambda d: create_tiny_reward_model(paths["model"], d))
+    for kept in ("model", "reward_model"):
+        _refresh_chat_template(paths[kept])
     return paths

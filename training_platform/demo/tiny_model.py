@@ -30,15 +30,53 @@ IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 SPECIAL_TOKENS = [PAD_TOKEN, IM_START, IM_END]
 
+# Tool calling, hermes style (data/tool_calls.py is the Python codec of the same text; a test checks they agree):
+# a call is <tool_call>{"name": ..., "arguments": {...}}</tool_call> in the assistant's content, the tools a
+# conversation may call are listed in a system turn of their own rendered before every message, and a tool's result
+# is a `tool` turn like any other role's. Compact on purpose: the demo vocabulary is ~512 byte-level BPE tokens.
+TOOL_CALL_START = "<tool_call>"
+TOOL_CALL_END = "</tool_call>"
+TOOLS_HEAD = 'Tools: to call one, reply <tool_call>{"name": NAME, "arguments": {...}}</tool_call>\n<tools>'
+TOOLS_TAIL = "\n</tools>"
+
+
+def _jinja_literal(text: str) -> str:
+    """`text` as a single-quoted Jinja string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
+
+
 # ChatML. Assistant content *and* its <|im_end|> sit inside {% generation %} so TRL's assistant_only_loss
 # trains the model to stop. Prefix-preserving: a prompt rendered with add_generation_prompt=True is a prefix
 # of the prompt + completion rendering (DPO/KTO/GRPO rely on that).
+# Tools: with `tools=[schema, ...]` the system turn `tools_block(tools)` comes first; an assistant message's
+# `tool_calls` ({"function": {name, arguments}} or {name, arguments}; arguments a mapping or a JSON string) follow
+# its content as hermes blocks, one per line, inside {% generation %} (the model writes them). Without tools and
+# tool_calls the rendering is byte-for-byte the template before tools existed (tests/demo pin it).
 CHAT_TEMPLATE = (
+    "{%- if tools -%}"
+    "{{- '<|im_start|>system\\n' + " + _jinja_literal(TOOLS_HEAD) + " -}}"
+    "{%- for tool in tools -%}"
+    "{{- '\\n' + (tool | tojson) -}}"
+    "{%- endfor -%}"
+    "{{- " + _jinja_literal(TOOLS_TAIL) + " + '<|im_end|>\\n' -}}"
+    "{%- endif -%}"
     "{%- for message in messages -%}"
     "{%- if message['role'] == 'assistant' -%}"
     "{{- '<|im_start|>assistant\\n' -}}"
     "{%- generation -%}"
+    "{%- if message['tool_calls'] is defined and message['tool_calls'] -%}"
+    "{{- message['content'] or '' -}}"
+    "{%- for call in message['tool_calls'] -%}"
+    "{%- set fn = call['function'] if call['function'] is defined else call -%}"
+    "{%- if message['content'] or not loop.first -%}{{- '\\n' -}}{%- endif -%}"
+    "{{- " + _jinja_literal(TOOL_CALL_START + '{"name": ') + " + (fn['name'] | tojson) + ', \"arguments\": ' -}}"
+    "{{- fn['arguments'] if fn['arguments'] is string else (fn['arguments'] | tojson) -}}"
+    "{{- " + _jinja_literal("}" + TOOL_CALL_END) + " -}}"
+    "{%- endfor -%}"
+    "{{- '<|im_end|>' -}}"
+    "{%- else -%}"
     "{{- message['content'] + '<|im_end|>' -}}"
+    "{%- endif -%}"
     "{%- endgeneration -%}"
     "{{- '\\n' -}}"
     "{%- else -%}"

@@ -339,6 +339,44 @@ class VerlSection(StrictModel):
         return overrides
 
 
+class AgentToolSection(StrictModel):
+    """One tool of `agent.tools`; a bare name is short for {name: NAME}."""
+
+    name: str = Field(
+        min_length=1, max_length=64, description="A registered tool (GET /api/v1/config/tools lists them)."
+    )
+    params: dict[str, Any] = Field(default_factory=dict, description="The tool's own settings (checked by the tool).")
+
+
+class AgentSection(StrictModel):
+    """Multi-turn tool calling during RL rollouts (verl's agent loop): the model may call `tools` between its turns,
+    their results come back as tool messages (masked out of the loss), and the episode is scored on its final answer
+    (docs/plans/agentic-rl.md)."""
+
+    tools: list[AgentToolSection] = Field(
+        min_length=1, max_length=16, description="The tools the model may call, e.g. [calculator, {name: python}]."
+    )
+    max_turns: int = Field(4, ge=1, le=16, description="Assistant turns per episode; a model still calling is cut.")
+    max_tool_calls: int = Field(3, ge=1, le=64, description="Tool calls per episode (one call per turn).")
+    tool_timeout_s: float = Field(
+        5.0, gt=0, le=60, description="Each call's time limit in seconds (the sandbox's wall clock, the HTTP timeout)."
+    )
+    format: Literal["hermes"] = Field(
+        "hermes", description='How calls are written: hermes = <tool_call>{"name": ..., "arguments": ...}</tool_call>.'
+    )
+    tool_call_reward: float = Field(0.0, ge=-10, le=10, description="Added to the episode's score per successful call.")
+    tool_error_reward: float = Field(
+        0.0, ge=-10, le=10, description="Added to the episode's score per failed call (e.g. -0.1)."
+    )
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _bare_names(cls, tools: Any) -> Any:
+        if isinstance(tools, list):
+            return [{"name": t} if isinstance(t, str) else t for t in tools]
+        return tools
+
+
 Tracker = Literal["none", "tensorboard", "wandb", "mlflow"]
 
 
@@ -375,6 +413,9 @@ class JobConfig(StrictModel):
     resources: ResourcesSection = Field(default_factory=ResourcesSection)
     tracking: TrackingSection = Field(default_factory=TrackingSection)
     verl: VerlSection = Field(default_factory=VerlSection, description="engine: verl options.")
+    agent: AgentSection | None = Field(
+        None, description="Multi-turn tool calling in the rollouts of RL jobs on engine verl (grpo, rloo, ppo, ...)."
+    )
 
     def has_eval(self) -> bool:
         return self.data.eval_file is not None or self.data.eval_split > 0
@@ -402,6 +443,8 @@ def _known_field_names() -> set[str]:
         RewardSection,
         ResourcesSection,
         TrackingSection,
+        AgentSection,
+        AgentToolSection,
         *[s.params for s in ALGORITHMS.values()],
     ]
     for m in models:
@@ -520,7 +563,73 @@ def check_rules(cfg: JobConfig) -> list[FieldError]:
         errors.append(FieldError("tracking.report_to", "'none' cannot be combined with other trackers"))
 
     errors.extend(_sampling_rules(cfg))
+    errors.extend(_agent_rules(cfg, builder))
     errors.extend(FieldError(p, r) for p, r in cfg.algorithm.check(check_context(cfg, builder)))
+    return errors
+
+
+# The agent loop's verl side (engines/verl/agent/: the tool adapter, the loop, the mapping rows) is slice 4 of
+# docs/plans/agentic-rl.md. Until it lands an `agent:` job is refused rather than run without its tools.
+AGENT_LOOP_WIRED = False
+
+
+def _agent_rules(cfg: JobConfig, builder: Builder | None) -> list[FieldError]:
+    agent = cfg.agent
+    if agent is None:
+        return []
+    from training_platform.training.engine_registry import agent_loop_pairs
+    from training_platform.training.tools import TOOLS, tool_names
+
+    errors: list[FieldError] = []
+    if builder is not None and not builder.capabilities.agent_loop:
+        pairs = agent_loop_pairs()
+        engines = sorted({e for e, _ in pairs})
+        errors.append(
+            FieldError(
+                "agent",
+                f"tool calling runs in the RL rollouts of engine {' or '.join(engines) or '(none)'} "
+                f"({', '.join(a for _, a in pairs)}); not {cfg.engine} {cfg.spec.name}",
+            )
+        )
+    seen: dict[str, int] = {}
+    for i, tool in enumerate(agent.tools):
+        definition = TOOLS.get(tool.name)
+        if definition is None:
+            errors.append(
+                FieldError(f"agent.tools[{i}].name", f"unknown tool {tool.name!r}; known: {', '.join(tool_names())}")
+            )
+            continue
+        if tool.name in seen:
+            errors.append(
+                FieldError(
+                    f"agent.tools[{i}].name", f"{tool.name!r} is listed twice (also agent.tools[{seen[tool.name]}])"
+                )
+            )
+        seen.setdefault(tool.name, i)
+        try:
+            definition.params_model.model_validate(tool.params)
+        except ValidationError as exc:
+            fields = set(definition.params_model.model_fields)
+            errors.extend(
+                translate_pydantic_error(e, prefix=f"agent.tools[{i}].params", known_fields=fields)
+                for e in exc.errors()
+            )
+    if agent.max_tool_calls > agent.max_turns:
+        errors.append(
+            FieldError(
+                "agent.max_tool_calls",
+                f"an episode makes at most one call per turn: at most max_turns ({agent.max_turns}), "
+                f"got {agent.max_tool_calls}",
+            )
+        )
+    if not AGENT_LOOP_WIRED and (builder is None or builder.capabilities.agent_loop):
+        errors.append(
+            FieldError(
+                "agent",
+                "the agent loop is not wired into training yet (tools, limits and params are checked, but no run would "
+                "call them): remove `agent` to train without tools",
+            )
+        )
     return errors
 
 
@@ -695,6 +804,8 @@ def effective_config(cfg: JobConfig) -> dict:
     data["resources"]["world_size"] = cfg.resources.processes
     if cfg.engine != "verl":
         data.pop("verl")  # engine verl's options: not part of other engines' runs
+    if cfg.agent is None:
+        data.pop("agent")  # no tool calling: runs recorded before it existed read the same
     return data
 
 
@@ -703,7 +814,8 @@ def json_schema() -> dict:
 
 
 def training_config_paths(cfg) -> list:
-    """The marked paths of a validated JobConfig, reward params included (they are validated per reward)."""
+    """The marked paths of a validated JobConfig, reward params included (they are validated per reward; tool
+    params name no path)."""
     from training_platform.core.userpath import user_paths
     from training_platform.training.rewards import get_reward
 

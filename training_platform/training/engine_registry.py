@@ -37,6 +37,8 @@ class Capabilities:
     requires_reward_model: bool = False
     # Without algorithm.reward_model_path it scores with the job's reward functions (verl's PPO), which it then needs.
     reward_functions_without_reward_model: bool = False
+    # Its rollout is verl's agent loop, where the job's `agent:` tools plug in (multi-turn tool calling, issue 28).
+    agent_loop: bool = False
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ def register_builder(
     sampling: bool = False,
     requires_reward_model: bool = False,
     reward_functions_without_reward_model: bool = False,
+    agent_loop: bool = False,
     hooks: Any = None,
 ) -> Callable:
     """Decorator: `@register_builder("trl", "sft", launchers=("local", "torchrun"))` over `build(ctx) -> trainer`."""
@@ -134,6 +137,7 @@ def register_builder(
         sampling=sampling,
         requires_reward_model=requires_reward_model,
         reward_functions_without_reward_model=reward_functions_without_reward_model,
+        agent_loop=agent_loop,
     )
 
     def wrap(build: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -179,6 +183,11 @@ def sampling_engines() -> list[str]:
 def sampling_algorithms(engine: str) -> list[str]:
     """The algorithms `engine` runs with data.sampling, in registration order."""
     return [name for (e, name), b in builders().items() if e == engine and b.capabilities.sampling]
+
+
+def agent_loop_pairs() -> list[tuple[str, str]]:
+    """The (engine, algorithm) pairs whose rollout runs the agent loop (`agent:` jobs), in registration order."""
+    return [key for key, b in builders().items() if b.capabilities.agent_loop]
 
 
 def capability_table() -> list[dict[str, Any]]:

@@ -186,6 +186,8 @@ def check_environment(
 
     if devices:
         errors += _check_devices(cfg)
+    if cfg.agent is not None:
+        errors += _check_agent_tools(cfg, on_worker=devices)
     if not dry_run and cfg.spec.uses_reward_functions:
         errors += _probe_judges(cfg, cache)
     if not errors:
@@ -229,6 +231,66 @@ def _probe_judges(cfg: JobConfig, cache: dict) -> list[FieldError]:
     return errors
 
 
+def _agent_tools(cfg: JobConfig) -> list[tuple[int, Any]]:
+    """(index, built params) of the job's agent tools whose name and params the config rules accept."""
+    from pydantic import ValidationError
+
+    from training_platform.training.tools import TOOLS
+
+    out = []
+    for i, tool in enumerate(cfg.agent.tools if cfg.agent is not None else []):
+        definition = TOOLS.get(tool.name)
+        if definition is None:
+            continue
+        try:
+            out.append((i, definition.params_model.model_validate(tool.params)))
+        except ValidationError:
+            continue  # reported by the config rules
+    return out
+
+
+def _check_agent_tools(cfg: JobConfig, *, on_worker: bool) -> list[FieldError]:
+    """What each agent tool needs here (training/tools: ToolParams.preflight): the python tool a working sandbox,
+    http_endpoint its endpoint defined. `on_worker` False (the API): host facts are left to the worker."""
+    assert cfg.agent is not None
+    errors = []
+    for i, params in _agent_tools(cfg):
+        for field, reason in params.preflight(on_worker=on_worker):
+            path = f"agent.tools[{i}]" + (f".params.{field}" if field else "")
+            errors.append(FieldError(path, reason))
+    return errors
+
+
+def _check_tools_template(cfg: JobConfig, tokenizer: Any) -> list[FieldError]:
+    """The model's chat template shows the agent's tools to the model: rendered with `tools=[schema, ...]`, every
+    tool's name is in the prompt (a template without tool support renders none, and the model would never learn
+    they exist)."""
+    from training_platform.training.tools import tool_schema
+
+    tools = _agent_tools(cfg)
+    if not tools:
+        return []
+    assert cfg.agent is not None
+    names = [cfg.agent.tools[i].name for i, _ in tools]
+    schemas = [tool_schema(cfg.agent.tools[i].name, params) for i, params in tools]
+    try:
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": "?"}], tools=schemas, tokenize=False, add_generation_prompt=True
+        )
+    except Exception as exc:  # noqa: BLE001 - any template failure is the job's problem, reported at its field
+        return [FieldError("agent.tools", f"the model's chat template cannot render tools: {str(exc)[:300]}")]
+    missing = [name for name in names if name not in text]
+    if missing:
+        return [
+            FieldError(
+                "agent.tools",
+                f"the model's chat template does not show tools to the model ({', '.join(missing)} missing from the "
+                "prompt rendered with tools=[...]): use a model whose template renders tools",
+            )
+        ]
+    return []
+
+
 def _check_tokenizer(cfg: JobConfig, cache: dict) -> list[FieldError]:
     from transformers import AutoTokenizer
 
@@ -251,6 +313,8 @@ def _check_tokenizer(cfg: JobConfig, cache: dict) -> list[FieldError]:
         errors.append(
             FieldError("algorithm.assistant_only_loss", "the tokenizer's chat template has no {% generation %} markers")
         )
+    if cfg.agent is not None:
+        errors += _check_tools_template(cfg, tokenizer)
     return errors
 
 

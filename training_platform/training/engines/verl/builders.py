@@ -38,9 +38,11 @@ class _RLOptions(TypedDict):
     launchers: tuple[str, ...]
     own_workers: bool
     devices: tuple[str, ...]
+    agent_loop: bool
 
 
-_RL: _RLOptions = {"launchers": ("local",), "own_workers": True, "devices": DEVICES}
+# verl's RL rollout is its agent loop (mapping.py: rollout.mode async), where `agent:` tools plug in.
+_RL: _RLOptions = {"launchers": ("local",), "own_workers": True, "devices": DEVICES, "agent_loop": True}
 register_builder("verl", "grpo", notes=f"loss_type, GSPO (importance_sampling_level: sequence); {RL_NOTES}", **_RL)(
     _generate
 )
