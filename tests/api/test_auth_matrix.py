@@ -564,6 +564,7 @@ ROUTES: dict[str, Case] = {
     "GET /api/v1/monitoring/ray": Case("user", lambda o: Req("GET", f"{API}/monitoring/ray")),
     "GET /api/v1/config/schema": Case("user", lambda o: Req("GET", f"{API}/config/schema")),
     "GET /api/v1/config/examples": Case("user", lambda o: Req("GET", f"{API}/config/examples")),
+    "GET /api/v1/config/tools": Case("user", lambda o: Req("GET", f"{API}/config/tools")),
     # -- named endpoints: the operator's (admins write; every user lists names and models)
     "GET /api/v1/endpoints": Case("user", lambda o: Req("GET", f"{API}/endpoints")),
     "GET /api/v1/endpoints/{name}": Case("user", lambda o: Req("GET", f"{API}/endpoints/{o.endpoint()}")),

@@ -109,6 +109,23 @@ def test_the_examples_are_served_and_each_is_valid_or_says_why(sqlite_api):
     assert out["valid"], out["errors"]
 
 
+def test_the_tools_an_agent_may_call_are_served_with_their_schemas(sqlite_api):
+    """GET /config/tools is the registry as the launch form needs it; the config schema offers the same names."""
+    from verl.tools.schemas import OpenAIFunctionToolSchema
+
+    r = sqlite_api.get("/config/tools", user="alice")
+    assert r.status_code == 200, r.text
+    tools = {t["name"]: t for t in r.json()}
+    assert {"calculator", "python", "http_endpoint"} <= set(tools)
+    for name, tool in tools.items():
+        OpenAIFunctionToolSchema.model_validate(tool["schema"])  # what verl's agent loop takes
+        assert tool["schema"]["function"]["name"] == name and tool["description"]
+    assert tools["calculator"]["schema"]["function"]["parameters"]["required"] == ["expression"]
+    assert "endpoint" in tools["http_endpoint"]["params_schema"]["required"]
+    schema = sqlite_api.get("/config/schema", user="alice").json()
+    assert schema["$defs"]["AgentToolSection"]["properties"]["name"]["enum"] == sorted(tools)
+
+
 def test_validate_reads_the_files_like_the_preflight(sqlite_api):
     """The files as the worker's preflight reads them: what would fail a second after submit is `valid: false`."""
     missing_model = valid_config()
