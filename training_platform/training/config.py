@@ -568,8 +568,9 @@ def check_rules(cfg: JobConfig) -> list[FieldError]:
     return errors
 
 
-# The agent loop's verl side (engines/verl/agent/: the tool adapter, the loop, the mapping rows) is slice 4 of
-# docs/plans/agentic-rl.md. Until it lands an `agent:` job is refused rather than run without its tools.
+# The agent loop's verl side (engines/verl/agent/: the tool adapter, the loop, the mapping rows) is built and tested
+# in process (slice 4 of docs/plans/agentic-rl.md); scoring the final answer (slice 5) and a real Ray run (slice 6)
+# are not. Until they land an `agent:` job is refused rather than run half-wired.
 AGENT_LOOP_WIRED = False
 
 

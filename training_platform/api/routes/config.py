@@ -86,7 +86,7 @@ def config_tools(user: CurrentUser):
             ToolInfo(
                 name=name,
                 description=tool.description,
-                schema={"type": "function", "function": function},
+                schema_={"type": "function", "function": function},
                 params_schema=tool.params_model.model_json_schema(),
             )
         )

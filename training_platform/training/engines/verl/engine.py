@@ -4,6 +4,7 @@ Run directory (beside what every engine writes):
     verl_config.yaml        the generated verl config (mapping.py), as composed and checked
     verl/train.parquet      data.train_file converted to verl's schema (val.parquet for the eval data)
     verl/reward_fn.py       RL: the custom_reward_function verl calls (the job's reward functions and weights)
+    verl/tools.yaml         RL with `agent`: the tools verl's agent loop calls (agent/tools.py)
     verl/checkpoints/       verl's global_step_N, registered as checkpoints/step_NNNNNN
     verl/rollouts/          RL: verl's per-step rollout dumps (<step>.jsonl), sampled into rollouts.jsonl, then removed
 """
@@ -48,6 +49,7 @@ def planned_paths(cfg: JobConfig, run_dir: Path | None) -> VerlPaths:
         rollout_dir=f"{base}/rollouts" if algorithm.name != "sft" else None,
         critic_model=critic,
         reward_model=reward_model,
+        tools_config=f"{base}/tools.yaml" if algorithm.name != "sft" and cfg.agent is not None else None,
     )
 
 
@@ -121,6 +123,10 @@ def prepare_rl_inputs(cfg, run, loaded) -> None:
     if paths.reward_module:
         write_reward_module(Path(paths.reward_module), [r.model_dump() for r in cfg.rewards])
         run.record("verl_reward_fn", Path(paths.reward_module))
+    if paths.tools_config and cfg.agent is not None:
+        from training_platform.training.engines.verl.agent.tools import write_tools_config
+
+        run.record("verl_tools", write_tools_config(Path(paths.tools_config), cfg.agent))
 
 
 def _write_parquet(rows: list[dict], path: Path) -> None:

@@ -62,6 +62,7 @@ class VerlPaths:
     rollout_dir: str | None = None  # RL: verl dumps each step's rollouts here (<step>.jsonl) -> rollouts.jsonl
     critic_model: str | None = None  # ppo: the value model (default: the policy model)
     reward_model: str | None = None  # ppo: a reward model, when the job names one
+    tools_config: str | None = None  # RL with `agent`: the tools YAML verl's agent loop loads (engines/verl/agent)
 
 
 @dataclass(frozen=True)
@@ -182,6 +183,11 @@ def _response_length(cfg: JobConfig) -> int:
 def _temperature(cfg: JobConfig) -> float:
     a = cfg.algorithm
     return a.temperature if isinstance(a, ppo.Params) else _generation(cfg).temperature
+
+
+def _agent(value: Callable[[Any], Any]) -> Callable[[JobConfig, VerlPaths], Any]:
+    """A row's value for a job with `agent` (tool calling in the rollouts); others keep verl's default."""
+    return lambda c, p: value(c.agent) if c.agent is not None else SKIP
 
 
 _SFT = ("sft",)
@@ -508,6 +514,45 @@ ROWS: tuple[Row, ...] = (
     ),
     Row("algorithm.reward_model_path", "reward.reward_model.enable", lambda c, p: p.reward_model is not None, ("ppo",)),
     Row("algorithm.reward_model_path", "reward.reward_model.model_path", lambda c, p: p.reward_model or SKIP, ("ppo",)),
+    # ---- agent: multi-turn tool calling in the rollouts (engines/verl/agent)
+    Row(
+        "agent",
+        f"{_ROLLOUT}.agent.default_agent_loop",
+        _agent(lambda a: "platform_tool_agent"),
+        _RL,
+        "verl's tool agent loop with our tools, call budget, deadlines and per-turn records",
+    ),
+    Row(
+        "agent.tools",
+        f"{_ROLLOUT}.multi_turn.tool_config_path",
+        lambda c, p: p.tools_config if c.agent is not None and p.tools_config else SKIP,
+        _RL,
+        "a generated verl/tools.yaml: each tool's schema and params (no secrets), and the episode's limits",
+    ),
+    Row(
+        "agent",
+        f"{_ROLLOUT}.multi_turn.enable",
+        _agent(lambda a: True),
+        _RL,
+        "documentation only: verl's v1 agent loop does not read it",
+    ),
+    Row("agent.max_turns", f"{_ROLLOUT}.multi_turn.max_assistant_turns", _agent(lambda a: a.max_turns), _RL),
+    Row(
+        "agent.max_tool_calls",
+        f"{_ROLLOUT}.multi_turn.max_user_turns",
+        _agent(lambda a: a.max_tool_calls),
+        _RL,
+        "tool rounds; with one call per turn the same as calls (the loop also counts calls)",
+    ),
+    Row("agent", f"{_ROLLOUT}.multi_turn.max_parallel_calls", _agent(lambda a: 1), _RL, "one call per turn"),
+    Row("agent.format", f"{_ROLLOUT}.multi_turn.format", _agent(lambda a: a.format), _RL),
+    Row(
+        "algorithm.max_completion_length",
+        "data.max_response_length",
+        _agent(lambda a: SKIP),
+        _RL,
+        "with `agent`: the whole episode's response, tool results included (they are masked out of the loss)",
+    ),
     # ---- rewards: our registered functions, called by verl
     Row(
         "rewards",

@@ -4,7 +4,8 @@ and reward workers and the rollout servers.
 
 - always: our trainer as verl's `sync` trainer (trainer.py: verl's plus per-function reward metrics) and the `hf`
   rollout in verl's registries (`RolloutReplicaRegistry["hf"]` for the driver side,
-  `_ROLLOUT_REGISTRY[("hf", "async")]` for the worker side);
+  `_ROLLOUT_REGISTRY[("hf", "async")]` for the worker side), and our agent loop `platform_tool_agent`
+  (agent/loop.py) in verl's agent-loop registry;
 - without CUDA: the CPU platform (cpu.py: gloo, verl's FSDP engines on the CPU, Ray's logical GPUs as the
   accelerator verl counts) and the patches of verl the CPU path needs (patches/).
 """
@@ -42,6 +43,7 @@ def install() -> None:
     from training_platform.training.engines.verl import trainer
 
     trainer.install()
+    from training_platform.training.engines.verl.agent import loop  # noqa: F401 - registers platform_tool_agent
 
 
 install()

@@ -368,6 +368,10 @@ def train_rl(cfg, run, paths: VerlPaths, config: DictConfig, *, resume_from: Pat
         dumps.clear()
     # verl's actors import the reward module (which imports training_platform) on any node: the platform's image
     env = {"VERL_FILE_LOGGER_PATH": str(source), "TP_DATA_DIR": str(data_dir())}
+    if cfg.agent is not None:  # the sandbox's settings, the endpoints and their keys the tools need (values unlogged)
+        from training_platform.training.engines.verl.agent.tools import runtime_env_vars
+
+        env.update(runtime_env_vars(cfg.agent))
     address = current_settings().ray_address if cfg.resources.resolved_launcher == "ray" else None
     writer.update_run_info(
         device=str(config.trainer.device),
