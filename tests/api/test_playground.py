@@ -335,6 +335,142 @@ def test_openai_client_library(served: Served):
     assert out.choices[0].message.content and out.usage.completion_tokens > 0
 
 
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+TOOL_TURNS = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_abc", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_abc", "content": "12 C"},
+]
+TRAINING_TURNS = [  # the same conversation as training holds it (object arguments, no ids)
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": "", "tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
+    {"role": "tool", "content": "12 C"},
+]
+
+
+def _openai_client(served: Served):
+    import openai
+
+    return openai.OpenAI(
+        base_url="http://testserver/api/v1/openai/v1", api_key=served.api.tokens["alice"], http_client=served.api.client
+    )
+
+
+def test_openai_client_tools(served: Served):
+    """The official client sends tools, an earlier call and its result; the worker renders them with the model's
+    chat template exactly as training does (the prompt's token count is that of `apply_chat_template(training
+    conversation, tools=)`), and answers. tool_choice "none": no tools shown, the reply is not parsed."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(served.api.data_dir / "demo" / "model")
+    expected = lambda **kw: len(  # noqa: E731
+        tok.apply_chat_template(TRAINING_TURNS, add_generation_prompt=True, return_dict=True, **kw)["input_ids"]
+    )
+    client = _openai_client(served)
+    model = f"job-{served.job}/final"
+    out = client.chat.completions.create(
+        model=model, messages=TOOL_TURNS, tools=[WEATHER], tool_choice="auto", max_tokens=8, seed=1, temperature=0
+    )
+    [choice] = out.choices
+    assert choice.finish_reason in ("stop", "length", "tool_calls") and choice.message.role == "assistant"
+    if choice.finish_reason != "tool_calls":  # the random demo model all but never writes a well-formed call
+        assert choice.message.tool_calls is None and choice.message.content is not None
+    assert out.usage.prompt_tokens == expected(tools=[WEATHER])
+    out = client.chat.completions.create(
+        model=model, messages=TOOL_TURNS, tools=[WEATHER], tool_choice="none", max_tokens=8, seed=1, temperature=0
+    )
+    assert out.usage.prompt_tokens == expected() < expected(tools=[WEATHER])
+    assert out.choices[0].message.tool_calls is None and out.choices[0].finish_reason in ("stop", "length")
+
+
+def test_openai_tool_calls_reply(served: Served, monkeypatch):
+    """A generation holding a hermes call (stubbed at the inference queue: the demo model will not write one)
+    reaches the official client as `tool_calls`, `finish_reason: tool_calls`; the worker gets the tools."""
+    from training_platform.api import inference_client
+    from training_platform.data.tool_calls import render_call
+
+    seen: list = []
+
+    class Stub:
+        request_id = "stub"
+
+        async def result(self):
+            text = "Checking.\n" + render_call("get_weather", {"city": "Zürich"})
+            return {
+                "prompt_tokens": 9,
+                "choices": [{"index": 0, "text": text, "finish_reason": "stop", "completion_tokens": 5}],
+            }
+
+        async def close(self):
+            pass
+
+    async def start(request, user_id):
+        seen.append(request)
+        return Stub()
+
+    monkeypatch.setattr(inference_client, "start", start)
+    out = _openai_client(served).chat.completions.create(
+        model=f"job-{served.job}/final", messages=TOOL_TURNS, tools=[WEATHER], max_tokens=8
+    )
+    [choice] = out.choices
+    assert choice.finish_reason == "tool_calls" and choice.message.content == "Checking."
+    [call] = choice.message.tool_calls
+    assert call.type == "function" and call.id.startswith("call_") and call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "Zürich"}
+    [request] = seen
+    assert request.tools == [WEATHER]
+    assert request.messages[1]["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}
+    assert request.messages[2] == {"role": "tool", "content": "12 C", "tool_call_id": "call_abc"}
+
+
+def test_openai_tools_422(served: Served):
+    body = {"model": f"job-{served.job}/final", "messages": TOOL_TURNS, "tools": [WEATHER], "max_tokens": 4}
+    bad_schema = {"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}
+    many = [{"type": "function", "function": {"name": f"t{i}"}} for i in range(33)]
+    for change, loc, words in [
+        ({"tool_choice": "required"}, "tool_choice", "constrained decoding"),
+        ({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}}, "tool_choice", "named function"),
+        ({"tools": many}, "tools", "at most 32"),
+        ({"tools": [bad_schema]}, "tools[0].function.parameters", "type: object"),
+        ({"stream": True}, "stream", "not supported yet"),
+    ]:
+        r = served.api.post("/openai/v1/chat/completions", json={**body, **change})
+        assert r.status_code == 422, (change, r.text)
+        [error] = [e for e in r.json()["detail"] if e["loc"] == loc] or [None]
+        assert error is not None and words in error["msg"], (change, r.text)
+    # tool_choice "none" streams: nothing to parse
+    events = _sse(served, "/openai/v1/chat/completions", {**body, "tool_choice": "none", "stream": True})
+    assert events[-1] == (None, "[DONE]")
+
+    # a model whose chat template ignores tools: refused on `tools` by the worker, not served blind
+    blind = served.api.data_dir / "demo" / f"blind-{_uid()}"
+    shutil.copytree(served.api.data_dir / "demo" / "model", blind)
+    (blind / "chat_template.jinja").write_text(
+        "{%- for m in messages -%}{{- '<|im_start|>' + m['role'] + '\\n' + (m['content'] or '') + '<|im_end|>\\n' -}}"
+        "{%- endfor -%}{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+    )
+    r = served.api.post(
+        "/models", json={"name": f"blind-{_uid()}", "path": str(blind.relative_to(served.api.data_dir))}
+    )
+    assert r.status_code == 201, r.text
+    r = served.api.post("/openai/v1/chat/completions", json={**body, "model": r.json()["name"]})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == "tools", r.text
+    assert "ignores `tools`" in r.json()["detail"][0]["msg"]
+
+
 def test_evaluation_backend_on_the_platform_endpoint(served: Served, monkeypatch):
     """The evaluation's OpenAI backend, pointed at this route as an operator's TP_ENDPOINTS entry would be (the
     token as its key), gets the platform model's replies: n samples, seeded."""

@@ -32,6 +32,7 @@ from training_platform.api.routes import (
     models,
     monitoring,
     openai_compat,
+    openai_pooling,
     playground,
     rewards,
     rollouts,
@@ -131,6 +132,7 @@ def create_app() -> FastAPI:
     api.include_router(rollouts.router)
     api.include_router(playground.router)
     api.include_router(openai_compat.router)
+    api.include_router(openai_pooling.router)
     app.include_router(api)
     app.include_router(health.router, include_in_schema=False)  # /health, /metrics
 

@@ -41,17 +41,20 @@ class GenerationTimeout(Exception):
 
 @dataclass
 class InferenceRequest:
-    """A request whose model was resolved and authorized (`path` is the model directory; `label` its name)."""
+    """A request whose model was resolved and authorized (`path` is the model directory; `label` its name).
+    `messages` are chat messages (role, content; an assistant's `tool_calls` with arguments as objects, a tool
+    result's `tool_call_id`); `tools` the OpenAI function schemas the chat template shows the model, or None."""
 
     path: str
     label: str
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     max_new_tokens: int
     temperature: float
     top_p: float
     seed: int
     n: int = 1
     stop: list[str] = field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
 
     def payload(self, timeout_s: float) -> dict[str, Any]:
         return {
@@ -64,6 +67,7 @@ class InferenceRequest:
             "seed": self.seed,
             "n": self.n,
             "stop": self.stop,
+            "tools": self.tools,
             "timeout_s": timeout_s,
         }
 

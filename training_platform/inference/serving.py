@@ -51,6 +51,7 @@ __all__ = [
     "GenerateParams",
     "ModelCache",
     "PromptError",
+    "ToolsNotRendered",
     "generate",
     "is_classifier",
     "load_classifier",
@@ -246,22 +247,52 @@ class ModelCache:
 # ---------------------------------------------------------------------------------------------- prompts
 
 
-def plain_transcript(messages: Sequence[dict[str, str]]) -> str:
+def plain_transcript(messages: Sequence[dict[str, Any]]) -> str:
     """The prompt for a tokenizer without a chat template."""
     names = {"system": "System", "developer": "System", "user": "User", "assistant": "Assistant"}
-    turns = [f"{names.get(m['role'], m['role'].title())}: {m['content']}" for m in messages]
+    turns = [f"{names.get(m['role'], m['role'].title())}: {m.get('content') or ''}" for m in messages]
     return "\n\n".join(turns) + "\n\nAssistant:"
 
 
-def render_prompt(model, messages: Sequence[dict[str, str]]) -> str:
-    if not getattr(model.tokenizer, "chat_template", None):
-        return plain_transcript(messages)
-    # `developer` is OpenAI's newer name for the system role; chat templates know `system`.
-    turns = [{"role": "system" if m["role"] == "developer" else m["role"], "content": m["content"]} for m in messages]
+class ToolsNotRendered(PromptError):
+    """`tools` were given, but this model's chat template does not show them to the model."""
+
+    loc = "tools"
+
+
+def _apply_template(model, turns: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None) -> str:
     try:
-        return model.tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+        return model.tokenizer.apply_chat_template(
+            turns, tools=list(tools) if tools else None, tokenize=False, add_generation_prompt=True
+        )
     except Exception as exc:  # noqa: BLE001 - templates raise their own errors (role order, unsupported roles)
         raise PromptError(f"the model's chat template refused the messages: {str(exc)[:300]}") from None
+
+
+def render_prompt(model, messages: Sequence[dict[str, Any]], *, tools: Sequence[dict[str, Any]] | None = None) -> str:
+    """The prompt the model continues: its chat template over `messages` (and `tools`, OpenAI function schemas,
+    passed as `apply_chat_template(..., tools=)`, exactly as training renders them). Messages may carry
+    `tool_calls` (assistant) and `tool_call_id` (role `tool`); they reach the template unchanged.
+
+    With `tools`, a template that does not show them to the model is refused (ToolsNotRendered) rather than silently
+    serving a model that cannot know the tools: no chat template at all, a rendering identical to the one without
+    tools, or one in which a tool's name does not appear."""
+    template = getattr(model.tokenizer, "chat_template", None)
+    if not template:
+        if tools:
+            raise ToolsNotRendered("this model has no chat template, so it cannot be shown tools; send no `tools`")
+        return plain_transcript(messages)
+    # `developer` is OpenAI's newer name for the system role; chat templates know `system`.
+    turns = [{**m, "role": "system" if m["role"] == "developer" else m["role"]} for m in messages]
+    prompt = _apply_template(model, turns, tools)
+    if tools:
+        names = [str(t.get("function", {}).get("name", "")) for t in tools]
+        if prompt == _apply_template(model, turns, None) or not all(name in prompt for name in names):
+            raise ToolsNotRendered(
+                "this model's chat template ignores `tools` (the prompt does not list them), so the model would "
+                "not see them; serve a model whose template renders tools, or send no `tools`"
+            )
+    return prompt
 
 
 # ---------------------------------------------------------------------------------------------- generation
@@ -319,21 +350,23 @@ class _Pieces:
 
 def generate(
     model,
-    messages: Sequence[dict[str, str]],
+    messages: Sequence[dict[str, Any]],
     params: GenerateParams,
     *,
+    tools: Sequence[dict[str, Any]] | None = None,
     on_text: OnText | None = None,
     should_stop: Callable[[], bool] | None = None,
     deadline: float | None = None,
 ) -> Completion:
-    """Generate `params.n` replies to `messages` with `model` (from `load_model`). `on_text(index, piece)` gets
-    every piece of text as it is produced; `should_stop()` and `deadline` (time.monotonic()) are checked after
-    every token. Raises PromptError when the prompt does not fit the model's context with max_new_tokens."""
+    """Generate `params.n` replies to `messages` (and `tools`: see `render_prompt`) with `model` (from
+    `load_model`). `on_text(index, piece)` gets every piece of text as it is produced; `should_stop()` and
+    `deadline` (time.monotonic()) are checked after every token. Raises PromptError when the prompt does not fit
+    the model's context with max_new_tokens."""
     import torch
     from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
     from transformers.generation.streamers import BaseStreamer
 
-    prompt = render_prompt(model, messages)
+    prompt = render_prompt(model, messages, tools=tools)
     prompt_ids = model.encode(prompt)
     context = model.max_length
     if not prompt_ids:

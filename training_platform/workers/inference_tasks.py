@@ -21,6 +21,7 @@ died ends in the API's 504.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import threading
@@ -40,6 +41,8 @@ MAX_MESSAGES = 1024
 MAX_PROMPT_CHARS = 1_000_000
 MAX_CHOICES = 16
 MAX_POOL_INPUTS = 256
+MAX_TOOLS = 32
+MAX_TOOL_CALLS = 64
 
 _cache = None
 _client = None
@@ -140,7 +143,8 @@ def _parse(payload: Any):
         raise RequestRefused(400, "malformed inference request")
     try:
         path = Path(str(payload["path"])).resolve()
-        messages = [{"role": str(m["role"]), "content": str(m["content"])} for m in payload["messages"]][:MAX_MESSAGES]
+        messages = [_message(m) for m in payload["messages"][:MAX_MESSAGES]]
+        tools = _tools(payload.get("tools"))
         stop = tuple(str(s) for s in payload.get("stop") or ())[:4]
         params = GenerateParams(
             max_new_tokens=max(1, min(int(payload["max_new_tokens"]), MAX_NEW_TOKENS)),
@@ -151,10 +155,13 @@ def _parse(payload: Any):
             stop=stop,
         )
         timeout_s = max(0.1, float(payload["timeout_s"]))
-    except (KeyError, TypeError, ValueError) as exc:
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise RequestRefused(400, f"malformed inference request: {type(exc).__name__}: {exc}") from None
-    if sum(len(m["content"]) for m in messages) > MAX_PROMPT_CHARS:
+    chars = sum(len(m["content"] or "") + len(json.dumps(m.get("tool_calls") or [])) for m in messages)
+    if chars > MAX_PROMPT_CHARS:
         raise RequestRefused(422, "the messages are too long", "messages")
+    if tools is not None and len(json.dumps(tools)) > MAX_PROMPT_CHARS:
+        raise RequestRefused(422, "the tools are too long", "tools")
     settings = get_settings()
     if not inside_allowed_roots(path, settings) or not (path / "config.json").is_file():
         raise RequestRefused(404, f"model {payload.get('label')!r}: no model directory there any more")
@@ -164,7 +171,43 @@ def _parse(payload: Any):
             f"model {payload.get('label')!r} is a classifier (e.g. a reward model): it does not generate text",
             "model",
         )
-    return path, messages, params, timeout_s
+    return path, messages, tools, params, timeout_s
+
+
+def _message(m: Any) -> dict[str, Any]:
+    """One chat message, rebuilt from the wire: role and content (a string; None only beside tool calls), an
+    assistant's `tool_calls` ({id, type, function: {name, arguments: object}}) and a tool result's `tool_call_id`."""
+    role = str(m["role"])
+    content = m.get("content")
+    out: dict[str, Any] = {"role": role, "content": None if content is None else str(content)}
+    calls = m.get("tool_calls")
+    if calls:
+        if not isinstance(calls, list) or len(calls) > MAX_TOOL_CALLS:
+            raise ValueError(f"tool_calls must be a list of at most {MAX_TOOL_CALLS} calls")
+        out["tool_calls"] = [_tool_call(c) for c in calls]
+    elif content is None:
+        raise ValueError("a message without tool_calls needs content")
+    if m.get("tool_call_id") is not None:
+        out["tool_call_id"] = str(m["tool_call_id"])
+    return out
+
+
+def _tool_call(call: Any) -> dict[str, Any]:
+    fn = call["function"]
+    arguments = fn["arguments"]
+    if not isinstance(arguments, dict):
+        raise TypeError("a tool call's arguments must be an object")
+    function = {"name": str(fn["name"]), "arguments": arguments}
+    return {"id": str(call.get("id", "")), "type": "function", "function": function}
+
+
+def _tools(tools: Any) -> list[dict[str, Any]] | None:
+    """The OpenAI function schemas offered to the model, or None."""
+    if tools is None:
+        return None
+    if not isinstance(tools, list) or len(tools) > MAX_TOOLS or not all(isinstance(t, dict) for t in tools):
+        raise ValueError(f"tools must be a list of at most {MAX_TOOLS} objects")
+    return tools or None
 
 
 def _model_dir(payload: dict) -> Path:
@@ -243,7 +286,7 @@ def generate(self, request_id: str, payload: dict) -> str:
     path = Path("/nonexistent")
     started = time.monotonic()
     try:
-        path, messages, params, timeout_s = _parse(payload)
+        path, messages, tools, params, timeout_s = _parse(payload)
         deadline = started + timeout_s
         if _warm_up is not None:  # transformers' lazy imports are not thread-safe: let the warm-up finish
             _warmed.wait(timeout=max(0.0, deadline - time.monotonic()))
@@ -253,6 +296,7 @@ def generate(self, request_id: str, payload: dict) -> str:
             model,
             messages,
             params,
+            tools=tools,
             on_text=lambda index, piece: chan.push({"type": "token", "index": index, "text": piece}),
             should_stop=chan.cancelled,
             deadline=deadline,
@@ -261,7 +305,8 @@ def generate(self, request_id: str, payload: dict) -> str:
         chan.push({"type": "error", "status": exc.status, "message": exc.message, "loc": exc.loc})
         return "refused"
     except PromptError as exc:
-        chan.push({"type": "error", "status": 422, "message": _scrub(str(exc), path, label), "loc": "messages"})
+        loc = getattr(exc, "loc", "messages")  # ToolsNotRendered: "tools"
+        chan.push({"type": "error", "status": 422, "message": _scrub(str(exc), path, label), "loc": loc})
         return "refused"
     except Exception as exc:  # noqa: BLE001 - reported to the caller, with the traceback in the worker's log
         log.exception("inference request %s on %s failed", request_id, label)

@@ -19,12 +19,25 @@ max_completion_tokens (<= 1024, default 256), temperature [0, 2], top_p (0, 1], 
 seed, stream, stream_options, user (ignored); presence/frequency penalties only at 0, logprobs only false. Anything
 else is a 422 naming the field.
 
-Pooling follows vLLM's `/pooling` (its PoolingResponse): `{"id": "pool-...", "object": "list", "created", "model",
-"data": [{"index": i, "object": "pooling", "data": [float, ...]}], "usage": {"prompt_tokens", "total_tokens",
-"completion_tokens": 0}}`, served by the inference workers for sequence-classification models only (a reward model:
-`data` is its one score; a classifier: its logits). So a data job's reward scorer (`JudgeClient`, `mode: reward`,
-`reward_path: /pooling`) can name this URL as its endpoint. Bounds: `input` a string or 1..64 strings, each <= 32,000
-characters, 64,000 in all; `encoding_format` only "float"; `user` ignored.
+Tools (the hermes format training uses, `data/tool_calls.py`):
+- `tools`: 1..32 `{"type": "function", "function": {"name", "description", "parameters"}}`, names unique and
+  `[A-Za-z0-9_-]{1,64}`, `parameters` a JSON Schema object (`type: object`), each tool <= 16 KiB of JSON, all
+  <= 64 KiB. They reach the model's chat template as `apply_chat_template(..., tools=)`, the rendering training
+  uses. A model whose template does not show them (no template, a rendering unchanged by `tools`, or one missing a
+  tool's name) is a 422 on `tools`, rather than a model answering blind.
+- `tool_choice`: "auto" (the default) or "none" (tools not shown, the reply not parsed for calls). "required" and a
+  named function are a 422 on `tool_choice`: forcing a call needs constrained decoding, which the platform lacks.
+  `parallel_tool_calls` may only be true (every call the model wrote is returned).
+- Messages may be an assistant turn with `tool_calls` (`{id, type: "function", function: {name, arguments}}`,
+  arguments a JSON object as a string; content then may be null) and `{"role": "tool", "tool_call_id", "content"}`.
+  The arguments are parsed and handed to the template as objects, so a call sent back renders to the same hermes
+  text as in training, whatever the client's JSON spacing.
+- The reply is parsed (`tool_calls.parse`): when it holds calls, `message.tool_calls` lists them
+  (`{id: "call_<hex>", type: "function", function: {name, arguments: <JSON string>}}`), `content` is the remaining
+  text or null, and `finish_reason` is "tool_calls". A reply with only malformed blocks is returned as plain text.
+- `stream: true` with tools offered is a 422 on `stream` for now (calls are parsed from the whole reply).
+
+Pooling (`POST /pooling`, a reward model's scores) is in api/routes/openai_pooling.py.
 """
 
 from __future__ import annotations
@@ -34,20 +47,28 @@ import re
 import secrets
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, Field, StringConstraints, field_validator
+from pydantic import BaseModel, Field, StringConstraints, field_validator, model_validator
 from sqlmodel import Session, col, select
 from starlette.concurrency import run_in_threadpool
 
 from training_platform.api import inference_client, schemas
 from training_platform.api.deps import CurrentUser, JsonBody, SessionDep
+from training_platform.api.errors import ValidationFailed
+from training_platform.api.routes.openai_tools import (
+    MAX_CALLS_PER_MESSAGE,
+    MAX_TOOLS,
+    MAX_TOOLS_JSON,
+    ToolCallIn,
+    ToolCallOut,
+    ToolDef,
+    reply_choice,
+)
 from training_platform.api.routes.playground import (
     GENERATION_RESPONSES,
-    MAX_CONTENT_CHARS,
     MAX_MESSAGES,
     MAX_NEW_TOKENS,
     MAX_TOTAL_CHARS,
@@ -57,7 +78,6 @@ from training_platform.api.routes.playground import (
     Seed,
     Temperature,
     TopP,
-    check_total_chars,
     resolve_job_model,
     resolve_registered,
     usage_of,
@@ -71,13 +91,46 @@ router = APIRouter(prefix="/openai/v1", tags=["openai"])
 JOB_MODEL = re.compile(r"^job-(\d{1,10})/(final|step_\d{1,10})$")
 MAX_CHOICES = 16  # choices are generated one after another (bounded by TP_INFERENCE_TIMEOUT)
 DEFAULT_MAX_TOKENS = 256
-MAX_POOL_INPUTS = 64
 
 
 class OpenAIMessage(schemas.RequestBody):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: Content
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Content | None = None
     name: Annotated[str, StringConstraints(max_length=64)] | None = None  # accepted, not used
+    tool_calls: list[ToolCallIn] | None = Field(None, max_length=MAX_CALLS_PER_MESSAGE)
+    tool_call_id: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = None
+
+    @model_validator(mode="after")
+    def _role_fields(self):
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError(f"only an assistant message has tool_calls, not a {self.role!r} one")
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError("content is required (it may be null only on an assistant message with tool_calls)")
+        if self.role == "tool" and self.tool_call_id is None:
+            raise ValueError("a tool message needs the tool_call_id of the call it answers")
+        if self.role != "tool" and self.tool_call_id is not None:
+            raise ValueError(f"only a tool message has a tool_call_id, not a {self.role!r} one")
+        return self
+
+    def chars(self) -> int:
+        return len(self.content or "") + sum(len(c.function.arguments) for c in self.tool_calls or ())
+
+    def for_template(self) -> dict[str, Any]:
+        """The message as the chat template gets it: a call's arguments parsed to an object, so the template's
+        `tojson` writes them exactly as training does."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.function.name, "arguments": json.loads(c.function.arguments)},
+                }
+                for c in self.tool_calls
+            ]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
 
 
 class StreamOptions(schemas.RequestBody):
@@ -105,8 +158,57 @@ class ChatCompletionRequest(schemas.RequestBody):
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     logprobs: bool | None = None
     user: Annotated[str, StringConstraints(max_length=256)] | None = None
+    tools: list[ToolDef] | None = Field(None, min_length=1, max_length=MAX_TOOLS)
+    tool_choice: str | dict[str, Any] | None = Field(None, description='"auto" (the default) or "none".')
+    parallel_tool_calls: bool | None = None
 
-    _total = field_validator("messages")(check_total_chars)
+    @field_validator("messages")
+    @classmethod
+    def _total(cls, value: list[OpenAIMessage]) -> list[OpenAIMessage]:
+        total = sum(m.chars() for m in value)
+        if total > MAX_TOTAL_CHARS:
+            raise ValueError(f"the messages hold {total} characters in all; at most {MAX_TOTAL_CHARS}")
+        return value
+
+    @field_validator("tools")
+    @classmethod
+    def _tools(cls, value: list[ToolDef] | None) -> list[ToolDef] | None:
+        if not value:
+            return value
+        names = [t.function.name for t in value]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"tool names must be unique; repeated: {', '.join(twice)}")
+        size = sum(len(json.dumps(t.schema_dict(), ensure_ascii=False)) for t in value)
+        if size > MAX_TOOLS_JSON:
+            raise ValueError(f"the tools are {size} characters of JSON in all; at most {MAX_TOOLS_JSON}")
+        return value
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _auto_or_none(cls, value):
+        if value is None or value in ("auto", "none"):
+            return value
+        if value == "required" or isinstance(value, dict):
+            forced = "required" if value == "required" else "a named function"
+            raise ValueError(
+                f"{forced} is not supported: forcing a tool call needs constrained decoding, which this server "
+                'does not do; use "auto" (the model decides) or "none"'
+            )
+        raise ValueError(f'must be "auto" or "none", got {value!r}')
+
+    @field_validator("parallel_tool_calls")
+    @classmethod
+    def _parallel(cls, value):
+        if value is False:
+            raise ValueError("not supported: only true (every call the model writes is returned)")
+        return value
+
+    def offered_tools(self) -> list[dict[str, Any]] | None:
+        """The tools shown to the model (none with tool_choice "none")."""
+        if not self.tools or self.tool_choice == "none":
+            return None
+        return [t.schema_dict() for t in self.tools]
 
     @field_validator("stop")
     @classmethod
@@ -132,7 +234,8 @@ class ChatCompletionRequest(schemas.RequestBody):
 
 class ChatMessageOut(BaseModel):
     role: Literal["assistant"]
-    content: str
+    content: str | None
+    tool_calls: list[ToolCallOut] | None = None
 
 
 class ChatChoice(BaseModel):
@@ -267,6 +370,17 @@ async def _stream(pending: inference_client.Pending, model: str, include_usage: 
 )
 async def chat_completions(body: ChatCompletionRequest, session: SessionDep, user: CurrentUser):
     """OpenAI's chat completions on the platform's models (job-N/final, job-N/step_NNNNNN, registered names)."""
+    tools = body.offered_tools()
+    if tools and body.stream:
+        raise ValidationFailed(
+            [
+                (
+                    "stream",
+                    "stream: true with tools is not supported yet (tool calls are parsed from the whole reply); "
+                    'send stream: false, or tool_choice: "none"',
+                )
+            ]
+        )
     resolved = await run_in_threadpool(resolve_name, session, user, body.model)
     stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
     max_tokens = body.max_completion_tokens or body.max_tokens or DEFAULT_MAX_TOKENS
@@ -274,13 +388,14 @@ async def chat_completions(body: ChatCompletionRequest, session: SessionDep, use
     request = inference_client.InferenceRequest(
         path=resolved.path,
         label=resolved.label,
-        messages=[{"role": m.role, "content": m.content} for m in body.messages],
+        messages=[m.for_template() for m in body.messages],
         max_new_tokens=max_tokens,
         temperature=body.temperature,
         top_p=body.top_p,
         seed=seed,
         n=body.n,
         stop=stop,
+        tools=tools,
     )
     pending = await inference_client.start(request, row_id(user))
     if body.stream:
@@ -304,119 +419,9 @@ async def chat_completions(body: ChatCompletionRequest, session: SessionDep, use
         "system_fingerprint": None,
         "usage": usage_of(done),
         "choices": [
-            {
-                "index": c["index"],
-                "message": {"role": "assistant", "content": c["text"]},
-                "finish_reason": c["finish_reason"],
-                "logprobs": None,
-            }
+            reply_choice(c["index"], c["text"], c["finish_reason"], parse_calls=tools is not None)
             for c in done.get("choices", [])
         ],
-    }
-
-
-# ---------------------------------------------------------------------------------------------- pooling
-
-
-PoolInput = Annotated[str, StringConstraints(max_length=MAX_CONTENT_CHARS)]
-
-
-class PoolingRequest(schemas.RequestBody):
-    model: Annotated[str, StringConstraints(min_length=1, max_length=256)] = Field(
-        description='A sequence-classification model (a reward model): "job-N/final", "job-N/step_000100" or a '
-        "registered model's name."
-    )
-    input: PoolInput | list[PoolInput] = Field(description="One text, or 1..64 texts, each scored as a whole.")
-    encoding_format: Literal["float"] = "float"
-    user: Annotated[str, StringConstraints(max_length=256)] | None = None
-
-    @field_validator("input")
-    @classmethod
-    def _bounded(cls, value):
-        texts = [value] if isinstance(value, str) else value
-        if not texts or len(texts) > MAX_POOL_INPUTS:
-            raise ValueError(f"1..{MAX_POOL_INPUTS} texts, got {len(texts)}")
-        total = sum(len(t) for t in texts)
-        if total > MAX_TOTAL_CHARS:
-            raise ValueError(f"the inputs hold {total} characters in all; at most {MAX_TOTAL_CHARS}")
-        return value
-
-
-class PoolingData(BaseModel):
-    index: int
-    object: Literal["pooling"]
-    data: list[float]
-
-
-class PoolingUsage(BaseModel):
-    prompt_tokens: int
-    total_tokens: int
-    completion_tokens: int = 0
-
-
-class PoolingResponse(BaseModel):
-    id: str
-    object: Literal["list"]
-    created: int
-    model: str
-    data: list[PoolingData]
-    usage: PoolingUsage
-
-
-@dataclass
-class _PoolMessage(inference_client.InferenceRequest):
-    """The inference message of a pooling request (`kind: pool`): the texts instead of messages and sampling."""
-
-    inputs: list[str] = field(default_factory=list)
-
-    def payload(self, timeout_s: float) -> dict[str, Any]:
-        return {"kind": "pool", "path": self.path, "label": self.label, "inputs": self.inputs, "timeout_s": timeout_s}
-
-
-@router.post(
-    "/pooling",
-    response_model=PoolingResponse,
-    dependencies=[JsonBody],
-    responses={404: {"model": schemas.ErrorOut, "description": "No such model, or not yours"}, **GENERATION_RESPONSES},
-)
-async def pooling(body: PoolingRequest, session: SessionDep, user: CurrentUser):
-    """vLLM's /pooling on the platform's sequence-classification models: a reward model's score per input text."""
-    resolved = await run_in_threadpool(resolve_name, session, user, body.model)
-    texts = [body.input] if isinstance(body.input, str) else list(body.input)
-    request = _PoolMessage(
-        path=resolved.path,
-        label=resolved.label,
-        messages=[],
-        max_new_tokens=1,
-        temperature=0.0,
-        top_p=1.0,
-        seed=0,
-        inputs=texts,
-    )
-    pending = await inference_client.start(request, row_id(user))
-    try:
-        done = await pending.result()
-    except inference_client.GenerationTimeout as exc:
-        raise HTTPException(status.HTTP_504_GATEWAY_TIMEOUT, detail=str(exc)) from None
-    finally:
-        await pending.close()
-    if done.get("timed_out"):
-        timeout_s = get_settings().inference_timeout_s
-        raise HTTPException(
-            status.HTTP_504_GATEWAY_TIMEOUT,
-            detail=f"the scoring did not finish within TP_INFERENCE_TIMEOUT={timeout_s:g}s; it was stopped",
-        )
-    prompt_tokens = sum(int(n) for n in done.get("prompt_tokens", []))
-    return {
-        "id": f"pool-{pending.request_id}",
-        "object": "list",
-        "created": int(time.time()),
-        "model": body.model,
-        "data": [
-            {"index": i, "object": "pooling", "data": [float(v) for v in values]}
-            for i, values in enumerate(done.get("data", []))
-        ],
-        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens, "completion_tokens": 0},
     }
 
 
