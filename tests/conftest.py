@@ -35,6 +35,7 @@ OWN_UNITS = ("tests/e2e/test_sharing_http.py",)  # ... but for these files, whic
 LONGEST_FIRST = [
     "tests/e2e",
     "tests/training/test_verl_rl.py",
+    "tests/training/test_verl_agent_rl.py",
     "tests/e2e/test_sharing_http.py",
     "tests/test_benches.py",
     "tests/training/test_ray.py",

@@ -209,6 +209,32 @@ export interface Rollout {
   rewards: Record<string, number | null>
   reward: number | null
   advantage: number | null
+  /** An agent episode's turns after the prompt (null for a plain completion). */
+  turns?: RolloutTurn[] | null
+  tool_calls?: number | null
+  tool_errors?: number | null
+}
+
+/** One turn of an agent episode: the model's message (with the calls it made) or a tool's result. */
+export interface RolloutTurn {
+  role: string
+  content: string
+  tool_calls?: { name: string; arguments: unknown }[] | null
+  name?: string | null
+  arguments?: unknown
+  ok?: boolean | null
+  latency_s?: number | null
+  reward?: number | null
+}
+
+/** A registered tool an RL job's `agent.tools` may name (GET /config/tools). */
+export interface ToolInfo {
+  name: string
+  description: string
+  /** The OpenAI function schema the model sees. */
+  schema: Record<string, unknown>
+  /** JSON Schema of the tool's settings (`agent.tools[i].params`). */
+  params_schema: Record<string, unknown>
 }
 
 export interface RolloutPage extends Page<Rollout> {
@@ -222,7 +248,10 @@ export interface ServedModel {
 
 export const api = {
   servedModels: () => request<{ data: ServedModel[] }>('GET', '/openai/v1/models'),
-  jobRollouts: (id: number, q: { step?: number; min_reward?: number; max_reward?: number; limit?: number; offset?: number } = {}) =>
+  jobRollouts: (
+    id: number,
+    q: { step?: number; min_reward?: number; max_reward?: number; tool_errors?: boolean; limit?: number; offset?: number } = {},
+  ) =>
     request<RolloutPage>('GET', `/jobs/${id}/rollouts`, { query: q }),
   me: () => request<User>('GET', '/users/me'),
   /** Admins only. */
@@ -235,6 +264,7 @@ export const api = {
   /** Admins only; null = no limit. */
   setQuota: (userId: number, body: QuotaLimits) => request<Quota>('PUT', `/users/${userId}/quota`, { body }),
   configSchema: () => request<Record<string, unknown>>('GET', '/config/schema'),
+  configTools: () => request<ToolInfo[]>('GET', '/config/tools'),
   configExamples: () => request<ExampleConfig[]>('GET', '/config/examples'),
   validateJob: (body: { name?: string; config: Record<string, unknown>; priority?: number }, signal?: AbortSignal) =>
     request<JobValidation>('POST', '/jobs/validate', { body, signal }),

@@ -70,6 +70,9 @@ def test_all_rollouts_in_step_order_with_the_steps_available(sqlite_api, jobs):
         "rewards": {"math_answer": 0.0},
         "reward": 0.0,
         "advantage": -1.5,
+        "turns": None,
+        "tool_calls": None,
+        "tool_errors": None,
     }
 
 
@@ -98,6 +101,7 @@ def test_bad_queries_name_the_parameter(sqlite_api, jobs):
         ("?min_reward=nan", "query.min_reward"),
         ("?max_reward=inf", "query.max_reward"),
         ("?min_reward=2&max_reward=1", "query.min_reward"),
+        ("?tool_errors=maybe", "query.tool_errors"),
     ):
         body = page(sqlite_api, jobs["rl"], query, status=422)
         assert any(d["loc"] == loc for d in body["detail"]), (query, body)
@@ -126,3 +130,64 @@ def test_a_row_being_written_is_not_served(sqlite_api, jobs):
         f.write('{"step": 10, "prompt": "half a r')
     body = page(sqlite_api, job)
     assert body["total"] == 2 and body["steps"] == [5]
+
+
+def test_agent_episodes_show_their_turns_and_filter_by_tool_errors(sqlite_api, jobs):
+    job = make_job(sqlite_api)
+    with session_scope() as s:
+        run_dir = s.get(Job, job).run_dir
+    call = {"name": "calculator", "arguments": {"expression": "37*48"}}
+    good = [
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {
+            "role": "tool",
+            "name": "calculator",
+            "arguments": call["arguments"],
+            "content": "1776",
+            "ok": True,
+            "latency_s": 0.001,
+            "reward": 0.0,
+        },
+        {"role": "assistant", "content": "#### 1776"},
+    ]
+    bad = [
+        {"role": "assistant", "content": "", "tool_calls": [{"name": "calculator", "arguments": {"x": 1}}]},
+        {
+            "role": "tool",
+            "name": "calculator",
+            "arguments": {"x": 1},
+            "content": "error: x",
+            "ok": False,
+            "latency_s": 0.0,
+            "reward": -0.1,
+        },
+        {"role": "assistant", "content": "#### 5"},
+    ]
+    rows = [
+        rollout_row(1, "37*48=", "...", {}, 1.0, turns=good, tool_calls=1, tool_errors=0),
+        rollout_row(1, "2*3=", "...", {}, -0.1, turns=bad, tool_calls=1, tool_errors=1),
+        rollout_row(1, "1+1=", "2", {}, 0.0),  # not an agent episode
+    ]
+    RolloutWriter(RunDir(run_dir), samples_per_step=3, max_mb=1).write_step(1, rows)
+    body = page(sqlite_api, job)
+    assert body["total"] == 3
+    first = body["items"][0]
+    assert first["tool_calls"] == 1 and first["tool_errors"] == 0
+    assert [t["role"] for t in first["turns"]] == ["assistant", "tool", "assistant"]
+    assert first["turns"][0]["tool_calls"] == [call]
+    assert first["turns"][1] | {"tool_calls": None} == {
+        "role": "tool",
+        "content": "1776",
+        "name": "calculator",
+        "arguments": {"expression": "37*48"},
+        "ok": True,
+        "latency_s": 0.001,
+        "reward": 0.0,
+        "tool_calls": None,
+    }
+    assert body["items"][2]["turns"] is None and body["items"][2]["tool_errors"] is None
+    with_errors = page(sqlite_api, job, "?tool_errors=true")
+    assert [r["prompt"] for r in with_errors["items"]] == ["2*3="] and with_errors["total"] == 1
+    assert with_errors["items"][0]["turns"][1]["ok"] is False
+    without = page(sqlite_api, job, "?tool_errors=false")
+    assert [r["prompt"] for r in without["items"]] == ["37*48="], "rows with no agent record match neither"

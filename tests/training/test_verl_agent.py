@@ -22,7 +22,6 @@ from verl.tools.tool_registry import initialize_tools_from_config  # noqa: E402
 from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
 from training_platform.data.tool_calls import render_call  # noqa: E402
-from training_platform.training import config as config_module  # noqa: E402
 from training_platform.training.engines.verl import engine  # noqa: E402
 from training_platform.training.engines.verl.agent.loop import NAME, PlatformHermesParser, PlatformToolAgentLoop  # noqa: E402
 from training_platform.training.engines.verl.agent.tools import (  # noqa: E402
@@ -55,7 +54,6 @@ def demo(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TP_DATA_DIR", str(root))
         mp.delenv("TP_RAY_ADDRESS", raising=False)
-        mp.setattr(config_module, "AGENT_LOOP_WIRED", True)  # the refusal stays until a real run is wired (slice 6)
         yield root
 
 

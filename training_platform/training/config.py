@@ -568,12 +568,6 @@ def check_rules(cfg: JobConfig) -> list[FieldError]:
     return errors
 
 
-# The agent loop's verl side (engines/verl/agent/: the tool adapter, the loop, the mapping rows) is built and tested
-# in process (slice 4 of docs/plans/agentic-rl.md); scoring the final answer (slice 5) and a real Ray run (slice 6)
-# are not. Until they land an `agent:` job is refused rather than run half-wired.
-AGENT_LOOP_WIRED = False
-
-
 def _agent_rules(cfg: JobConfig, builder: Builder | None) -> list[FieldError]:
     agent = cfg.agent
     if agent is None:
@@ -621,14 +615,6 @@ def _agent_rules(cfg: JobConfig, builder: Builder | None) -> list[FieldError]:
                 "agent.max_tool_calls",
                 f"an episode makes at most one call per turn: at most max_turns ({agent.max_turns}), "
                 f"got {agent.max_tool_calls}",
-            )
-        )
-    if not AGENT_LOOP_WIRED and (builder is None or builder.capabilities.agent_loop):
-        errors.append(
-            FieldError(
-                "agent",
-                "the agent loop is not wired into training yet (tools, limits and params are checked, but no run would "
-                "call them): remove `agent` to train without tools",
             )
         )
     return errors

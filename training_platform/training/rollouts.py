@@ -10,6 +10,11 @@
 - `reward`: the total the trainer optimised (the weighted sum of `rewards`, or the reward model's score);
 - `advantage`: the rollout's advantage when the trainer computed one per completion (GRPO, RLOO), else null.
 
+An agent episode (`agent:`) adds `tool_calls` and `tool_errors` (counts) and `turns`: the conversation after the
+prompt, each assistant message (`content`, its `tool_calls` as `{name, arguments}`) and each tool's result
+(`{"role": "tool", "name", "arguments", "content", "ok", "latency_s", "reward"}`), in order. `step` stays first
+(the API reads it from the line's prefix).
+
 Engine-neutral (no torch): an engine hands every rollout of a logging step to `RolloutWriter.write_step`; the
 writer keeps `training.rollout_samples_per_step` of them (a seeded random sample, in their original order), writes
 only on global rank 0 (every rank may call it) and stops at `training.rollouts_max_mb`, saying so once, loudly, in
@@ -52,11 +57,26 @@ def _text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)  # a conversational prompt: its messages
 
 
+def _count(value: Any) -> int | None:
+    number = _number(value)
+    return None if number is None or number < 0 else int(number)
+
+
 def rollout_row(
-    step: int, prompt: Any, completion: Any, rewards: Mapping[str, Any] | None, reward: Any, advantage: Any = None
+    step: int,
+    prompt: Any,
+    completion: Any,
+    rewards: Mapping[str, Any] | None,
+    reward: Any,
+    advantage: Any = None,
+    *,
+    turns: list[Any] | None = None,
+    tool_calls: Any = None,
+    tool_errors: Any = None,
 ) -> dict[str, Any]:
-    """One row of rollouts.jsonl, normalised (strings, finite floats or null)."""
-    return {
+    """One row of rollouts.jsonl, normalised (strings, finite floats or null); an agent episode's `turns` and
+    counts only when given."""
+    row: dict[str, Any] = {
         "step": int(step),
         "prompt": _text(prompt),
         "completion": _text(completion),
@@ -64,6 +84,11 @@ def rollout_row(
         "reward": _number(reward),
         "advantage": _number(advantage),
     }
+    if turns is not None:
+        row["tool_calls"] = _count(tool_calls)
+        row["tool_errors"] = _count(tool_errors)
+        row["turns"] = [t for t in turns if isinstance(t, dict)]
+    return row
 
 
 class RolloutWriter:

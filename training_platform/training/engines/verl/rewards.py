@@ -10,6 +10,12 @@ normalised to 1, as with TRL) plus each function's value under `rewards/<name>`,
 An `llm_judge` reward adds judge/<name>/cache_hit, billable and error (0/1 for this sample: their means are the
 step's rates); its cache and anti-simulation monitor live in each of verl's reward workers (a trip raises there and
 fails the run); the cumulative counters and latency percentiles of TRL runs are not available under verl.
+
+An agent episode (`agent:`, engines/verl/agent/loop.py) hands its record over in extra_info: the reward functions
+then score `agent_final_answer` (the last assistant message without its tool-call blocks), never the decoded
+response, which holds the tools' outputs too (a tool result with the right number must not earn the reward); the
+score adds the episode's per-call rewards (`tool_call_reward` / `tool_error_reward`, as the loop recorded them on
+its tool turns), reported as `rewards/tool_calls`.
 """
 
 from __future__ import annotations
@@ -38,6 +44,9 @@ def make_compute_score(rewards: list[dict[str, Any]]) -> Callable[..., dict[str,
         data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **kwargs: Any
     ) -> dict[str, float]:
         columns = {k: v for k, v in (extra_info or {}).items() if isinstance(k, str)}
+        agent = isinstance(columns.get("agent_final_answer"), str)
+        if agent:
+            solution_str = columns["agent_final_answer"]
         columns.setdefault("answer", ground_truth)
         columns.setdefault("data_source", data_source)
         out: dict[str, float] = {}
@@ -61,10 +70,26 @@ def make_compute_score(rewards: list[dict[str, Any]]) -> Callable[..., dict[str,
                 out[prefix + "billable"] = float(not call.cached)
                 out[prefix + "error"] = float(call.score is None)
             score += weight / total * value
+        if agent:
+            tool_reward = tool_call_rewards(columns)
+            out["rewards/tool_calls"] = tool_reward
+            score += tool_reward
         out["score"] = score
         return out
 
     return compute_score
+
+
+def tool_call_rewards(extra_info: dict[str, Any]) -> float:
+    """The sum of an agent episode's per-call rewards: the loop's tool turns (`agent_turns`), else verl's own
+    `tool_rewards` list (the same values, as our loop returned them)."""
+    turns = extra_info.get("agent_turns")
+    if isinstance(turns, list | tuple):
+        values = [t.get("reward") for t in turns if isinstance(t, dict) and t.get("role") == "tool"]
+    else:
+        raw = extra_info.get("tool_rewards")
+        values = list(raw) if isinstance(raw, list | tuple) else []
+    return float(sum(float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)))
 
 
 def write_reward_module(path: Path, rewards: list[dict[str, Any]]) -> None:

@@ -96,12 +96,24 @@ class LogFollower:
 
 def verl_rollout_row(entry: dict[str, Any], step: int) -> dict[str, Any]:
     """One row of verl's rollout dump (`{"input", "output", "gts", "score", "step", <reward extras>...}`, written by
-    its trainer's `_write_generations`) -> a rollouts.jsonl row. `score` is the total reward (the sum of the
-    token-level scores: our weighted reward functions, or the reward model); our reward module's per-function values
-    (`rewards/<name>`) are in the dump only when verl passes reward extras to it (its v0 trainer; v1 dumps the total
-    alone: `rewards` is then {}). verl does not dump advantages."""
+        its trainer's `_write_generations`) -> a rollouts.jsonl row. `score` is the total reward (the sum of the
+        token-level scores: our weighted reward functions, or the reward model); our reward module's per-function values
+        (`rewards/<name>`) are in the dump only when verl passes reward extras to it (its v0 trainer; v1 dumps the total
+        alone: `rewards` is then {}). verl does not dump advantages. An agent episode's turns and counts come from our
+    trainer's dump columns (`agent_turns`, `agent/tool_calls`, `agent/tool_errors`)."""
     rewards = {key.removeprefix("rewards/"): value for key, value in entry.items() if key.startswith("rewards/")}
-    return rollout_row(step, entry.get("input"), entry.get("output"), rewards, entry.get("score"), None)
+    turns = entry.get("agent_turns")  # an agent episode (trainer.py's dump columns)
+    return rollout_row(
+        step,
+        entry.get("input"),
+        entry.get("output"),
+        rewards,
+        entry.get("score"),
+        None,
+        turns=turns if isinstance(turns, list) else None,
+        tool_calls=entry.get("agent/tool_calls"),
+        tool_errors=entry.get("agent/tool_errors"),
+    )
 
 
 class RolloutDumps:
