@@ -193,3 +193,14 @@ def test_verl_qwen_continuous_token_builder_merges_a_tool_turn(tokenizer):
     assert mask == [1] * len(generated) + [0] * (len(merged.token_ids) - len(prompt) - len(generated))
     delta = tokenizer.decode(merged.token_ids[len(prompt) + len(generated) :])
     assert delta == "\n<|im_start|>tool\n1776<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_the_demo_transcripts_write_calls_as_the_codec_does():
+    """demo/agentic.py writes its calls by hand (demo/ sits below data/): they must be what render_call writes and
+    what parse reads back, or SFT would teach a format the agent loop does not parse."""
+    from training_platform.demo.agentic import call_text
+
+    for a, b in ((37, 48), (7, 1000), (0, 5)):
+        assert call_text(a, b) == render_call("calculator", {"expression": f"{a}*{b}"})
+        content, calls, malformed = parse(call_text(a, b))
+        assert (content, calls, malformed) == ("", [{"name": "calculator", "arguments": {"expression": f"{a}*{b}"}}], 0)
