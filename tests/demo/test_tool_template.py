@@ -170,7 +170,7 @@ def test_assistant_tool_calls_render_as_hermes_inside_the_generation_mask(tokeni
 def test_verl_qwen_continuous_token_builder_merges_a_tool_turn(tokenizer):
     """verl's agent loop: prompt (with tools) + generated call + CT's boundary newline + the tool turn's delta is the
     template's own rendering of the whole conversation, and the mask is 1 exactly on the generated tokens."""
-    pytest.importorskip("verl")
+    import verl  # noqa: F401 - `make setup` installs verl; without it this fails, never skips
     from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
 
     builder = create_continuous_token_builder(tokenizer, hf_model_type="qwen2")

@@ -15,8 +15,7 @@ import pytest
 
 pytestmark = pytest.mark.unit
 
-pytest.importorskip("verl")
-
+import verl  # noqa: E402, F401 - `make setup` installs verl; without it these fail, never skip
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap  # noqa: E402
 from verl.tools.tool_registry import initialize_tools_from_config  # noqa: E402
 from verl.workers.rollout.replica import TokenOutput  # noqa: E402

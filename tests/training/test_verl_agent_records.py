@@ -11,9 +11,8 @@ import pytest
 
 pytestmark = pytest.mark.unit
 
-pytest.importorskip("verl")
-
 import torch  # noqa: E402
+import verl  # noqa: E402, F401 - `make setup` installs verl; without it these fail, never skip
 
 from training_platform.training.engines.verl.rewards import make_compute_score  # noqa: E402
 from training_platform.training.engines.verl.rl import verl_rollout_row  # noqa: E402
