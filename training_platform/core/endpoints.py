@@ -51,6 +51,7 @@ __all__ = [
     "OutboundRefused",
     "UnknownEndpoint",
     "check_base_url",
+    "endpoint_reference",
     "check_key_env",
     "check_models",
     "check_name",
@@ -118,6 +119,19 @@ def check_name(name: Any) -> str:
             "name",
         )
     return name
+
+
+def endpoint_reference(value: str) -> str:
+    """A config's reference to an operator endpoint (a judge's, a tool's): its name, never a URL. ValueError saying
+    why otherwise (for pydantic field validators)."""
+    if "://" in value or value.startswith("/"):
+        raise ValueError(
+            "name an endpoint the operator defined (TP_ENDPOINTS; GET /api/v1/endpoints lists them), not a URL"
+        )
+    try:
+        return check_name(value)
+    except EndpointError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def check_base_url(url: Any) -> str:

@@ -105,16 +105,9 @@ class LLMJudgeParams(RewardParams):
     @field_validator("endpoint")
     @classmethod
     def _endpoint_name(cls, value: str) -> str:
-        from training_platform.core.endpoints import EndpointError, check_name
+        from training_platform.core.endpoints import endpoint_reference
 
-        if "://" in value or value.startswith("/"):
-            raise ValueError(
-                "name an endpoint the operator defined (TP_ENDPOINTS; GET /api/v1/endpoints lists them), not a URL"
-            )
-        try:
-            return check_name(value)
-        except EndpointError as exc:
-            raise ValueError(str(exc)) from None
+        return endpoint_reference(value)
 
     @field_validator("template")
     @classmethod
