@@ -129,6 +129,17 @@ def check_learning_arithmetic(r: dict[str, Any]) -> None:
         assert s["held_out"]["n"] == 16 and s["train_sample"]["n"] == 8
 
 
+def check_learning_agentic(r: dict[str, Any]) -> None:
+    assert r["ok"] is True and r["bench"] == "learning_agentic"
+    assert [s["stage"] for s in r["stages"]] == ["sft"] and r["stages"][0]["steps"] == 2  # no GRPO in the smoke
+    with_tool, without = r["stages"][0]["held_out_with_tool"], r["stages"][0]["held_out_without_tool"]
+    assert with_tool["n"] == without["n"] == 8
+    for key in ("exact_match", "well_formed_call_rate", "exact_expression_rate", "tool_calls_per_episode"):
+        assert _finite(with_tool[key]), key
+    assert _finite(without["exact_match"])
+    assert r["grpo_dry_run"]["exit_code"] == 0, r["grpo_dry_run"]  # the agentic GRPO job validates
+
+
 def check_memory(r: dict[str, Any]) -> None:
     assert r["steps"] == 2 and [(x["model"], x["algorithm"], x["processes"]) for x in r["rows"]] == [
         ("demo (0.66M)", "sft", 1)
@@ -177,6 +188,7 @@ SMOKES = [  # seconds: one run on 2 busy cores, see the module's docstring
     Smoke("engines", "engines_sft.json", check_engines("engines"), args=("--algorithm", "sft")),  # 35
     Smoke("engines", "engines_grpo.json", check_engines("engines_grpo"), args=("--algorithm", "grpo")),  # 121
     Smoke("learning_arithmetic", "learning_arithmetic.json", check_learning_arithmetic),  # 36
+    Smoke("learning_agentic", "learning_agentic.json", check_learning_agentic),  # ~45: SFT 2 steps, GRPO --dry-run
     Smoke("memory", "memory.json", check_memory),  # ~35: one dry run and one 2-step SFT
     Smoke("rollout_batching", "rollout_batching.json", check_rollout_batching, slow=False),  # 11
     Smoke("scale_data", "scale_data.json", check_scale_data),  # ~40: a 2-node Ray cluster, clean and dedup
