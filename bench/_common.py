@@ -174,6 +174,43 @@ def write_json(path: Path, data: dict[str, Any]) -> Path:
     return path
 
 
+def curve_summary(metrics_file: Path, keys: tuple[str, ...], *, rows_with: str | None = None) -> dict[str, Any]:
+    """Mean of the first and last fifth of each logged metric in `keys` (rows holding `rows_with` only, if given):
+    did training move?"""
+    records = read_jsonl(metrics_file) if metrics_file.is_file() else []
+    if rows_with is not None:
+        records = [r for r in records if rows_with in r]
+    out: dict[str, Any] = {}
+    for key in keys:
+        values = [r[key] for r in records if isinstance(r.get(key), int | float)]
+        if values:
+            n = max(1, len(values) // 5)
+            out[key] = {"first": round(sum(values[:n]) / n, 4), "last": round(sum(values[-n:]) / n, 4)}
+    return out
+
+
+def finish_stages_report(args: Any, run: Any, print_report: Any) -> int:
+    """The end of a staged learning bench (`run(args) -> (report, ok)`): print and write the report, say which stage
+    failed (its logs kept), remove the temp data dir when all went well and none was asked for. The exit code."""
+    try:
+        report, ok = run(args)
+    except RuntimeError as exc:  # tp demo prepare failed
+        print(f"FAILED: {exc}", file=sys.stderr)
+        return 1
+    print_report(report)
+    report["ok"] = ok
+    print(f"\nreport: {write_json(args.report, report)}")
+    data_dir = Path(report["data_dir"])
+    if not ok:
+        print(f"a stage failed; logs kept in {data_dir / 'bench-logs'}", file=sys.stderr)
+        for s in report["stages"]:
+            if "error" in s:
+                print(s["error"], file=sys.stderr)
+    elif not args.keep and not args.data_dir:
+        shutil.rmtree(data_dir, ignore_errors=True)
+    return 0 if ok else 1
+
+
 def fmt(value: float | None, spec: str = ".2f") -> str:
     return "-" if value is None else format(value, spec)
 

@@ -27,7 +27,6 @@ failed. Results: a table on stdout and a JSON report (`--report`).
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import tempfile
 import time
@@ -40,6 +39,8 @@ from _common import (  # noqa: E402 - the bench dir is not a package
     RESULTS_DIR,
     SMOKE_HELP,
     bench_env,
+    curve_summary,
+    finish_stages_report,
     fmt,
     machine_info,
     prepare_demo,
@@ -50,7 +51,6 @@ from _common import (  # noqa: E402 - the bench dir is not a package
     smoke_report,
     tail,
     tp_command,
-    write_json,
 )
 
 TOOL = "calculator"
@@ -270,7 +270,7 @@ def train_stage(name: str, config: dict[str, Any], out_dir: Path, env: dict[str,
     info = read_run_info(out_dir)
     stage["steps"] = info.get("step")
     stage["model"] = str(out_dir / "final")
-    stage["curve"] = curve_summary(out_dir / "metrics.jsonl")
+    stage["curve"] = curve_summary(out_dir / "metrics.jsonl", CURVE_KEYS)
     return stage
 
 
@@ -299,18 +299,6 @@ CURVE_KEYS = (
     "agent/malformed_calls/mean",
     "agent/cut_ratio",
 )
-
-
-def curve_summary(metrics_file: Path) -> dict[str, Any]:
-    """Mean of the first and last fifth of each logged metric in CURVE_KEYS: did training move?"""
-    records = read_jsonl(metrics_file) if metrics_file.is_file() else []
-    out: dict[str, Any] = {}
-    for key in CURVE_KEYS:
-        values = [r[key] for r in records if isinstance(r.get(key), int | float)]
-        if values:
-            n = max(1, len(values) // 5)
-            out[key] = {"first": round(sum(values[:n]) / n, 4), "last": round(sum(values[-n:]) / n, 4)}
-    return out
 
 
 def sft_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -491,24 +479,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        report, ok = run(args)
-    except RuntimeError as exc:  # tp demo prepare failed
-        print(f"FAILED: {exc}", file=sys.stderr)
-        return 1
-    print_report(report)
-    report["ok"] = ok
-    print(f"\nreport: {write_json(args.report, report)}")
-    data_dir = Path(report["data_dir"])
-    if not ok:
-        print(f"a stage failed; logs kept in {data_dir / 'bench-logs'}", file=sys.stderr)
-        for s in report["stages"]:
-            if "error" in s:
-                print(s["error"], file=sys.stderr)
-    elif not args.keep and not args.data_dir:
-        shutil.rmtree(data_dir, ignore_errors=True)
-    return 0 if ok else 1
+    return finish_stages_report(parse_args(argv), run, print_report)
 
 
 if __name__ == "__main__":

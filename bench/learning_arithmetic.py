@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import shutil
 import sys
 import tempfile
 import time
@@ -35,6 +34,8 @@ from _common import (  # noqa: E402 - the bench dir is not a package
     RESULTS_DIR,
     SMOKE_HELP,
     bench_env,
+    curve_summary,
+    finish_stages_report,
     fmt,
     machine_info,
     prepare_demo,
@@ -45,7 +46,6 @@ from _common import (  # noqa: E402 - the bench dir is not a package
     smoke_report,
     tail,
     tp_command,
-    write_json,
 )
 
 # GRPO overrides on top of grpo_tiny.yaml, chosen by a small sweep from the 850-step SFT checkpoint (bench/README.md
@@ -117,6 +117,9 @@ def exact_match(
 # ------------------------------------------------------------------------------------------------ stages
 
 
+CURVE_KEYS = ("loss", "rewards/math_answer/mean", "mean_token_accuracy")  # first vs last fifth of training
+
+
 def train_stage(
     name: str, config: Path, out_dir: Path, overrides: list[str], env: dict[str, str], log_dir: Path
 ) -> dict[str, Any]:
@@ -141,20 +144,10 @@ def train_stage(
     stage["steps"] = info.get("step")
     stage["train_runtime"] = info.get("summary", {}).get("train_runtime")
     stage["model"] = str(out_dir / "final")
-    stage["curve"] = curve_summary(out_dir / "metrics.jsonl")
+    stage["curve"] = curve_summary(
+        out_dir / "metrics.jsonl", ("loss", "rewards/math_answer/mean", "mean_token_accuracy"), rows_with="loss"
+    )
     return stage
-
-
-def curve_summary(metrics_file: Path) -> dict[str, Any]:
-    """Mean of the first and last fifth of the logged loss and (GRPO) correctness reward: did training move?"""
-    records = [r for r in read_jsonl(metrics_file) if "loss" in r] if metrics_file.is_file() else []
-    out: dict[str, Any] = {}
-    for key in ("loss", "rewards/math_answer/mean", "mean_token_accuracy"):
-        values = [r[key] for r in records if isinstance(r.get(key), int | float)]
-        if values:
-            n = max(1, len(values) // 5)
-            out[key] = {"first": round(sum(values[:n]) / n, 4), "last": round(sum(values[-n:]) / n, 4)}
-    return out
 
 
 def evaluate(
@@ -328,24 +321,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        report, ok = run(args)
-    except RuntimeError as exc:  # tp demo prepare failed
-        print(f"FAILED: {exc}", file=sys.stderr)
-        return 1
-    print_report(report)
-    report["ok"] = ok
-    print(f"\nreport: {write_json(args.report, report)}")
-    data_dir = Path(report["data_dir"])
-    if not ok:
-        print(f"a stage failed; logs kept in {data_dir / 'bench-logs'}", file=sys.stderr)
-        for s in report["stages"]:
-            if "error" in s:
-                print(s["error"], file=sys.stderr)
-    elif not args.keep and not args.data_dir:
-        shutil.rmtree(data_dir, ignore_errors=True)
-    return 0 if ok else 1
+    return finish_stages_report(parse_args(argv), run, print_report)
 
 
 if __name__ == "__main__":
