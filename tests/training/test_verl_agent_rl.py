@@ -99,13 +99,14 @@ def agentic_start(tp_env, data_dir, tmp_path_factory) -> Path:
 
 
 def test_agentic_grpo_calls_the_calculator_and_records_every_turn(tp, tmp_path, agentic_start):
+    # T=0.6: the 70-step start writes greedy calls well, but at T=1.0 one CI run sampled 16 malformed calls of 16
     from training_platform.api.routes.rollouts import read_rollouts
 
     raw = {
         "engine": "verl",
         "model": {"path": str(agentic_start), "dtype": "fp32"},
         "data": {"train_file": "demo/agentic/agentic_rl.jsonl", "max_length": 512},
-        "algorithm": {"name": "grpo", "num_generations": 4, "max_completion_length": 96, "temperature": 1.0},
+        "algorithm": {"name": "grpo", "num_generations": 4, "max_completion_length": 96, "temperature": 0.6},
         "rewards": [{"name": "math_answer", "weight": 1.0}],
         "agent": {"tools": ["calculator"], "max_turns": 3, "max_tool_calls": 2},
         "training": {
