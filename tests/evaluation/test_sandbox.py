@@ -371,6 +371,9 @@ def test_big_output_is_capped(box):
     result = _run(box, "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n", limits=limits)
     assert not result.ok  # RLIMIT_FSIZE stops it (SIGXFSZ) long before the disk fills
     assert len(result.stdout) == 1000 and result.stdout_truncated
+    noisy = _run(box, "import sys\nsys.stderr.write('noise ' * 1000)\nraise ValueError('the end')\n", limits=limits)
+    assert noisy.stderr_truncated and len(noisy.stderr) == 1000
+    assert noisy.stderr.endswith("ValueError: the end\n"), "stderr keeps its end: the traceback's error"
 
 
 def test_battery_leaves_no_sandbox_processes_at_all():

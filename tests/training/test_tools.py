@@ -241,6 +241,11 @@ def test_python_is_killed_at_its_timeout_and_its_output_is_cut(sandbox_ok):
     flood = py("print('x' * 100_000)", max_output_chars=100)
     assert flood.ok and flood.text == "x" * 100 + "\n[output truncated]"
     assert len(py("print('y' * 10_000_000)").text) < 2100, "the default cut is 2000 characters"
+    noisy = py(
+        "import sys\nprint('out')\nsys.stderr.write('noise\\n' * 1000)\nraise ValueError('the end')",
+        max_output_chars=100,
+    )
+    assert noisy.text.startswith("out\n") and "ValueError: the end\n[output truncated]\n[exit status 1]" in noisy.text
 
 
 def test_python_fails_closed_without_isolation(monkeypatch, tmp_path):

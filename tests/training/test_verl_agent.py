@@ -84,16 +84,28 @@ class Scripted:
         return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids))
 
 
-def job(**agent: Any) -> dict:
+def job(sections: dict[str, dict] | None = None, **agent: Any) -> dict:
+    """RL with `agent` updated; `sections` updates others (e.g. {"data": {"max_length": 4096}})."""
     raw = copy.deepcopy(RL)
     raw["agent"].update(agent)
+    for name, values in (sections or {}).items():
+        raw[name].update(values)
     return raw
 
 
-def episode(tmp_path: Path, tokenizer, texts: list[str], *, agent: dict | None = None, tune=None, on_call=None):
+def episode(
+    tmp_path: Path,
+    tokenizer,
+    texts: list[str],
+    *,
+    agent: dict | None = None,
+    sections: dict[str, dict] | None = None,
+    tune=None,
+    on_call=None,
+):
     """Run one episode of our loop, built as verl's worker builds it: the generated config, the tools from the
     written tools YAML. Returns (output, server)."""
-    cfg = validate_config(job(**(agent or {})), dry_run=True)
+    cfg = validate_config(job(sections, **(agent or {})), dry_run=True)
     paths = engine.planned_paths(cfg, tmp_path)
     assert cfg.agent is not None and paths.tools_config
     write_tools_config(Path(paths.tools_config), cfg.agent)
@@ -248,6 +260,52 @@ def test_max_tool_calls_is_enforced(tmp_path, tokenizer):
     assert second["ok"] is False and second["content"] == "error: no more tool calls in this episode (at most 1)"
     fields = output.extra_fields
     assert (fields["agent/tool_calls"], fields["agent/tool_errors"], fields["agent/turns"]) == (2, 1, 3)
+
+
+@pytest.fixture(scope="module")
+def isolation():
+    from training_platform.evaluation.sandbox import detect_isolation
+
+    info = detect_isolation()
+    assert info.available, f"sandbox isolation unavailable: {info.reason} -- apt-get install -y bubblewrap"
+
+
+@pytest.mark.parametrize(
+    ("program", "ok", "expected"),
+    [
+        ("print(6 * 7)", True, "42\n"),
+        ("import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=2)\nprint('connected')", False, "OSError"),
+        ("open({escape!r}, 'w').write('x')\nprint('written')", False, "No such file or directory"),
+        ("x = bytearray(1 << 30)\nprint('allocated')", False, "MemoryError"),
+        ("while True: pass", False, "[killed: it ran past 2s]"),
+    ],
+    ids=["runs", "no_network", "no_host_files", "memory_cap", "time_cap"],
+)
+def test_the_python_tool_keeps_the_sandbox_limits_inside_the_loop(
+    tmp_path, tokenizer, isolation, program, ok, expected
+):
+    """The sandbox's limits inside training's loop (the agent-loop worker's code path, without Ray): the model's
+    program runs in bubblewrap; a network connection, a write to a host path, a memory blow-up and an endless loop
+    each come back as the call's error text, counted, and the episode goes on to its answer."""
+    escape = tmp_path / "escaped.txt"
+    code = program.format(escape=str(escape))
+    output, _ = episode(
+        tmp_path,
+        tokenizer,
+        [render_call("python", {"code": code}), "#### 42"],
+        agent={
+            "tools": [{"name": "python", "params": {"memory_mb": 256, "max_output_chars": 400}}],
+            "tool_timeout_s": 2.0,
+        },
+        sections={"algorithm": {"max_completion_length": 480}, "data": {"max_length": 512}},  # room for the result
+    )
+    (turn,) = tool_turns(output)
+    assert turn["ok"] is ok and expected in turn["content"], turn
+    assert not any(word in turn["content"] for word in ("connected", "written", "allocated")), turn
+    assert not escape.exists(), "nothing reached the host's files"
+    fields = output.extra_fields
+    assert (fields["agent/tool_calls"], fields["agent/tool_errors"], fields["agent/turns"]) == (1, int(not ok), 2)
+    assert fields["agent_final_answer"] == "#### 42" and fields["agent/cut"] == 0
 
 
 def test_the_parser_keeps_calls_in_order_and_turns_malformed_blocks_into_calls():

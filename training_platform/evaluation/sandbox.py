@@ -141,7 +141,7 @@ class SandboxResult:
     duration_s: float
     isolation: str  # "bwrap" or "none"
     stdout_truncated: bool = False
-    stderr_truncated: bool = False
+    stderr_truncated: bool = False  # stderr keeps its last max_output_bytes (where a traceback says what failed)
 
     @property
     def ok(self) -> bool:
@@ -396,9 +396,14 @@ def _write_box(box: Path, source: str, files: Mapping[str, str | bytes]) -> None
         os.chmod(path, 0o644)
 
 
-def _read_capped(path: Path, cap: int) -> tuple[str, bool]:
+def _read_capped(path: Path, cap: int, *, tail: bool = False) -> tuple[str, bool]:
+    """At most `cap` bytes of the file: its head, or with `tail` its end (stderr: a traceback ends with its error)."""
     try:
         with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if tail and size > cap:
+                f.seek(size - cap)
+                return f.read(cap).decode("utf-8", errors="replace"), True
             data = f.read(cap + 1)
     except FileNotFoundError:
         return "", False
@@ -450,7 +455,7 @@ def _finish(
     proc_out: Path, returncode: int | None, timed_out: bool, start: float, isolation: str, limits: SandboxLimits
 ) -> SandboxResult:
     stdout, out_trunc = _read_capped(proc_out / "stdout", limits.max_output_bytes)
-    stderr, err_trunc = _read_capped(proc_out / "stderr", limits.max_output_bytes)
+    stderr, err_trunc = _read_capped(proc_out / "stderr", limits.max_output_bytes, tail=True)
     return SandboxResult(
         returncode=None if timed_out else returncode,
         stdout=stdout,

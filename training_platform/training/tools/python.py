@@ -3,10 +3,11 @@
 Each call is one bubblewrap sandbox with the sandbox's limits (no network, no host files outside its own dir, CPU,
 memory, processes, file sizes), its wall clock set to the call's `timeout_s` (on timeout the whole process group is
 killed) and its CPU limit to the same number of seconds. The result is stdout then stderr, cut to
-`max_output_chars`, then a line with the exit status when it is not 0 (`ok` means exit 0 within the time). Fails
-closed like the sandbox: where bubblewrap does not work and the operator did not set TP_SANDBOX_ALLOW_UNSAFE, every
-call is an error saying so (the job's preflight refuses such a job before it starts). At most one sandbox per CPU
-core runs at once in a process; a call waits for a free one no longer than its timeout.
+`max_output_chars` (the head of stdout and the tail of stderr, where a traceback's exception line is), then a line
+with the exit status when it is not 0 (`ok` means exit 0 within the time). Fails closed like the sandbox: where
+bubblewrap does not work and the operator did not set TP_SANDBOX_ALLOW_UNSAFE, every call is an error saying so (the
+job's preflight refuses such a job before it starts). At most one sandbox per CPU core runs at once in a process; a
+call waits for a free one no longer than its timeout.
 """
 
 from __future__ import annotations
@@ -108,9 +109,18 @@ def build_python(params: PythonParams) -> ToolRun:
             notes.append(f"[killed: it ran past {timeout_s:g}s]")
         elif result.returncode != 0:
             notes.append(f"[exit status {result.returncode}]")
-        output = (result.stdout + result.stderr)[:limit]
+        output = _cut(result.stdout, result.stderr, limit)
         if notes and output and not output.endswith("\n"):
             output += "\n"
         return ToolResult(output + "\n".join(notes), result.ok)
 
     return run
+
+
+def _cut(stdout: str, stderr: str, limit: int) -> str:
+    """stdout + stderr in at most `limit` characters: when cut, stderr keeps its last half of the budget (a
+    traceback's last line says what went wrong) and stdout its head."""
+    if len(stdout) + len(stderr) <= limit:
+        return stdout + stderr
+    tail = stderr[len(stderr) - min(len(stderr), limit // 2) :]
+    return stdout[: limit - len(tail)] + tail
