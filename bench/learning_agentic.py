@@ -3,7 +3,10 @@
 The task (training_platform/demo/agentic.py): `37*48=` -> the model calls the calculator
 (`<tool_call>{"name": "calculator", "arguments": {"expression": "37*48"}}</tool_call>`), reads its result and
 answers `#### 1776`. The 0.66M-parameter demo model cannot multiply two 2-digit numbers in its head; with the tool it
-only has to copy: the operands from the question into the call, the result into the answer. Three measurements on
+only has to copy: the operands from the question into the call, the result into the answer. The SFT data mixes
+tool-use transcripts (`--sft-tool-fraction`, 40%) with direct answers (`37*48=` -> `#### 1776` at once), so the start
+knows how to use the tool but mostly answers in its head; GRPO, rewarded on the final answer only, has to find that
+calling the tool pays. Three measurements on
 the same held-out operand pairs (neither order in any training file):
 
 - (c) the SFT start answering WITHOUT the tool: the assistant turn is prefilled with `#### `, so no call can be
@@ -17,7 +20,8 @@ Every stage is real: `tp demo prepare`, the demo tool-use data (`write_agentic`)
 agentic GRPO (`engine: verl` + `agent: {tools: [calculator]}`: verl's agent loop on a private Ray, the hf rollout).
 
     .venv/bin/python bench/learning_agentic.py            # SFT + GRPO -> bench/results/learning_agentic.json
-    .venv/bin/python bench/learning_agentic.py --sft-steps 500 --grpo-steps 0     # an SFT start alone
+    .venv/bin/python bench/learning_agentic.py --grpo-steps 0     # the SFT start alone
+    .venv/bin/python bench/learning_agentic.py --sft-tool-fraction 1 --sft-steps 900  # all-tool SFT: nothing to raise
     .venv/bin/python bench/learning_agentic.py --smoke    # SFT 2 steps, 8 held-out prompts, GRPO --dry-run only
 
 Exit code 0 whenever every stage ran (whatever the accuracies: this is a measurement, not a test); 1 when a stage
@@ -169,12 +173,13 @@ def agent_episodes(
             episode["errors"] += not result.ok
             episode["messages"].append({"role": "tool", "content": result.text})
 
-    correct = well_formed = exact_expression = 0
+    correct = well_formed = exact_expression = tool_use = 0
     wrong: list[dict[str, Any]] = []
     for row, e in zip(rows, episodes, strict=True):
         first = e["first_turn"] or {"calls": [], "malformed": 0}
         good_call = len(first["calls"]) == 1 and first["calls"][0]["name"] == TOOL and not first["malformed"]
         well_formed += good_call
+        tool_use += bool(first["calls"] or first["malformed"])
         exact_expression += good_call and first["calls"][0]["arguments"].get("expression") == _operands(row)
         ok = score(e["final"], row["answer"]) == 1.0
         correct += ok
@@ -196,6 +201,7 @@ def agent_episodes(
         "n": n,
         "correct": correct,
         "exact_match": correct / n if n else None,
+        "tool_use_rate": tool_use / n if n else None,
         "well_formed_call_rate": well_formed / n if n else None,
         "exact_expression_rate": exact_expression / n if n else None,
         "tool_calls_per_episode": calls / n if n else None,
@@ -237,7 +243,8 @@ def evaluate(stage: dict[str, Any], model_dir: Path, held_out: list[dict[str, An
     w, wo = stage["held_out_with_tool"], stage["held_out_without_tool"]
     print(
         f"[{stage['stage']}] held-out exact match with the tool {w['correct']}/{w['n']} ({w['exact_match']:.1%}), "
-        f"without {wo['correct']}/{wo['n']} ({wo['exact_match']:.1%}); well-formed calls "
+        f"without {wo['correct']}/{wo['n']} ({wo['exact_match']:.1%}); tool used {w['tool_use_rate']:.1%}, "
+        f"well-formed calls "
         f"{w['well_formed_call_rate']:.1%}, exact expressions {w['exact_expression_rate']:.1%}, tool error rate "
         f"{fmt(w['tool_error_rate'], '.1%')}",
         flush=True,
@@ -375,6 +382,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
         n_rl=args.n_rl,
         n_eval=args.n_eval_pairs,
         seed=args.seed,
+        tool_fraction=args.sft_tool_fraction,
     )
     held_out = read_jsonl(paths["rl_eval"])[: args.held_out_limit]
     report["data"] = {
@@ -409,13 +417,14 @@ def print_report(report: dict[str, Any]) -> None:
     rows = []
     for s in report["stages"]:
         w, wo = s.get("held_out_with_tool"), s.get("held_out_without_tool")
-        rows.append([f"{s['stage']}, without the tool", str(s.get("steps", "-")), "-", em(wo), "-", "-", "-"])
+        rows.append([f"{s['stage']}, without the tool", str(s.get("steps", "-")), "-", em(wo), "-", "-", "-", "-"])
         rows.append(
             [
                 f"{s['stage']}, with the tool",
                 str(s.get("steps", "-")),
                 fmt(s.get("wall_seconds"), ".0f"),
                 em(w),
+                fmt(w and w["tool_use_rate"], ".1%"),
                 fmt(w and w["well_formed_call_rate"], ".1%"),
                 fmt(w and w["exact_expression_rate"], ".1%"),
                 fmt(w and w["tool_error_rate"], ".1%"),
@@ -428,6 +437,7 @@ def print_report(report: dict[str, Any]) -> None:
             "steps",
             "train wall s",
             "held-out exact match",
+            "tool used",
             "well-formed call",
             "exact expression",
             "tool error rate",
@@ -449,15 +459,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n-rl", type=int, default=1024, help="RL prompts (pairs not in the SFT file)")
     p.add_argument("--n-eval-pairs", type=int, default=64, help="held-out unordered pairs (both orders: ~2x prompts)")
     p.add_argument("--held-out-limit", type=int, default=None, help="score only the first N held-out prompts")
-    p.add_argument("--sft-steps", type=int, default=900)
+    p.add_argument(
+        "--sft-tool-fraction",
+        type=float,
+        default=0.4,
+        help="share of SFT transcripts that call the tool; the rest answer directly (the right product): a start "
+        "that can use the tool but mostly does not (1.0: all call it, and the start is already right)",
+    )
+    p.add_argument("--sft-steps", type=int, default=1200)
     p.add_argument("--sft-batch", type=int, default=16)
     p.add_argument(
         "--sft-lr", type=float, default=5e-4, help="cosine, 5%% warmup (3e-3 never learns to copy: bench/README.md)"
     )
-    p.add_argument("--grpo-steps", type=int, default=30, help="0 skips GRPO")
+    p.add_argument("--grpo-steps", type=int, default=20, help="0 skips GRPO")
     p.add_argument("--grpo-prompts", type=int, default=8, help="prompts per step")
     p.add_argument("--grpo-generations", type=int, default=4, help="episodes per prompt")
-    p.add_argument("--grpo-lr", type=float, default=1e-4, help="constant")
+    p.add_argument("--grpo-lr", type=float, default=2e-4, help="constant")
     p.add_argument("--grpo-temperature", type=float, default=1.0)
     p.add_argument("--grpo-max-completion", type=int, default=120, help="tokens of all turns and tool results")
     p.add_argument("--report", type=Path, default=None, help="default: bench/results/learning_agentic.json")

@@ -134,7 +134,13 @@ def check_learning_agentic(r: dict[str, Any]) -> None:
     assert [s["stage"] for s in r["stages"]] == ["sft"] and r["stages"][0]["steps"] == 2  # no GRPO in the smoke
     with_tool, without = r["stages"][0]["held_out_with_tool"], r["stages"][0]["held_out_without_tool"]
     assert with_tool["n"] == without["n"] == 8
-    for key in ("exact_match", "well_formed_call_rate", "exact_expression_rate", "tool_calls_per_episode"):
+    for key in (
+        "exact_match",
+        "tool_use_rate",
+        "well_formed_call_rate",
+        "exact_expression_rate",
+        "tool_calls_per_episode",
+    ):
         assert _finite(with_tool[key]), key
     assert _finite(without["exact_match"])
     assert r["grpo_dry_run"]["exit_code"] == 0, r["grpo_dry_run"]  # the agentic GRPO job validates

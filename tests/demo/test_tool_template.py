@@ -204,3 +204,29 @@ def test_the_demo_transcripts_write_calls_as_the_codec_does():
         assert call_text(a, b) == render_call("calculator", {"expression": f"{a}*{b}"})
         content, calls, malformed = parse(call_text(a, b))
         assert (content, calls, malformed) == ("", [{"name": "calculator", "arguments": {"expression": f"{a}*{b}"}}], 0)
+
+
+def test_a_tool_fraction_mixes_direct_answers_into_the_sft_transcripts_seeded():
+    """bench/learning_agentic.py's start: a share of the transcripts call the tool, the rest answer at once (the
+    right product); seeded, the held-out pairs unchanged, and 1.0 is the all-tool data as before."""
+    from training_platform.demo.agentic import agentic_rows
+
+    def assistant_turns(row: dict) -> list[str]:
+        return [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+
+    full = agentic_rows("TOOLS", n_sft=400, n_rl=8, n_eval=8)
+    assert all(len(assistant_turns(r)) == 2 for r in full["sft"])
+    mixed = agentic_rows("TOOLS", n_sft=400, n_rl=8, n_eval=8, tool_fraction=0.4)
+    assert mixed == agentic_rows("TOOLS", n_sft=400, n_rl=8, n_eval=8, tool_fraction=0.4)
+    assert mixed["rl_eval"] == full["rl_eval"] and mixed["rl"] == full["rl"]
+    with_tool = [r for r in mixed["sft"] if len(assistant_turns(r)) == 2]
+    direct = [r for r in mixed["sft"] if len(assistant_turns(r)) == 1]
+    assert len(with_tool) + len(direct) == 400 and 120 <= len(with_tool) <= 200
+    for row in direct:
+        question = row["messages"][1]["content"]
+        a, b = (int(x) for x in question.rstrip("=").split("*"))
+        assert row["messages"][0]["content"] == "TOOLS" and assistant_turns(row) == [f"#### {a * b}"]
+    for full_row, mixed_row in zip(full["sft"], mixed["sft"], strict=True):
+        assert full_row["messages"][1] == mixed_row["messages"][1], "the same questions, only the answers differ"
+    with pytest.raises(ValueError, match="tool_fraction"):
+        agentic_rows("TOOLS", n_sft=4, n_rl=4, n_eval=4, tool_fraction=1.5)

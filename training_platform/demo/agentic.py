@@ -8,6 +8,9 @@ split), SFT transcripts in `messages` format and RL prompts:
   `data.tool_calls.tools_block([tool_schema("calculator")])`, so SFT sees the prompt an agent RL run renders), the
   question `37*48=`, the assistant's hermes call `<tool_call>{"name": "calculator", "arguments": {"expression":
   "37*48"}}</tool_call>`, the tool's result `1776`, then the final answer `#### 1776`;
+- with `tool_fraction` < 1, that share of the SFT transcripts (seeded) and the rest answering in the head:
+  `37*48=` -> `#### 1776` at once (the right product, which the model cannot learn to compute): a start that knows
+  how to use the tool but mostly does not, for RL to teach when calling it pays;
 - RL: `{"prompt": [{"role": "user", "content": "37*48="}], "answer": "1776"}` (the agent loop adds the tools block).
 
 Pure Python, no training imports (demo/ is the lowest layer): the call text is written as the hermes codec
@@ -53,6 +56,15 @@ def transcript(a: int, b: int, system: str) -> list[dict[str, str]]:
     ]
 
 
+def direct_transcript(a: int, b: int, system: str) -> list[dict[str, str]]:
+    """The same question answered without a call (the tools block still shown)."""
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": question(a, b)},
+        {"role": "assistant", "content": final_answer(a, b)},
+    ]
+
+
 def split_pairs(digits: int, n_eval: int, seed: int) -> tuple[list[Pair], list[Pair]]:
     """All `digits`-digit pairs, shuffled (seeded); `n_eval` unordered pairs (both orders) held out."""
     low, high = 10 ** (digits - 1), 10**digits
@@ -68,18 +80,32 @@ def split_pairs(digits: int, n_eval: int, seed: int) -> tuple[list[Pair], list[P
 
 
 def agentic_rows(
-    system: str, *, n_sft: int, n_rl: int, n_eval: int = 64, digits: int = 2, seed: int = 0
+    system: str,
+    *,
+    n_sft: int,
+    n_rl: int,
+    n_eval: int = 64,
+    digits: int = 2,
+    seed: int = 0,
+    tool_fraction: float = 1.0,
 ) -> dict[str, list[dict[str, Any]]]:
-    """Seeded rows: `sft` (n_sft transcripts), `rl` (n_rl prompts, disjoint from the SFT pairs when there are
-    enough), `rl_eval` (held-out pairs, never in `sft` or `rl`, either order)."""
+    """Seeded rows: `sft` (n_sft transcripts, a `tool_fraction` share of them calling the tool, the rest answering
+    directly), `rl` (n_rl prompts, disjoint from the SFT pairs when there are enough), `rl_eval` (held-out pairs,
+    never in `sft` or `rl`, either order)."""
+    if not 0.0 <= tool_fraction <= 1.0:
+        raise ValueError(f"tool_fraction must be in [0, 1], got {tool_fraction}")
     train, held = split_pairs(digits, n_eval, seed)
     rng = random.Random(seed + 1)
     rng.shuffle(train)
     sft_pairs = train[:n_sft]
     rest = train[n_sft:] or train
     rl_pairs = rest[:n_rl]
+    uses_tool = random.Random(seed + 2)
     return {
-        "sft": [{"messages": transcript(a, b, system)} for a, b in sft_pairs],
+        "sft": [
+            {"messages": (transcript if uses_tool.random() < tool_fraction else direct_transcript)(a, b, system)}
+            for a, b in sft_pairs
+        ],
         "rl": [{"prompt": [{"role": "user", "content": question(a, b)}], "answer": str(a * b)} for a, b in rl_pairs],
         "rl_eval": [{"prompt": [{"role": "user", "content": question(a, b)}], "answer": str(a * b)} for a, b in held],
     }
