@@ -248,6 +248,15 @@ def test_python_is_killed_at_its_timeout_and_its_output_is_cut(sandbox_ok):
     assert noisy.text.startswith("out\n") and "ValueError: the end\n[output truncated]\n[exit status 1]" in noisy.text
 
 
+def test_a_cut_keeps_the_head_of_stdout_and_the_tail_of_stderr():
+    cut = python_tool._cut
+    assert cut("ab", "cd", 100) == "abcd"
+    assert cut("x" * 1000, "", 100) == "x" * 100
+    assert cut("out\n", "e" * 6000, 100) == "out\n" + "e" * 96, "stderr takes what stdout leaves"
+    assert cut("x" * 1000, "err", 100) == "x" * 97 + "err"
+    assert cut("x" * 1000, "e" * 999 + "!", 100) == "x" * 50 + "e" * 49 + "!", "half each when both overflow"
+
+
 def test_python_fails_closed_without_isolation(monkeypatch, tmp_path):
     from training_platform.evaluation import sandbox as sandbox_mod
 

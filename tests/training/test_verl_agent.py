@@ -277,7 +277,8 @@ def isolation():
         ("import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=2)\nprint('connected')", False, "OSError"),
         ("open({escape!r}, 'w').write('x')\nprint('written')", False, "No such file or directory"),
         ("x = bytearray(1 << 30)\nprint('allocated')", False, "MemoryError"),
-        ("while True: pass", False, "[killed: it ran past 2s]"),
+        # the sandbox kills it at 2 s; on a loaded machine the loop's deadline (2 s + its margin) may answer first
+        ("while True: pass", False, ("[killed: it ran past 2s]", "error: python did not answer within 2 s")),
     ],
     ids=["runs", "no_network", "no_host_files", "memory_cap", "time_cap"],
 )
@@ -294,13 +295,14 @@ def test_the_python_tool_keeps_the_sandbox_limits_inside_the_loop(
         tokenizer,
         [render_call("python", {"code": code}), "#### 42"],
         agent={
-            "tools": [{"name": "python", "params": {"memory_mb": 256, "max_output_chars": 400}}],
+            "tools": [{"name": "python", "params": {"memory_mb": 256, "max_output_chars": 200}}],
             "tool_timeout_s": 2.0,
         },
         sections={"algorithm": {"max_completion_length": 480}, "data": {"max_length": 512}},  # room for the result
     )
     (turn,) = tool_turns(output)
-    assert turn["ok"] is ok and expected in turn["content"], turn
+    alternatives = expected if isinstance(expected, tuple) else (expected,)
+    assert turn["ok"] is ok and any(text in turn["content"] for text in alternatives), turn
     assert not any(word in turn["content"] for word in ("connected", "written", "allocated")), turn
     assert not escape.exists(), "nothing reached the host's files"
     fields = output.extra_fields
@@ -374,6 +376,9 @@ def test_the_dry_run_verl_config_has_the_multi_turn_keys():
     assert multi_turn["tool_config_path"] == "<run_dir>/verl/tools.yaml"
     assert (multi_turn["max_assistant_turns"], multi_turn["max_user_turns"]) == (4, 3)
     assert (multi_turn["max_parallel_calls"], multi_turn["format"], multi_turn["enable"]) == (1, "hermes", True)
+    from training_platform.training.tools import MAX_RESULT_CHARS
+
+    assert multi_turn["max_tool_response_length"] == MAX_RESULT_CHARS, "verl does not cut our tools' results again"
     plain = copy.deepcopy(RL)
     del plain["agent"]
     rollout = yaml.safe_load(dry_run(plain).partition("# verl_config.yaml")[2].partition("\n")[2])["actor_rollout_ref"][

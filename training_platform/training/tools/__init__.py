@@ -58,7 +58,7 @@ __all__ = [
 ]
 
 MAX_ARGS_CHARS = 16 * 1024  # the model's JSON arguments of one call
-MAX_RESULT_CHARS = 8 * 1024  # a tool's text as the model sees it (verl cuts it further: max_tool_response_length)
+MAX_RESULT_CHARS = 8 * 1024  # a tool's text as the model sees it (verl's max_tool_response_length is set to it)
 MAX_TIMEOUT_S = 60.0  # agent.tool_timeout_s: (0, 60]
 _SCHEMA_KEYS = ("type", "description", "enum")
 

@@ -118,9 +118,10 @@ def build_python(params: PythonParams) -> ToolRun:
 
 
 def _cut(stdout: str, stderr: str, limit: int) -> str:
-    """stdout + stderr in at most `limit` characters: when cut, stderr keeps its last half of the budget (a
-    traceback's last line says what went wrong) and stdout its head."""
+    """stdout + stderr in at most `limit` characters. When cut, stdout keeps its head and stderr its tail (a
+    traceback's last line says what went wrong); each gets at least half the budget when the other needs it."""
     if len(stdout) + len(stderr) <= limit:
         return stdout + stderr
-    tail = stderr[len(stderr) - min(len(stderr), limit // 2) :]
-    return stdout[: limit - len(tail)] + tail
+    head = stdout[: max(limit - len(stderr), limit // 2)]
+    kept = min(len(stderr), limit - len(head))
+    return head + stderr[len(stderr) - kept :]

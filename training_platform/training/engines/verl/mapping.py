@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from training_platform.training.algorithms import grpo, ppo, reinforce_pp, rloo
 from training_platform.training.algorithms.base import GenerationParams, params_as
+from training_platform.training.tools import MAX_RESULT_CHARS
 
 if TYPE_CHECKING:  # pragma: no cover
     from training_platform.training.config import JobConfig
@@ -546,6 +547,14 @@ ROWS: tuple[Row, ...] = (
     ),
     Row("agent", f"{_ROLLOUT}.multi_turn.max_parallel_calls", _agent(lambda a: 1), _RL, "one call per turn"),
     Row("agent.format", f"{_ROLLOUT}.multi_turn.format", _agent(lambda a: a.format), _RL),
+    Row(
+        "agent.tools",
+        f"{_ROLLOUT}.multi_turn.max_tool_response_length",
+        _agent(lambda a: MAX_RESULT_CHARS),
+        _RL,
+        "our tools cut their own results (max_output_chars, at most this): verl's default, 256 characters, would cut "
+        "them again",
+    ),
     Row(
         "algorithm.max_completion_length",
         "data.max_response_length",
