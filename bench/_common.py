@@ -103,6 +103,42 @@ def run_logged(cmd: list[str], env: dict[str, str], log_path: Path, *, cwd: Path
     return result["exit_code"], result["wall_seconds"]
 
 
+def train_stage(
+    name: str,
+    cmd: list[str],
+    out_dir: Path,
+    env: dict[str, str],
+    log_dir: Path,
+    curve_keys: tuple[str, ...],
+    *,
+    rows_with: str | None = None,
+    **recorded: Any,
+) -> dict[str, Any]:
+    """One `tp train` subprocess (`cmd`, logged to `<log_dir>/<name>.log`): its exit code and wall time, then, when it
+    wrote `final/`, its steps, train_runtime, model and metric curve; else `error` with the log's tail. `recorded`
+    (the command's config or overrides) goes into the stage as is."""
+    print(f"[{name}] {' '.join(cmd)}", flush=True)
+    log = log_dir / f"{name}.log"
+    rc, wall = run_logged(cmd, env, log)
+    stage: dict[str, Any] = {
+        "stage": name,
+        "command": cmd,
+        **recorded,
+        "exit_code": rc,
+        "wall_seconds": round(wall, 2),
+        "log": str(log),
+    }
+    if rc != 0 or not (out_dir / "final").is_dir():
+        stage["error"] = f"tp train exited {rc}:\n{tail(log)}"
+        return stage
+    info = read_run_info(out_dir)
+    stage["steps"] = info.get("step")
+    stage["train_runtime"] = info.get("summary", {}).get("train_runtime")
+    stage["model"] = str(out_dir / "final")
+    stage["curve"] = curve_summary(out_dir / "metrics.jsonl", curve_keys, rows_with=rows_with)
+    return stage
+
+
 def tail(path: Path, lines: int = 15) -> str:
     try:
         return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])

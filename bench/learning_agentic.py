@@ -43,18 +43,17 @@ from _common import (  # noqa: E402 - the bench dir is not a package
     RESULTS_DIR,
     SMOKE_HELP,
     bench_env,
-    curve_summary,
     finish_stages_report,
     fmt,
     machine_info,
     prepare_demo,
     print_table,
     read_jsonl,
-    read_run_info,
     run_logged,
     smoke_report,
     tail,
     tp_command,
+    train_stage,
 )
 
 TOOL = "calculator"
@@ -254,31 +253,15 @@ def evaluate(stage: dict[str, Any], model_dir: Path, held_out: list[dict[str, An
 # ------------------------------------------------------------------------------------------------ stages
 
 
-def train_stage(name: str, config: dict[str, Any], out_dir: Path, env: dict[str, str], log_dir: Path) -> dict[str, Any]:
-    """One `tp train` subprocess on `config` (written next to the logs); wall time, steps, the metric curve."""
+def run_train(name: str, config: dict[str, Any], out_dir: Path, env: dict[str, str], log_dir: Path) -> dict[str, Any]:
+    """One `tp train` subprocess on `config`, written next to the logs (_common.train_stage)."""
     import yaml
 
     config_path = log_dir / f"{name}.yaml"
     config_path.parent.mkdir(parents=True, exist_ok=True)
     config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     cmd = [*tp_command(), "train", str(config_path), "--output", str(out_dir)]
-    print(f"[{name}] {' '.join(cmd)}", flush=True)
-    rc, wall = run_logged(cmd, env, log_dir / f"{name}.log")
-    stage: dict[str, Any] = {
-        "stage": name,
-        "config": config,
-        "exit_code": rc,
-        "wall_seconds": round(wall, 2),
-        "log": str(log_dir / f"{name}.log"),
-    }
-    if rc != 0 or not (out_dir / "final").is_dir():
-        stage["error"] = f"tp train exited {rc}:\n{tail(log_dir / f'{name}.log')}"
-        return stage
-    info = read_run_info(out_dir)
-    stage["steps"] = info.get("step")
-    stage["model"] = str(out_dir / "final")
-    stage["curve"] = curve_summary(out_dir / "metrics.jsonl", CURVE_KEYS)
-    return stage
+    return train_stage(name, cmd, out_dir, env, log_dir, CURVE_KEYS, config=config)
 
 
 def dry_run(config: dict[str, Any], env: dict[str, str], log_dir: Path) -> dict[str, Any]:
@@ -392,7 +375,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
     }
 
     runs = data_dir / "runs"
-    sft = train_stage("sft", sft_config(args), runs / "sft", env, log_dir)
+    sft = run_train("sft", sft_config(args), runs / "sft", env, log_dir)
     stages.append(sft)
     if "error" in sft:
         return report, False
@@ -401,7 +384,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
         report["grpo_dry_run"] = dry_run(grpo_config(args, sft["model"]), env, log_dir)
         return report, report["grpo_dry_run"]["exit_code"] == 0
     if args.grpo_steps > 0:
-        grpo = train_stage("grpo", grpo_config(args, sft["model"]), runs / "grpo", env, log_dir)
+        grpo = run_train("grpo", grpo_config(args, sft["model"]), runs / "grpo", env, log_dir)
         grpo["from"] = "sft"
         stages.append(grpo)
         if "error" in grpo:

@@ -34,18 +34,15 @@ from _common import (  # noqa: E402 - the bench dir is not a package
     RESULTS_DIR,
     SMOKE_HELP,
     bench_env,
-    curve_summary,
     finish_stages_report,
     fmt,
     machine_info,
     prepare_demo,
     print_table,
     read_jsonl,
-    read_run_info,
-    run_logged,
     smoke_report,
-    tail,
     tp_command,
+    train_stage,
 )
 
 # GRPO overrides on top of grpo_tiny.yaml, chosen by a small sweep from the 850-step SFT checkpoint (bench/README.md
@@ -120,34 +117,15 @@ def exact_match(
 CURVE_KEYS = ("loss", "rewards/math_answer/mean", "mean_token_accuracy")  # first vs last fifth of training
 
 
-def train_stage(
+def run_train(
     name: str, config: Path, out_dir: Path, overrides: list[str], env: dict[str, str], log_dir: Path
 ) -> dict[str, Any]:
-    """One `tp train` subprocess; returns its wall time, the trainer's train_runtime and the final step."""
+    """One `tp train` subprocess of `config` with `--set` overrides (_common.train_stage)."""
     cmd = [*tp_command(), "train", str(config), "--output", str(out_dir)]
     for item in overrides:
         cmd += ["--set", item]
-    print(f"[{name}] {' '.join(cmd)}", flush=True)
-    rc, wall = run_logged(cmd, env, log_dir / f"{name}.log")
-    stage: dict[str, Any] = {
-        "stage": name,
-        "command": cmd,
-        "overrides": overrides,
-        "exit_code": rc,
-        "wall_seconds": round(wall, 2),
-        "log": str(log_dir / f"{name}.log"),
-    }
-    if rc != 0 or not (out_dir / "final").is_dir():
-        stage["error"] = f"tp train exited {rc}:\n{tail(log_dir / f'{name}.log')}"
-        return stage
-    info = read_run_info(out_dir)
-    stage["steps"] = info.get("step")
-    stage["train_runtime"] = info.get("summary", {}).get("train_runtime")
-    stage["model"] = str(out_dir / "final")
-    stage["curve"] = curve_summary(
-        out_dir / "metrics.jsonl", ("loss", "rewards/math_answer/mean", "mean_token_accuracy"), rows_with="loss"
-    )
-    return stage
+    keys = ("loss", "rewards/math_answer/mean", "mean_token_accuracy")
+    return train_stage(name, cmd, out_dir, env, log_dir, keys, rows_with="loss", overrides=overrides)
 
 
 def evaluate(
@@ -213,7 +191,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
             f"training.seed={seed}",
             *args.sft_set,
         ]
-        sft = train_stage(f"sft{suffix}", CONFIGS / "sft_tiny.yaml", runs / f"sft{suffix}", sft_sets, env, log_dir)
+        sft = run_train(f"sft{suffix}", CONFIGS / "sft_tiny.yaml", runs / f"sft{suffix}", sft_sets, env, log_dir)
         stages.append(sft)
         if "error" in sft:
             return report, False
@@ -232,7 +210,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
                 *args.grpo_set,
             ]
             name = f"grpo-{engine}{suffix}" if len(engines) > 1 else f"grpo{suffix}"
-            grpo = train_stage(name, CONFIGS / "grpo_tiny.yaml", runs / name, grpo_sets, env, log_dir)
+            grpo = run_train(name, CONFIGS / "grpo_tiny.yaml", runs / name, grpo_sets, env, log_dir)
             grpo["engine"], grpo["seed"], grpo["from"] = engine, seed, sft["stage"]
             stages.append(grpo)
             if "error" in grpo:
