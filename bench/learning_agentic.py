@@ -470,6 +470,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--grpo-dry-run", action="store_true", help="validate the GRPO job (`tp train --dry-run`) only")
     args = p.parse_args(argv)
+    if not 0.0 <= args.sft_tool_fraction <= 1.0:
+        p.error(f"--sft-tool-fraction: a share in [0, 1], got {args.sft_tool_fraction}")
     if args.smoke:
         args.sft_steps, args.n_sft, args.n_rl, args.held_out_limit, args.grpo_dry_run = 2, 32, 16, 8, True
         args.report = smoke_report("learning_agentic", args.report)
