@@ -9,13 +9,16 @@ process tree (wait4's ru_maxrss). The engines shuffle with different generators,
 differ step by step: the curves show both learn at the same pace, not that they are equal.
 
     .venv/bin/python bench/engines.py                  # 3 rounds x 60 steps -> bench/results/engines.json
-    .venv/bin/python bench/engines.py --algorithm grpo --steps 20   # -> bench/results/engines_grpo.json
+    .venv/bin/python bench/engines.py --algorithm grpo --steps 20   # demo and ~24M -> bench/results/engines_grpo.json
     .venv/bin/python bench/engines.py --smoke [--algorithm grpo]    # 1 round x 3 steps (GRPO: from the demo model)
 
 GRPO (`grpo_tiny.yaml`: 2 prompts x 8 generations, 8 new tokens) starts from a 150-step SFT checkpoint made once.
 It adds tokens/s (completion tokens generated per second of step), the rollout's share of a step (verl logs its
 generation time, `timing_s/gen`; TRL logs none outside W&B/MLflow profiling, so it is not reported for TRL) and the
-peak RSS summed over the whole process tree, sampled every 0.5 s (verl's Ray workers are separate processes).
+peak RSS summed over the whole process tree, sampled every 0.5 s (verl's Ray workers are separate processes), and
+where a verl step's time goes (its `timing_s/*`: rollout, old log-probs, update, weight sync) as shares of the step.
+`--sizes demo,m25` (the default) runs it at the demo size and at ~24M parameters (the demo recipe, random weights),
+where compute, not per-step overhead, dominates; the smoke runs the demo size only.
 """
 
 from __future__ import annotations
@@ -71,10 +74,38 @@ def tree_rss_mb(pid: int) -> float:
     return total / (1 << 20)
 
 
-def grpo_run(engine: str, base: Path, env: dict[str, str], steps: int, sft: Path, index: int) -> dict[str, Any]:
-    """One GRPO run from the SFT checkpoint; the process tree's summed RSS is sampled while it runs."""
-    run_dir = base / f"grpo-{index}-{engine}"
-    log_path = base / f"grpo-{index}-{engine}.log"
+# The larger GRPO size (--sizes m25): ~24M parameters, 8 blocks of hidden 512 with the demo tokenizer, built by the
+# demo recipe with random weights (throughput does not need a trained start); compute dominates a step there.
+M25 = {"hidden_size": 512, "num_layers": 8, "num_heads": 8, "num_kv_heads": 4, "intermediate_size": 1408}
+# verl's per-step timings (its `timing_s/*`), reported as shares of the step: where a verl step's time goes.
+VERL_PHASES = ("gen", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor", "update_weights")
+
+
+def build_m25(data_dir: Path) -> Path:
+    from training_platform.demo.arithmetic import dataset_texts
+    from training_platform.demo.tiny_model import create_tiny_model
+
+    out = data_dir / "models" / "m25"
+    if not (out / "config.json").is_file():
+        create_tiny_model(out, extra_corpus=list(dataset_texts(data_dir / "demo" / "data")), **M25)
+    return out
+
+
+def parameters(model: Path) -> int:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        net = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model))
+    return sum(p.numel() for p in net.parameters())
+
+
+def grpo_run(
+    engine: str, base: Path, env: dict[str, str], steps: int, sft: Path, index: int, size: str = "demo"
+) -> dict[str, Any]:
+    """One GRPO run from `sft` (a model directory); the process tree's summed RSS is sampled while it runs."""
+    run_dir = base / f"grpo-{size}-{index}-{engine}"
+    log_path = base / f"grpo-{size}-{index}-{engine}.log"
     sets = {
         "engine": engine,
         "model.path": str(sft),
@@ -104,8 +135,15 @@ def grpo_run(engine: str, base: Path, env: dict[str, str], steps: int, sft: Path
     per_step = [r["sec_per_step"] for r in late]
     tokens = [r["completions/mean_length"] * 16 / r["sec_per_step"] for r in late if "completions/mean_length" in r]
     gen_share = [r["timing_s/gen"] / r["sec_per_step"] for r in late if "timing_s/gen" in r]
+    phases = {
+        phase: round(statistics.median(shares), 3)
+        for phase in VERL_PHASES
+        if (shares := [r[f"timing_s/{phase}"] / r["sec_per_step"] for r in late if f"timing_s/{phase}" in r])
+    }
     result = {
         "engine": engine,
+        "size": size,
+        "phase_shares": phases,
         "steps_per_s": round(1 / statistics.median(per_step), 3),
         "tokens_per_s": round(statistics.median(tokens), 1) if tokens else None,
         "rollout_share": round(statistics.median(gen_share), 3) if gen_share else None,
@@ -125,47 +163,67 @@ def grpo_main(args: argparse.Namespace) -> int:
         data_dir = base / "data"
         prepare_demo(data_dir, base)
         env = bench_env(data_dir)
+        models: dict[str, Path] = {}
         if args.smoke:  # no SFT run: GRPO starts from the demo model itself (its rewards are then mostly 0)
-            start_model = data_dir / "demo" / "model"
-        else:
+            models["demo"] = data_dir / "demo" / "model"
+        elif "demo" in args.sizes:
             sft_dir = base / "sft"
             sft_cmd = [*tp_command(), "train", str(CONFIGS / "sft_tiny.yaml"), "--output", str(sft_dir)]
             subprocess.run([*sft_cmd, "--set", "training.max_steps=150"], env=env, check=True, capture_output=True)
-            start_model = sft_dir / "final"
-        print(f"engines (grpo): {args.rounds} rounds x {args.steps} steps from {start_model}", flush=True)
+            models["demo"] = sft_dir / "final"
+        if "m25" in args.sizes and not args.smoke:
+            models["m25"] = build_m25(data_dir)
+        params = {size: parameters(model) for size, model in models.items()}
+        print(f"engines (grpo): {args.rounds} rounds x {args.steps} steps, sizes {params}", flush=True)
         runs = []
-        for i in range(args.rounds):
-            for engine in ENGINES if i % 2 == 0 else reversed(ENGINES):
-                r = grpo_run(engine, base, env, args.steps, start_model, i)
-                print(
-                    f"[round {i + 1}] {engine:5s} {r['steps_per_s']:6.2f} steps/s, {r['tokens_per_s']} tokens/s, "
-                    f"rollout share {r['rollout_share']}, wall {r['wall_seconds']} s, peak RSS {r['peak_rss_mb']} MB,"
-                    f" load {r['load_avg_1m_before']}",
-                    flush=True,
-                )
-                runs.append(r)
+        for size, start_model in models.items():
+            for i in range(args.rounds):
+                for engine in ENGINES if i % 2 == 0 else reversed(ENGINES):
+                    r = grpo_run(engine, base, env, args.steps, start_model, i, size)
+                    print(
+                        f"[{size} round {i + 1}] {engine:5s} {r['steps_per_s']:6.2f} steps/s, {r['tokens_per_s']} "
+                        f"tokens/s, rollout share {r['rollout_share']}, wall {r['wall_seconds']} s, peak RSS "
+                        f"{r['peak_rss_mb']} MB, load {r['load_avg_1m_before']}, phases {r['phase_shares']}",
+                        flush=True,
+                    )
+                    runs.append(r)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     keys = ("steps_per_s", "tokens_per_s", "rollout_share", "wall_seconds", "peak_rss_mb")
-    summary = {
-        e: {k: median([r[k] for r in runs if r["engine"] == e and r[k] is not None]) for k in keys} for e in ENGINES
-    }
-    print()
-    print_table(
-        ["engine", "steps/s (median)", "vs trl", "tokens/s", "rollout share", "wall s", "peak RSS MB (tree)"],
-        [
+    by_size: dict[str, Any] = {}
+    for size in models:
+        mine = [r for r in runs if r["size"] == size]
+        summary = {
+            e: {k: median([r[k] for r in mine if r["engine"] == e and r[k] is not None]) for k in keys} for e in ENGINES
+        }
+        summary["verl"]["phase_shares"] = {
+            phase: median(
+                [r["phase_shares"][phase] for r in mine if r["engine"] == "verl" and phase in r["phase_shares"]]
+            )
+            for phase in VERL_PHASES
+            if any(phase in r["phase_shares"] for r in mine if r["engine"] == "verl")
+        }
+        summary["verl_over_trl_steps_per_s"] = summary["verl"]["steps_per_s"] / summary["trl"]["steps_per_s"]
+        summary["parameters"] = params[size]
+        by_size[size] = summary
+        print(f"\n{size} ({params[size] / 1e6:.2f}M parameters)")
+        print_table(
+            ["engine", "steps/s (median)", "vs trl", "tokens/s", "rollout share", "wall s", "peak RSS MB (tree)"],
             [
-                e,
-                fmt(s["steps_per_s"], ".2f"),
-                fmt(s["steps_per_s"] / summary["trl"]["steps_per_s"], ".3f"),
-                fmt(s["tokens_per_s"], ".1f"),
-                fmt(s["rollout_share"], ".2f"),
-                fmt(s["wall_seconds"], ".1f"),
-                fmt(s["peak_rss_mb"], ".0f"),
-            ]
-            for e, s in summary.items()
-        ],
-    )
+                [
+                    e,
+                    fmt(summary[e]["steps_per_s"], ".2f"),
+                    fmt(summary[e]["steps_per_s"] / summary["trl"]["steps_per_s"], ".3f"),
+                    fmt(summary[e]["tokens_per_s"], ".1f"),
+                    fmt(summary[e]["rollout_share"], ".2f"),
+                    fmt(summary[e]["wall_seconds"], ".1f"),
+                    fmt(summary[e]["peak_rss_mb"], ".0f"),
+                ]
+                for e in ENGINES
+            ],
+        )
+        shares = summary["verl"]["phase_shares"]
+        print("verl step: " + ", ".join(f"{phase} {share:.0%}" for phase, share in shares.items()))
     write_json(
         output,
         {
@@ -174,7 +232,8 @@ def grpo_main(args: argparse.Namespace) -> int:
             "rounds": args.rounds,
             "steps": args.steps,
             "runs": runs,
-            "median": summary,
+            "median": by_size[next(iter(by_size))] if len(by_size) == 1 else by_size.get("demo", {}),
+            "sizes": by_size,
         },
     )
     print(f"\nwrote {output}")
@@ -246,9 +305,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--algorithm", choices=("sft", "grpo"), default="sft")
     parser.add_argument(
+        "--sizes",
+        default="demo,m25",
+        help="GRPO: model sizes, comma-separated: demo (0.66M, from a 150-step SFT) and m25 (~24M, random weights)",
+    )
+    parser.add_argument(
         "--smoke", action="store_true", help=SMOKE_HELP + ": 1 round x 3 steps, batch 4; GRPO from the demo model"
     )
     args = parser.parse_args(argv)
+    args.sizes = [size.strip() for size in args.sizes.split(",") if size.strip()]
+    if not args.sizes or set(args.sizes) - {"demo", "m25"}:
+        parser.error(f"--sizes: demo and/or m25, got {args.sizes}")
     if args.smoke:
         args.rounds, args.steps, args.batch = 1, 3, 4  # 3: steps/s is taken over the steps after the first two
         args.output = smoke_report(f"engines_{args.algorithm}", args.output)

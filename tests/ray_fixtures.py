@@ -1,6 +1,7 @@
-"""One local 2-node Ray cluster per test process (`ray.cluster_utils.Cluster`: 1 CPU and 80 MB of object store per
-node, loopback only, no dashboard), shared by every test that asks for `ray_cluster` (the Ray Train launcher's tests,
-the Ray e2e tests). A plugin the root conftest loads; Ray is imported only when a test asks for it."""
+"""One local 2-node Ray cluster per test process (`ray.cluster_utils.Cluster`: 2 CPUs, as a plain `ray start` gives on
+this 2-core machine, and 120 MB of object store per node, no GPUs, loopback only, no dashboard), shared by every
+test that asks for `ray_cluster` (the Ray Train launcher's tests, verl's RL on the cluster, the Ray e2e tests). A
+plugin the root conftest loads; Ray is imported only when a test asks for it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 # Ray resolves 127.0.0.1 to the machine's routable address unless told it is not a multi-machine setup; the test
 # cluster and its clients stay on loopback.
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-CLUSTER_CPUS = 2.0  # the session cluster: 2 nodes of 1 CPU
+NODE_CPUS = 2
+CLUSTER_CPUS = 2.0 * NODE_CPUS  # the session cluster: 2 nodes
 
 
 def wait_until(predicate, timeout: float, what: str, interval: float = 0.2):
@@ -52,7 +54,7 @@ def ray_cluster() -> Iterator[Any]:
 
     # ... and in case something imported Ray earlier: drivers in this process (a test's ray.init) stay on loopback
     ray_constants.ENABLE_RAY_CLUSTER = False
-    node = {"num_cpus": 1, "object_store_memory": 80 * 2**20, "node_ip_address": "127.0.0.1"}
+    node = {"num_cpus": NODE_CPUS, "object_store_memory": 120 * 2**20, "node_ip_address": "127.0.0.1"}
     cluster = cluster_utils.Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
     try:
         cluster.add_node(**node)

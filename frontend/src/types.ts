@@ -103,6 +103,14 @@ export interface RankState {
   log: string
 }
 
+export interface WorkerPlacement {
+  actor: string
+  name: string | null
+  node_id: string | null
+  node_ip: string | null
+  pid: number | null
+}
+
 export interface Distributed {
   launcher: 'local' | 'torchrun' | 'ray' | string
   num_nodes: number
@@ -110,6 +118,7 @@ export interface Distributed {
   world_size: number
   restarts: number
   ranks: RankState[]
+  workers?: WorkerPlacement[]
 }
 
 export interface JobEvent {

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 import ray.cluster_utils  # noqa: E402, F401 - a dependency: without it this fails, never skips
 
 REPO = Path(__file__).resolve().parents[2]
-from ray_fixtures import LOOPBACK  # noqa: E402 - Ray's processes and clients stay on 127.0.0.1
+from ray_fixtures import CLUSTER_CPUS, LOOPBACK  # noqa: E402 - Ray's processes and clients stay on 127.0.0.1
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,8 @@ def test_a_two_node_job_succeeds_and_another_is_cancelled(ray_platform):
     assert [step for step, _ in loss] == list(range(1, 7))
     cluster = client.get("/monitoring/ray").json()  # the monitoring page's Ray panel
     assert (cluster["configured"], cluster["error"], cluster["nodes_alive"]) == (True, None, 2), cluster
-    assert cluster["cpus"]["total"] == 2 and [n["ip"] for n in cluster["nodes"]] == ["127.0.0.1", "127.0.0.1"]
+    assert cluster["cpus"]["total"] == CLUSTER_CPUS
+    assert [n["ip"] for n in cluster["nodes"]] == ["127.0.0.1", "127.0.0.1"]
 
     job_id = client.post("/jobs", json={"name": "ray cancel", "config": _config(100000)}).json()["id"]
     _wait(lambda: _job(client, job_id)["current_step"] >= 2, 300, "the Ray job to train a few steps", interval=0.5)
@@ -206,7 +207,7 @@ def test_the_overview_shows_the_ray_cluster(ray_platform, browser):
         panel = page.get_by_test_id("ray-cluster")
         panel.wait_for(timeout=30_000)
         assert page.get_by_test_id("ray-nodes").locator(".stat-value").inner_text() == "2"
-        assert page.get_by_test_id("ray-cpus").locator(".stat-value").inner_text().endswith("/ 2")
+        assert page.get_by_test_id("ray-cpus").locator(".stat-value").inner_text().endswith(f"/ {CLUSTER_CPUS:g}")
         assert page.get_by_test_id("ray-nodes-table").locator("tbody tr").count() == 2
         assert "(head)" in page.get_by_test_id("ray-nodes-table").inner_text()
         assert page.get_by_test_id("ray-dashboard").count() == 0  # the test cluster runs no dashboard

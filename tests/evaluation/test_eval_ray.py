@@ -1,5 +1,5 @@
 """`tp eval run --executor ray --workers N`: each benchmark's items sharded over Ray actors of the session's 2-node
-local cluster (`ray_cluster`: 1 CPU per node, loopback). Greedy runs of the tiny model score every item exactly as
+local cluster (`ray_cluster`: 2 CPUs per node, loopback). Greedy runs of the tiny model score every item exactly as
 the local run does, with the samples merged into one run dir in the local order; HumanEval's programs run in the
 sandbox of the worker that generated them; a cluster that cannot be reached is refused naming the executor."""
 

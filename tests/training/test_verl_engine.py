@@ -75,15 +75,12 @@ def test_each_example_dry_runs_under_verl_with_verls_own_validation(name):
 
     raw = yaml.safe_load((EXAMPLES / f"{name}_tiny.yaml").read_text())
     raw["engine"] = "verl"
-    if name == "ppo":  # the example's reward model needs verl's vLLM/SGLang reward server: reward functions here
-        refused = errors_of(copy.deepcopy(raw))["algorithm.reward_model_path"]
-        assert refused.startswith("verl serves a reward model with vLLM or SGLang"), refused
-        raw["algorithm"].pop("reward_model_path")
-        raw["rewards"] = [{"name": "math_answer"}]
     text = dry_run(raw)
     effective, _, verl_yaml = text.partition("# verl_config.yaml")
     assert "engine: verl" in effective and verl_yaml
     assert "<run_dir>/verl/train.parquet" in verl_yaml  # paths planned under the run directory
+    if name == "ppo":  # its reward model is served by the platform and asked by the generated reward module
+        assert "<run_dir>/verl/reward_fn.py" in verl_yaml
 
 
 def test_grpo_fields_map_onto_verl_keys():
@@ -289,3 +286,28 @@ def test_rows_verl_cannot_train_on_are_refused_before_anything_starts(demo):
         )
     )
     assert errors["data.train_file"].startswith("verl's RL rows need a reference answer")
+
+
+def test_verl_rl_on_a_ray_cluster_is_checked_against_its_cpu_nodes():
+    """Preflight's rule for verl's CPU placement on a cluster (checks.cluster_cpu_problems): each node holds its
+    `num_devices` one-CPU bundles."""
+    from training_platform.training.engines.verl.checks import cluster_cpu_problems
+
+    def nodes(*cpus):
+        return [{"resources": {"CPU": {"total": float(c), "used": 0.0}}} for c in cpus]
+
+    assert cluster_cpu_problems(2, 1, nodes(2, 2)) == [], "a plain `ray start` on two 2-core machines"
+    (error,) = cluster_cpu_problems(3, 1, nodes(2, 2))
+    assert error.path == "resources.num_nodes" and "2 alive" in error.reason
+    (error,) = cluster_cpu_problems(2, 2, nodes(4, 1))
+    assert error.path == "resources.num_devices" and "the largest has 4" in error.reason
+    assert cluster_cpu_problems(2, 1, nodes(1, 1)) == [], "verl's other actors hold no CPU"
+
+
+def test_verl_rl_declares_the_ray_launcher_and_several_local_workers():
+    from training_platform.training.engines import require_builder
+
+    for algorithm in ("grpo", "rloo", "ppo", "reinforce_pp"):
+        assert require_builder("verl", algorithm).capabilities.launchers == ("local", "ray")
+    cfg = validate_config(job(resources__num_devices=2, resources__launcher="local"), dry_run=True)
+    assert cfg.resources.processes == 2, "verl starts its own 2 workers on a private Ray"

@@ -63,3 +63,62 @@ def test_the_offload_patch_is_needed_and_builds_an_unpinned_cpu_offload_policy()
     offload_pin_memory.apply()
     policy = transformer_impl.CPUOffloadPolicy(pin_memory=True)  # what verl asks for its reference model
     assert type(policy).__name__ == "CPUOffloadPolicy" and policy.pin_memory is False
+
+
+def test_the_resource_check_patch_is_needed_and_counts_the_cpu_platforms_resource():
+    """verl's pool manager counts GPUs/NPUs whatever its platform asks for: on a CPU cluster it would refuse every
+    run. With the CPU platform the workers' bundles ask for CPUs and the patched check counts CPUs."""
+    from training_platform.training.engines.verl import cpu
+    from training_platform.training.engines.verl.patches import resource_check
+
+    assert resource_check.needed(), "verl no longer counts GPUs only in its resource check: drop the patch"
+    cpu.install()
+    from verl.plugin.platform import get_platform
+
+    platform = get_platform()
+    assert platform.ray_resource_name() == "CPU", "CPU bundles: never logical GPUs on a shared cluster"
+    assert platform.ray_resource_options(1 / 3) == {"num_cpus": 1 / 3}
+    resource_check.apply()
+    from unittest import mock
+
+    from verl.single_controller.ray.base import ResourcePoolManager
+
+    manager = ResourcePoolManager(resource_pool_spec={"global_pool": [1, 1]}, mapping={})
+    per_node = {"a": {"CPU": 2.0}, "b": {"CPU": 1.0}}  # what Ray reports for two CPU nodes (no GPU key at all)
+    with mock.patch("ray._private.state.available_resources_per_node", return_value=per_node):
+        manager._check_resource_available()  # 3 CPUs for 2 worker processes: fits
+        manager.resource_pool_spec = {"global_pool": [2, 2]}
+        with pytest.raises(ValueError, match="3 CPUs available; verl's worker pools need 4"):
+            manager._check_resource_available()
+
+
+def test_the_node_per_group_patch_is_needed_and_gives_each_group_of_a_pool_its_own_node():
+    """verl packs each of a pool's per-node placement groups with STRICT_PACK and relies on a node's GPUs being
+    used up; two groups of a 2-node CPU job fit on one 2-CPU node. The patch pins each group to a node of its own."""
+    from training_platform.training.engines.verl.patches import node_per_group
+
+    assert node_per_group.needed(), "verl changed how it creates its placement groups: re-check the patch"
+    nodes = [
+        {"NodeID": "a", "Alive": True, "Resources": {"CPU": 2.0}},
+        {"NodeID": "b", "Alive": True, "Resources": {"CPU": 2.0}},
+        {"NodeID": "c", "Alive": False, "Resources": {"CPU": 8.0}},
+    ]
+    free = {"a": {"CPU": 2.0}, "b": {"CPU": 1.0}}
+    assert node_per_group.pick_node(1, nodes, free, set()) == "a", "the most free CPUs first"
+    assert node_per_group.pick_node(1, nodes, free, {"a"}) == "b", "a node the pool has not used"
+    assert node_per_group.pick_node(2, nodes, free, {"a"}) == "b", "busy now, but it can hold the group: it waits"
+    assert node_per_group.pick_node(1, nodes, free, {"a", "b"}) is None, "no unused node: Ray places it as verl asked"
+
+
+def test_the_transfer_queue_patch_is_needed_and_its_actors_hold_no_cpu():
+    """TransferQueue's controller and storage unit each held a Ray CPU for the whole run; on CPU nodes that took the
+    CPU a node's rank needed (both landed on one node and the run waited forever)."""
+    from training_platform.training.engines.verl.patches import transfer_queue_cpus
+
+    assert transfer_queue_cpus.needed(), "TransferQueue's actors no longer reserve a CPU: drop the patch"
+    transfer_queue_cpus.apply()
+    from transfer_queue.controller import TransferQueueController
+    from transfer_queue.storage.simple_storage import SimpleStorageUnit
+
+    assert TransferQueueController._default_options["num_cpus"] == 0
+    assert SimpleStorageUnit._default_options["num_cpus"] == 0

@@ -154,3 +154,169 @@ def test_sigterm_mid_run_stops_everything_and_resume_logs_each_step_once(tp, tp_
     steps = [r["step"] for r in rows(run)]
     assert steps == [1, 2, 3, 4, 5], "every step once: none lost, none twice"
     assert json.loads((run / "run.json").read_text())["status"] == "succeeded"
+
+
+# ---- verl's RL on the session's 2-node Ray cluster (ray_fixtures: CPU nodes of 2 CPUs each, as a plain `ray start`
+# gives on this machine; no logical GPUs): verl's workers take one-CPU bundles, one rank on each node.
+
+VERL_ACTORS = ("WorkerDict", "TaskRunnerV1", "HFRolloutServer", "RewardModelServer", "AgentLoopWorker")
+
+
+def on_cluster(path: Path, *, num_nodes: int = 2) -> Path:
+    raw = yaml.safe_load(path.read_text())
+    raw["resources"].update(launcher="ray", num_nodes=num_nodes, num_devices=1)
+    raw["training"]["per_device_batch_size"] = 16 // num_nodes if num_nodes != 3 else 8
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def cluster_env(cluster) -> dict[str, str]:
+    from ray_fixtures import LOOPBACK
+
+    return {**LOOPBACK, "TP_RAY_ADDRESS": cluster.address}
+
+
+def workers_by_node(run: Path) -> dict[str, list[str]]:
+    """node id -> the verl actors run.json says ran there."""
+    out: dict[str, list[str]] = {}
+    for w in json.loads((run / "run.json").read_text())["workers"]:
+        out.setdefault(w["node_id"], []).append(w["actor"])
+    return out
+
+
+def live_verl_actors(address: str) -> list[str]:
+    import ray
+    from ray._private.state import actors
+
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False, configure_logging=False)
+    try:
+        return sorted(
+            a["ActorClassName"].rsplit(".", 1)[-1]
+            for a in actors().values()
+            if a["State"] == "ALIVE" and a["ActorClassName"].rsplit(".", 1)[-1] in VERL_ACTORS
+        )
+    finally:
+        ray.shutdown()
+
+
+def test_grpo_on_a_two_node_cluster_puts_a_rank_on_each_node_stops_and_resumes(
+    tp, tp_env, tmp_path, sft_start, ray_cluster
+):
+    from ray_fixtures import CLUSTER_CPUS, free_cpus, wait_until
+
+    run = tmp_path / "run"
+    config = on_cluster(rl_config(tmp_path, sft_start, {"name": "grpo", "num_generations": 4}, steps=4, save_steps=1))
+    env = {**tp_env, **cluster_env(ray_cluster)}
+    proc = subprocess.Popen(
+        [*TP, "train", str(config), "--output", str(run)],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: (run / "checkpoints" / "step_000002").is_dir() or proc.poll() is not None, 600, "step 2")
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    info = json.loads((run / "run.json").read_text())
+    assert info["status"] == "stopped" and info["launcher"] == "ray", info
+    nodes = {n["NodeID"] for n in _alive_nodes(ray_cluster.address)}
+    placed = workers_by_node(run)
+    ranks = {node for node, kinds in placed.items() if "WorkerDict" in kinds}
+    assert len(ranks) == 2 and ranks <= nodes, f"a torch rank on each node: {placed}"
+    wait_until(lambda: free_cpus(ray_cluster.address) == CLUSTER_CPUS, 30, "the run's bundles to free", 0.5)
+    assert live_verl_actors(ray_cluster.address) == [], "no actor of the run survives the stop"
+
+    tp("train", config, "--resume", run, env_extra=cluster_env(ray_cluster), check=0, timeout=900)
+    records = assert_trained(run, 4)
+    placed = workers_by_node(run)
+    assert len({node for node, kinds in placed.items() if "WorkerDict" in kinds}) == 2, f"again on both: {placed}"
+    assert json.loads((run / "run.json").read_text())["attempts"] == 2
+    assert records[-1]["step"] == 4
+
+
+def _alive_nodes(address: str) -> list[dict]:
+    import ray
+
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False, configure_logging=False)
+    try:
+        return [n for n in ray.nodes() if n["Alive"]]
+    finally:
+        ray.shutdown()
+
+
+def test_ppo_with_a_critic_and_the_served_reward_model_trains_on_the_cluster(
+    tp, tmp_path, sft_start, data_dir, ray_cluster
+):
+    """configs/examples/ppo_tiny.yaml under verl: the learned reward model (served by the platform, engines/verl/
+    reward_server.py) scores every rollout beside a reward function; GAE with a critic; one rank on each node."""
+    raw = yaml.safe_load((Path(REPO) / "configs" / "examples" / "ppo_tiny.yaml").read_text())
+    raw.update(engine="verl", rewards=[{"name": "math_answer", "weight": 1.0}])
+    raw["model"] = {"path": str(sft_start), "dtype": "fp32"}
+    raw["algorithm"]["reward_model_path"] = str(data_dir / "demo" / "reward_model")
+    raw["algorithm"]["num_ppo_epochs"] = 1
+    raw["training"].update(max_steps=3, save_steps=3, seed=0)
+    raw["resources"] = {"device": "cpu"}
+    config = tmp_path / "ppo_rm.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    on_cluster(config)
+    run = tmp_path / "run"
+    tp("train", config, "--output", run, env_extra=cluster_env(ray_cluster), check=0, timeout=900)
+    records = rows(run)
+    assert [r["step"] for r in records] == [1, 2, 3], "each step once"
+    for r in records:
+        assert "value_loss" in r and "rewards/reward_model/mean" in r and "rewards/math_answer/mean" in r, sorted(r)
+        assert r[PROBS_DIFF] < 1e-5
+    assert any(r["rewards/reward_model/std"] > 0 for r in records), "the reward model scores rollouts differently"
+    kept = [json.loads(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]
+    assert kept and {"reward_model", "math_answer"} <= set(kept[0]["rewards"]), kept[0]
+    placed = workers_by_node(run)
+    assert sum("WorkerDict" in kinds for kinds in placed.values()) == 2, placed
+    assert any("RewardModelServer" in kinds for kinds in placed.values()), placed
+    assert json.loads((run / "run.json").read_text())["status"] == "succeeded"
+
+
+def test_a_node_killed_mid_run_fails_the_run_naming_it(tp_env, tmp_path, sft_start, ray_cluster):
+    """A third node joins the session cluster for a 3-node run, then dies mid-run (its raylet and workers killed):
+    the run fails within a minute, naming that node."""
+    from ray_fixtures import NODE_CPUS, wait_until
+
+    node = ray_cluster.add_node(num_cpus=NODE_CPUS, object_store_memory=120 * 2**20, node_ip_address="127.0.0.1")
+    try:
+        ray_cluster.wait_for_nodes()
+        run = tmp_path / "run"
+        config = rl_config(tmp_path, sft_start, {"name": "grpo", "num_generations": 4}, steps=10_000, save_steps=1000)
+        on_cluster(config, num_nodes=3)
+        env = {**tp_env, **cluster_env(ray_cluster)}
+        proc = subprocess.Popen(
+            [*TP, "train", str(config), "--output", str(run)],
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            wait_until(
+                lambda: rows(run) if (run / "metrics.jsonl").is_file() else proc.poll() is not None, 600, "a step"
+            )
+            assert proc.poll() is None, proc.communicate()
+            assert node.unique_id in workers_by_node(run), "the job placed a rank on the third node"
+            ray_cluster.remove_node(node)
+            node = None
+            _, err = proc.communicate(timeout=180)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 1, err[-3000:]
+        info = json.loads((run / "run.json").read_text())
+        assert info["status"] == "failed" and "died mid-run" in info["error"], info["error"]
+    finally:
+        if node is not None:
+            ray_cluster.remove_node(node)

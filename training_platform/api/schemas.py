@@ -294,6 +294,14 @@ class RankRead(BaseModel):
     log: str = Field(description="Its log, relative to the run directory (rank 0: train.log).")
 
 
+class WorkerPlacementRead(BaseModel):
+    actor: str = Field(description="verl's actor class: WorkerDict (a torch rank), HFRolloutServer, TaskRunnerV1...")
+    name: str | None = None
+    node_id: str | None = Field(None, description="The Ray node it ran on.")
+    node_ip: str | None = None
+    pid: int | None = None
+
+
 class DistributedRead(BaseModel):
     launcher: Literal["local", "torchrun", "ray"]
     num_nodes: int
@@ -301,6 +309,9 @@ class DistributedRead(BaseModel):
     world_size: int
     restarts: int = Field(0, description="Restarts of every rank from the last checkpoint after a rank failed.")
     ranks: list[RankRead]
+    workers: list[WorkerPlacementRead] = Field(
+        default_factory=list, description="verl RL: the Ray node each of verl's actors ran on (empty otherwise)."
+    )
 
 
 class JobDetail(JobRead):

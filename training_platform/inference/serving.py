@@ -17,11 +17,12 @@ same model, same device -> same text). `n` choices are generated one after anoth
 Generation stops at an eos token ("stop"), a stop string ("stop"; the text is cut before it, and streamed pieces
 never include any part of it), `max_new_tokens` ("length"), a cancel ("cancelled") or the deadline ("timeout").
 
-Pooling (the `/pooling` route, vLLM's shape): a model whose config names only classification heads (a reward model
-such as `demo-reward` or a reward job's `final/`) is loaded by `load_served` as a `Classifier`, and `pool` scores
-texts with it: each text tokenized as a whole (the tokenizer's own special tokens, no chat template), one forward
-pass per text (no padding, so a text's score does not depend on its neighbours), and the head's raw outputs
-returned (one number for a 1-label reward model: its score; a classifier's logits, no softmax).
+Pooling (the `/pooling` route, vLLM's shape): a model whose config names only classification heads (a reward model such
+as `demo-reward` or a reward job's `final/`) is loaded by `load_served` as a `Classifier`, and `pool` scores texts with
+it (both in evaluation/classifier.py, which verl's PPO reward server shares): each text tokenized as a whole (the
+tokenizer's own special tokens, no chat template), one forward pass per text (no padding, so a text's score does not
+depend on its neighbours), and the head's raw outputs returned (one number for a 1-label reward model: its score; a
+classifier's logits, no softmax).
 
     classifier, _ = cache.get("runs/job-4/final")          # a cache built with loader=load_served
     result = pool(classifier, ["2+3=5", "2+3=7"])
@@ -41,7 +42,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from training_platform.core.errors import InvalidInput
+from training_platform.evaluation.classifier import (
+    Classifier,
+    PoolResult,
+    PromptError,
+    is_classifier,
+    load_classifier,
+    pool,
+)
 
 __all__ = [
     "Choice",
@@ -63,10 +71,6 @@ __all__ = [
 ]
 
 OnText = Callable[[int, str], None]
-
-
-class PromptError(InvalidInput):
-    """The messages cannot be turned into a prompt for this model (too long, rejected by its chat template)."""
 
 
 @dataclass(frozen=True)
@@ -126,60 +130,6 @@ def load_model(path: str, *, device: str = "auto"):
     from training_platform.evaluation.generation import TransformersBackend
 
     return TransformersBackend(path, batch_size=1, device=device, dtype="auto")
-
-
-def is_classifier(path: str | Path) -> bool:
-    """True for a model whose config names only classification heads (reward models, classifiers): it does not
-    generate text, it scores it (`pool`)."""
-    import json
-
-    try:
-        architectures = json.loads((Path(path) / "config.json").read_text()).get("architectures") or []
-    except (OSError, ValueError, AttributeError):
-        return False  # loading reports what is wrong with it
-    return bool(architectures) and all("Classification" in str(a) for a in architectures)
-
-
-@dataclass
-class Classifier:
-    """A loaded sequence-classification model (a reward model) with its tokenizer."""
-
-    path: str
-    model: Any
-    tokenizer: Any
-    device: Any
-    max_length: int
-
-    def close(self) -> None:
-        self.model = None
-
-
-def load_classifier(path: str, *, device: str = "auto") -> Classifier:
-    """A local sequence-classification model directory, ready to score (CUDA when available and asked, the model's
-    dtype there; float32 on CPU)."""
-    import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
-    tokenizer: Any = AutoTokenizer.from_pretrained(path)
-    model: Any = AutoModelForSequenceClassification.from_pretrained(
-        path, dtype="auto" if dev.type == "cuda" else torch.float32
-    )
-    if model.config.pad_token_id is None:
-        model.config.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    model.to(dev).eval()
-    context = 0
-    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-        value = getattr(model.config, attr, None)
-        if isinstance(value, int) and value > 0:
-            context = value
-            break
-    if not context:
-        tok_max = getattr(tokenizer, "model_max_length", None)
-        context = tok_max if isinstance(tok_max, int) and 0 < tok_max < 10**8 else 2048
-    return Classifier(path=path, model=model, tokenizer=tokenizer, device=dev, max_length=context)
 
 
 def load_served(path: str, *, device: str = "auto"):
@@ -459,50 +409,3 @@ def generate(
         generate_s=time.perf_counter() - start,
         extra={"device": str(model.device)},
     )
-
-
-# ---------------------------------------------------------------------------------------------- pooling
-
-
-@dataclass
-class PoolResult:
-    data: list[list[float]]  # per text: the head's outputs (one number for a reward model)
-    prompt_tokens: list[int]
-    pool_s: float
-    timed_out: bool = False
-    cancelled: bool = False
-
-
-def pool(
-    classifier: Classifier,
-    texts: Sequence[str],
-    *,
-    should_stop: Callable[[], bool] | None = None,
-    deadline: float | None = None,
-) -> PoolResult:
-    """Score `texts` with a sequence-classification model, one forward pass each. Raises PromptError for an empty
-    text or one longer than the model's context. `should_stop()` and `deadline` are checked between texts."""
-    import torch
-
-    encoded = []
-    for index, text in enumerate(texts):
-        ids = classifier.tokenizer(text)["input_ids"]
-        if not ids:
-            raise PromptError(f"input[{index}] is empty after tokenization")
-        if len(ids) > classifier.max_length:
-            raise PromptError(
-                f"input[{index}] is {len(ids)} tokens; the model's context is {classifier.max_length} tokens"
-            )
-        encoded.append(ids)
-    start = time.perf_counter()
-    data: list[list[float]] = []
-    for ids in encoded:
-        if deadline is not None and time.monotonic() > deadline:
-            return PoolResult(data, [len(i) for i in encoded], time.perf_counter() - start, timed_out=True)
-        if should_stop is not None and should_stop():
-            return PoolResult(data, [len(i) for i in encoded], time.perf_counter() - start, cancelled=True)
-        input_ids = torch.tensor([ids], dtype=torch.long, device=classifier.device)
-        with torch.inference_mode():
-            logits = classifier.model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids)).logits
-        data.append([float(v) for v in logits[0].float().tolist()])
-    return PoolResult(data, [len(i) for i in encoded], time.perf_counter() - start)

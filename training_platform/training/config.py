@@ -523,7 +523,9 @@ def check_rules(cfg: JobConfig) -> list[FieldError]:
         and caps.reward_functions_without_reward_model
         and getattr(cfg.algorithm, "reward_model_path", None) is None
     )
-    if spec.uses_reward_functions or functions_instead_of_model:
+    # ... and add them to the reward model's score when it names one (verl's PPO: engines/verl/rewards.py).
+    functions_beside_model = caps is not None and caps.reward_functions_without_reward_model and bool(cfg.rewards)
+    if spec.uses_reward_functions or functions_instead_of_model or functions_beside_model:
         if not cfg.rewards:
             errors.append(FieldError("rewards", f"{spec.name} needs at least one reward function"))
         else:
@@ -710,7 +712,8 @@ def _resource_rules(cfg: JobConfig, builder) -> list[FieldError]:
                 "mps trains in one process (one Apple GPU): num_devices and num_nodes must be 1",
             )
         )
-    if launcher == "local" and r.processes > 1:
+    own_workers = builder is not None and builder.capabilities.own_workers  # verl RL: its own Ray workers
+    if launcher == "local" and r.processes > 1 and not (own_workers and r.num_nodes == 1):
         errors.append(
             FieldError(
                 "resources.launcher",

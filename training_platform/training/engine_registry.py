@@ -35,7 +35,8 @@ class Capabilities:
     sampling: bool = False
     # algorithm.reward_model_path must be set (TRL's PPO scores only with a reward model).
     requires_reward_model: bool = False
-    # Without algorithm.reward_model_path it scores with the job's reward functions (verl's PPO), which it then needs.
+    # Without algorithm.reward_model_path it scores with the job's reward functions (verl's PPO), which it then needs;
+    # with one, any reward functions named are added to the model's score.
     reward_functions_without_reward_model: bool = False
     # Its rollout is verl's agent loop, where the job's `agent:` tools plug in (multi-turn tool calling, issue 28).
     agent_loop: bool = False

@@ -20,8 +20,9 @@ def _int(value: Any, default: int) -> int:
 
 
 def distributed_info(config: dict, run_dir: str | None, job_status: str) -> dict[str, Any] | None:
-    """{launcher, num_nodes, processes_per_node, world_size, restarts, ranks: [{rank, node, state, error, log}]}
-    for a training config, None for anything else."""
+    """{launcher, num_nodes, processes_per_node, world_size, restarts, ranks: [{rank, node, state, error, log}],
+    workers: [{actor, name, node_id, node_ip, pid}]} for a training config, None for anything else. `workers` is
+    where verl's RL placed its Ray actors (run.json, engines/verl/rl.py): the torch ranks are `WorkerDict`."""
     resources = config.get("resources") if isinstance(config, dict) else None
     if not isinstance(config, dict) or "algorithm" not in config:
         return None
@@ -31,11 +32,13 @@ def distributed_info(config: dict, run_dir: str | None, job_status: str) -> dict
     world = nodes * per_node
     run = Path(run_dir) if run_dir else None
     ranks_dir = run / "ranks" if run else None
-    restarts = 0
+    restarts, workers = 0, []
     if run is not None:
         try:
-            restarts = int(json.loads((run / "run.json").read_text()).get("restarts", 0))
-        except (OSError, ValueError, TypeError):
+            info = json.loads((run / "run.json").read_text())
+            restarts = int(info.get("restarts", 0))
+            workers = _placements(info.get("workers"))
+        except (OSError, ValueError, TypeError, AttributeError):
             restarts = 0
     finished = ranks_dir is not None and (ranks_dir / "result.json").is_file()
     ranks = []
@@ -65,4 +68,15 @@ def distributed_info(config: dict, run_dir: str | None, job_status: str) -> dict
         "world_size": world,
         "restarts": restarts,
         "ranks": ranks,
+        "workers": workers,
     }
+
+
+PLACEMENT_KEYS = ("actor", "name", "node_id", "node_ip", "pid")
+
+
+def _placements(raw: Any) -> list[dict[str, Any]]:
+    """run.json's `workers` (verl RL: where each of verl's Ray actors ran), kept to its known keys."""
+    if not isinstance(raw, list):
+        return []
+    return [{k: w.get(k) for k in PLACEMENT_KEYS} for w in raw[:256] if isinstance(w, dict)]

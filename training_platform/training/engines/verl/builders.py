@@ -42,7 +42,7 @@ class _RLOptions(TypedDict):
 
 
 # verl's RL rollout is its agent loop (mapping.py: rollout.mode async), where `agent:` tools plug in.
-_RL: _RLOptions = {"launchers": ("local",), "own_workers": True, "devices": DEVICES, "agent_loop": True}
+_RL: _RLOptions = {"launchers": ("local", "ray"), "own_workers": True, "devices": DEVICES, "agent_loop": True}
 register_builder("verl", "grpo", notes=f"loss_type, GSPO (importance_sampling_level: sequence); {RL_NOTES}", **_RL)(
     _generate
 )

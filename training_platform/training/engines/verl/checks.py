@@ -34,6 +34,9 @@ GROUP_ESTIMATORS = frozenset(
     }
 )
 ROLLOUT_ENGINES = ("hf", "vllm", "sglang", "trtllm")
+# Ray CPUs a private Ray gives a verl RL run beside its workers' bundles (one CPU each): room for the actors that
+# hold none (task runner, TransferQueue: patches/transfer_queue_cpus.py, agent-loop and reward workers, servers).
+EXTRA_CPUS = 2
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"
 # verl key -> our field that sets it (errors name what the user wrote).
@@ -169,14 +172,6 @@ def rollout_problems(cfg: JobConfig) -> list[FieldError]:
     name = cfg.verl.rollout
     if cfg.algorithm.name == "sft":
         return []
-    if getattr(cfg.algorithm, "reward_model_path", None) and mapping.rollout(cfg) == "hf":
-        return [
-            FieldError(
-                "algorithm.reward_model_path",
-                "verl serves a reward model with vLLM or SGLang (GPUs); with the hf rollout score with reward "
-                "functions (rewards)",
-            )
-        ]
     if name in ("auto", "hf"):
         return []
     if importlib.util.find_spec(name) is None:
@@ -186,12 +181,40 @@ def rollout_problems(cfg: JobConfig) -> list[FieldError]:
     return []
 
 
-def runtime_problems(cfg: JobConfig, *, gpus: float | None) -> list[FieldError]:
-    """What stops verl's RL from running here (preflight; not the dry run): GPUs for a GPU job."""
+def runtime_problems(cfg: JobConfig, *, gpus: float | None, nodes: list[dict] | None = None) -> list[FieldError]:
+    """What stops verl's RL from running here (preflight; not the dry run): GPUs for a GPU job; on a Ray cluster
+    (`nodes`: its alive nodes, as ray_cluster.snapshot reads them) the CPUs verl's placement takes on CPU nodes."""
     if cfg.algorithm.name == "sft":
         return []
     from training_platform.training.engines.verl import mapping
 
     if mapping.device(cfg) == "cuda" and not gpus:
         return [FieldError("resources.device", f"this job asks for cuda; the cluster has {gpus or 0:g} GPUs")]
+    if mapping.device(cfg) == "cpu" and nodes is not None:
+        return cluster_cpu_problems(cfg.resources.num_nodes, cfg.resources.num_devices, nodes)
+    return []
+
+
+def cluster_cpu_problems(num_nodes: int, num_devices: int, nodes: list[dict]) -> list[FieldError]:
+    """verl's CPU placement on a cluster: one placement group per node, each of `num_devices` bundles of one Ray CPU
+    (a worker process each), packed on a node of its own (patches/node_per_group.py). The run holds them until it
+    ends; verl's other actors hold no CPU."""
+
+    def cpus(node: dict) -> float:
+        return float(node["resources"].get("CPU", {}).get("total", 0.0))
+
+    if len(nodes) < num_nodes:
+        return [
+            FieldError("resources.num_nodes", f"{num_nodes} nodes requested, the Ray cluster has {len(nodes)} alive")
+        ]
+    fitting = [n for n in nodes if cpus(n) >= num_devices]
+    if len(fitting) < num_nodes:
+        largest = max((cpus(n) for n in nodes), default=0.0)
+        return [
+            FieldError(
+                "resources.num_devices",
+                f"verl places {num_devices} worker processes (one Ray CPU each) on each of {num_nodes} nodes; "
+                f"{len(fitting)} of the cluster's nodes have {num_devices} CPUs (the largest has {largest:g})",
+            )
+        ]
     return []

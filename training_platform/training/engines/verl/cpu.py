@@ -1,7 +1,8 @@
 """verl on CPU: a `cpu` platform registered through verl's own PlatformRegistry (with a torch.cuda-like device
 module that does nothing where CUDA would manage memory or streams), the CPU device added to verl's EngineRegistry
-for its FSDP engines, and gloo for its process groups. verl's SFT trainer then runs with FSDP2 on CPU processes
-(sdpa attention and fp32 come from the mapping); its RL too, with the `hf` rollout and the patches plugin.py adds.
+for its FSDP engines, gloo for its process groups, and Ray CPUs as the resource verl's worker bundles ask for.
+verl's SFT trainer then runs with FSDP2 on CPU processes (sdpa attention and fp32 come from the mapping); its RL
+too, with the `hf` rollout and the patches plugin.py adds, on a private Ray or any Ray cluster's CPU nodes.
 
 `install()` must run before verl first asks for its platform (it caches it per process).
 """
@@ -132,9 +133,15 @@ def install() -> None:
             return None
 
         def ray_resource_name(self) -> str:
-            # verl's pool manager counts GPUs only and asks each bundle for one: a CPU run starts its Ray with
-            # logical GPUs, one per worker process (rl.py). This platform is only installed without CUDA.
-            return "GPU"
+            # A worker's placement bundle is then {"CPU": 1} (verl's pool adds its accelerator to a CPU bundle): the
+            # CPUs of any Ray, a plain `ray start` cluster's included; never logical GPUs, which a shared cluster's
+            # other jobs and our scheduler would read as real ones. verl's own check counts GPUs: patches/
+            # resource_check.py counts this resource. This platform is only installed without CUDA.
+            return "CPU"
+
+        def ray_resource_options(self, num_gpus: float) -> dict[str, Any]:
+            # verl asks for 1 / max_colocate_count of a bundle's accelerator per colocated worker: here of its CPU
+            return {"num_cpus": num_gpus}
 
         def ray_noset_envvars(self) -> list[str]:
             return []

@@ -45,7 +45,7 @@ def planned_paths(cfg: JobConfig, run_dir: Path | None) -> VerlPaths:
         train_files=f"{base}/train.parquet",
         val_files=f"{base}/val.parquet" if cfg.has_eval() else None,
         local_dir=f"{base}/checkpoints",
-        reward_module=f"{base}/reward_fn.py" if algorithm.name != "sft" and cfg.rewards else None,
+        reward_module=f"{base}/reward_fn.py" if algorithm.name != "sft" and (cfg.rewards or reward_model) else None,
         rollout_dir=f"{base}/rollouts" if algorithm.name != "sft" else None,
         critic_model=critic,
         reward_model=reward_model,
@@ -110,23 +110,41 @@ def prepare_rl_inputs(cfg, run, loaded) -> None:
     sources = [("data.train_file", paths.train_files)]
     if paths.val_files and "data.eval_file" in loaded:
         sources.append(("data.eval_file", paths.val_files))
+    render = _prompt_renderer(cfg, paths) if paths.reward_model else None
     for field, target_file in sources:
         rows = [
             convert_row(row, "rl_prompt", "verl", index=i, data_source="training_platform")
             for i, row in enumerate(loaded[field][0])
         ]
+        if render is not None:  # the reward model scores the prompt as the rollout saw it, then the completion
+            for row in rows:
+                row["extra_info"]["rm_prompt"] = render(row["prompt"])
         target = Path(target_file)
         target.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.Table.from_pylist(rows), target.with_suffix(".tmp"))
         target.with_suffix(".tmp").replace(target)
         run.record("verl_data", target)
     if paths.reward_module:
-        write_reward_module(Path(paths.reward_module), [r.model_dump() for r in cfg.rewards])
+        rewards = [r.model_dump() for r in cfg.rewards]
+        write_reward_module(Path(paths.reward_module), rewards, reward_model=paths.reward_model is not None)
         run.record("verl_reward_fn", Path(paths.reward_module))
     if paths.tools_config and cfg.agent is not None:
         from training_platform.training.engines.verl.agent.tools import write_tools_config
 
         run.record("verl_tools", write_tools_config(Path(paths.tools_config), cfg.agent))
+
+
+def _prompt_renderer(cfg, paths: VerlPaths):
+    """prompt messages -> the text the rollout generates after: the policy tokenizer's chat template with the
+    generation prompt, as verl's agent loop applies it."""
+    from training_platform.data.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(paths.model)
+
+    def render(messages: list[dict]) -> str:
+        return str(tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False))
+
+    return render
 
 
 def _write_parquet(rows: list[dict], path: Path) -> None:

@@ -85,7 +85,12 @@ class VerlChecks(EngineChecks):
             return exc.errors
         if dry_run:
             return []
-        return runtime_problems(cfg, gpus=_gpus(cfg) if cfg.algorithm.name != "sft" else None)
+        if cfg.algorithm.name == "sft":
+            return []
+        nodes = _cluster_nodes(cfg)
+        if isinstance(nodes, FieldError):
+            return [nodes]
+        return runtime_problems(cfg, gpus=_gpus(cfg, nodes), nodes=nodes)
 
     def plan(self, cfg: JobConfig, output: Path | None) -> str:
         from training_platform.training.engines.verl import engine, generate
@@ -94,16 +99,25 @@ class VerlChecks(EngineChecks):
         return "\n# verl_config.yaml (generated for verl " + generate.verl_version() + ")\n" + generate.to_yaml(config)
 
 
-def _gpus(cfg: JobConfig) -> float:
-    """GPUs verl's RL would have: the Ray cluster's (launcher ray) or this machine's."""
+def _cluster_nodes(cfg: JobConfig) -> list[dict] | FieldError | None:
+    """The alive nodes of the Ray cluster a `launcher: ray` job joins (None: no cluster to read)."""
     from training_platform.core.settings import current_settings
 
     address = current_settings().ray_address
-    if cfg.resources.resolved_launcher == "ray" and address and not address.startswith("ray://"):
-        from training_platform.training import ray_cluster
+    if cfg.resources.resolved_launcher != "ray" or not address or address.startswith("ray://"):
+        return None
+    from training_platform.training import ray_cluster
 
-        snap = ray_cluster.snapshot(address)
-        return float(snap.get("totals", {}).get("GPU", {}).get("total", 0.0))
+    snap = ray_cluster.snapshot(address)
+    if "error" in snap:
+        return FieldError("resources.launcher", f"the Ray cluster (TP_RAY_ADDRESS) cannot be reached: {snap['error']}")
+    return [n for n in snap["nodes"] if n["state"] != "DEAD"]
+
+
+def _gpus(cfg: JobConfig, nodes: list[dict] | None) -> float:
+    """GPUs verl's RL would have: the Ray cluster's (launcher ray) or this machine's."""
+    if nodes is not None:
+        return float(sum(n["resources"].get("GPU", {}).get("total", 0.0) for n in nodes))
     import torch
 
     return float(torch.cuda.device_count()) if torch.cuda.is_available() else 0.0

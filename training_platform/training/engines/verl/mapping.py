@@ -62,7 +62,7 @@ class VerlPaths:
     reward_module: str | None = None  # the generated custom_reward_function file (RL)
     rollout_dir: str | None = None  # RL: verl dumps each step's rollouts here (<step>.jsonl) -> rollouts.jsonl
     critic_model: str | None = None  # ppo: the value model (default: the policy model)
-    reward_model: str | None = None  # ppo: a reward model, when the job names one
+    reward_model: str | None = None  # ppo: a reward model, when the job names one (served by reward_server.py)
     tools_config: str | None = None  # RL with `agent`: the tools YAML verl's agent loop loads (engines/verl/agent)
 
 
@@ -513,8 +513,14 @@ ROWS: tuple[Row, ...] = (
         ("ppo",),
         "default: the policy model",
     ),
-    Row("algorithm.reward_model_path", "reward.reward_model.enable", lambda c, p: p.reward_model is not None, ("ppo",)),
-    Row("algorithm.reward_model_path", "reward.reward_model.model_path", lambda c, p: p.reward_model or SKIP, ("ppo",)),
+    Row(
+        "algorithm.reward_model_path",
+        "reward.reward_model.enable",
+        lambda c, p: False,
+        ("ppo",),
+        "the platform serves the reward model itself (engines/verl/reward_server.py: a Ray actor beside the rollout "
+        "servers, on any device); the generated reward module asks it for each rollout's score",
+    ),
     # ---- agent: multi-turn tool calling in the rollouts (engines/verl/agent)
     Row(
         "agent",

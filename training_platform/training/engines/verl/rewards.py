@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 
-def make_compute_score(rewards: list[dict[str, Any]]) -> Callable[..., dict[str, float]]:
+def make_compute_score(rewards: list[dict[str, Any]], *, reward_model: bool = False) -> Callable[..., dict[str, float]]:
+    """`reward_model`: PPO's learned reward model (reward_server.py) scores the rendered prompt (`rm_prompt` in
+    extra_info) plus the completion; its score is added to the weighted reward functions', as `rewards/reward_model`."""
     from training_platform.training.rewards import build_reward_function
 
     functions = [
@@ -70,6 +72,12 @@ def make_compute_score(rewards: list[dict[str, Any]]) -> Callable[..., dict[str,
                 out[prefix + "billable"] = float(not call.cached)
                 out[prefix + "error"] = float(call.score is None)
             score += weight / total * value
+        if reward_model:
+            from training_platform.training.engines.verl.reward_server import score as served_score
+
+            value = served_score([f"{columns.get('rm_prompt') or ''}{solution_str}"])[0]
+            out["rewards/reward_model"] = value
+            score += value
         if agent:
             tool_reward = tool_call_rewards(columns)
             out["rewards/tool_calls"] = tool_reward
@@ -92,7 +100,7 @@ def tool_call_rewards(extra_info: dict[str, Any]) -> float:
     return float(sum(float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)))
 
 
-def write_reward_module(path: Path, rewards: list[dict[str, Any]]) -> None:
+def write_reward_module(path: Path, rewards: list[dict[str, Any]], *, reward_model: bool = False) -> None:
     """The `verl/reward_fn.py` verl imports (its path is in the generated config)."""
     spec = json.dumps(rewards, indent=2, sort_keys=True)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,5 +109,5 @@ def write_reward_module(path: Path, rewards: list[dict[str, Any]]) -> None:
         "import json\n\n"
         "from training_platform.training.engines.verl.rewards import make_compute_score\n\n"
         f"REWARDS = json.loads({spec!r})\n"
-        "compute_score = make_compute_score(REWARDS)\n"
+        f"compute_score = make_compute_score(REWARDS, reward_model={reward_model!r})\n"
     )

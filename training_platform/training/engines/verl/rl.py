@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from training_platform.core.paths import data_dir
 from training_platform.core.settings import current_settings
+from training_platform.training.engines.verl.checks import EXTRA_CPUS
 from training_platform.training.engines.verl.metrics import rename
 from training_platform.training.rollouts import RolloutWriter, rollout_row
 
@@ -275,20 +276,95 @@ def actor_failure(exc: BaseException) -> VerlActorFailed | None:
     return VerlActorFailed(f"verl actor {calls[-1]} failed: {error[:2000]} (call chain: {path})")
 
 
+# verl's actors, by class, that placement() reports (the rest are TransferQueue's and Ray's own).
+PLACED_ACTORS = (
+    "WorkerDict",
+    "HFRolloutServer",
+    "RewardModelServer",
+    "TaskRunnerV1",
+    "TaskRunner",
+    "AgentLoopWorker",
+    "RewardLoopWorker",
+)
+PLACEMENT_EVERY_S = 5.0
+NODE_DEATH_WAIT_S = 45.0  # Ray marks a node dead after its missed health checks (~30 s by default)
+
+
+def placement() -> list[dict[str, Any]]:
+    """Where this Ray job's verl actors run: [{actor, name, node_id, node_ip, pid}], WorkerDict (the FSDP actor /
+    critic / reference ranks: torch processes) first. Read from the GCS in the driver process."""
+    import ray
+    from ray._private.state import actors
+
+    job = ray.get_runtime_context().get_job_id()
+    out = []
+    for entry in actors().values():
+        if entry.get("JobID") != job or entry.get("State") != "ALIVE":
+            continue
+        cls = str(entry.get("ActorClassName", "")).rsplit(".", 1)[-1]
+        if cls not in PLACED_ACTORS:
+            continue
+        address = entry.get("Address") or {}
+        out.append(
+            {
+                "actor": cls,
+                "name": entry.get("Name") or "",
+                "node_id": address.get("NodeID", ""),
+                "node_ip": address.get("IPAddress", ""),
+                "pid": entry.get("Pid"),
+            }
+        )
+    out.sort(key=lambda w: (PLACED_ACTORS.index(w["actor"]), w["name"], w["node_id"]))
+    return out
+
+
+class VerlNodeLost(RuntimeError):
+    """A Ray node that held this run's verl actors died mid-run."""
+
+    def __init__(self, lost: list[dict[str, Any]]):
+        nodes = sorted({(w["node_ip"], w["node_id"]) for w in lost})
+        names = ", ".join(f"{ip} (node id {node_id[:12]})" for ip, node_id in nodes)
+        actors = ", ".join(sorted({w["name"] or w["actor"] for w in lost}))
+        super().__init__(
+            f"Ray node {names} died mid-run: the verl actors on it ({actors}) are gone; the run resumes from its "
+            "last checkpoint with `tp train --resume` once the cluster has the nodes again"
+        )
+        self.lost = lost
+
+
+def lost_nodes(placed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The placed actors whose node Ray now reports dead."""
+    if not placed:
+        return []
+    import ray
+
+    alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+    return [w for w in placed if w["node_id"] and w["node_id"] not in alive]
+
+
+def wait_lost_nodes(placed: list[dict[str, Any]], wait_s: float = NODE_DEATH_WAIT_S) -> list[dict[str, Any]]:
+    """After a failure: the placed actors whose node died, waiting up to `wait_s` for the cluster to mark the node
+    dead (an actor's death is seen before its node's missed health checks) while any placed actor is gone."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        lost = lost_nodes(placed)
+        if lost or time.monotonic() > deadline:
+            return lost
+        alive = {(w["actor"], w["name"], w["pid"]) for w in placement()}
+        if all((w["actor"], w["name"], w["pid"]) in alive for w in placed):
+            return []  # every actor still lives: an error of verl's, not a lost node
+        time.sleep(1.0)
+
+
 def ray_init_args(config, *, address: str | None) -> dict[str, Any]:
-    """Resources of a Ray this process starts itself (no address). verl's pool manager places one worker per GPU and
-    counts GPUs only: on a CPU run each worker process gets a logical GPU (the CPU platform's Ray resource), and
-    logical CPUs cover the workers verl adds (agent loop, reward, TransferQueue's controller and storage: one Ray CPU
-    each). With real GPUs, or when joining a cluster, Ray counts the hardware as usual."""
+    """Resources of a Ray this process starts itself (no address). On the CPU each of verl's worker processes takes a
+    bundle of one Ray CPU (the CPU platform's resource); the rest (task runner, TransferQueue, agent-loop and reward
+    workers, rollout and reward model servers) hold none. No logical GPUs. With real GPUs, or when joining a
+    cluster, Ray counts the hardware as usual."""
     if address is not None or config.trainer.device != "cpu":
         return {}
     world = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
-    return {
-        "num_gpus": world,
-        "num_cpus": max(6, 2 * world + 4),
-        "object_store_memory": 512 << 20,
-        "include_dashboard": False,
-    }
+    return {"num_cpus": world + EXTRA_CPUS, "object_store_memory": 512 << 20, "include_dashboard": False}
 
 
 def run_driver(
@@ -298,11 +374,16 @@ def run_driver(
     env: dict[str, str],
     should_stop: Callable[[], str | None],
     on_tick: Callable[[], None],
+    on_placement: Callable[[list[dict[str, Any]]], None] | None = None,
+    reward_model: str | None = None,
 ) -> str | None:
     """verl's run_ppo, with a stop: returns None when training finished, or the stop reason after the driver and
     its actors were killed. `on_tick()` runs about every second while verl trains (and once at the end), then
     `should_stop()` answers the stop reason or None. A crash in one of verl's actors is raised as VerlActorFailed
-    naming that actor's call and its error (Ray's tracebacks chained under it)."""
+    naming that actor's call and its error (Ray's tracebacks chained under it); when a node that held the run's
+    workers died, the error names the node. `on_placement(workers)` gets where verl's actors run (`placement`)
+    whenever that changes. `reward_model`: a model directory the platform serves for the reward module
+    (reward_server.py), started before verl's TaskRunner under the name `env` gives it."""
     import ray
     from omegaconf import OmegaConf
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
@@ -326,20 +407,51 @@ def run_driver(
     for sig, handler in handlers.items():  # ray.init exits on SIGTERM; ours turns it into a stop
         with contextlib.suppress(ValueError, TypeError):
             signal.signal(sig, handler)
+    placed: list[dict[str, Any]] = []
+    next_look = 0.0
+    served_reward_model = None
+
+    def look() -> None:
+        """Record where verl's actors run; a node of theirs that died fails the run now (its ranks' collectives
+        would otherwise wait on the dead peer for gloo's timeout)."""
+        nonlocal placed, next_look
+        if time.monotonic() < next_look:
+            return
+        next_look = time.monotonic() + PLACEMENT_EVERY_S
+        lost = lost_nodes(placed)
+        if lost:
+            raise VerlNodeLost(lost)
+        now = placement()
+        if now and now != placed:
+            placed = now
+            if on_placement is not None:
+                on_placement(now)
+
     try:
+        if reward_model is not None:
+            from training_platform.training.engines.verl import reward_server
+
+            name = env[reward_server.ACTOR_ENV]
+            # held for the whole run: Ray kills an actor once its owner drops the last handle to it
+            served_reward_model = reward_server.start(reward_model, device=str(config.trainer.device), name=name)
         runner = _task_runner(config).remote()
         done = runner.run.remote(config)
         while True:
             ready, _ = ray.wait([done], timeout=POLL_S)
             on_tick()
+            look()
             if ready:
                 try:
                     ray.get(done)
                 except Exception as exc:
+                    lost = wait_lost_nodes(placed)
+                    if lost:
+                        raise VerlNodeLost(lost) from exc
                     failure = actor_failure(exc)
                     if failure is None:
                         raise
                     raise failure from exc
+                del served_reward_model
                 return None
             reason = should_stop()
             if reason is not None:
@@ -384,6 +496,10 @@ def train_rl(cfg, run, paths: VerlPaths, config: DictConfig, *, resume_from: Pat
         from training_platform.training.engines.verl.agent.tools import runtime_env_vars
 
         env.update(runtime_env_vars(cfg.agent))
+    if paths.reward_model is not None:
+        from training_platform.training.engines.verl import reward_server
+
+        env[reward_server.ACTOR_ENV] = reward_server.actor_name()
     address = current_settings().ray_address if cfg.resources.resolved_launcher == "ray" else None
     writer.update_run_info(
         device=str(config.trainer.device),
@@ -397,9 +513,20 @@ def train_rl(cfg, run, paths: VerlPaths, config: DictConfig, *, resume_from: Pat
         if dumps is not None:
             dumps.poll()
 
+    def placed(workers: list[dict[str, Any]]) -> None:
+        writer.update_run_info(workers=workers)
+        nodes = sorted({w["node_ip"] + "/" + w["node_id"][:8] for w in workers if w["actor"] == "WorkerDict"})
+        log.info("verl workers: %d torch ranks on nodes %s", sum(w["actor"] == "WorkerDict" for w in workers), nodes)
+
     stopped = run_driver(
-        config, address=address, env=env, on_tick=tick, should_stop=lambda: stop.poll(follower.last_step)
-    )  # stop_at_step: the last logged step
+        config,
+        address=address,
+        env=env,
+        on_tick=tick,
+        should_stop=lambda: stop.poll(follower.last_step),  # stop_at_step: the last logged step
+        on_placement=placed,
+        reward_model=paths.reward_model,
+    )
     if dumps is not None:
         dumps.poll(final=True)  # the driver ended: its last dump is complete (or cut short by the stop)
     if stopped is not None:  # checkpoints verl saved past the last logged step are no resume point: drop them
