@@ -122,7 +122,7 @@ def grpo_run(
     load = os.getloadavg()[0]
     peak = 0.0
     with log_path.open("w") as log:
-        started = time.perf_counter()
+        started, started_at = time.perf_counter(), time.time()
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
         while proc.poll() is None:
             peak = max(peak, tree_rss_mb(proc.pid))
@@ -148,6 +148,8 @@ def grpo_run(
         "tokens_per_s": round(statistics.median(tokens), 1) if tokens else None,
         "rollout_share": round(statistics.median(gen_share), 3) if gen_share else None,
         "wall_seconds": round(wall, 2),
+        # process start -> the first step's metric row: imports, validation, model load and, for verl, its Ray
+        "start_to_first_step_s": round(rows[0]["ts"] - started_at, 1) if rows and "ts" in rows[0] else None,
         "peak_rss_mb": round(peak, 1),
         "load_avg_1m_before": round(load, 2),
         "rewards": [round(r.get("reward", float("nan")), 4) for r in rows],
@@ -189,7 +191,7 @@ def grpo_main(args: argparse.Namespace) -> int:
                     runs.append(r)
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    keys = ("steps_per_s", "tokens_per_s", "rollout_share", "wall_seconds", "peak_rss_mb")
+    keys = ("steps_per_s", "tokens_per_s", "rollout_share", "wall_seconds", "start_to_first_step_s", "peak_rss_mb")
     by_size: dict[str, Any] = {}
     for size in models:
         mine = [r for r in runs if r["size"] == size]
@@ -208,7 +210,16 @@ def grpo_main(args: argparse.Namespace) -> int:
         by_size[size] = summary
         print(f"\n{size} ({params[size] / 1e6:.2f}M parameters)")
         print_table(
-            ["engine", "steps/s (median)", "vs trl", "tokens/s", "rollout share", "wall s", "peak RSS MB (tree)"],
+            [
+                "engine",
+                "steps/s (median)",
+                "vs trl",
+                "tokens/s",
+                "rollout share",
+                "wall s",
+                "start to step 1 s",
+                "peak RSS MB (tree)",
+            ],
             [
                 [
                     e,
@@ -217,6 +228,7 @@ def grpo_main(args: argparse.Namespace) -> int:
                     fmt(summary[e]["tokens_per_s"], ".1f"),
                     fmt(summary[e]["rollout_share"], ".2f"),
                     fmt(summary[e]["wall_seconds"], ".1f"),
+                    fmt(summary[e]["start_to_first_step_s"], ".1f"),
                     fmt(summary[e]["peak_rss_mb"], ".0f"),
                 ]
                 for e in ENGINES

@@ -213,3 +213,51 @@ def test_the_overview_shows_the_ray_cluster(ray_platform, browser):
         assert page.get_by_test_id("ray-dashboard").count() == 0  # the test cluster runs no dashboard
     finally:
         context.close()
+
+
+def test_a_verl_grpo_job_over_http_runs_on_the_cluster_and_its_page_shows_each_workers_node(ray_platform, browser):
+    """verl's RL as a platform job with `launcher: ray` on the session's 2-node CPU cluster: it trains through the
+    worker, GET /jobs/{id} says where each of verl's actors ran, and the job page lists a torch rank on each node."""
+    client, data_dir = ray_platform
+    config = {
+        "engine": "verl",
+        "model": {"path": "demo/model", "dtype": "fp32"},
+        "data": {"train_file": "demo/data/rl.jsonl", "max_length": 64},
+        "algorithm": {"name": "grpo", "num_generations": 4, "max_completion_length": 6},
+        "rewards": [{"name": "math_answer", "weight": 1.0}],
+        "training": {"max_steps": 2, "per_device_batch_size": 4, "logging_steps": 1, "save_steps": 2},
+        "resources": {"device": "cpu", "launcher": "ray", "num_nodes": 2, "num_devices": 1},
+    }
+    response = client.post("/jobs", json={"name": "verl grpo on ray", "config": config})
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+    final = _wait(
+        lambda: (j := _job(client, job_id))["status"] in ("succeeded", "failed", "cancelled") and j,
+        600,
+        "the verl job on the cluster",
+        interval=1,
+    )
+    assert final["status"] == "succeeded", final
+    assert final["current_step"] == 2
+    ranks = [w for w in final["distributed"]["workers"] if w["actor"] == "WorkerDict"]
+    assert len({w["node_id"] for w in ranks}) == 2, final["distributed"]["workers"]
+    root = str(client.base_url).removesuffix("/").removesuffix("/api/v1")
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(f"{root}/ui/#/")
+        page.get_by_test_id("token-input").fill((data_dir / "admin.token").read_text().strip())
+        page.get_by_test_id("token-save").click()
+        page.goto(f"{root}/ui/#/jobs/{job_id}")
+        workers = page.get_by_test_id("job-workers")
+        workers.wait_for(timeout=30_000)
+        rows = workers.locator("li")
+        shown = {
+            rows.nth(i).get_attribute("data-node")
+            for i in range(rows.count())
+            if "WorkerDict" in rows.nth(i).inner_text()
+        }
+        assert shown == {w["node_id"] for w in ranks}, "the page names the node of each torch rank"
+        assert ranks[0]["node_id"][:8] in workers.inner_text()
+    finally:
+        context.close()

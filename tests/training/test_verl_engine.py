@@ -311,3 +311,11 @@ def test_verl_rl_declares_the_ray_launcher_and_several_local_workers():
         assert require_builder("verl", algorithm).capabilities.launchers == ("local", "ray")
     cfg = validate_config(job(resources__num_devices=2, resources__launcher="local"), dry_run=True)
     assert cfg.resources.processes == 2, "verl starts its own 2 workers on a private Ray"
+
+
+def test_max_restarts_is_not_silently_ignored_by_verls_rl():
+    from training_platform.training.engines.verl.engine_checks import VerlChecks
+
+    cfg = validate_config(job(resources__max_restarts=2), dry_run=True)
+    (warning,) = [w for w in VerlChecks().warnings(cfg) if w.startswith("resources.max_restarts")]
+    assert "tp train --resume" in warning

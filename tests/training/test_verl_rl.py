@@ -307,7 +307,8 @@ def test_a_node_killed_mid_run_fails_the_run_naming_it(tp_env, tmp_path, sft_sta
                 lambda: rows(run) if (run / "metrics.jsonl").is_file() else proc.poll() is not None, 600, "a step"
             )
             assert proc.poll() is None, proc.communicate()
-            assert node.unique_id in workers_by_node(run), "the job placed a rank on the third node"
+            dead = node.node_id
+            assert dead in workers_by_node(run), "the job placed a rank on the third node"
             ray_cluster.remove_node(node)
             node = None
             _, err = proc.communicate(timeout=180)
@@ -317,6 +318,7 @@ def test_a_node_killed_mid_run_fails_the_run_naming_it(tp_env, tmp_path, sft_sta
         assert proc.returncode == 1, err[-3000:]
         info = json.loads((run / "run.json").read_text())
         assert info["status"] == "failed" and "died mid-run" in info["error"], info["error"]
+        assert f"node id {dead[:12]}" in info["error"], "the error names the node that died"
     finally:
         if node is not None:
             ray_cluster.remove_node(node)

@@ -27,6 +27,12 @@ class VerlChecks(EngineChecks):
                 f"training.lr_scheduler {t.lr_scheduler!r}: verl has constant (with warm-up) and cosine schedules "
                 "only; it runs constant"
             )
+        if cfg.algorithm.name != "sft" and cfg.resources.max_restarts:
+            out.append(
+                f"resources.max_restarts {cfg.resources.max_restarts}: verl's RL is not restarted after a worker or "
+                "node dies (the run fails naming it); continue it with tp train --resume once the cluster has the "
+                "nodes again"
+            )
         if cfg.algorithm.name != "sft" and cfg.verl.rollout in ("vllm", "sglang"):
             out.append(
                 f"verl.rollout {cfg.verl.rollout} needs a GPU: the worker's preflight checks its devices when the "
