@@ -39,6 +39,16 @@ def get_job(client: httpx.Client, job_id: int) -> dict:
     return response.json()
 
 
+def job_ended(client: httpx.Client, job_id: int, timeout: float, what: str, interval: float = 0.5) -> dict:
+    """The job once it succeeded, failed or was cancelled (AssertionError after `timeout` seconds)."""
+    return wait(
+        lambda: (j := get_job(client, job_id))["status"] in ("succeeded", "failed", "cancelled") and j,
+        timeout,
+        what,
+        interval=interval,
+    )
+
+
 @contextlib.contextmanager
 def running_tp_up(data_dir: Path, *args: str, **env_extra: str) -> Iterator[tuple[httpx.Client, Path]]:
     """`tp up` in `data_dir` with no REDIS_URL / DATABASE_URL (the embedded default), short heartbeat and schedule

@@ -4,13 +4,14 @@ Ray Train workers."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
 import pytest
 import yaml
 from _e2e import get_job as _job
-from _e2e import running_tp_up
+from _e2e import job_ended, running_tp_up
 from _e2e import wait as _wait
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -46,12 +47,7 @@ def test_a_two_node_job_succeeds_and_another_is_cancelled(ray_platform):
     response = client.post("/jobs", json={"name": "verl on ray", "config": {**_config(6), "engine": "verl"}})
     assert response.status_code == 201, response.text
     job_id = response.json()["id"]
-    final = _wait(
-        lambda: (j := _job(client, job_id))["status"] in ("succeeded", "failed", "cancelled") and j,
-        300,
-        "the Ray job to finish",
-        interval=0.5,
-    )
+    final = job_ended(client, job_id, 300, "the Ray job to finish", interval=0.5)
     assert final["status"] == "succeeded", final
     dist = final["distributed"]
     assert (dist["launcher"], dist["num_nodes"], dist["world_size"]) == ("ray", 2, 2)
@@ -94,12 +90,7 @@ def test_tp_up_ray_runs_a_local_head_that_trains_and_dies_with_it(tmp_path_facto
         response = client.post("/jobs", json={"name": "local ray", "config": config})
         assert response.status_code == 201, response.text
         job_id = response.json()["id"]
-        final = _wait(
-            lambda: (j := _job(client, job_id))["status"] in ("succeeded", "failed", "cancelled") and j,
-            300,
-            "the job on the local Ray head",
-            interval=0.5,
-        )
+        final = job_ended(client, job_id, 300, "the job on the local Ray head", interval=0.5)
         assert final["status"] == "succeeded", final
         assert (final["distributed"]["launcher"], final["distributed"]["world_size"]) == ("ray", world)
         _data_and_evaluation_run_on_the_head(client, job_id)
@@ -195,7 +186,9 @@ def _data_and_evaluation_run_on_the_head(client, job_id: int) -> None:
     assert len(samples["ray"]) == 6 and samples["ray"] == samples["local"]
 
 
-def test_the_overview_shows_the_ray_cluster(ray_platform, browser):
+@contextlib.contextmanager
+def signed_in(browser, ray_platform):
+    """A Chromium page of the platform's UI, signed in as the admin on the overview; yields (page, UI root)."""
     client, data_dir = ray_platform
     root = str(client.base_url).removesuffix("/").removesuffix("/api/v1")
     context = browser.new_context(viewport={"width": 1400, "height": 900})
@@ -204,6 +197,13 @@ def test_the_overview_shows_the_ray_cluster(ray_platform, browser):
         page.goto(f"{root}/ui/#/")
         page.get_by_test_id("token-input").fill((data_dir / "admin.token").read_text().strip())
         page.get_by_test_id("token-save").click()
+        yield page, f"{root}/ui"
+    finally:
+        context.close()
+
+
+def test_the_overview_shows_the_ray_cluster(ray_platform, browser):
+    with signed_in(browser, ray_platform) as (page, _):
         panel = page.get_by_test_id("ray-cluster")
         panel.wait_for(timeout=30_000)
         assert page.get_by_test_id("ray-nodes").locator(".stat-value").inner_text() == "2"
@@ -211,14 +211,12 @@ def test_the_overview_shows_the_ray_cluster(ray_platform, browser):
         assert page.get_by_test_id("ray-nodes-table").locator("tbody tr").count() == 2
         assert "(head)" in page.get_by_test_id("ray-nodes-table").inner_text()
         assert page.get_by_test_id("ray-dashboard").count() == 0  # the test cluster runs no dashboard
-    finally:
-        context.close()
 
 
 def test_a_verl_grpo_job_over_http_runs_on_the_cluster_and_its_page_shows_each_workers_node(ray_platform, browser):
     """verl's RL as a platform job with `launcher: ray` on the session's 2-node CPU cluster: it trains through the
     worker, GET /jobs/{id} says where each of verl's actors ran, and the job page lists a torch rank on each node."""
-    client, data_dir = ray_platform
+    client, _ = ray_platform
     config = {
         "engine": "verl",
         "model": {"path": "demo/model", "dtype": "fp32"},
@@ -231,24 +229,13 @@ def test_a_verl_grpo_job_over_http_runs_on_the_cluster_and_its_page_shows_each_w
     response = client.post("/jobs", json={"name": "verl grpo on ray", "config": config})
     assert response.status_code == 201, response.text
     job_id = response.json()["id"]
-    final = _wait(
-        lambda: (j := _job(client, job_id))["status"] in ("succeeded", "failed", "cancelled") and j,
-        600,
-        "the verl job on the cluster",
-        interval=1,
-    )
+    final = job_ended(client, job_id, 600, "the verl job on the cluster", interval=1)
     assert final["status"] == "succeeded", final
     assert final["current_step"] == 2
     ranks = [w for w in final["distributed"]["workers"] if w["actor"] == "WorkerDict"]
     assert len({w["node_id"] for w in ranks}) == 2, final["distributed"]["workers"]
-    root = str(client.base_url).removesuffix("/").removesuffix("/api/v1")
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    try:
-        page = context.new_page()
-        page.goto(f"{root}/ui/#/")
-        page.get_by_test_id("token-input").fill((data_dir / "admin.token").read_text().strip())
-        page.get_by_test_id("token-save").click()
-        page.goto(f"{root}/ui/#/jobs/{job_id}")
+    with signed_in(browser, ray_platform) as (page, ui):
+        page.goto(f"{ui}/#/jobs/{job_id}")
         workers = page.get_by_test_id("job-workers")
         workers.wait_for(timeout=30_000)
         rows = workers.locator("li")
@@ -259,5 +246,3 @@ def test_a_verl_grpo_job_over_http_runs_on_the_cluster_and_its_page_shows_each_w
         }
         assert shown == {w["node_id"] for w in ranks}, "the page names the node of each torch rank"
         assert ranks[0]["node_id"][:8] in workers.inner_text()
-    finally:
-        context.close()

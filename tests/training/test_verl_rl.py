@@ -176,6 +176,17 @@ def cluster_env(cluster) -> dict[str, str]:
     return {**LOOPBACK, "TP_RAY_ADDRESS": cluster.address}
 
 
+def start_train(config: Path, run: Path, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [*TP, "train", str(config), "--output", str(run)],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def workers_by_node(run: Path) -> dict[str, list[str]]:
     """node id -> the verl actors run.json says ran there."""
     out: dict[str, list[str]] = {}
@@ -206,15 +217,7 @@ def test_grpo_on_a_two_node_cluster_puts_a_rank_on_each_node_stops_and_resumes(
 
     run = tmp_path / "run"
     config = on_cluster(rl_config(tmp_path, sft_start, {"name": "grpo", "num_generations": 4}, steps=4, save_steps=1))
-    env = {**tp_env, **cluster_env(ray_cluster)}
-    proc = subprocess.Popen(
-        [*TP, "train", str(config), "--output", str(run)],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_train(config, run, {**tp_env, **cluster_env(ray_cluster)})
     try:
         wait_until(lambda: (run / "checkpoints" / "step_000002").is_dir() or proc.poll() is not None, 600, "step 2")
         assert proc.poll() is None, proc.communicate()
@@ -293,15 +296,7 @@ def test_a_node_killed_mid_run_fails_the_run_naming_it(tp_env, tmp_path, sft_sta
         run = tmp_path / "run"
         config = rl_config(tmp_path, sft_start, {"name": "grpo", "num_generations": 4}, steps=10_000, save_steps=1000)
         on_cluster(config, num_nodes=3)
-        env = {**tp_env, **cluster_env(ray_cluster)}
-        proc = subprocess.Popen(
-            [*TP, "train", str(config), "--output", str(run)],
-            env=env,
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = start_train(config, run, {**tp_env, **cluster_env(ray_cluster)})
         try:
             wait_until(
                 lambda: rows(run) if (run / "metrics.jsonl").is_file() else proc.poll() is not None, 600, "a step"

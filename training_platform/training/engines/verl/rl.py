@@ -298,8 +298,9 @@ def placement() -> list[dict[str, Any]]:
 
     job = ray.get_runtime_context().get_job_id()
     out = []
-    for entry in actors().values():
-        if entry.get("JobID") != job or entry.get("State") != "ALIVE":
+    # this job's live actors only (a shared cluster holds many jobs'), asked of the GCS by job and state
+    for entry in actors(job_id=ray.JobID.from_hex(job), actor_state_name="ALIVE").values():
+        if entry.get("JobID") != job:
             continue
         cls = str(entry.get("ActorClassName", "")).rsplit(".", 1)[-1]
         if cls not in PLACED_ACTORS:
