@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from data_helpers import write_jsonl, write_parquet
+from ray_fixtures import CLUSTER_CPUS  # noqa: E402 - the session cluster: one Ray worker per CPU
 from synthetic_corpus import pairwise_scores, planted_corpus
 
 from training_platform.data.clean import clean_file
@@ -86,7 +87,7 @@ def test_clean_on_ray_equals_local(tmp_path, corpus_file, ray_env):
     assert local["removed_rows"] > 0 and any(op["modified"] for op in local["operators"])
     assert _without_timings(on_ray) == {**_without_timings(local), "version": on_ray["version"]}
     assert on_ray["version"]["sha256"] == local["version"]["sha256"]
-    assert on_ray["executor"]["name"] == "ray" and on_ray["executor"]["workers"] == 2
+    assert on_ray["executor"]["name"] == "ray" and on_ray["executor"]["workers"] == CLUSTER_CPUS
     assert local["executor"] == {"name": "local", "workers": 1}
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from data_helpers import run_data_cli, write_jsonl
+from ray_fixtures import CLUSTER_CPUS  # noqa: E402 - the session cluster: one Ray worker per CPU
 
 from training_platform.core.files import sha256_file
 from training_platform.data.convert import convert_file
@@ -103,7 +104,9 @@ def test_validate_and_ingest_on_ray_equal_local(tmp_path, files, ray_env):
         outputs[name] = (dest.read_bytes(), Path(report.quarantine).read_bytes(), report)
     (good, quarantined, on_ray), (local_good, local_quarantined, ingested) = outputs["ray"], outputs["local"]
     assert good == local_good and quarantined == local_quarantined and len(quarantined.splitlines()) >= 10
-    assert on_ray.executor is not None and on_ray.executor["name"] == "ray" and on_ray.executor["workers"] == 2
+    assert (
+        on_ray.executor is not None and on_ray.executor["name"] == "ray" and on_ray.executor["workers"] == CLUSTER_CPUS
+    )
     assert on_ray.lines() == ingested.lines() == local.lines()
     validated = {k: v for k, v in local.to_dict(max_rows=None).items() if k not in ("policy", "accepted")}
     for report in (on_ray, ingested):

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from data_helpers import read_jsonl, run_data_cli, write_jsonl
+from ray_fixtures import CLUSTER_CPUS  # noqa: E402 - the session cluster: one Ray worker per CPU
 from synthetic_corpus import planted_corpus
 
 from training_platform.core.endpoints import Endpoint, Endpoints
@@ -46,7 +47,7 @@ def _same(local: dict, on_ray: dict, local_out: Path, ray_out: Path) -> None:
     assert ray_out.read_bytes() == local_out.read_bytes()
     assert sha256_file(ray_out) == sha256_file(local_out)
     assert {k: v for k, v in on_ray.items() if k not in VARYING} == {k: v for k, v in local.items() if k not in VARYING}
-    assert on_ray["executor"]["name"] == "ray" and on_ray["executor"]["workers"] == 2
+    assert on_ray["executor"]["name"] == "ray" and on_ray["executor"]["workers"] == CLUSTER_CPUS
     assert local["executor"] == {"name": "local", "workers": 1}
 
 

@@ -195,7 +195,7 @@ def test_unreachable_cluster_bad_values_and_worker_errors(tmp_path, demo, cluste
         (["--executor", "ray", "--workers", "0"], "--workers"),
         (["--executor", "ray", "--workers", "65"], "--workers"),
         (["--workers", "2"], "--workers"),  # the local executor is one worker
-        (["--executor", "ray", "--workers", "3", "--ray-address", cluster.address], "--workers"),  # 2 CPUs
+        (["--executor", "ray", "--workers", "5", "--ray-address", cluster.address], "--workers"),  # 4 CPUs
     ):
         result = run_eval_cli("run", *_common(demo["model"], *data, *extra), "--output", tmp_path / "b")
         assert result.exit_code == 2, (extra, result.stderr)

@@ -101,9 +101,9 @@ def test_grpo_trains_through_verls_trainer_with_the_hf_rollout(tp, tmp_path, sft
         {"name": "rloo", "num_generations": 4, "beta": 0.05},  # KL in the reward: a reference model
         {"name": "reinforce_pp", "num_generations": 4, "beta": 0.001},
         {"name": "reinforce_pp", "num_generations": 4, "baseline": True},
-        {"name": "ppo"},  # GAE with a critic
+        # PPO (GAE with a critic): on the cluster below, with its reward model beside a reward function
     ],
-    ids=["grpo", "dr_grpo", "gspo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo"],
+    ids=["grpo", "dr_grpo", "gspo", "rloo", "reinforce_pp", "reinforce_pp_baseline"],
 )
 def test_each_rl_algorithm_trains_under_verl(tp, tmp_path, sft_start, algorithm):
     run = tmp_path / "run"
